@@ -1,0 +1,119 @@
+"""The one data contract between every model adapter and every view.
+
+Axis names, used in shape comments across the package:
+    L = layer, H = head (query heads), Q = query position, K = key position,
+    T = token position (Q == K == T for self-attention), D = d_model, V = vocabulary, B = batch.
+
+A `Model` turns text into an `AttentionRun`:
+    run.tokens      list[str]                      one display label per position, len T
+    run.attentions  torch.float32 (L, H, Q, K)     each row sums to 1; causal models are lower-triangular
+    run.ablated     frozenset[(layer, head)]       heads whose contribution was switched off in this run
+    run.output      torch.float32 (T, D)           final hidden states
+    run.logits      torch.float32 (T, V) or None   where the model has an LM head
+
+Everything is on the CPU in float32, so views never care which model produced it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import torch
+
+Head = tuple[int, int]  # (layer, head), both 0-based
+
+
+@dataclass(frozen=True)
+class AttentionRun:
+    tokens: list[str]
+    attentions: torch.Tensor  # (L, H, Q, K) float32
+    ablated: frozenset[Head]
+    output: torch.Tensor  # (T, D) float32
+    logits: torch.Tensor | None = None  # (T, V) float32
+    token_ids: list[int] = field(default_factory=list)
+    # How many tokens were cut off because the text was longer than the model accepts.
+    truncated: int = 0
+    # Positions whose word the model does not know (mapped to its unknown token).
+    unknown: tuple[int, ...] = ()
+    # Positions of special tokens the tokenizer added ([CLS], [SEP], <s>, ...).
+    special: tuple[int, ...] = ()
+
+
+class InputError(ValueError):
+    """The text or the ablation request cannot be run; the message says why and what to do."""
+
+
+class ModelLoadError(RuntimeError):
+    """A model could not be loaded; the message names the problem and the fix."""
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str  # what load_model was called with
+    title: str  # human-readable, shown in the UI
+    kind: str  # "causal-lm", "masked-lm" or "encoder"
+    n_layers: int
+    n_heads: int
+    max_tokens: int
+    n_kv_heads: int | None = None  # grouped-query attention: heads sharing key/value projections
+
+
+def check_ablate(ablate: Iterable[Head], n_layers: int, n_heads: int) -> frozenset[Head]:
+    """Validate an ablation set at the boundary, so a bad request fails with a message, not an IndexError."""
+    heads = set()
+    for item in ablate:
+        try:
+            layer, head = (int(item[0]), int(item[1]))
+        except (TypeError, ValueError, IndexError):
+            raise InputError(f"ablate must hold (layer, head) pairs of ints; got {item!r}") from None
+        if not (0 <= layer < n_layers and 0 <= head < n_heads):
+            raise InputError(
+                f"head ({layer}, {head}) does not exist: this model has layers 0-{n_layers - 1} "
+                f"and heads 0-{n_heads - 1}"
+            )
+        heads.add((layer, head))
+    return frozenset(heads)
+
+
+def head_keep_mask(ablate: frozenset[Head], n_layers: int, n_heads: int) -> torch.Tensor:
+    """1 where a head contributes, 0 where it is ablated."""
+    keep = torch.ones(n_layers, n_heads)  # (L, H)
+    for layer, head in ablate:
+        keep[layer, head] = 0.0
+    return keep
+
+
+class Model:
+    """Base class of every adapter. Subclasses implement `_run` and `info`; `run` validates input."""
+
+    info: ModelInfo
+
+    @property
+    def n_layers(self) -> int:
+        return self.info.n_layers
+
+    @property
+    def n_heads(self) -> int:
+        return self.info.n_heads
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    def run(self, text: str, ablate: Iterable[Head] = ()) -> AttentionRun:
+        if not isinstance(text, str):
+            raise InputError(f"text must be a string; got {type(text).__name__}")
+        if not text.strip():
+            raise InputError("The text is empty: type a sentence to see its attention patterns.")
+        heads = check_ablate(ablate, self.n_layers, self.n_heads)
+        return self._run(text, heads)
+
+    def run_batch_keep(self, text: str, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One forward over a batch of head masks `keep` (B, L, H) on the same text.
+
+        Returns (output (B, T, D), logits (B, T, V) or None). Used to ablate many heads in one pass.
+        """
+        raise NotImplementedError
+
+    def _run(self, text: str, ablate: frozenset[Head]) -> AttentionRun:
+        raise NotImplementedError
