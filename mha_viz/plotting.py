@@ -1,0 +1,228 @@
+"""Tensors + tokens -> plotly figures. No streamlit here, so tests can read `fig.data` directly.
+
+Rendering notes (measured, see ../shared/DESIGN.md): dozens of plotly subplot axes are slow to update, so a
+layer is drawn as separate small figures and the all-layers view as ONE tiled heatmap with NaN gaps. Values are
+sent as float32 numpy arrays, never `.tolist()`.
+"""
+from __future__ import annotations
+
+import html
+
+import numpy as np
+import plotly.graph_objects as go
+import torch
+
+ATTN_SCALE = "Blues"
+OFF_SCALE = "Greys"  # an ablated head keeps its pattern, drawn grey, because its attention is still computed
+DIFF_SCALE = "RdBu_r"
+_FONT = dict(size=10)
+
+
+def safe_label(token: str) -> str:
+    """A token as plain text inside plotly's HTML-ish labels: escaped, control characters made visible."""
+    text = "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in token)
+    if len(text) > 24:
+        text = text[:23] + "…"
+    return html.escape(text, quote=False) or "∅"
+
+
+def axis_labels(tokens: list[str]) -> list[str]:
+    """Unique category labels: plotly merges equal categories, so a repeated token gets zero-width spaces."""
+    seen: dict[str, int] = {}
+    labels = []
+    for tok in tokens:
+        base = safe_label(tok)
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        labels.append(base + "\u200b" * n)
+    return labels
+
+
+def _as_np(matrix: torch.Tensor | np.ndarray) -> np.ndarray:
+    if isinstance(matrix, torch.Tensor):
+        matrix = matrix.detach().cpu().numpy()
+    return np.asarray(matrix, dtype=np.float32)
+
+
+def head_figure(
+    pattern: torch.Tensor,  # (Q, K)
+    tokens: list[str],
+    title: str,
+    *,
+    off: bool = False,
+    zmax: float | None = None,
+    size: int = 260,
+    colorbar: bool = False,
+) -> go.Figure:
+    """One head's attention: queries on the y axis (top to bottom), keys on the x axis, hover = q, k, weight."""
+    z = _as_np(pattern)  # (Q, K)
+    if z.ndim != 2:
+        raise ValueError(f"head_figure wants one head's (query, key) pattern; got shape {z.shape}")
+    labels = axis_labels(tokens)
+    if len(labels) != z.shape[1]:
+        raise ValueError(f"{len(labels)} tokens for a pattern with {z.shape[1]} keys")
+    top = float(zmax) if zmax else max(float(np.nanmax(z)) if z.size else 1.0, 1e-6)
+    fig = go.Figure(
+        go.Heatmap(
+            z=z, x=labels, y=labels, zmin=0.0, zmax=top,
+            colorscale=OFF_SCALE if off else ATTN_SCALE, showscale=colorbar,
+            hovertemplate="query: %{y}<br>key: %{x}<br>weight: %{z:.3f}<extra></extra>",
+            xgap=0, ygap=0,
+        )
+    )
+    _square_layout(fig, title + (" (off)" if off else ""), size, len(labels))
+    return fig
+
+
+def diff_figure(diff: torch.Tensor, tokens: list[str], title: str, size: int = 320) -> go.Figure:
+    """A signed difference of two patterns on a symmetric red-blue scale."""
+    z = _as_np(diff)  # (Q, K)
+    bound = max(float(np.nanmax(np.abs(z))) if z.size else 0.0, 1e-6)
+    labels = axis_labels(tokens)
+    fig = go.Figure(
+        go.Heatmap(
+            z=z, x=labels, y=labels, zmin=-bound, zmax=bound, colorscale=DIFF_SCALE, zmid=0.0,
+            hovertemplate="query: %{y}<br>key: %{x}<br>change: %{z:+.3f}<extra></extra>",
+        )
+    )
+    _square_layout(fig, title, size, len(labels))
+    return fig
+
+
+def _square_layout(fig: go.Figure, title: str, size: int, n: int) -> None:
+    tick_font = dict(size=max(6, min(10, int(600 / max(n, 1)))))
+    fig.update_layout(
+        template="none",
+        title=dict(text=html.escape(title, quote=False), font=dict(size=12), x=0.5, xanchor="center"),
+        height=size, margin=dict(l=4, r=4, t=28, b=4),
+        xaxis=dict(side="top", tickangle=-90, tickfont=tick_font, showgrid=False, automargin=True, constrain="domain"),
+        yaxis=dict(autorange="reversed", tickfont=tick_font, showgrid=False, automargin=True,
+                   scaleanchor="x", constrain="domain"),
+        font=_FONT,
+    )
+
+
+def tiled_figure(
+    grid: torch.Tensor,  # (R, C, Q, K): R rows x C columns of patterns
+    row_names: list[str],
+    col_names: list[str],
+    *,
+    off: set[tuple[int, int]] = frozenset(),
+    selected: tuple[int, int] | None = None,
+    zscale: str = "row",
+    height: int | None = None,
+) -> go.Figure:
+    """Many heads as ONE heatmap, patterns tiled with a one-cell NaN gap; one axis pair, so it stays fast.
+
+    Each pattern is divided by its own maximum when zscale="head" (so faint heads stay visible), else shown raw
+    on 0..1. Ablated heads are drawn as negative values, which the colour scale maps to grey.
+    A transparent scatter point at each tile's centre carries (row, col) as customdata for click selection.
+    """
+    g = _as_np(grid)  # (R, C, Q, K)
+    if g.ndim != 4:
+        raise ValueError(f"tiled_figure wants (rows, cols, query, key); got shape {g.shape}")
+    rows, cols, nq, nk = g.shape
+    if zscale == "head":
+        peak = np.nanmax(g.reshape(rows, cols, -1), axis=2)[:, :, None, None]  # (R, C, 1, 1)
+        g = g / np.maximum(peak, 1e-6)
+    gap = 1
+    canvas = np.full((rows * (nq + gap) - gap, cols * (nk + gap) - gap), np.nan, dtype=np.float32)
+    for r in range(rows):
+        for c in range(cols):
+            tile = g[r, c]
+            if (r, c) in off:
+                tile = -0.15 - 0.85 * tile  # into the grey half of the scale
+            canvas[r * (nq + gap): r * (nq + gap) + nq, c * (nk + gap): c * (nk + gap) + nk] = tile
+    scale = [[0.0, "#2b2b2b"], [0.499, "#e6e6e6"], [0.5, "#ffffff"], [0.75, "#6baed6"], [1.0, "#08306b"]]
+    centers_x = [c * (nk + gap) + (nk - 1) / 2 for c in range(cols)]
+    centers_y = [r * (nq + gap) + (nq - 1) / 2 for r in range(rows)]
+    fig = go.Figure(
+        go.Heatmap(z=canvas, zmin=-1.0, zmax=1.0, colorscale=scale, showscale=False, hoverinfo="skip")
+    )
+    xs, ys, data, text = [], [], [], []
+    for r in range(rows):
+        for c in range(cols):
+            xs.append(centers_x[c])
+            ys.append(centers_y[r])
+            data.append([r, c])
+            text.append(f"{row_names[r]} {col_names[c]}" + (" (off)" if (r, c) in off else ""))
+    fig.add_trace(
+        go.Scatter(
+            x=xs, y=ys, mode="markers", customdata=data, text=text,
+            marker=dict(size=max(6, min(40, 600 / max(cols, 1))), color="rgba(0,0,0,0)", symbol="square"),
+            hovertemplate="%{text}<br>click to focus<extra></extra>", showlegend=False,
+        )
+    )
+    if selected is not None:
+        r, c = selected
+        fig.add_shape(
+            type="rect", x0=c * (nk + gap) - 0.5, x1=c * (nk + gap) + nk - 0.5,
+            y0=r * (nq + gap) - 0.5, y1=r * (nq + gap) + nq - 0.5, line=dict(color="#d62728", width=2),
+        )
+    cell = max(2.0, min(14.0, 900 / max(cols * (nk + gap), 1)))
+    fig.update_layout(
+        template="none",
+        height=height or int(min(4000, max(240, rows * (nq + gap) * cell + 60))),
+        margin=dict(l=40, r=8, t=36, b=8),
+        xaxis=dict(tickvals=centers_x, ticktext=col_names, side="top", showgrid=False, zeroline=False,
+                   range=[-0.5, canvas.shape[1] - 0.5]),
+        yaxis=dict(tickvals=centers_y, ticktext=row_names, autorange="reversed", showgrid=False, zeroline=False,
+                   scaleanchor="x"),
+        font=_FONT, clickmode="event+select", dragmode=False,
+    )
+    return fig
+
+
+def layer_head_map(values: torch.Tensor, title: str, colorbar_title: str, *, off=frozenset(), fmt: str = ".3f",
+                   colorscale: str = "Reds") -> go.Figure:
+    """A layers x heads map of one number per head (importance, pattern shift), ablated heads outlined."""
+    z = _as_np(values)  # (L, H)
+    n_layers, n_heads = z.shape
+    fig = go.Figure(
+        go.Heatmap(
+            z=z, x=[f"H{h}" for h in range(n_heads)], y=[f"L{layer}" for layer in range(n_layers)],
+            colorscale=colorscale, colorbar=dict(title=dict(text=colorbar_title)),
+            hovertemplate="%{y} %{x}<br>" + colorbar_title + ": %{z:" + fmt + "}<extra></extra>",
+        )
+    )
+    for layer, head in off:
+        fig.add_shape(type="rect", x0=head - 0.5, x1=head + 0.5, y0=layer - 0.5, y1=layer + 0.5,
+                      line=dict(color="black", width=2))
+    fig.update_layout(
+        template="none", title=dict(text=html.escape(title, quote=False), font=dict(size=13)),
+        height=int(min(1400, 120 + 22 * n_layers)), margin=dict(l=50, r=10, t=40, b=30),
+        yaxis=dict(autorange="reversed"), font=_FONT,
+    )
+    return fig
+
+
+def token_change_figure(tokens: list[str], change: torch.Tensor, title: str) -> go.Figure:
+    """Per-token size of the change in the final hidden states."""
+    y = _as_np(change)  # (T,)
+    labels = axis_labels(tokens)
+    fig = go.Figure(go.Bar(x=labels, y=y, marker_color="#c44e52",
+                           hovertemplate="%{x}<br>change: %{y:.4f}<extra></extra>"))
+    fig.update_layout(template="none", title=dict(text=html.escape(title, quote=False), font=dict(size=13)),
+                      height=260, margin=dict(l=50, r=10, t=40, b=60), xaxis=dict(tickangle=-60), font=_FONT)
+    return fig
+
+
+def predictions_figure(before: list[tuple[str, float]], after: list[tuple[str, float]], title: str) -> go.Figure:
+    """Top-k next tokens before and after ablation as grouped horizontal bars."""
+    words = []
+    for w, _ in before + after:
+        if w not in words:
+            words.append(w)
+    b = dict(before)
+    a = dict(after)
+    labels = [safe_label(repr(w)[1:-1]) for w in words]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(y=labels, x=[b.get(w, 0.0) for w in words], name="all heads on", orientation="h",
+                         marker_color="#4c72b0"))
+    fig.add_trace(go.Bar(y=labels, x=[a.get(w, 0.0) for w in words], name="with heads off", orientation="h",
+                         marker_color="#c44e52"))
+    fig.update_layout(template="none", barmode="group", title=dict(text=html.escape(title, quote=False), font=dict(size=13)),
+                      height=120 + 28 * len(words), margin=dict(l=90, r=10, t=40, b=30),
+                      yaxis=dict(autorange="reversed"), xaxis=dict(title="probability", range=[0, 1]), font=_FONT,
+                      legend=dict(orientation="h", y=-0.15))
+    return fig

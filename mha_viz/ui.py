@@ -1,0 +1,297 @@
+"""Streamlit page sections. The only module (with app.py) that imports streamlit.
+
+State: `st.session_state` holds UI state only (model choice, text, layer, the set of heads that are off per
+model). Models are shared singletons (`st.cache_resource`); every run gets its ablation set as an argument.
+"""
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+import streamlit as st
+import torch
+
+from . import analysis, plotting
+from .contract import AttentionRun, InputError, Model, ModelLoadError
+from .models import BUILTIN, load_model
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+CUSTOM = "custom"
+DEFAULT_TEXT = "The keys to the old cabinet are on the table, so Anna gave the keys to Ben."
+MAX_TEXT_CHARS = 200_000  # longer text is cut before tokenizing, and the page says so
+
+
+# -- cached resources ----------------------------------------------------------------------------------------
+@st.cache_resource(show_spinner=False, max_entries=4)
+def get_model(name: str) -> Model:
+    return load_model(name)
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def get_run(name: str, text: str, off: tuple[tuple[int, int], ...]) -> AttentionRun:
+    # cache_resource, not cache_data: a run holds L*H*T*T floats, and cache_data would copy them on every hit.
+    return get_model(name).run(text, ablate=off)
+
+
+def examples_for(name: str) -> list[tuple[str, str]]:
+    """(label, sentence) pairs shown as one-click examples."""
+    if name.startswith("tiny"):
+        try:
+            from .corpus import example_sentences
+
+            return [(label, text) for label, text in _pairs(example_sentences())]
+        except Exception:  # the examples are a convenience; the page works without them
+            pass
+    path = ASSETS / "examples.json"
+    if path.exists():
+        return [(e["label"], e["text"]) for e in json.loads(path.read_text())]
+    return [("agreement", DEFAULT_TEXT)]
+
+
+def _pairs(examples) -> list[tuple[str, str]]:
+    out = []
+    if isinstance(examples, dict):
+        for label, texts in examples.items():
+            for text in texts if isinstance(texts, (list, tuple)) else [texts]:
+                out.append((str(label), str(text)))
+        return out
+    for item in examples:
+        if isinstance(item, (tuple, list)) and len(item) == 2:
+            out.append((str(item[0]), str(item[1])))
+        elif hasattr(item, "text"):
+            out.append((str(getattr(item, "relation", getattr(item, "label", "example"))), str(item.text)))
+    return out
+
+
+# -- state helpers -------------------------------------------------------------------------------------------
+def off_set(model_name: str) -> set[tuple[int, int]]:
+    store = st.session_state.setdefault("off", {})
+    return store.setdefault(model_name, set())
+
+
+def _toggle_key(model_name: str, layer: int, head: int) -> str:
+    return f"tg|{model_name}|{layer}|{head}"
+
+
+def _on_toggle(model_name: str, layer: int, head: int) -> None:
+    heads = off_set(model_name)
+    if st.session_state[_toggle_key(model_name, layer, head)]:
+        heads.discard((layer, head))
+    else:
+        heads.add((layer, head))
+
+
+def set_heads(model_name: str, heads: set[tuple[int, int]]) -> None:
+    store = st.session_state.setdefault("off", {})
+    store[model_name] = set(heads)
+
+
+# -- sidebar -------------------------------------------------------------------------------------------------
+def sidebar() -> str | None:
+    """Model picker. Returns the model name to load, or None when the custom box is empty."""
+    st.sidebar.header("Model")
+    choices = list(BUILTIN) + [CUSTOM]
+    labels = {**BUILTIN, CUSTOM: "your own: a Hugging Face id or a local folder"}
+    choice = st.sidebar.selectbox("Model", choices, format_func=labels.get, key="model_choice")
+    if choice == CUSTOM:
+        custom = st.sidebar.text_input(
+            "Model id or folder", key="custom_id", placeholder="e.g. prajjwal1/bert-tiny or /path/to/model",
+            help="Loaded with eager attention, safetensors weights only, never remote code.",
+        ).strip()
+        return custom or None
+    return choice
+
+
+def load_or_explain(name: str) -> Model | None:
+    try:
+        if name == "smollm2":
+            with st.spinner("Loading SmolLM2 (the first start converts its GGUF file, about 30 s)..."):
+                return get_model(name)
+        with st.spinner(f"Loading {name}..."):
+            return get_model(name)
+    except ModelLoadError as err:
+        st.error(str(err))
+    except Exception as err:  # an unexpected library error must not take the page down
+        st.error(f"Could not load '{name}': {type(err).__name__}: {str(err)[:300]}")
+    return None
+
+
+# -- text ----------------------------------------------------------------------------------------------------
+def _set_text(text: str) -> None:
+    st.session_state["text_box"] = text
+    st.session_state["text"] = text
+
+
+def _submit_text() -> None:
+    st.session_state["text"] = st.session_state.get("text_box", "")
+
+
+def text_input(model_name: str) -> str:
+    st.session_state.setdefault("text", DEFAULT_TEXT)
+    st.session_state.setdefault("text_box", st.session_state["text"])
+    with st.form("text_form", border=False):
+        st.text_area("Sentence", key="text_box", height=80, max_chars=None,
+                     help="Any text; it is cut at the model's token limit and the page says how much was dropped.")
+        st.form_submit_button("Show attention", type="primary", on_click=_submit_text)
+    examples = examples_for(model_name)
+    if examples:
+        cols = st.columns(min(len(examples), 4))
+        for i, (label, text) in enumerate(examples[:8]):
+            cols[i % len(cols)].button(
+                f"Example: {label}", key=f"ex{i}", on_click=_set_text, args=(text,), help=text,
+                width="stretch",
+            )
+    text = st.session_state["text"]
+    if len(text) > MAX_TEXT_CHARS:
+        st.info(f"The text has {len(text):,} characters; only the first {MAX_TEXT_CHARS:,} are tokenized.")
+        text = text[:MAX_TEXT_CHARS]
+    return text
+
+
+def token_strip(run: AttentionRun, model: Model) -> None:
+    chips = []
+    unknown = set(run.unknown)
+    for i, tok in enumerate(run.tokens):
+        style = "background:#fde2e1;border-color:#c44e52" if i in unknown else ""
+        chips.append(
+            f"<span style='display:inline-block;border:1px solid #ccc;border-radius:4px;padding:0 4px;"
+            f"margin:1px;font-family:monospace;font-size:12px;{style}' title='position {i}'>"
+            f"{html.escape(plotting.safe_label(tok) if False else _visible(tok))}</span>"
+        )
+    st.markdown(f"<div data-testid='token-strip'>{''.join(chips)}</div>", unsafe_allow_html=True)
+    notes = [f"{len(run.tokens)} tokens"]
+    if run.truncated:
+        notes.append(
+            f"**{run.truncated} tokens were dropped**: the text is longer than the {model.info.max_tokens} tokens "
+            "this view handles, so only the start is shown"
+        )
+    if unknown:
+        words = ", ".join(sorted({_visible(run.tokens[i]) for i in unknown}))
+        notes.append(f"{len(unknown)} position(s) map to the unknown token (highlighted; the model does not know: "
+                     f"{_md_escape(words)[:200]})")
+    st.caption(" · ".join(notes))
+
+
+def _visible(token: str) -> str:
+    return "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in token) or "∅"
+
+
+def _md_escape(text: str) -> str:
+    """Text shown through st.markdown must stay text: escape markdown and HTML punctuation."""
+    out = html.escape(text, quote=False)
+    for ch in "\\`*_{}[]()#+-.!|$~<>":
+        out = out.replace(ch, "\\" + ch)
+    return out
+
+
+# -- notes ---------------------------------------------------------------------------------------------------
+LEARNED_NOTE = (
+    "Each heatmap is one head's **learned** attention pattern on this sentence. Heads are not labeled modules: "
+    "nobody assigned them roles, and a pattern that looks like grammar or copying is a measurement on this "
+    "input, not an explanation. Switch heads off to test what they actually contribute."
+)
+
+
+def learned_note() -> None:
+    st.info(LEARNED_NOTE, icon="ℹ️")
+    with st.expander("More: what a head is, and what a heatmap can and cannot tell you"):
+        notes = ASSETS / "notes.md"
+        st.markdown(notes.read_text() if notes.exists() else LEARNED_NOTE)
+
+
+# -- the layer grid ------------------------------------------------------------------------------------------
+def layer_grid(model: Model, model_name: str, run: AttentionRun, layer: int, n_cols: int, scale: str) -> None:
+    heads_off = off_set(model_name)
+    att = run.attentions[layer]  # (H, Q, K)
+    zmax = 1.0 if scale == "shared 0–1" else None
+    badges = _badges(run, model)
+    cols = st.columns(n_cols)
+    for head in range(model.n_heads):
+        with cols[head % n_cols]:
+            is_off = (layer, head) in heads_off
+            fig = plotting.head_figure(att[head], run.tokens, f"L{layer} H{head}", off=is_off, zmax=zmax)
+            st.plotly_chart(fig, width="stretch", key=f"hm|{layer}|{head}", config={"displaylogo": False})
+            key = _toggle_key(model_name, layer, head)
+            st.session_state[key] = not is_off
+            st.toggle(f"L{layer} H{head} on", key=key, on_change=_on_toggle, args=(model_name, layer, head))
+            if badges is not None:
+                scores, baselines = badges
+                for name, value in analysis.top_badges(scores, baselines, layer, head, n=1):
+                    st.caption(f"measured: {analysis.describe_score(name, value)}")
+
+
+def _badges(run: AttentionRun, model: Model):
+    try:
+        special = analysis.special_mask(run.tokens, run.special)
+        causal = model.info.kind == "causal-lm"
+        ids = torch.tensor(run.token_ids) if run.token_ids else None
+        scores = analysis.pattern_scores(run.attentions, ids, special, causal)
+        baselines = analysis.uniform_baselines(len(run.tokens), causal, ids, special)
+        return scores, baselines
+    except Exception:  # badges are an extra; never block the grid
+        return None
+
+
+def layer_controls(model: Model, model_name: str, layer: int) -> None:
+    heads = off_set(model_name)
+    c1, c2, c3, c4 = st.columns(4)
+    if c1.button(f"All heads of L{layer} off", width="stretch"):
+        heads.update((layer, h) for h in range(model.n_heads))
+        st.rerun()
+    if c2.button(f"All heads of L{layer} on", width="stretch"):
+        heads.difference_update((layer, h) for h in range(model.n_heads))
+        st.rerun()
+    only = c3.selectbox("Only this head on", ["—"] + [f"H{h}" for h in range(model.n_heads)],
+                        key=f"only|{model_name}|{layer}", label_visibility="collapsed")
+    if only != "—":
+        keep = int(only[1:])
+        heads.update((layer, h) for h in range(model.n_heads) if h != keep)
+        heads.discard((layer, keep))
+        st.session_state[f"only|{model_name}|{layer}"] = "—"
+        st.rerun()
+    if c4.button("Reset: all heads on", width="stretch"):
+        heads.clear()
+        st.rerun()
+
+
+def off_summary(model_name: str) -> None:
+    heads = sorted(off_set(model_name))
+    if heads:
+        st.markdown("**Heads off:** " + ", ".join(f"`L{layer} H{head}`" for layer, head in heads))
+    else:
+        st.caption("All heads are on. Switch a head off with the toggle under its heatmap.")
+
+
+# -- effect of ablation --------------------------------------------------------------------------------------
+def effect_panel(model: Model, base: AttentionRun, ablated: AttentionRun) -> None:
+    if not ablated.ablated:
+        return
+    st.subheader("What changed with these heads off")
+    if len(ablated.ablated) == model.n_layers * model.n_heads:
+        st.warning("Every head is off: no token can read any other token, so each position sees only itself "
+                   "through the residual stream. The output below is what is left.")
+    if base.logits is not None:
+        position = len(base.tokens) - 1
+        kl = analysis.next_token_kl(base.logits, ablated.logits, position)
+        before = _top(model, base.logits[position])
+        after = _top(model, ablated.logits[position])
+        c1, c2, c3 = st.columns(3)
+        c1.metric("KL(before ‖ after), next token", f"{kl:.4f} nats")
+        c2.metric("Top prediction before", before[0][0].strip() or repr(before[0][0]))
+        c3.metric("Top prediction after", after[0][0].strip() or repr(after[0][0]))
+        st.plotly_chart(plotting.predictions_figure(before, after, "Top-5 next tokens after the last position"),
+                        width="stretch", key="pred_fig")
+    cos = analysis.cosine_change(base.output, ablated.output)
+    change = analysis.token_change(base.output, ablated.output, relative=True)
+    c1, c2 = st.columns(2)
+    c1.metric("Cosine similarity of sentence embedding (before vs after)", f"{cos:.5f}",
+              delta=f"{cos - 1:.5f}", delta_color="inverse" if cos < 1 else "off")
+    c2.metric("Largest per-token change of final hidden state", f"{float(change.max()):.2%}")
+    st.plotly_chart(plotting.token_change_figure(base.tokens, change, "Relative change of each token's final hidden state"),
+                    width="stretch", key="tok_change_fig")
+
+
+def _top(model: Model, logits: torch.Tensor, k: int = 5) -> list[tuple[str, float]]:
+    probs, ids = analysis.topk_predictions(logits, k)
+    return [(model.decode(int(i)), float(p)) for p, i in zip(probs, ids)]
