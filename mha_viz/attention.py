@@ -1,0 +1,97 @@
+"""Multi-head self-attention written out, so every head's weights exist and can be shown or switched off.
+
+Axis letters used in every shape comment below:
+    B = batch, T = token position (query and key: self-attention), H = heads,
+    dh = size of one head (d_model / H), D = d_model.
+
+No fused `scaled_dot_product_attention` here: its fast path never materialises the weights, and the weights are
+the whole point of this app. The parity tests check this explicit path against it.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+def attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scaled dot-product attention with an explicit softmax (Vaswani et al. 2017, eq. 1).
+
+    q, k, v: (..., T, dh). mask: bool, broadcastable to (..., T, T), True where a query may look at a key.
+    Returns (out (..., T, dh), weights (..., T, T)); each row of weights sums to 1.
+    """
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"query and key head sizes differ: {q.shape[-1]} vs {k.shape[-1]}; project both to dh")
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., T, T)
+    if mask is not None:
+        # -inf (not a large negative number) so masked keys get exactly 0 weight, and causal rows stay triangular.
+        scores = scores.masked_fill(~mask, float("-inf"))  # (..., T, T)
+    weights = torch.softmax(scores, dim=-1)  # (..., T, T)
+    out = weights @ v  # (..., T, dh)
+    return out, weights
+
+
+def _check_head_keep(head_keep: torch.Tensor, B: int, H: int) -> torch.Tensor:
+    """Accept (H,) or (B, H); return (B, H, 1, 1) ready to scale each head's output."""
+    if head_keep.dim() == 1 and head_keep.shape[0] == H:
+        head_keep = head_keep.unsqueeze(0).expand(B, H)  # (B, H)
+    if head_keep.shape != (B, H):
+        raise ValueError(
+            f"head_keep must have shape ({H},) or ({B}, {H}) (1 = keep, 0 = ablate); got {tuple(head_keep.shape)}"
+        )
+    return head_keep.view(B, H, 1, 1)  # (B, H, 1, 1)
+
+
+class MultiHeadSelfAttention(nn.Module):
+    """Causal multi-head self-attention: one fused qkv projection split into H heads, and an output projection.
+
+    forward(x (B, T, D), head_keep (B, H) or (H,) or None) -> (out (B, T, D), weights (B, H, T, T)).
+    `head_keep` is 1 for a head that contributes and 0 for an ablated one: it scales that head's output before the
+    output projection, so an ablated head's pattern is still computed (and returned) but adds nothing downstream.
+    Ablation is an argument, never state on `self`, because one loaded model is shared by every browser session.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, max_len: int, causal: bool = True):
+        super().__init__()
+        if d_model % n_heads != 0:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; pick sizes so dh is whole")
+        self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
+        self.max_len, self.causal = max_len, causal
+        # q, k and v for all heads in one matmul; rows ordered [q; k; v] like nn.MultiheadAttention.in_proj_weight.
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+        # Not persistent: it is derived from max_len, so it stays out of the saved weights.
+        self.register_buffer("tril", torch.ones(max_len, max_len, dtype=torch.bool).tril(), persistent=False)
+
+    def forward(
+        self, x: torch.Tensor, head_keep: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        B, T, D = x.shape
+        H, dh = self.n_heads, self.d_head
+        if D != self.d_model:
+            raise ValueError(f"input has d_model {D} but this layer was built for {self.d_model}")
+        if T > self.max_len:
+            raise ValueError(f"sequence of {T} tokens is longer than max_len={self.max_len}; truncate the input")
+
+        # 1. Project to queries, keys and values, and split each into H heads of size dh.
+        q, k, v = self.qkv(x).split(D, dim=-1)  # 3 x (B, T, D)
+        q = q.view(B, T, H, dh).transpose(1, 2)  # (B, H, T, dh)
+        k = k.view(B, T, H, dh).transpose(1, 2)  # (B, H, T, dh)
+        v = v.view(B, T, H, dh).transpose(1, 2)  # (B, H, T, dh)
+
+        # 2. Attend, every head on its own: a query sees only itself and earlier positions.
+        mask = self.tril[:T, :T] if self.causal else None  # (T, T)
+        ctx, weights = attention(q, k, v, mask)  # (B, H, T, dh), (B, H, T, T)
+
+        # 3. Ablate: scale each head's output; 0 removes that head's contribution, not its pattern.
+        if head_keep is not None:
+            ctx = ctx * _check_head_keep(head_keep.to(ctx.dtype), B, H)  # (B, H, T, dh)
+
+        # 4. Concatenate: the H head outputs are laid side by side, then mixed by the output projection.
+        ctx = ctx.transpose(1, 2).contiguous().view(B, T, D)  # (B, T, D)
+        out = self.out(ctx)  # (B, T, D)
+        return out, weights
+
