@@ -1,0 +1,349 @@
+"""A seeded generator of short English-like texts, built so that three kinds of relation pay off.
+
+1. Nearby context: counting, weekdays and set phrases ("once upon a time", "at the end of the day"), where the
+   previous word or two predict the next.
+2. Repeated terms: people with a first and a last name that are paired at random per text ("anna berg"). The last
+   name after a later "anna" can only be predicted by copying it from the first mention (induction).
+3. Structural dependency: subject-verb number agreement across a prepositional phrase
+   ("the keys to the old cabinet are ..."). Training texts draw the attractor's number independently of the
+   subject's, so "agree with the nearest noun" does not work; held-out probes use the hard case (opposite number).
+
+Every example records the ground truth: where the repeated names are, and where the subject and its verb are.
+Positions index `Example.tokens`, which starts with `<bos>`, so they are the model's input positions too.
+"""
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PAD, BOS, UNK = "<pad>", "<bos>", "<unk>"
+SPECIALS = (PAD, BOS, UNK)
+
+# (singular, plural) nouns: the subject and the attractor of agreement sentences; also used elsewhere.
+NOUNS = (
+    ("key", "keys"), ("dog", "dogs"), ("cat", "cats"), ("box", "boxes"), ("book", "books"), ("door", "doors"),
+    ("table", "tables"), ("cabinet", "cabinets"), ("bird", "birds"), ("tree", "trees"), ("house", "houses"),
+    ("car", "cars"), ("child", "children"), ("letter", "letters"), ("window", "windows"),
+    ("teacher", "teachers"), ("farmer", "farmers"), ("lamp", "lamps"), ("chair", "chairs"), ("boat", "boats"),
+    ("picture", "pictures"), ("cup", "cups"), ("horse", "horses"), ("girl", "girls"), ("boy", "boys"),
+)
+ADJECTIVES = (
+    "old", "new", "red", "small", "big", "green", "quiet", "dark", "bright", "little", "blue", "heavy", "happy",
+    "wet", "warm", "tall",
+)
+PREPOSITIONS = ("near", "behind", "beside", "under", "by", "with", "to", "of", "above", "from", "on", "in")
+# (singular, plural) verb forms: the agreement target. The rest of the sentence never marks number.
+VERBS = (("is", "are"), ("was", "were"), ("has", "have"), ("looks", "look"), ("seems", "seem"), ("stays", "stay"))
+FIRST_NAMES = (
+    "anna", "tom", "mia", "leo", "sara", "ben", "nora", "max", "ella", "sam", "lily", "jack", "rosa", "omar", "ida",
+    "paul", "vera", "hugo", "lena", "ivan",
+)
+LAST_NAMES = (
+    "berg", "lind", "moss", "hale", "ford", "kent", "reed", "vale", "cole", "dunn", "frost", "grey", "hart", "lake",
+    "marsh", "nash", "pike", "rowe", "stone", "wade",
+)
+PLACES = ("market", "river", "school", "park", "station", "library", "farm", "beach", "city", "bakery")
+STORY_VERBS = ("saw", "met", "called", "helped", "visited", "thanked")
+NUMBERS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve")
+DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+# Set phrases: after the first word or two, the rest is fixed.
+PHRASES = (
+    "once upon a time there was a little house .",
+    "at the end of the day we went home .",
+    "all of a sudden it began to rain .",
+    "in the middle of the night it was very quiet .",
+    "thank you very much , said the teacher .",
+    "good morning , said the farmer .",
+    "as soon as possible , said the girl .",
+    "every now and then the birds sing .",
+)
+EXTRA_WORDS = ("a", "the", "and", "then", "later", "went", "gave", "found", "walked", ".", ",", "here", "there")
+
+_TOKEN = re.compile(r"[a-z0-9']+|[^\sa-z0-9']")
+
+
+def tokenize(text: str) -> list[str]:
+    """Lowercase, then split into words and single punctuation marks: "The keys, too." -> the keys , too ."""
+    return _TOKEN.findall(text.lower())
+
+
+class Vocab:
+    """word <-> id. Ids 0, 1, 2 are <pad>, <bos>, <unk>; every other word maps to its id or to <unk>."""
+
+    def __init__(self, words: list[str]):
+        if list(words[: len(SPECIALS)]) != list(SPECIALS):
+            raise ValueError(f"a vocabulary must start with {SPECIALS}; got {words[:3]}")
+        if len(set(words)) != len(words):
+            raise ValueError("the vocabulary lists a word twice; each word needs one id")
+        self.words = list(words)
+        self.index = {w: i for i, w in enumerate(self.words)}
+        self.pad_id, self.bos_id, self.unk_id = (self.index[s] for s in SPECIALS)
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def __contains__(self, word: str) -> bool:
+        return word in self.index
+
+    def id(self, word: str) -> int:
+        return self.index.get(word, self.unk_id)
+
+    def word(self, token_id: int) -> str:
+        if not 0 <= token_id < len(self.words):
+            raise IndexError(f"token id {token_id} is outside the vocabulary 0-{len(self.words) - 1}")
+        return self.words[token_id]
+
+    def encode(self, tokens: list[str]) -> list[int]:
+        return [self.id(t) for t in tokens]
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.words, indent=0) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Vocab":
+        return cls(json.loads(Path(path).read_text()))
+
+
+def build_vocab() -> Vocab:
+    """Every word the generator can emit, specials first, then sorted so the ids never depend on set order."""
+    words = set(EXTRA_WORDS) | set(ADJECTIVES) | set(PREPOSITIONS) | set(FIRST_NAMES) | set(LAST_NAMES)
+    words |= set(PLACES) | set(STORY_VERBS) | set(NUMBERS) | set(DAYS)
+    words |= {w for pair in NOUNS + VERBS for w in pair}
+    words |= {w for p in PHRASES for w in tokenize(p)}
+    return Vocab(list(SPECIALS) + sorted(words))
+
+
+@dataclass(frozen=True)
+class Example:
+    """One generated text with its ground truth. Positions index `tokens`, whose first entry is <bos>."""
+
+    tokens: tuple[str, ...]
+    relation: str  # "mixed" (training), "nearby", "repeat" or "agreement"
+    # (first, second): positions of the first name at its first mention and at a later mention of the same person.
+    repeats: tuple[tuple[int, int], ...] = ()
+    # The probed agreement sentence (the last one in the text), if any.
+    subject_pos: int | None = None
+    verb_pos: int | None = None
+    attractor_pos: int | None = None
+    plural: bool | None = None  # the subject's number
+    verb_forms: tuple[str, str] | None = None  # (singular, plural) of the verb at verb_pos
+    sentence_starts: tuple[int, ...] = field(default=(), repr=False)
+
+    @property
+    def text(self) -> str:
+        """The text as a user would type it (no <bos>); tokenizing it gives tokens[1:] back."""
+        return " ".join(self.tokens[1:])
+
+
+class _Builder:
+    """Collects sentences into one text and records where the annotated words land."""
+
+    def __init__(self):
+        self.tokens: list[str] = [BOS]
+        self.repeats: list[tuple[int, int]] = []
+        self.first_seen: dict[str, int] = {}  # first name -> position of its first mention
+        self.agreement: dict | None = None
+        self.starts: list[int] = []
+
+    def add(self, words: list[str], people: dict[str, int] | None = None, agreement: dict | None = None):
+        base = len(self.tokens)
+        self.starts.append(base)
+        for offset in people or {}:
+            name = words[offset]
+            if name in self.first_seen:
+                self.repeats.append((self.first_seen[name], base + offset))
+            else:
+                self.first_seen[name] = base + offset
+        if agreement is not None:
+            self.agreement = {k: (v + base if k.endswith("_pos") else v) for k, v in agreement.items()}
+        self.tokens.extend(words)
+
+    def example(self, relation: str) -> Example:
+        a = self.agreement or {}
+        return Example(
+            tokens=tuple(self.tokens),
+            relation=relation,
+            repeats=tuple(self.repeats),
+            subject_pos=a.get("subject_pos"),
+            verb_pos=a.get("verb_pos"),
+            attractor_pos=a.get("attractor_pos"),
+            plural=a.get("plural"),
+            verb_forms=a.get("verb_forms"),
+            sentence_starts=tuple(self.starts),
+        )
+
+
+def _noun_phrase(rng: random.Random, plural: bool, adj_p: float = 0.4) -> list[str]:
+    noun = rng.choice(NOUNS)[int(plural)]
+    return ["the", rng.choice(ADJECTIVES), noun] if rng.random() < adj_p else ["the", noun]
+
+
+def agreement_sentence(rng: random.Random, attractor: str = "random") -> tuple[list[str], dict]:
+    """ "the [adj] SUBJ [PREP the [adj] ATTR] VERB complement ." with the positions of SUBJ, ATTR and VERB.
+
+    attractor: "random" (its number drawn independently: training), "opposite" (the hard held-out case),
+    "same", or "none" (no prepositional phrase).
+    """
+    if attractor not in ("random", "opposite", "same", "none"):
+        raise ValueError(f"attractor must be 'random', 'opposite', 'same' or 'none'; got {attractor!r}")
+    plural = rng.random() < 0.5
+    words = _noun_phrase(rng, plural)
+    subject_pos = len(words) - 1
+    attractor_pos = None
+    if attractor != "none":
+        attr_plural = {"random": rng.random() < 0.5, "opposite": not plural, "same": plural}[attractor]
+        words += [rng.choice(PREPOSITIONS)] + _noun_phrase(rng, attr_plural)
+        attractor_pos = len(words) - 1
+    forms = rng.choice(VERBS)
+    verb_pos = len(words)
+    words.append(forms[int(plural)])
+    if forms[0] == "has":
+        words += ["a", rng.choice(ADJECTIVES), rng.choice(NOUNS)[0]]
+    elif forms[0] == "stays":
+        words += [rng.choice(("here", "there"))]
+    elif forms[0] in ("is", "was") and rng.random() < 0.5:
+        words += [rng.choice(PREPOSITIONS)] + _noun_phrase(rng, rng.random() < 0.5, adj_p=0.0)
+    else:
+        words += [rng.choice(ADJECTIVES)]
+    words.append(".")
+    info = dict(subject_pos=subject_pos, verb_pos=verb_pos, attractor_pos=attractor_pos, plural=plural,
+                verb_forms=forms)
+    return words, info
+
+
+def _people(rng: random.Random, n: int) -> list[tuple[str, str]]:
+    # Unique first and last names within a text, paired at random: only the text itself says who "anna" is.
+    return list(zip(rng.sample(FIRST_NAMES, n), rng.sample(LAST_NAMES, n)))
+
+
+def story_sentence(rng: random.Random, people: list[tuple[str, str]]) -> tuple[list[str], list[int]]:
+    """A sentence about one or two people; returns the words and the offsets of each first name."""
+    p = list(rng.choice(people))
+    q = list(rng.choice([x for x in people if x != tuple(p)] or people))
+    kind = rng.randrange(5)
+    if kind == 0:
+        return p + ["went", "to", "the", rng.choice(PLACES), "."], [0]
+    if kind == 1:
+        return p + [rng.choice(STORY_VERBS)] + q + ["at", "the", rng.choice(PLACES), "."], [0, 3]
+    if kind == 2:
+        return p + ["gave"] + q + ["a", rng.choice(ADJECTIVES), rng.choice(NOUNS)[0], "."], [0, 3]
+    if kind == 3:
+        return [rng.choice(("then", "later"))] + p + ["found", "the", rng.choice(NOUNS)[rng.random() < 0.5], "."], [1]
+    return p + ["and"] + q + ["walked", "to", "the", rng.choice(PLACES), "."], [0, 3]
+
+
+def nearby_sentence(rng: random.Random) -> list[str]:
+    """Counting, weekdays or a set phrase: the previous word predicts the next."""
+    kind = rng.randrange(3)
+    if kind == 0:
+        start = rng.randrange(len(NUMBERS) - 3)
+        run = NUMBERS[start : start + rng.randint(3, min(6, len(NUMBERS) - start))]
+        return [w for n in run for w in (n, ",")][:-1] + ["."]
+    if kind == 1:
+        start = rng.randrange(len(DAYS))
+        run = [DAYS[(start + i) % len(DAYS)] for i in range(rng.randint(3, 5))]
+        return [w for d in run for w in (d, ",")][:-1] + ["."]
+    return tokenize(rng.choice(PHRASES))
+
+
+def training_text(rng: random.Random, max_len: int) -> Example:
+    """A mixed text of up to `max_len` tokens (with <bos>): stories, agreement sentences and set phrases."""
+    b = _Builder()
+    people = _people(rng, rng.randint(2, 3))
+    while True:
+        r = rng.random()
+        if r < 0.45:
+            words, offsets = story_sentence(rng, people)
+            item = dict(people={o: 1 for o in offsets})
+        elif r < 0.8:
+            words, info = agreement_sentence(rng, "random")
+            item = dict(agreement=info)
+        else:
+            words, item = nearby_sentence(rng), {}
+        if len(b.tokens) + len(words) > max_len:
+            break
+        b.add(words, **item)
+    return b.example("mixed")
+
+
+def training_texts(n: int, seed: int, max_len: int) -> list[Example]:
+    rng = random.Random(seed)
+    return [training_text(rng, max_len) for _ in range(n)]
+
+
+def agreement_examples(n: int, seed: int, attractor: str = "opposite", max_len: int = 64) -> list[Example]:
+    """Held-out agreement probes: 0-2 context sentences, then the annotated agreement sentence."""
+    rng = random.Random(seed)
+    out = []
+    while len(out) < n:
+        b = _Builder()
+        people = _people(rng, 2)
+        for _ in range(rng.randint(0, 2)):
+            words, offsets = story_sentence(rng, people)
+            b.add(words, people={o: 1 for o in offsets})
+        words, info = agreement_sentence(rng, attractor)
+        b.add(words, agreement=info)
+        if len(b.tokens) <= max_len:
+            out.append(b.example("agreement"))
+    return out
+
+
+def repeat_examples(n: int, seed: int, max_len: int = 64) -> list[Example]:
+    """Held-out induction probes: people are introduced, other sentences follow, then they are mentioned again."""
+    rng = random.Random(seed)
+    out = []
+    while len(out) < n:
+        b = _Builder()
+        people = _people(rng, 2)
+        for _ in range(3):
+            words, offsets = story_sentence(rng, people)
+            b.add(words, people={o: 1 for o in offsets})
+            if rng.random() < 0.5:
+                b.add(nearby_sentence(rng) if rng.random() < 0.5 else agreement_sentence(rng)[0])
+        if b.repeats and len(b.tokens) <= max_len:
+            out.append(b.example("repeat"))
+    return out
+
+
+def nearby_examples(n: int, seed: int, max_len: int = 64) -> list[Example]:
+    """Held-out texts of counting, weekdays and set phrases."""
+    rng = random.Random(seed)
+    out = []
+    while len(out) < n:
+        b = _Builder()
+        for _ in range(rng.randint(2, 4)):
+            b.add(nearby_sentence(rng))
+        if len(b.tokens) <= max_len:
+            out.append(b.example("nearby"))
+    return out
+
+
+@dataclass(frozen=True)
+class ExampleSentence:
+    relation: str  # "nearby", "repeat" or "agreement"
+    label: str  # what to look for, shown next to the button
+    text: str
+
+
+def example_sentences() -> list[ExampleSentence]:
+    """Fixed, readable sentences for the app's one-click examples, labelled by the relation they show."""
+    return [
+        ExampleSentence("nearby", "Counting: each word follows from the one before",
+                        "one , two , three , four , five , six , seven ."),
+        ExampleSentence("nearby", "A set phrase",
+                        "once upon a time there was a little house . at the end of the day we went home ."),
+        ExampleSentence("repeat", "A name comes back: the last name can be copied from its first mention",
+                        "anna berg went to the market . tom lind saw anna berg at the park ."),
+        ExampleSentence("repeat", "Two people, each mentioned again",
+                        "mia frost and leo hart walked to the river . later leo hart found the keys . "
+                        "mia frost gave leo hart a red cup ."),
+        ExampleSentence("agreement", "The verb agrees with 'keys', not with the nearer 'cabinet'",
+                        "the keys to the cabinet are on the table ."),
+        ExampleSentence("agreement", "The verb agrees with 'dog', not with the nearer 'trees'",
+                        "the old dog near the tall trees is happy ."),
+        ExampleSentence("agreement", "The verb agrees with 'teachers', not with 'child'",
+                        "the teachers with the little child were quiet ."),
+    ]
