@@ -1,0 +1,211 @@
+"""The page in a real browser, as a user uses it, with the default model (all-MiniLM-L6-v2, 6 layers x 12 heads).
+
+Open the page -> 12 heatmaps of layer 0 are drawn -> type a new sentence and press "Show attention" -> the
+heatmaps redraw with the new words -> switch head L0 H0 off -> the effect panel shows a cosine similarity below
+1 and the head's title says "(off)". No Streamlit exception appears at any step. Timings print with `pytest -s`.
+
+Waits: Streamlit reruns asynchronously, so every step waits for its expected content AND for the page to be
+idle (no running/"Stop" status widget, no element greyed as stale), each bounded by STEP_TIMEOUT_MS.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+N_HEADS = 12  # all-MiniLM-L6-v2: 12 heads per layer
+STEP_TIMEOUT_MS = 90_000
+# Words that are single WordPiece tokens and absent from the default sentence, so seeing them proves a redraw.
+# At ~15 tokens plotly draws every other tick label, so the drawn ticks must show SOME of these words and the
+# figure's category list (plot.data) ALL of them.
+NEW_SENTENCE = "Seven purple giraffes played chess beside the quiet river."
+NEW_WORDS = ("purple", "chess", "river")
+OLD_WORD = "cabinet"  # in the default sentence, not in NEW_SENTENCE
+COSINE_LABEL = "Cosine similarity of sentence embedding (before vs after)"
+SCREENSHOT_MAX_BYTES = 400_000
+
+# -- page probes (run in the browser) -------------------------------------------------------------------------
+# The effect panel's bar charts are plotly figures too (above the grid), so heatmap probes pick heatmap plots only.
+# A heatmap counts as drawn when plotly has painted its heatmap layer (plotly draws the cells as one <image>).
+_DRAWN_HEATMAPS = "() => document.querySelectorAll('.js-plotly-plot .heatmaplayer image').length"
+_IDLE = """() => {
+  const running = [...document.querySelectorAll('[data-testid="stStatusWidget"]')]
+    .some(el => el.offsetParent !== null || el.getClientRects().length > 0);
+  const stale = document.querySelectorAll('[data-stale="true"]').length;
+  return !running && stale === 0;
+}"""
+_TICKS_OF_FIRST_HEATMAP = """() => {
+  const plot = [...document.querySelectorAll('.js-plotly-plot')].find(p => p.querySelector('.heatmaplayer image'));
+  if (!plot) return [];
+  return [...plot.querySelectorAll('.xtick text, .ytick text')].map(t => t.textContent.replace(/\\u200b/g, ''));
+}"""
+_LABELS_OF_FIRST_HEATMAP = """() => {
+  const plot = [...document.querySelectorAll('.js-plotly-plot')].find(p => p.querySelector('.heatmaplayer image'));
+  const trace = plot && plot.data && plot.data.find(t => t.type === 'heatmap');
+  return trace ? Array.from(trace.x, x => String(x).replace(/\u200b/g, '')) : [];
+}"""
+_TITLES = """() => [...document.querySelectorAll('.js-plotly-plot')]
+  .filter(p => p.querySelector('.heatmaplayer')).map(p => p.querySelector('.gtitle')?.textContent ?? '')"""
+
+
+def _page_problems(page) -> str:
+    """Streamlit exceptions and error boxes on the page, for failure messages."""
+    texts = page.evaluate("""() => [...document.querySelectorAll(
+        '[data-testid="stException"], [data-testid="stAlertContentError"], [data-testid="stAlertContentWarning"]'
+      )].map(e => e.innerText.slice(0, 600))""")
+    return "\n---\n".join(texts) or "(no exception or error box on the page)"
+
+
+def _wait(page, js: str, what: str, arg=None) -> None:
+    """Wait for a JS predicate, bounded; on timeout fail with what the page shows instead."""
+    try:
+        page.wait_for_function(js, arg=arg, timeout=STEP_TIMEOUT_MS, polling=200)
+    except Exception as err:
+        if type(err).__name__ != "TimeoutError":
+            raise
+        pytest.fail(f"timed out after {STEP_TIMEOUT_MS / 1000:.0f} s waiting for {what}.\n"
+                    f"Page shows: {_page_problems(page)}\nJS errors: {getattr(page, 'js_errors', [])}")
+
+
+def _wait_idle(page) -> None:
+    _wait(page, _IDLE, "Streamlit to finish its rerun (status widget gone, no stale elements)")
+
+
+def _settle(page) -> None:
+    """Two animation frames, so plotly's last redraw is on screen before a screenshot."""
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+
+
+def _full_page_screenshot(page, path: Path) -> None:
+    """Streamlit scrolls inside its main container, so `full_page=True` alone captures one viewport.
+
+    Grow the viewport to the container's scroll height for the shot, then put it back.
+    """
+    size = page.viewport_size
+    height = page.evaluate("""() => Math.max(...['stMain', 'stAppViewContainer', 'stSidebarContent']
+        .map(id => document.querySelector(`[data-testid="${id}"]`))
+        .filter(Boolean).map(el => el.scrollHeight), document.documentElement.scrollHeight)""")
+    page.set_viewport_size({"width": size["width"], "height": min(int(height) + 40, 12_000)})
+    try:
+        _wait_idle(page)
+        _settle(page)
+        page.screenshot(path=str(path), full_page=True)
+    finally:
+        page.set_viewport_size(size)
+        _settle(page)
+
+
+def _assert_no_exception(page, step: str) -> None:
+    n = page.locator('[data-testid="stException"]').count()
+    assert n == 0, f"Streamlit exception on the page after {step}:\n{_page_problems(page)}"
+
+
+def _metric_value(page, label: str) -> float:
+    metric = page.locator('[data-testid="stMetric"]').filter(
+        has=page.locator('[data-testid="stMetricLabel"]', has_text=label))
+    assert metric.count() == 1, f"expected one metric labelled {label!r}, found {metric.count()}"
+    text = metric.locator('[data-testid="stMetricValue"]').inner_text().strip()
+    match = re.search(r"-?\d+(?:\.\d+)?", text)
+    assert match, f"metric {label!r} shows {text!r}, not a number"
+    return float(match.group())
+
+
+def test_toggle_head_off_shows_effect(page, streamlit_url, artifacts):
+    timings: dict[str, float] = {}
+
+    # 1. Open the page; the first visit loads the model, so this is the slow step.
+    t0 = time.monotonic()
+    page.goto(streamlit_url, wait_until="domcontentloaded")
+    _wait(page, f"() => ({_DRAWN_HEATMAPS})() >= {N_HEADS}", f"{N_HEADS} drawn heatmaps of layer 0")
+    _wait_idle(page)
+    timings["page load -> first heatmaps"] = time.monotonic() - t0
+    _assert_no_exception(page, "the first load")
+    assert page.evaluate(_DRAWN_HEATMAPS) == N_HEADS
+    titles = page.evaluate(_TITLES)
+    assert [f"L0 H{h}" for h in range(N_HEADS)] == sorted(titles, key=lambda t: int(t.split("H")[1])), titles
+    assert OLD_WORD in page.evaluate(_TICKS_OF_FIRST_HEATMAP), "the default sentence should be on the axes"
+
+    # 2. A new sentence through the form.
+    box = page.get_by_label("Sentence", exact=True)
+    box.fill(NEW_SENTENCE)
+    t0 = time.monotonic()
+    page.get_by_role("button", name="Show attention").click()
+    _wait(
+        page,
+        """([words, n]) => {
+          const plot = [...document.querySelectorAll('.js-plotly-plot')].find(p => p.querySelector('.heatmaplayer image'));
+          if (!plot) return false;
+          const ticks = [...plot.querySelectorAll('.xtick text, .ytick text')].map(t => t.textContent);
+          return words.some(w => ticks.includes(w))
+            && document.querySelectorAll('.js-plotly-plot .heatmaplayer image').length >= n;
+        }""",
+        "the heatmaps to redraw with the new sentence's words on their axes",
+        arg=[list(NEW_WORDS), N_HEADS],
+    )
+    _wait_idle(page)
+    timings["submit sentence -> heatmaps redrawn"] = time.monotonic() - t0
+    _assert_no_exception(page, "submitting a new sentence")
+    ticks = page.evaluate(_TICKS_OF_FIRST_HEATMAP)
+    assert OLD_WORD not in ticks, f"old sentence still on the axes: {ticks}"
+    # Plotly may draw only every other tick label; the figure's own category list must hold every new word.
+    labels = page.evaluate(_LABELS_OF_FIRST_HEATMAP)
+    assert all(w in labels for w in NEW_WORDS) and OLD_WORD not in labels, labels
+    assert page.evaluate(_DRAWN_HEATMAPS) == N_HEADS
+    strip = page.locator('[data-testid="token-strip"]').inner_text()
+    assert all(w in strip for w in NEW_WORDS), f"token strip does not show the new words: {strip!r}"
+    assert page.get_by_text("What changed with these heads off").count() == 0, "no head is off yet"
+
+    # 3. Switch head L0 H0 off with its toggle (the <input role=switch> is visually hidden; click its label).
+    switch = page.get_by_role("switch", name="L0 H0 on", exact=True)
+    assert switch.is_checked(), "every head starts on"
+    toggle = page.locator('[data-testid="stCheckbox"]').filter(has=switch)
+    t0 = time.monotonic()
+    toggle.locator("label").first.click()
+    _wait(
+        page,
+        """(label) => [...document.querySelectorAll('[data-testid="stMetricLabel"]')]
+             .some(e => e.innerText.includes(label))
+           && [...document.querySelectorAll('.js-plotly-plot .gtitle')].some(t => t.textContent === 'L0 H0 (off)')""",
+        "the effect panel's cosine metric and the title 'L0 H0 (off)'",
+        arg=COSINE_LABEL,
+    )
+    _wait_idle(page)
+    timings["toggle L0 H0 off -> effect panel + greyed head"] = time.monotonic() - t0
+    _assert_no_exception(page, "switching L0 H0 off")
+
+    assert page.get_by_role("heading", name="What changed with these heads off").count() == 1
+    cosine = _metric_value(page, COSINE_LABEL)
+    assert 0.0 < cosine < 1.0, f"switching a head off should move the embedding; cosine = {cosine}"
+    titles = page.evaluate(_TITLES)
+    assert titles.count("L0 H0 (off)") == 1 and sum("(off)" in t for t in titles) == 1, titles
+    assert not switch.is_checked(), "the toggle should now read off"
+    assert page.evaluate(_DRAWN_HEATMAPS) == N_HEADS
+    # The new sentence survives the rerun the toggle caused.
+    assert all(w in page.evaluate(_LABELS_OF_FIRST_HEATMAP) for w in NEW_WORDS)
+
+    # 4. Screenshots: the full page for the record, and one viewport for the README.
+    _settle(page)
+    full = artifacts / "page-L0H0-off-full.png"
+    _full_page_screenshot(page, full)
+    page.evaluate("() => document.querySelector('[data-testid=\"token-strip\"]').scrollIntoView({block: 'start'})")
+    _settle(page)
+    readme_shot = artifacts / "page-L0H0-off-viewport.png"
+    page.screenshot(path=str(readme_shot))
+    size = readme_shot.stat().st_size
+    assert size < SCREENSHOT_MAX_BYTES, f"README screenshot is {size:,} bytes; keep it under {SCREENSHOT_MAX_BYTES:,}"
+    if os.environ.get("MHA_VIZ_UPDATE_SCREENSHOT") == "1":  # opt-in, so a plain test run leaves git clean
+        shutil.copyfile(readme_shot, REPO / "assets" / "screenshot.png")
+
+    _assert_no_exception(page, "the whole session")
+    assert not page.js_errors, f"JavaScript errors in the page: {page.js_errors}"
+
+    print(f"\n[e2e] cosine similarity with L0 H0 off: {cosine:.5f}")
+    for step, seconds in timings.items():
+        print(f"[e2e] {step}: {seconds:.2f} s")
+    print(f"[e2e] screenshots: {full} and {readme_shot} ({size:,} bytes); "
+          "MHA_VIZ_UPDATE_SCREENSHOT=1 copies the latter to assets/screenshot.png")
