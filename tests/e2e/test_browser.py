@@ -115,7 +115,9 @@ def _metric_value(page, label: str) -> float:
     return float(match.group())
 
 
-def test_toggle_head_off_shows_effect(page, streamlit_url, artifacts):
+def test_toggle_head_off_shows_effect(browser, streamlit_url, page, artifacts):
+    # `browser` first: pytest sets up session fixtures before function ones, in argument order, so a missing
+    # Chromium skips (or fails under CI) before the server is started for nothing.
     timings: dict[str, float] = {}
 
     # 1. Open the page; the first visit loads the model, so this is the slow step.
