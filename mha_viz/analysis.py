@@ -330,7 +330,8 @@ def pattern_scores(att: torch.Tensor, token_ids=None, special_mask=None, causal:
     A score is NaN where it cannot be measured (e.g. T = 1). Compare a score with
     `uniform_baselines(...)`: a head that spreads attention evenly already scores above 0.
 
-    att: (L, H, T, T) attention probabilities; token_ids: T ints; special_mask: (T,) bool (see
+    att: (L, H, T, T) attention probabilities; token_ids: T ids, or T token strings (equal values mean
+    the same token; None or empty: same_token is NaN); special_mask: (T,) bool (see
     `special_mask`); causal: True for decoder-only models (att must be lower-triangular).
     """
     att = _attention(att, "att", (4,), "(L, H, Q, K)")
@@ -356,13 +357,15 @@ def pattern_scores(att: torch.Tensor, token_ids=None, special_mask=None, causal:
     else:
         scores["special"] = (att * mask.float()).sum(-1).mean(-1)  # (L, H)
 
-    if token_ids is None:
+    token_ids = [] if token_ids is None else list(token_ids)
+    if not token_ids:  # AttentionRun.token_ids is [] when an adapter does not report ids
         scores["same_token"] = nan.clone()
     else:
-        ids = torch.as_tensor(list(token_ids), dtype=torch.long)  # (T,)
-        if ids.shape != (t,):
-            raise ValueError(f"token_ids must hold one id per position ({t}); got {ids.shape[0]}. "
-                             f"Pass run.token_ids of the same run.")
+        if len(token_ids) != t:
+            raise ValueError(f"token_ids must hold one id per position ({t}); got {len(token_ids)}. "
+                             f"Pass run.token_ids (or run.tokens) of the same run.")
+        codes: dict = {}
+        ids = torch.tensor([codes.setdefault(tok, len(codes)) for tok in token_ids])  # (T,)
         earlier = torch.tril(torch.ones(t, t, dtype=torch.bool), diagonal=-1)  # (Q, K)  k < q
         same = (ids[:, None] == ids[None, :]) & earlier  # (Q, K)
         rows = same.any(-1)  # (Q,)  queries with an earlier occurrence

@@ -4,9 +4,14 @@ import sys
 
 import pytest
 import torch
-from torch.testing import assert_close
 
 from mha_viz import analysis as A
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, atol: float = 1e-5, rtol: float = 1e-5) -> None:
+    # torch.testing.assert_close costs ~1 s of lazy imports on first use; this keeps the file fast
+    assert actual.shape == expected.shape, f"shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    assert torch.allclose(actual.float(), expected.float(), atol=atol, rtol=rtol), f"\n{actual}\n!=\n{expected}"
 
 
 def causal_softmax(scores: torch.Tensor) -> torch.Tensor:
@@ -233,8 +238,12 @@ def test_special_and_same_token_scores():
     s = A.pattern_scores(att[None, None], token_ids=ids, special_mask=mask)
     assert s["same_token"].item() == pytest.approx((0.6 + 0.2) / 2)
     assert s["special"].item() == pytest.approx((0.4 * 3 + 0.7 + 0.2) / 5)
+    words = ["the", "cat", "the", "cat", "."]  # display labels work as ids: equal labels, same token
+    s_words = A.pattern_scores(att[None, None], token_ids=words, special_mask=mask)
+    assert s_words["same_token"].item() == pytest.approx((0.6 + 0.2) / 2)
     s = A.pattern_scores(att[None, None], token_ids=[1, 2, 3, 4, 5], special_mask=torch.zeros(t, dtype=torch.bool))
     assert math.isnan(s["same_token"].item()) and math.isnan(s["special"].item())
+    assert math.isnan(A.pattern_scores(att[None, None], token_ids=[])["same_token"].item())  # ids not given
 
 
 def test_pattern_scores_validates():
