@@ -368,7 +368,30 @@ def load_custom(name: str) -> HFModel:
             f"'{name}' is not a folder on this machine nor a Hugging Face id (ids look like 'owner/name', "
             "without URLs or '..')."
         )
+    if not _hub_reachable():
+        raise ModelLoadError(
+            f"Could not load '{name}': the Hugging Face hub cannot be reached from here (no network, or "
+            "HF_HUB_OFFLINE is set), and it is not a folder on this machine. Use a built-in model, or download "
+            "the model elsewhere and point to its folder (config.json + *.safetensors)."
+        )
     return build_hf_model(name, f"{name} (Hugging Face)", name)
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """A quick connect test, so a machine without network answers in seconds, not after the hub's retries."""
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return False
+    from huggingface_hub import constants
+
+    url = urlparse(constants.ENDPOINT)
+    try:
+        with socket.create_connection((url.hostname, url.port or 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
 
 
 def _check_size(config, name: str) -> None:

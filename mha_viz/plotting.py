@@ -70,7 +70,7 @@ def head_figure(
             xgap=0, ygap=0,
         )
     )
-    _square_layout(fig, title + (" (off)" if off else ""), size, len(labels))
+    _square_layout(fig, title + (" (off)" if off else ""), size, labels)
     return fig
 
 
@@ -85,19 +85,23 @@ def diff_figure(diff: torch.Tensor, tokens: list[str], title: str, size: int = 3
             hovertemplate="query: %{y}<br>key: %{x}<br>change: %{z:+.3f}<extra></extra>",
         )
     )
-    _square_layout(fig, title, size, len(labels))
+    _square_layout(fig, title, size, labels)
     return fig
 
 
-def _square_layout(fig: go.Figure, title: str, size: int, n: int) -> None:
+def _square_layout(fig: go.Figure, title: str, size: int, labels: list[str]) -> None:
+    n = len(labels)
     tick_font = dict(size=max(6, min(10, int(600 / max(n, 1)))))
+    # Every token gets a tick up to 48 tokens (plotly would skip every other one); past that, plotly's choice.
+    ticks = dict(tickmode="array", tickvals=labels, ticktext=labels) if n <= 48 else {}
     fig.update_layout(
         template="none",
         title=dict(text=html.escape(title, quote=False), font=dict(size=12), x=0.5, xanchor="center"),
         height=size, margin=dict(l=4, r=4, t=28, b=4),
-        xaxis=dict(side="top", tickangle=-90, tickfont=tick_font, showgrid=False, automargin=True, constrain="domain"),
+        xaxis=dict(side="top", tickangle=-90, tickfont=tick_font, showgrid=False, automargin=True,
+                   constrain="domain", **ticks),
         yaxis=dict(autorange="reversed", tickfont=tick_font, showgrid=False, automargin=True,
-                   scaleanchor="x", constrain="domain"),
+                   scaleanchor="x", constrain="domain", **ticks),
         font=_FONT,
     )
 

@@ -214,11 +214,22 @@ def layer_grid(model: Model, model_name: str, run: AttentionRun, layer: int, n_c
             st.plotly_chart(fig, width="stretch", key=f"hm|{layer}|{head}", config={"displaylogo": False})
             key = _toggle_key(model_name, layer, head)
             st.session_state[key] = not is_off
-            st.toggle(f"L{layer} H{head} on", key=key, on_change=_on_toggle, args=(model_name, layer, head))
+            st.toggle(f"L{layer} H{head}", key=key, on_change=_on_toggle, args=(model_name, layer, head),
+                      help="On: the head contributes. Off: its output is zeroed before the output projection.")
             if badges is not None:
                 scores, baselines = badges
-                for name, value in analysis.top_badges(scores, baselines, layer, head, n=1):
-                    st.caption(f"measured: {analysis.describe_score(name, value)}")
+                top = analysis.top_badges(scores, baselines, layer, head, n=1)
+                if top:
+                    name, value = top[0]
+                    st.caption(f"measured: {value:.0%} → {SHORT_TARGET.get(name, name)}",
+                               help=analysis.describe_score(name, value) + " A measurement, not a role.")
+                else:
+                    st.caption("measured: no location stands out", help="No score is 10 points above what "
+                               "uniform attention would give on this input.")
+
+
+SHORT_TARGET = {"previous": "previous token", "next": "next token", "self": "itself", "first": "first token",
+                "special": "special tokens/punctuation", "same_token": "earlier same token"}
 
 
 def _badges(run: AttentionRun, model: Model):

@@ -163,7 +163,7 @@ def test_toggle_head_off_shows_effect(browser, streamlit_url, page, artifacts):
     assert page.get_by_text("What changed with these heads off").count() == 0, "no head is off yet"
 
     # 3. Switch head L0 H0 off with its toggle (the <input role=switch> is visually hidden; click its label).
-    switch = page.get_by_role("switch", name="L0 H0 on", exact=True)
+    switch = page.get_by_role("switch", name="L0 H0", exact=True)
     assert switch.is_checked(), "every head starts on"
     toggle = page.locator('[data-testid="stCheckbox"]').filter(has=switch)
     t0 = time.monotonic()
