@@ -48,7 +48,7 @@ def _masked_eager_attention(module, query, key, value, attention_mask, **kwargs)
     out, weights = _eager_for(module)(module, query, key, value, attention_mask, **kwargs)  # (B, T, H, dh), (B, H, Q, K)
     recorder = _RECORDER.get()
     if recorder is not None:
-        recorder.append(module)
+        recorder.append((module, value))  # value (B, H_kv, K, dh), for the norm view
     state = _ABLATION.get()
     if state is not None:
         layer_of, keep = state
@@ -96,14 +96,15 @@ class HFModel(Model):
 
     # -- loading helpers -------------------------------------------------------------------------------------
     def _find_attention_layers(self) -> dict[int, int]:
-        modules: list = []
-        token = _RECORDER.set(modules)
+        seen: list = []
+        token = _RECORDER.set(seen)
         try:
             with torch.no_grad():
                 enc = self._encode("a")[0]
                 out = self._model(**enc, output_attentions=True)
         finally:
             _RECORDER.reset(token)
+        modules = [module for module, _ in seen]
         if not modules:
             raise ModelLoadError(
                 f"{self.info.name}: no self-attention layer reported its weights, so there is nothing to show. "
@@ -115,7 +116,34 @@ class HFModel(Model):
                 f"{self.info.name}: expected one attention tensor per layer ({len(modules)}), got {len(attentions)}. "
                 "It needs attn_implementation='eager' support."
             )
+        self._out_proj = [_find_out_proj(self._model, m, len(modules)) for m in modules]
         return {id(m): i for i, m in enumerate(modules)}
+
+    def norm_inputs(self, text: str, ablate=()) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Per-head value vectors and output-projection slices for the norm view (Kobayashi et al. 2020).
+
+        Returns (values (L, H, K, dh), w_o (L, H, dh, D)), or None when this architecture's output projection
+        could not be identified. Key/value heads shared by grouped-query attention are repeated per query head.
+        """
+        if any(w is None for w in self._out_proj):
+            return None
+        heads = frozenset(ablate)
+        enc, _ = self._encode(text)
+        seen: list = []
+        token = _RECORDER.set(seen)
+        try:
+            keep = head_keep_mask(heads, self.n_layers, self.n_heads)[None].to(self._device) if heads else None
+            self._forward(enc, keep, want_attentions=False)
+        finally:
+            _RECORDER.reset(token)
+        values, w_o = [], []
+        for (module, value), weight in zip(seen, self._out_proj):
+            v = value[0].float().cpu()  # (H_kv, K, dh)
+            v = v.repeat_interleave(self.n_heads // v.shape[0], dim=0)  # (H, K, dh), like transformers' repeat_kv
+            values.append(v)
+            w = weight.detach().float().cpu()  # (D, H * dh), as nn.Linear stores it
+            w_o.append(w.T.reshape(self.n_heads, -1, w.shape[0]))  # (H, dh, D)
+        return torch.stack(values), torch.stack(w_o)  # (L, H, K, dh), (L, H, dh, D)
 
     # -- tokenization ------------------------------------------------------------------------------------------
     def _encode(self, text: str) -> tuple[dict, int]:
@@ -183,6 +211,22 @@ class HFModel(Model):
         out = self._forward(enc, keep.to(self._device), want_attentions=False)
         logits = getattr(out, "logits", None)
         return self._final_hidden(out).float().cpu(), None if logits is None else logits.float().cpu()
+
+
+def _find_out_proj(model, attention: torch.nn.Module, n_layers: int) -> torch.Tensor | None:
+    """The weight (D, H * dh) of the linear map that combines this attention module's heads, if it can be found."""
+    for name in ("o_proj", "out_proj", "dense"):
+        layer = getattr(attention, name, None)
+        if isinstance(layer, torch.nn.Linear):
+            return layer.weight
+    # BERT-style: the self-attention module's sibling `output.dense`.
+    for parent in model.modules():
+        if any(child is attention for child in parent.children()):
+            output = getattr(parent, "output", None)
+            dense = getattr(output, "dense", None)
+            if isinstance(dense, torch.nn.Linear):
+                return dense.weight
+    return None
 
 
 # -- loading ---------------------------------------------------------------------------------------------------

@@ -196,21 +196,29 @@ LEARNED_NOTE = (
 def learned_note() -> None:
     st.info(LEARNED_NOTE, icon="ℹ️")
     with st.expander("More: what a head is, and what a heatmap can and cannot tell you"):
-        notes = ASSETS / "notes.md"
-        st.markdown(notes.read_text() if notes.exists() else LEARNED_NOTE)
+        notes_page()
+
+
+def notes_page() -> None:
+    notes = ASSETS / "notes.md"
+    st.markdown(notes.read_text() if notes.exists() else LEARNED_NOTE)
 
 
 # -- the layer grid ------------------------------------------------------------------------------------------
-def layer_grid(model: Model, model_name: str, run: AttentionRun, layer: int, n_cols: int, scale: str) -> None:
+def layer_grid(model: Model, model_name: str, run: AttentionRun, layer: int, n_cols: int, scale: str,
+               tokens: list[str] | None = None, att: torch.Tensor | None = None) -> None:
+    """The heads of one layer side by side, each with its on/off toggle. `tokens`/`att` (L, H, Q, K) may be a
+    display transform of the run (hidden specials, merged words); scores are always measured on the run."""
     heads_off = off_set(model_name)
-    att = run.attentions[layer]  # (H, Q, K)
+    tokens = run.tokens if tokens is None else tokens
+    att = (run.attentions if att is None else att)[layer]  # (H, Q, K)
     zmax = 1.0 if scale == "shared 0–1" else None
     badges = _badges(run, model)
     cols = st.columns(n_cols)
     for head in range(model.n_heads):
         with cols[head % n_cols]:
             is_off = (layer, head) in heads_off
-            fig = plotting.head_figure(att[head], run.tokens, f"L{layer} H{head}", off=is_off, zmax=zmax)
+            fig = plotting.head_figure(att[head], tokens, f"L{layer} H{head}", off=is_off, zmax=zmax)
             st.plotly_chart(fig, width="stretch", key=f"hm|{layer}|{head}", config={"displaylogo": False})
             key = _toggle_key(model_name, layer, head)
             st.session_state[key] = not is_off
