@@ -3,7 +3,8 @@
 1. Nearby context: counting, weekdays and set phrases ("once upon a time", "at the end of the day"), where the
    previous word or two predict the next.
 2. Repeated terms: people with a first and a last name that are paired at random per text ("anna berg"). The last
-   name after a later "anna" can only be predicted by copying it from the first mention (induction).
+   name after a later "anna" can only be predicted by copying it from the first mention (induction); likewise a
+   list of random words that someone says and someone later says again.
 3. Structural dependency: subject-verb number agreement across a prepositional phrase
    ("the keys to the old cabinet are ..."). Training texts draw the attractor's number independently of the
    subject's, so "agree with the nearest noun" does not work; held-out probes use the hard case (opposite number).
@@ -60,7 +61,9 @@ PHRASES = (
     "as soon as possible , said the girl .",
     "every now and then the birds sing .",
 )
-EXTRA_WORDS = ("a", "the", "and", "then", "later", "went", "gave", "found", "walked", ".", ",", "here", "there")
+EXTRA_WORDS = (
+    "a", "the", "and", "then", "later", "went", "gave", "found", "walked", "said", ".", ",", ":", "here", "there",
+)
 
 _TOKEN = re.compile(r"[a-z0-9']+|[^\sa-z0-9']")
 
@@ -122,7 +125,8 @@ class Example:
 
     tokens: tuple[str, ...]
     relation: str  # "mixed" (training), "nearby", "repeat" or "agreement"
-    # (first, second): positions of the first name at its first mention and at a later mention of the same person.
+    # (first, second): a token of a repeated term (a person's first name, a word of a repeated list) at its first
+    # mention and at a later mention; the token after `first` is then the copyable continuation of `second`.
     repeats: tuple[tuple[int, int], ...] = ()
     # The probed agreement sentence (the last one in the text), if any.
     subject_pos: int | None = None
@@ -144,19 +148,21 @@ class _Builder:
     def __init__(self):
         self.tokens: list[str] = [BOS]
         self.repeats: list[tuple[int, int]] = []
-        self.first_seen: dict[str, int] = {}  # first name -> position of its first mention
+        self.first_seen: dict[str, int] = {}  # term key -> position of its first mention
         self.agreement: dict | None = None
         self.starts: list[int] = []
 
-    def add(self, words: list[str], people: dict[str, int] | None = None, agreement: dict | None = None):
+    def add(self, words: list[str], terms: dict[int, tuple[str, int]] | None = None, agreement: dict | None = None):
+        """terms: offset in `words` -> (key, length) of a repeatable term (a person, a word list). At a later
+        mention, every token of the term but the last is recorded as (first position, later position)."""
         base = len(self.tokens)
         self.starts.append(base)
-        for offset in people or {}:
-            name = words[offset]
-            if name in self.first_seen:
-                self.repeats.append((self.first_seen[name], base + offset))
+        for offset, (key, length) in (terms or {}).items():
+            if key in self.first_seen:
+                first = self.first_seen[key]
+                self.repeats.extend((first + i, base + offset + i) for i in range(length - 1))
             else:
-                self.first_seen[name] = base + offset
+                self.first_seen[key] = base + offset
         if agreement is not None:
             self.agreement = {k: (v + base if k.endswith("_pos") else v) for k, v in agreement.items()}
         self.tokens.extend(words)
@@ -219,8 +225,13 @@ def _people(rng: random.Random, n: int) -> list[tuple[str, str]]:
     return list(zip(rng.sample(FIRST_NAMES, n), rng.sample(LAST_NAMES, n)))
 
 
-def story_sentence(rng: random.Random, people: list[tuple[str, str]]) -> tuple[list[str], list[int]]:
-    """A sentence about one or two people; returns the words and the offsets of each first name."""
+def story_sentence(rng: random.Random, people: list[tuple[str, str]]) -> tuple[list[str], dict]:
+    """A sentence about one or two people; returns the words and {offset of a first name: (name, 2)}."""
+    words, offsets = _story(rng, people)
+    return words, {o: (words[o], 2) for o in offsets}
+
+
+def _story(rng: random.Random, people: list[tuple[str, str]]) -> tuple[list[str], list[int]]:
     p = list(rng.choice(people))
     q = list(rng.choice([x for x in people if x != tuple(p)] or people))
     kind = rng.randrange(5)
@@ -233,6 +244,17 @@ def story_sentence(rng: random.Random, people: list[tuple[str, str]]) -> tuple[l
     if kind == 3:
         return [rng.choice(("then", "later"))] + p + ["found", "the", rng.choice(NOUNS)[rng.random() < 0.5], "."], [1]
     return p + ["and"] + q + ["walked", "to", "the", rng.choice(PLACES), "."], [0, 3]
+
+
+LIST_WORDS = tuple(s for s, _ in NOUNS) + ADJECTIVES + PLACES
+
+
+def list_sentence(rng: random.Random, people: list[tuple[str, str]], words: list[str], again: bool) -> tuple[list[str], dict]:
+    """ "anna berg said : red lamp river ." and later "then tom lind said : red lamp river ." : a phrase of random
+    words that recurs, so every word after its first can only be predicted by copying (Olsson et al. 2022)."""
+    p = list(rng.choice(people))
+    head = (["then"] if again else []) + p + ["said", ":"]
+    return head + words + ["."], {len(head): ("<list>", len(words)), int(again): (p[0], 2)}
 
 
 def nearby_sentence(rng: random.Random) -> list[str]:
@@ -250,15 +272,21 @@ def nearby_sentence(rng: random.Random) -> list[str]:
 
 
 def training_text(rng: random.Random, max_len: int) -> Example:
-    """A mixed text of up to `max_len` tokens (with <bos>): stories, agreement sentences and set phrases."""
+    """A mixed text of up to `max_len` tokens (with <bos>): stories, word lists, agreement sentences, set phrases."""
     b = _Builder()
-    people = _people(rng, rng.randint(2, 3))
+    # Three people, so "attend to any last name" is a poor guess and copying from the right mention pays.
+    people = _people(rng, 3)
+    phrase = rng.sample(LIST_WORDS, rng.randint(3, 5))
+    said = False
     while True:
         r = rng.random()
-        if r < 0.45:
-            words, offsets = story_sentence(rng, people)
-            item = dict(people={o: 1 for o in offsets})
-        elif r < 0.8:
+        if r < 0.35:
+            words, terms = story_sentence(rng, people)
+            item = dict(terms=terms)
+        elif r < 0.55:
+            words, terms = list_sentence(rng, people, phrase, again=said)
+            item, said = dict(terms=terms), True
+        elif r < 0.85:
             words, info = agreement_sentence(rng, "random")
             item = dict(agreement=info)
         else:
@@ -282,8 +310,8 @@ def agreement_examples(n: int, seed: int, attractor: str = "opposite", max_len: 
         b = _Builder()
         people = _people(rng, 2)
         for _ in range(rng.randint(0, 2)):
-            words, offsets = story_sentence(rng, people)
-            b.add(words, people={o: 1 for o in offsets})
+            words, terms = story_sentence(rng, people)
+            b.add(words, terms=terms)
         words, info = agreement_sentence(rng, attractor)
         b.add(words, agreement=info)
         if len(b.tokens) <= max_len:
@@ -291,16 +319,21 @@ def agreement_examples(n: int, seed: int, attractor: str = "opposite", max_len: 
     return out
 
 
-def repeat_examples(n: int, seed: int, max_len: int = 64) -> list[Example]:
-    """Held-out induction probes: people are introduced, other sentences follow, then they are mentioned again."""
+def repeat_examples(n: int, seed: int, max_len: int = 64, lists: bool = False) -> list[Example]:
+    """Held-out induction probes: three people are introduced, other sentences follow, then they come back.
+    With lists=True, a word list is said and later repeated as well."""
     rng = random.Random(seed)
     out = []
     while len(out) < n:
         b = _Builder()
-        people = _people(rng, 2)
-        for _ in range(3):
-            words, offsets = story_sentence(rng, people)
-            b.add(words, people={o: 1 for o in offsets})
+        people = _people(rng, 3)
+        phrase = rng.sample(LIST_WORDS, rng.randint(3, 5))
+        for i in range(4):
+            if lists and i in (0, 2):
+                words, terms = list_sentence(rng, people, phrase, again=i == 2)
+            else:
+                words, terms = story_sentence(rng, people)
+            b.add(words, terms=terms)
             if rng.random() < 0.5:
                 b.add(nearby_sentence(rng) if rng.random() < 0.5 else agreement_sentence(rng)[0])
         if b.repeats and len(b.tokens) <= max_len:

@@ -60,15 +60,20 @@ def test_training_attractor_number_is_independent_of_subject():
 
 
 def test_repeat_ground_truth():
-    n = 0
-    for ex in repeat_examples(100, 5) + training_texts(100, 5, 64):
+    names = lists = 0
+    for ex in repeat_examples(100, 5) + repeat_examples(100, 5, lists=True) + training_texts(100, 5, 64):
         for first, second in ex.repeats:
             assert first < second
-            assert ex.tokens[first] == ex.tokens[second] and ex.tokens[first] in corpus.FIRST_NAMES
-            # The continuation is copyable: the same last name follows both mentions.
-            assert ex.tokens[first + 1] == ex.tokens[second + 1] and ex.tokens[first + 1] in corpus.LAST_NAMES
-            n += 1
-    assert n > 100
+            # The continuation is copyable: the same token follows both mentions.
+            assert ex.tokens[first] == ex.tokens[second] and ex.tokens[first + 1] == ex.tokens[second + 1]
+            if ex.tokens[first] in corpus.FIRST_NAMES:
+                assert ex.tokens[first + 1] in corpus.LAST_NAMES
+                names += 1
+            else:
+                assert ex.tokens[first] in corpus.LIST_WORDS and ex.tokens[first - 1] in corpus.LIST_WORDS + (":",)
+                lists += 1
+    assert names > 100 and lists > 50
+    assert all(ex.tokens[f] in corpus.FIRST_NAMES for ex in repeat_examples(50, 6) for f, _ in ex.repeats)
 
 
 def test_names_are_unique_within_a_text():
