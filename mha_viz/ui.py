@@ -237,7 +237,7 @@ def layer_grid(model: Model, model_name: str, run: AttentionRun, layer: int, n_c
 
 
 SHORT_TARGET = {"previous": "previous token", "next": "next token", "self": "itself", "first": "first token",
-                "special": "special tokens/punctuation", "same_token": "earlier same token"}
+                "special": "special/punct.", "same_token": "same token earlier"}
 
 
 def _badges(run: AttentionRun, model: Model):
@@ -252,26 +252,43 @@ def _badges(run: AttentionRun, model: Model):
         return None
 
 
-def layer_controls(model: Model, model_name: str, layer: int) -> None:
+ONLY_PROMPT = "Only this head on…"
+
+
+def _layer_off(model_name: str, layer: int, n_heads: int, off: bool) -> None:
     heads = off_set(model_name)
-    c1, c2, c3, c4 = st.columns(4)
-    if c1.button(f"All heads of L{layer} off", width="stretch"):
-        heads.update((layer, h) for h in range(model.n_heads))
-        st.rerun()
-    if c2.button(f"All heads of L{layer} on", width="stretch"):
-        heads.difference_update((layer, h) for h in range(model.n_heads))
-        st.rerun()
-    only = c3.selectbox("Only this head on", ["—"] + [f"H{h}" for h in range(model.n_heads)],
-                        key=f"only|{model_name}|{layer}", label_visibility="collapsed")
-    if only != "—":
-        keep = int(only[1:])
-        heads.update((layer, h) for h in range(model.n_heads) if h != keep)
+    layer_heads = {(layer, h) for h in range(n_heads)}
+    if off:
+        heads.update(layer_heads)
+    else:
+        heads.difference_update(layer_heads)
+
+
+def _only(model_name: str, layer: int, n_heads: int) -> None:
+    key = f"only|{model_name}|{layer}"
+    choice = st.session_state.get(key, ONLY_PROMPT)
+    if choice != ONLY_PROMPT:
+        keep = int(choice[1:])
+        heads = off_set(model_name)
+        heads.update((layer, h) for h in range(n_heads) if h != keep)
         heads.discard((layer, keep))
-        st.session_state[f"only|{model_name}|{layer}"] = "—"
-        st.rerun()
-    if c4.button("Reset: all heads on", width="stretch"):
-        heads.clear()
-        st.rerun()
+    st.session_state[key] = ONLY_PROMPT  # a callback may reset its own widget: it runs before the script
+
+
+def _reset(model_name: str) -> None:
+    off_set(model_name).clear()
+
+
+def layer_controls(model: Model, model_name: str, layer: int) -> None:
+    """Bulk switches. Callbacks, not st.rerun: they change state before the page is drawn, so one run suffices."""
+    n = model.n_heads
+    c1, c2, c3, c4 = st.columns(4)
+    c1.button(f"All heads of L{layer} off", width="stretch", on_click=_layer_off, args=(model_name, layer, n, True))
+    c2.button(f"All heads of L{layer} on", width="stretch", on_click=_layer_off, args=(model_name, layer, n, False))
+    c3.selectbox("Only this head on", [ONLY_PROMPT] + [f"H{h}" for h in range(n)], key=f"only|{model_name}|{layer}",
+                 label_visibility="collapsed", on_change=_only, args=(model_name, layer, n),
+                 help="Switch off every other head of this layer.")
+    c4.button("Reset: all heads on", width="stretch", on_click=_reset, args=(model_name,))
 
 
 def off_summary(model_name: str) -> None:

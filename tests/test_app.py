@@ -77,3 +77,78 @@ def test_layer_bulk_controls():
     labels = [b.label for b in at.button]
     at.button[labels.index("Reset: all heads on")].click().run()
     assert all(t.value for t in at.toggle)
+
+
+def test_only_this_head_keeps_one_head_of_the_layer():
+    at = _app()
+    at.selectbox(key="only|minilm|0").set_value("H5").run()
+    assert not at.exception, at.exception
+    on = [t.label for t in at.toggle if t.value]
+    assert on == ["L0 H5"]
+    assert at.selectbox(key="only|minilm|0").value == "Only this head on…"
+
+
+VIEWS = ["All layers", "Compare", "Ablation effects", "Similarity & scores", "Rollout & norms", "Notes & export"]
+
+
+@pytest.mark.parametrize("view", VIEWS)
+def test_every_view_renders_with_a_head_off(view):
+    at = _app()
+    at.sidebar.selectbox(key="layer|minilm").set_value(1).run()
+    at.toggle(key="tg|minilm|1|2").set_value(False).run()
+    at.radio(key="view").set_value(view).run()
+    assert not at.exception, at.exception
+    if view in ("All layers", "Compare", "Ablation effects", "Similarity & scores", "Rollout & norms"):
+        assert len(at.get("plotly_chart")) >= 2  # the effect panel's chart plus the view's own
+    if view == "Notes & export":
+        assert any("Jain & Wallace 2019" in md.value for md in at.markdown)
+        assert len(at.get("download_button")) >= 2
+
+
+def test_importance_map_is_computed_on_request():
+    at = _app()
+    at.radio(key="view").set_value("Ablation effects").run()
+    before = len(at.get("plotly_chart"))
+    at.button(key="imp_btn").click().run()
+    assert not at.exception, at.exception
+    assert len(at.get("plotly_chart")) == before + 1
+
+
+def test_compare_view_shows_chosen_heads_and_their_difference():
+    at = _app()
+    at.radio(key="view").set_value("Compare").run()
+    at.multiselect(key="compare_pick").set_value(["L0 H2", "L3 H4", "L5 H0"]).run()
+    assert not at.exception, at.exception
+    assert len(at.get("plotly_chart")) == 3 + 2  # three heads, two difference maps
+    at.text_input(key="second_text").input("A completely different sentence.").run()
+    assert len(at.get("plotly_chart")) == 3 + 2 + 3
+
+
+def test_a_shared_link_restores_the_view():
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params["model"] = "minilm"
+    at.query_params["text"] = "Dogs chase cats in the yard."
+    at.query_params["layer"] = "2"
+    at.query_params["off"] = "L2H3,L4H0"
+    at.query_params["compare"] = "L1H1,L2H2"
+    at.query_params["view"] = "Layer"
+    at.run()
+    assert not at.exception, at.exception
+    assert at.text_area(key="text_box").value == "Dogs chase cats in the yard."
+    assert at.sidebar.selectbox(key="layer|minilm").value == 2
+    assert at.toggle(key="tg|minilm|2|3").value is False
+    heads_off = " ".join(md.value for md in at.markdown if "Heads off" in md.value)
+    assert "L2 H3" in heads_off and "L4 H0" in heads_off
+    at.radio(key="view").set_value("Compare").run()
+    assert at.multiselect(key="compare_pick").value == ["L1 H1", "L2 H2"]
+
+
+def test_garbage_in_the_link_is_a_notice():
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params["layer"] = "banana"
+    at.query_params["off"] = "L99H99,zzz"
+    at.run()
+    assert not at.exception, at.exception
+    notices = " ".join(w.value for w in at.warning)
+    assert "not a number" in notices and "ignored" in notices
+    assert len(at.toggle) == 12

@@ -135,3 +135,19 @@ def test_long_text_is_truncated_and_counted(minilm):
 def test_load_model_by_name_is_the_same_adapter():
     model = load_model("minilm")
     assert model.info.kind == "encoder" and model.n_layers == 6
+
+
+def test_norm_inputs_rebuild_the_attention_output(minilm):
+    """sum_j alpha_ij f(x_j) over keys and heads must equal the layer's attention output before its bias."""
+    layer = 2
+    values, w_o = minilm.norm_inputs(TEXT)  # (L, H, K, dh), (L, H, dh, D)
+    run = minilm.run(TEXT)
+    vectors = torch.einsum("hqk,hkd,hde->qe", run.attentions[layer], values[layer], w_o[layer])  # (Q, D)
+    dense = minilm._model.encoder.layer[layer].attention.output.dense
+    captured = {}
+    handle = dense.register_forward_hook(lambda m, args, out: captured.setdefault("out", out))
+    enc = minilm._tokenizer(TEXT, return_tensors="pt")
+    with torch.no_grad():
+        minilm._model(**enc)
+    handle.remove()
+    assert torch.allclose(vectors, captured["out"][0] - dense.bias, atol=1e-4)
