@@ -230,10 +230,6 @@ def _find_out_proj(model, attention: torch.nn.Module, n_layers: int) -> torch.Te
 
 
 # -- loading ---------------------------------------------------------------------------------------------------
-def _device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
 def _kind_of(config) -> str:
     archs = " ".join(getattr(config, "architectures", None) or [])
     if getattr(config, "is_encoder_decoder", False):
@@ -288,6 +284,8 @@ def build_hf_model(name: str, title: str, source: str, *, gguf_file: str | None 
     _check_size(config, name)
     n_heads, n_kv = _heads_of(config)
     load_args = dict(attn_implementation="eager", trust_remote_code=False, dtype=torch.float32)
+    if torch.cuda.is_available():
+        load_args["device_map"] = "auto"  # accelerate spreads a model too large for one device
     if gguf_file:
         load_args["gguf_file"] = gguf_file
     else:
@@ -298,14 +296,15 @@ def build_hf_model(name: str, title: str, source: str, *, gguf_file: str | None 
     except (OSError, ValueError, EnvironmentError) as err:
         raise ModelLoadError(_explain_load_failure(name, err)) from None
     model.set_attn_implementation(ATTN_IMPL)
-    model.eval().to(_device())
+    model.eval()
+    device = model.device  # where the inputs go: the first device when accelerate split the model
     n_layers = int(getattr(config, "num_hidden_layers", 0) or getattr(config, "n_layer", 0))
     max_pos = int(getattr(config, "max_position_embeddings", 0) or getattr(config, "n_positions", 0) or 10**9)
     info = ModelInfo(
         name=name, title=title, kind=kind, n_layers=n_layers, n_heads=n_heads,
         max_tokens=min(max_pos, _token_cap()), n_kv_heads=n_kv if n_kv and n_kv != n_heads else None,
     )
-    hf = HFModel(info, model, tokenizer, _device())
+    hf = HFModel(info, model, tokenizer, device)
     if len(hf._layer_of) != n_layers:
         info = ModelInfo(**{**info.__dict__, "n_layers": len(hf._layer_of)})
         hf.info = info

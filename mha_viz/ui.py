@@ -307,17 +307,21 @@ def effect_panel(model: Model, base: AttentionRun, ablated: AttentionRun) -> Non
     if len(ablated.ablated) == model.n_layers * model.n_heads:
         st.warning("Every head is off: no token can read any other token, so each position sees only itself "
                    "through the residual stream. The output below is what is left.")
-    if base.logits is not None:
-        position = len(base.tokens) - 1
+    position = prediction_position(model, base)
+    if base.logits is not None and position is not None:
         kl = analysis.next_token_kl(base.logits, ablated.logits, position)
         before = _top(model, base.logits[position])
         after = _top(model, ablated.logits[position])
         c1, c2, c3 = st.columns(3)
-        c1.metric("KL(before ‖ after), next token", f"{kl:.4f} nats")
+        c1.metric("KL(before ‖ after) of the prediction", f"{kl:.4f} nats")
         c2.metric("Top prediction before", before[0][0].strip() or repr(before[0][0]))
         c3.metric("Top prediction after", after[0][0].strip() or repr(after[0][0]))
-        st.plotly_chart(plotting.predictions_figure(before, after, "Top-5 next tokens after the last position"),
+        where = "the masked position" if model.info.kind == "masked-lm" else "the last position (the next token)"
+        st.plotly_chart(plotting.predictions_figure(before, after, f"Top-5 predictions at {where}"),
                         width="stretch", key="pred_fig")
+    elif model.info.kind == "masked-lm":
+        st.caption(f"Put {getattr(model, 'mask_token', None) or 'the mask token'} in the sentence to compare the "
+                   "masked word's predictions before and after.")
     cos = analysis.cosine_change(base.output, ablated.output)
     change = analysis.token_change(base.output, ablated.output, relative=True)
     c1, c2 = st.columns(2)
@@ -326,6 +330,17 @@ def effect_panel(model: Model, base: AttentionRun, ablated: AttentionRun) -> Non
     c2.metric("Largest per-token change of final hidden state", f"{float(change.max()):.2%}")
     st.plotly_chart(plotting.token_change_figure(base.tokens, change, "Relative change of each token's final hidden state"),
                     width="stretch", key="tok_change_fig")
+
+
+def prediction_position(model: Model, run: AttentionRun) -> int | None:
+    """Where predictions are compared: a causal LM's last position, a masked LM's first mask token."""
+    if run.logits is None:
+        return None
+    if model.info.kind == "masked-lm":
+        mask = getattr(model, "mask_token", None)
+        masked = [i for i, t in enumerate(run.tokens) if mask and t == mask]
+        return masked[0] if masked else None
+    return len(run.tokens) - 1
 
 
 def _top(model: Model, logits: torch.Tensor, k: int = 5) -> list[tuple[str, float]]:

@@ -152,3 +152,14 @@ def test_garbage_in_the_link_is_a_notice():
     notices = " ".join(w.value for w in at.warning)
     assert "not a number" in notices and "ignored" in notices
     assert len(at.toggle) == 12
+
+
+def test_smollm2_toggle_shows_prediction_change():
+    at = _app("smollm2")
+    assert len(at.toggle) == 9
+    _enter(at, "The capital of France is")
+    at.toggle(key="tg|smollm2|0|0").set_value(False).run()
+    assert not at.exception, at.exception
+    kl = float(_metric(at, "KL(before").split()[0])
+    assert kl > 0
+    assert _metric(at, "Top prediction before")
