@@ -159,8 +159,14 @@ class HFModel(Model):
         enc = {k: v.to(self._device) for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
         return enc, dropped
 
-    def tokenize(self, text: str) -> list[str]:
-        return self._tokenizer.convert_ids_to_tokens(self._encode(text)[0]["input_ids"][0].tolist())
+    def _labels(self, ids: list[int]) -> list[str]:
+        """Display labels. Byte-level BPE tokens ('Ġkeys', 'Ċ') are decoded to text (' keys', newline); WordPiece
+        and SentencePiece pieces keep their own markers ('##s', '▁the'), which tell where words start."""
+        pieces = self._tokenizer.convert_ids_to_tokens(ids)
+        if not any("Ġ" in p or "Ċ" in p for p in pieces):
+            return pieces
+        special = set(self._tokenizer.all_special_tokens)
+        return [p if p in special else self._tokenizer.convert_tokens_to_string([p]) for p in pieces]
 
     def decode(self, token_id: int) -> str:
         return self._tokenizer.decode([int(token_id)])
@@ -191,7 +197,7 @@ class HFModel(Model):
         special_ids = set(self._tokenizer.all_special_ids)
         unk = self._tokenizer.unk_token_id
         return AttentionRun(
-            tokens=self._tokenizer.convert_ids_to_tokens(ids),
+            tokens=self._labels(ids),
             attentions=attentions,
             ablated=ablate,
             output=self._final_hidden(out)[0].float().cpu(),  # (T, D)

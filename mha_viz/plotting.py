@@ -18,9 +18,17 @@ DIFF_SCALE = "RdBu_r"
 _FONT = dict(size=10)
 
 
+_VISIBLE = {"\n": "↵", "\t": "⇥", "\r": "␍"}
+
+
+def visible_text(token: str) -> str:
+    """Control characters, newlines and NUL made visible, so every token has a printable label."""
+    return "".join(_VISIBLE.get(ch) or (ch if ch.isprintable() else f"\\x{ord(ch):02x}") for ch in token)
+
+
 def safe_label(token: str) -> str:
     """A token as plain text inside plotly's HTML-ish labels: escaped, control characters made visible."""
-    text = "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in token)
+    text = visible_text(token)
     if len(text) > 24:
         text = text[:23] + "…"
     return html.escape(text, quote=False) or "∅"
@@ -163,7 +171,7 @@ def tiled_figure(
             type="rect", x0=c * (nk + gap) - 0.5, x1=c * (nk + gap) + nk - 0.5,
             y0=r * (nq + gap) - 0.5, y1=r * (nq + gap) + nq - 0.5, line=dict(color="#d62728", width=2),
         )
-    cell = max(2.0, min(14.0, 900 / max(cols * (nk + gap), 1)))
+    cell = max(2.0, min(14.0, 820 / max(cols * (nk + gap), 1)))  # ~820 px is the main column's width
     fig.update_layout(
         template="none",
         height=height or int(min(4000, max(240, rows * (nq + gap) * cell + 60))),
@@ -219,7 +227,7 @@ def predictions_figure(before: list[tuple[str, float]], after: list[tuple[str, f
             words.append(w)
     b = dict(before)
     a = dict(after)
-    labels = [safe_label(repr(w)[1:-1]) for w in words]
+    labels = [safe_label(w.replace(" ", "␣")) for w in words]  # a leading space is part of the token
     fig = go.Figure()
     fig.add_trace(go.Bar(y=labels, x=[b.get(w, 0.0) for w in words], name="all heads on", orientation="h",
                          marker_color="#4c72b0"))

@@ -157,7 +157,7 @@ def token_strip(run: AttentionRun, model: Model) -> None:
         chips.append(
             f"<span style='display:inline-block;border:1px solid #ccc;border-radius:4px;padding:0 4px;"
             f"margin:1px;font-family:monospace;font-size:12px;{style}' title='position {i}'>"
-            f"{html.escape(plotting.safe_label(tok) if False else _visible(tok))}</span>"
+            f"{html.escape(_visible(tok))}</span>"
         )
     st.markdown(f"<div data-testid='token-strip'>{''.join(chips)}</div>", unsafe_allow_html=True)
     notes = [f"{len(run.tokens)} tokens"]
@@ -174,7 +174,7 @@ def token_strip(run: AttentionRun, model: Model) -> None:
 
 
 def _visible(token: str) -> str:
-    return "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in token) or "∅"
+    return plotting.visible_text(token) or "∅"
 
 
 def _md_escape(text: str) -> str:
@@ -317,8 +317,9 @@ def effect_panel(model: Model, base: AttentionRun, ablated: AttentionRun) -> Non
         c2.metric("Top prediction before", before[0][0].strip() or repr(before[0][0]))
         c3.metric("Top prediction after", after[0][0].strip() or repr(after[0][0]))
         where = "the masked position" if model.info.kind == "masked-lm" else "the last position (the next token)"
-        st.plotly_chart(plotting.predictions_figure(before, after, f"Top-5 predictions at {where}"),
-                        width="stretch", key="pred_fig")
+        with st.expander(f"Top-5 predictions at {where}, before and after", expanded=True):
+            st.plotly_chart(plotting.predictions_figure(before, after, f"Top-5 predictions at {where}"),
+                            width="stretch", key="pred_fig")
     elif model.info.kind == "masked-lm":
         st.caption(f"Put {getattr(model, 'mask_token', None) or 'the mask token'} in the sentence to compare the "
                    "masked word's predictions before and after.")
@@ -328,8 +329,10 @@ def effect_panel(model: Model, base: AttentionRun, ablated: AttentionRun) -> Non
     c1.metric("Cosine similarity of sentence embedding (before vs after)", f"{cos:.5f}",
               delta=f"{cos - 1:.5f}", delta_color="inverse" if cos < 1 else "off")
     c2.metric("Largest per-token change of final hidden state", f"{float(change.max()):.2%}")
-    st.plotly_chart(plotting.token_change_figure(base.tokens, change, "Relative change of each token's final hidden state"),
-                    width="stretch", key="tok_change_fig")
+    with st.expander("Change of each token's final hidden state", expanded=base.logits is None):
+        st.plotly_chart(plotting.token_change_figure(base.tokens, change,
+                                                     "Relative change of each token's final hidden state"),
+                        width="stretch", key="tok_change_fig")
 
 
 def prediction_position(model: Model, run: AttentionRun) -> int | None:

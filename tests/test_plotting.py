@@ -1,0 +1,44 @@
+"""Figures carry what the views promise: unique axes for repeated tokens, escaped labels, hover fields, tiles."""
+import torch
+
+from mha_viz import plotting
+
+
+def _pattern(n):
+    return torch.softmax(torch.randn(n, n, generator=torch.Generator().manual_seed(0)), dim=-1)  # (Q, K)
+
+
+def test_repeated_tokens_keep_their_own_rows():
+    tokens = ["the", "cat", "saw", "the", "dog"]
+    fig = plotting.head_figure(_pattern(5), tokens, "L0 H0")
+    x = list(fig.data[0].x)
+    assert len(set(x)) == 5  # plotly would merge two equal "the" categories into one
+    assert [label.replace("\u200b", "") for label in x] == tokens
+    assert "query" in fig.data[0].hovertemplate and "key" in fig.data[0].hovertemplate
+    assert fig.data[0].z.dtype.name == "float32"
+
+
+def test_labels_are_text_not_html():
+    tokens = ["<script>alert(1)</script>", "<img src=x onerror=alert(1)>", "a\x00b", "\n"]
+    fig = plotting.head_figure(_pattern(4), tokens, "<b>title</b>")
+    for label in fig.data[0].x:
+        assert "<" not in label and ">" not in label
+    assert "\x00" not in "".join(fig.data[0].x)
+    assert "<b>" not in fig.layout.title.text
+
+
+def test_off_heads_are_grey_and_titled():
+    fig = plotting.head_figure(_pattern(3), ["a", "b", "c"], "L1 H2", off=True)
+    assert fig.layout.title.text.endswith("(off)")
+    assert fig.data[0].colorscale[0][1] != plotting.head_figure(_pattern(3), ["a", "b", "c"], "x").data[0].colorscale[0][1]
+
+
+def test_tiled_figure_places_every_head_once():
+    grid = torch.rand(3, 4, 5, 5)  # (R, C, Q, K)
+    fig = plotting.tiled_figure(grid, ["L0", "L1", "L2"], ["H0", "H1", "H2", "H3"], off={(1, 2)})
+    heat, clicks = fig.data
+    assert heat.z.shape == (3 * 6 - 1, 4 * 6 - 1)  # tiles plus one-cell gaps
+    assert len(clicks.customdata) == 12
+    assert [list(c) for c in clicks.customdata][6] == [1, 2]
+    # the ablated tile is drawn on the grey (negative) half of the scale, the others on the blue half
+    assert (heat.z[6:11, 12:17] < 0).all() and (heat.z[0:5, 0:5] >= 0).all()
