@@ -17,6 +17,17 @@ MAX_TEXT_IN_URL = 1500
 _HEAD = re.compile(r"^\s*L?(\d{1,4})[\s.:_-]*H?(\d{1,4})\s*$", re.IGNORECASE)
 
 
+def _quoted(value: str, limit: int = 30) -> str:
+    """A value from the link, quoted for a notice: cut short and Markdown-escaped, so it shows as typed.
+
+    Notices go through `st.warning`, which renders Markdown: unescaped, a crafted link could put an image (a
+    request to any server), a link or `$$` maths on the page. CommonMark lets a backslash escape any ASCII
+    punctuation, and remark-math honours `\\$`.
+    """
+    text = repr(str(value)[:limit])
+    return "".join("\\" + ch if (ch.isascii() and not ch.isalnum() and not ch.isspace()) else ch for ch in text)
+
+
 def _first(value) -> str:
     if isinstance(value, (list, tuple)):
         value = value[0] if value else ""
@@ -46,11 +57,11 @@ def read_url_once(views: list[str]) -> list[str]:
     params = {key: st.query_params.get_all(key) for key in st.query_params.keys()}
     for key, values in params.items():
         if len(values) > 1:
-            notices.append(f"'{key}' appears {len(values)} times in the link; the first one is used.")
+            notices.append(f"{_quoted(key)} appears {len(values)} times in the link; the first one is used.")
     get = {key: _first(values) for key, values in params.items()}
     for key, value in list(get.items()):
         if len(value) > MAX_PARAM_CHARS:
-            notices.append(f"'{key}' in the link is {len(value):,} characters long and was ignored.")
+            notices.append(f"{_quoted(key)} in the link is {len(value):,} characters long and was ignored.")
             del get[key]
     model = get.get("model", "").strip()
     if model:
@@ -67,19 +78,19 @@ def read_url_once(views: list[str]) -> list[str]:
         try:
             pending["layer"] = int(get["layer"])
         except ValueError:
-            notices.append(f"layer={get['layer'][:20]!r} in the link is not a number and was ignored.")
+            notices.append(f"layer={_quoted(get['layer'], 20)} in the link is not a number and was ignored.")
     for key in ("off", "compare"):
         if key in get:
             heads, bad = parse_heads(get[key])
             if bad:
-                notices.append(f"{key}: {', '.join(repr(b) for b in bad[:5])} in the link are not heads like "
+                notices.append(f"{key}: {', '.join(_quoted(b, 20) for b in bad[:5])} in the link are not heads like "
                                "'L0H3' and were ignored.")
             pending[key] = heads
     if "view" in get:
         if get["view"] in views:
             st.session_state["view"] = get["view"]
         else:
-            notices.append(f"view={get['view'][:30]!r} in the link is not a view of this app and was ignored.")
+            notices.append(f"view={_quoted(get['view'])} in the link is not a view of this app and was ignored.")
     st.session_state["_url_pending"] = pending
     return notices
 
