@@ -15,6 +15,7 @@ Everything is on the CPU in float32, so views never care which model produced it
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -60,12 +61,18 @@ class ModelInfo:
 
 def check_ablate(ablate: Iterable[Head], n_layers: int, n_heads: int) -> frozenset[Head]:
     """Validate an ablation set at the boundary, so a bad request fails with a message, not an IndexError."""
+    if isinstance(ablate, (str, bytes)):
+        raise InputError(f"ablate must be a collection of (layer, head) pairs of ints; got the text {ablate[:40]!r}")
     heads = set()
     for item in ablate:
+        # operator.index takes ints (numpy and torch integers too) but not floats, digit strings or bools, which
+        # int() would silently turn into some other head: (0.9, 2) must not quietly switch off (0, 2).
         try:
-            layer, head = (int(item[0]), int(item[1]))
+            if isinstance(item, (str, bytes)) or len(item) != 2 or any(isinstance(v, bool) for v in item):
+                raise TypeError
+            layer, head = operator.index(item[0]), operator.index(item[1])
         except (TypeError, ValueError, IndexError):
-            raise InputError(f"ablate must hold (layer, head) pairs of ints; got {item!r}") from None
+            raise InputError(f"ablate must hold (layer, head) pairs of ints; got {str(item)[:60]!r}") from None
         if not (0 <= layer < n_layers and 0 <= head < n_heads):
             raise InputError(
                 f"head ({layer}, {head}) does not exist: this model has layers 0-{n_layers - 1} "
@@ -73,6 +80,16 @@ def check_ablate(ablate: Iterable[Head], n_layers: int, n_heads: int) -> frozens
             )
         heads.add((layer, head))
     return frozenset(heads)
+
+
+def clean_text(text: str) -> str:
+    """`text` as valid Unicode: a lone surrogate (e.g. "\\ud800", which a Python str can hold but UTF-8 cannot)
+    makes Hugging Face tokenizers raise a TypeError, so it becomes U+FFFD; a split pair is joined back."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def head_keep_mask(ablate: frozenset[Head], n_layers: int, n_heads: int) -> torch.Tensor:
@@ -103,6 +120,7 @@ class Model:
     def run(self, text: str, ablate: Iterable[Head] = ()) -> AttentionRun:
         if not isinstance(text, str):
             raise InputError(f"text must be a string; got {type(text).__name__}")
+        text = clean_text(text)
         if not text.strip():
             raise InputError("The text is empty: type a sentence to see its attention patterns.")
         heads = check_ablate(ablate, self.n_layers, self.n_heads)
