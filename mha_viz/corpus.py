@@ -373,6 +373,8 @@ def example_sentences() -> list[ExampleSentence]:
         ExampleSentence("repeat", "Two people, each mentioned again",
                         "mia frost and leo hart walked to the river . later leo hart found the keys . "
                         "mia frost gave leo hart a red cup ."),
+        ExampleSentence("repeat", "A list of words said again: from its second word on, it can be copied",
+                        "anna berg said : red lamp river cup . then tom lind said : red lamp river cup ."),
         ExampleSentence("agreement", "The verb agrees with 'keys', not with the nearer 'cabinet'",
                         "the keys to the cabinet are on the table ."),
         ExampleSentence("agreement", "The verb agrees with 'dog', not with the nearer 'trees'",

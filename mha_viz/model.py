@@ -121,7 +121,8 @@ class TinyLM(nn.Module):
         """Next-token cross-entropy: position t predicts ids[t + 1]; `ignore_index` (padding) is not scored."""
         logits, _, _ = self(ids[:, :-1])  # (B, T-1, V)
         targets = ids[:, 1:]  # (B, T-1)
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=ignore_index)
+        flat = logits.reshape(-1, logits.shape[-1])  # (B*(T-1), V)
+        return F.cross_entropy(flat, targets.reshape(-1), ignore_index=ignore_index)  # scalar
 
 
 def build_model(cfg: TinyConfig) -> TinyLM:

@@ -44,14 +44,38 @@ def sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def _progress(step: int, total: int, loss: float, start: float) -> None:
-    """A one-line progress bar (no tqdm dependency): bar, step, loss, elapsed seconds."""
-    width = 30
-    done = int(width * step / total)
-    sys.stdout.write(
-        f"\r[{'#' * done}{'.' * (width - done)}] {step}/{total} loss {loss:.3f} {time.perf_counter() - start:.0f}s"
-    )
-    sys.stdout.flush()
+def _bar(total: int, quiet: bool):
+    """A progress bar showing the smoothed loss: tqdm when installed, else a one-line printed bar.
+    Returns update(step, loss); update(None, loss) closes it."""
+    if quiet:
+        return lambda step, loss: None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        tqdm = None
+    if tqdm is not None:
+        bar = tqdm(total=total, unit="step", dynamic_ncols=True)
+
+        def update(step, loss):
+            if step is None:
+                bar.close()
+                return
+            bar.update(step - bar.n)
+            bar.set_postfix(loss=f"{loss:.3f}")
+
+        return update
+    start = time.perf_counter()
+
+    def update(step, loss):
+        if step is None:
+            print()
+            return
+        done = int(30 * step / total)
+        sys.stdout.write(f"\r[{'#' * done}{'.' * (30 - done)}] {step}/{total} loss {loss:.3f} "
+                         f"{time.perf_counter() - start:.0f}s")
+        sys.stdout.flush()
+
+    return update
 
 
 def train(out: str | Path = ASSETS, model_cfg: TinyConfig | None = None, cfg: TrainConfig = TrainConfig(),
@@ -100,6 +124,7 @@ def _train(out: Path, model_cfg: TinyConfig | None, cfg: TrainConfig, quiet: boo
 
     start = time.perf_counter()
     smooth = None
+    bar = _bar(cfg.steps, quiet)
     for step in range(cfg.steps):
         if len(order) < cfg.batch_size:  # a fresh deterministic shuffle each pass over the texts
             perm = list(range(len(texts)))
@@ -115,10 +140,9 @@ def _train(out: Path, model_cfg: TinyConfig | None, cfg: TrainConfig, quiet: boo
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         smooth = loss.item() if smooth is None else 0.95 * smooth + 0.05 * loss.item()
-        if not quiet and (step % 20 == 0 or step == cfg.steps - 1):
-            _progress(step + 1, cfg.steps, smooth, start)
-    if not quiet:
-        print()
+        if step % 20 == 0 or step == cfg.steps - 1:
+            bar(step + 1, smooth)
+    bar(None, smooth)
 
     out.mkdir(parents=True, exist_ok=True)
     weights = out / "model.safetensors"
