@@ -1,0 +1,217 @@
+"""Shared browser machinery: start/stop `streamlit run app.py` on loopback, launch Chromium, timed page steps.
+
+Every step is timed from the user's action until the expected content is drawn AND Streamlit is idle (no
+running status widget, no stale element), like tests/e2e. Bytes received on the websocket during a step are
+counted too: that is what the update really cost on the wire.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+from _common import OUT, REPO
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+STEP_TIMEOUT_MS = 180_000
+
+SMOLLM2_LABEL = "SmolLM2-135M-Instruct"
+HEATMAPS = "() => document.querySelectorAll('.js-plotly-plot .heatmaplayer image').length"
+IDLE = """() => {
+  const running = [...document.querySelectorAll('[data-testid="stStatusWidget"]')]
+    .some(el => el.offsetParent !== null || el.getClientRects().length > 0);
+  return !running && document.querySelectorAll('[data-stale="true"]').length === 0;
+}"""
+TITLES = """() => [...document.querySelectorAll('.js-plotly-plot')]
+  .filter(p => p.querySelector('.heatmaplayer image')).map(p => p.querySelector('.gtitle')?.textContent ?? '')"""
+# Every drawn heatmap's x categories, joined: a new sentence is drawn when its marker word is in all of them.
+ALL_LABELS = """() => [...document.querySelectorAll('.js-plotly-plot')]
+  .filter(p => p.querySelector('.heatmaplayer image'))
+  .map(p => { const t = (p.data || []).find(t => t.type === 'heatmap'); return t && t.x ? Array.from(t.x).join(' ') : ''; })"""
+# The all-layers view: one heatmap plot that also carries the transparent click scatter.
+TILED_DRAWN = """() => [...document.querySelectorAll('.js-plotly-plot')]
+  .some(p => p.querySelector('.heatmaplayer image') && p.querySelector('.scatterlayer .trace'))"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def healthy(url: str) -> bool:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(f"{url}/_stcore/health", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+class Server:
+    """`streamlit run app.py` on 127.0.0.1; stopped by its own PID."""
+
+    def __init__(self, log_name: str = "streamlit.log"):
+        OUT.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = open(OUT / log_name, "w")
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+               "PYTHONUNBUFFERED": "1"}
+        self.t_spawn = time.monotonic()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(self.port),
+             "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
+             "--server.fileWatcherType", "none"],
+            cwd=REPO, env=env, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        while not healthy(self.url):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"streamlit exited ({self.proc.returncode}); see {OUT / log_name}")
+            if time.monotonic() - self.t_spawn > 180:
+                raise RuntimeError("streamlit did not become healthy in 180 s")
+            time.sleep(0.1)
+        self.t_healthy = time.monotonic()
+
+    def peak_rss(self) -> int:
+        """VmHWM: the peak resident set of the server process, in bytes."""
+        for line in open(f"/proc/{self.proc.pid}/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def rss(self) -> int:
+        for line in open(f"/proc/{self.proc.pid}/status"):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=20)
+        self.log.close()
+
+
+@contextmanager
+def chromium():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+class Page:
+    """A page with websocket byte counting and bounded waits."""
+
+    def __init__(self, browser, width: int = 1400, height: int = 1000):
+        self.context = browser.new_context(viewport={"width": width, "height": height})
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(STEP_TIMEOUT_MS)
+        self.ws_bytes = 0
+        self.errors: list[str] = []
+        self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
+        self.page.on("websocket", self._on_ws)
+
+    def _on_ws(self, ws) -> None:
+        def count(payload):
+            self.ws_bytes += len(payload)
+
+        ws.on("framereceived", count)
+
+    def wait(self, js: str, arg=None) -> None:
+        self.page.wait_for_function(js, arg=arg, timeout=STEP_TIMEOUT_MS, polling="raf")
+
+    def wait_idle(self) -> None:
+        self.wait(IDLE)
+
+    def settle(self) -> None:
+        self.page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+
+    def timed(self, action, js: str, arg=None) -> tuple[float, int]:
+        """(seconds from action to `js` true and idle and painted, websocket bytes received meanwhile)."""
+        b0 = self.ws_bytes
+        t0 = time.monotonic()
+        action()
+        self.wait(js, arg)
+        self.wait_idle()
+        self.wait(js, arg)  # still true after the rerun finished (not an old frame's content)
+        self.settle()
+        return time.monotonic() - t0, self.ws_bytes - b0
+
+    def close(self) -> None:
+        self.context.close()
+
+
+# -- the app's controls ---------------------------------------------------------------------------------------
+def select_option(page, label: str, option: str, exact: bool = True) -> None:
+    """A Streamlit selectbox (sidebar or main): open it, click the option (exact name, or containing `option`)."""
+    page.get_by_role("combobox", name=label, exact=True).click()  # Streamlit 1.67: a react-aria combobox
+    if exact:
+        page.get_by_role("option", name=option, exact=True).click()
+    else:
+        page.locator('[role="option"]').filter(has_text=option).first.click()
+
+
+def type_sentence(page, text: str) -> None:
+    box = page.get_by_label("Sentence", exact=True)
+    box.fill(text)
+    page.get_by_role("button", name="Show attention").click()
+
+
+def click_toggle(page, name: str) -> None:
+    switch = page.get_by_role("switch", name=name, exact=True)
+    page.locator('[data-testid="stCheckbox"]').filter(has=switch).locator("label").first.click()
+
+
+def click_view(page, view: str) -> None:
+    page.locator('[data-testid="stRadio"]').get_by_text(view, exact=True).first.click()
+
+
+def drawn_with(word: str, n: int) -> tuple[str, list]:
+    """JS + arg: at least n heatmaps drawn, and every one shows `word` among its labels."""
+    js = f"""([w, n]) => {{ const l = ({ALL_LABELS})(); return l.length >= n && l.every(s => s.includes(w)); }}"""
+    return js, [word, n]
+
+
+def layer_drawn(layer: int, n: int) -> tuple[str, list]:
+    js = f"""([layer, n]) => {{ const t = ({TITLES})();
+        return t.length >= n && t.every(s => s.startsWith('L' + layer + ' ')); }}"""
+    return js, [layer, n]
+
+
+def toggled(name: str, off: bool, effect_label: str) -> tuple[str, list]:
+    js = f"""([name, off, label]) => {{
+        const titles = ({TITLES})();
+        const has = titles.includes(name + ' (off)');
+        const panel = [...document.querySelectorAll('[data-testid="stMetricLabel"]')].some(e => e.innerText.includes(label));
+        return off ? (has && panel) : (!has && titles.includes(name) && !panel);
+    }}"""
+    return js, [name, off, effect_label]
+
+
+COSINE = "Cosine similarity of sentence embedding"
+KL = "KL(before"
+
+# ~30-token sentences, each with its own marker word (one token in WordPiece and in SmolLM2's BPE).
+MARKERS = ("apple", "river", "garden", "window", "doctor", "market", "winter", "silver", "forest", "captain",
+           "engine", "pocket")
+
+
+def sentence(marker: str) -> str:
+    return (f"Yesterday the tired {marker} near the old station waited while my sister carried three heavy boxes "
+            f"up the narrow stairs before the evening train left for the city.")
