@@ -164,7 +164,9 @@ class _Builder:
             else:
                 self.first_seen[key] = base + offset
         if agreement is not None:
-            self.agreement = {k: (v + base if k.endswith("_pos") else v) for k, v in agreement.items()}
+            self.agreement = {
+                k: (v + base if k.endswith("_pos") and v is not None else v) for k, v in agreement.items()
+            }
         self.tokens.extend(words)
 
     def example(self, relation: str) -> Example:

@@ -47,6 +47,14 @@ def test_agreement_ground_truth(attractor):
             assert attr in (PL if ex.plural else SG)
 
 
+def test_agreement_without_attractor():
+    for ex in agreement_examples(50, 3, "none"):
+        assert ex.attractor_pos is None and ex.verb_pos == ex.subject_pos + 1
+        assert ex.tokens[ex.verb_pos] == ex.verb_forms[int(ex.plural)]
+    with pytest.raises(ValueError, match="attractor must be"):
+        agreement_examples(1, 0, "nearest")
+
+
 def test_training_attractor_number_is_independent_of_subject():
     # Otherwise "take the opposite of the nearest noun" would solve agreement without looking at the subject.
     same = opposite = 0
