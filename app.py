@@ -68,7 +68,7 @@ def main() -> None:
     elif view == "Similarity & scores":
         ui_views.similarity(model, att, (name, text, heads_off, hide_special, merge))
         scores = ui_views.scores_table(model, run)
-        ui_views.scores_across(model, name, [t for _, t in ui.examples_for(name)] + [text])
+        ui_views.scores_across(model, name, [t for _, t, _ in ui.examples_for(name)] + [text])
     elif view == "Rollout & norms":
         ui_views.rollout_and_norms(model, name, text, run, layer)
     elif view == "Trained vs untrained":

@@ -34,34 +34,16 @@ def get_run(name: str, text: str, off: tuple[tuple[int, int], ...]) -> Attention
     return get_model(name).run(text, ablate=off)
 
 
-def examples_for(name: str) -> list[tuple[str, str]]:
-    """(label, sentence) pairs shown as one-click examples."""
+def examples_for(name: str) -> list[tuple[str, str, str]]:
+    """(button label, sentence, what to look for) triples shown as one-click examples."""
     if name.startswith("tiny"):
-        try:
-            from .corpus import example_sentences
+        from .corpus import example_sentences
 
-            return [(label, text) for label, text in _pairs(example_sentences())]
-        except Exception:  # the examples are a convenience; the page works without them
-            pass
+        return [(f"{e.relation}: {e.label}"[:48], e.text, e.label) for e in example_sentences()]
     path = ASSETS / "examples.json"
     if path.exists():
-        return [(e["label"], e["text"]) for e in json.loads(path.read_text())]
-    return [("agreement", DEFAULT_TEXT)]
-
-
-def _pairs(examples) -> list[tuple[str, str]]:
-    out = []
-    if isinstance(examples, dict):
-        for label, texts in examples.items():
-            for text in texts if isinstance(texts, (list, tuple)) else [texts]:
-                out.append((str(label), str(text)))
-        return out
-    for item in examples:
-        if isinstance(item, (tuple, list)) and len(item) == 2:
-            out.append((str(item[0]), str(item[1])))
-        elif hasattr(item, "text"):
-            out.append((str(getattr(item, "relation", getattr(item, "label", "example"))), str(item.text)))
-    return out
+        return [(e["label"], e["text"], e["text"]) for e in json.loads(path.read_text())]
+    return [("agreement", DEFAULT_TEXT, DEFAULT_TEXT)]
 
 
 # -- state helpers -------------------------------------------------------------------------------------------
@@ -137,9 +119,9 @@ def text_input(model_name: str) -> str:
     examples = examples_for(model_name)
     if examples:
         cols = st.columns(min(len(examples), 4))
-        for i, (label, text) in enumerate(examples[:8]):
+        for i, (label, text, hint) in enumerate(examples[:8]):
             cols[i % len(cols)].button(
-                f"Example: {label}", key=f"ex{i}", on_click=_set_text, args=(text,), help=text,
+                label, key=f"ex{i}", on_click=_set_text, args=(text,), help=f"{hint} — “{text}”",
                 width="stretch",
             )
     text = st.session_state["text"]

@@ -163,3 +163,28 @@ def test_smollm2_toggle_shows_prediction_change():
     kl = float(_metric(at, "KL(before").split()[0])
     assert kl > 0
     assert _metric(at, "Top prediction before")
+
+
+def test_tiny_model_predictions_examples_and_unknown_words():
+    at = _app("tiny")
+    assert not at.exception, at.exception
+    assert len(at.toggle) >= 4  # one per head of the layer
+    labels = [b.label for b in at.button]
+    assert any(label.startswith("agreement") for label in labels)
+    assert any(label.startswith("repeat") for label in labels)
+    assert any(label.startswith("nearby") for label in labels)
+    _enter(at, "the keys to the zorblax are on the table .")
+    assert any("unknown token" in c.value for c in at.caption)
+    first = at.toggle[0]
+    first.set_value(False).run()
+    assert not at.exception, at.exception
+    assert float(_metric(at, "KL(before").split()[0]) >= 0
+    assert _metric(at, "Top prediction after")
+
+
+def test_trained_vs_untrained_twins_side_by_side():
+    at = _app("tiny")
+    at.radio(key="view").set_value("Trained vs untrained").run()
+    assert not at.exception, at.exception
+    assert not at.warning
+    assert len([c for c in at.get("plotly_chart")]) >= 2 * 4
