@@ -9,6 +9,7 @@ VIEWS = ["Layer", "All layers", "Compare", "Ablation effects", "Similarity & sco
 
 
 def main() -> None:
+    ui.set_threads()
     st.set_page_config(page_title="mha-viz: attention heads, side by side", layout="wide")
     notices = ui_state.read_url_once(VIEWS)
     st.title("mha-viz")
@@ -37,17 +38,29 @@ def main() -> None:
 
     ui.learned_note()
     text = ui.text_input(name)
-    heads_off = tuple(sorted(ui.off_set(name)))
     try:
         with st.spinner("Running the model..."):
             base = ui.get_run(name, text, ())
-            run = ui.get_run(name, text, heads_off) if heads_off else base
     except InputError as err:
         st.warning(str(err))
         return
-    ui.token_strip(run, model)
+    ui.token_strip(base, model)
+    heads_and_views(model, name, text, layer, n_cols, scale, hide_special, merge)
+
+
+@st.fragment
+def heads_and_views(model, name: str, text: str, layer: int, n_cols: int, scale: str, hide_special: bool,
+                    merge: bool) -> None:
+    """Everything a head toggle changes. A fragment, so a toggle reruns this part only, not the whole page."""
+    heads_off = tuple(sorted(ui.off_set(name)))
+    with st.spinner("Running the model with these heads off..."):
+        base = ui.get_run(name, text, ())
+        run = ui.get_run(name, text, heads_off) if heads_off else base
     ui.off_summary(name)
-    ui.effect_panel(model, base, run)
+    # A fixed container: whether or not the panel has content, the elements below keep their place in the page,
+    # so the browser updates them instead of redrawing every heatmap.
+    with st.container():
+        ui.effect_panel(model, base, run)
 
     view = st.radio("View", VIEWS, horizontal=True, key="view", label_visibility="collapsed")
     ui_state.write_url(name, text, layer, set(heads_off), view)
@@ -67,7 +80,7 @@ def main() -> None:
         ui_views.effects(model, name, text, base, run)
     elif view == "Similarity & scores":
         ui_views.similarity(model, att, (name, text, heads_off, hide_special, merge))
-        scores = ui_views.scores_table(model, run)
+        ui_views.scores_table(model, run)
         ui_views.scores_across(model, name, [t for _, t, _ in ui.examples_for(name)] + [text])
     elif view == "Rollout & norms":
         ui_views.rollout_and_norms(model, name, text, run, layer)
@@ -76,6 +89,5 @@ def main() -> None:
     else:
         ui.notes_page()
         ui_views.export(model, run)
-
 
 main()

@@ -22,6 +22,18 @@ DEFAULT_TEXT = "The keys to the old cabinet are on the table, so Anna gave the k
 MAX_TEXT_CHARS = 200_000  # longer text is cut before tokenizing, and the page says so
 
 
+def set_threads() -> None:
+    """One torch thread per forward by default (MHA_VIZ_TORCH_THREADS): with another process on the second core,
+    a two-thread forward waits at every barrier and runs 10-20x slower (benchmarks/RESULTS.md); sessions then
+    share the cores instead of fighting over both."""
+    import os
+
+    raw = os.environ.get("MHA_VIZ_TORCH_THREADS", "1")
+    wanted = int(raw) if raw.strip().isdigit() and int(raw) > 0 else 1
+    if torch.get_num_threads() != wanted:
+        torch.set_num_threads(wanted)
+
+
 # -- cached resources ----------------------------------------------------------------------------------------
 @st.cache_resource(show_spinner=False, max_entries=4)
 def get_model(name: str) -> Model:
@@ -223,6 +235,12 @@ SHORT_TARGET = {"previous": "previous token", "next": "next token", "self": "its
 
 
 def _badges(run: AttentionRun, model: Model):
+    return _badges_cached(model.info.name, run.tokens and tuple(run.tokens), run.ablated, run, model)
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def _badges_cached(name: str, tokens: tuple, ablated: frozenset, _run: AttentionRun, _model: Model):
+    run, model = _run, _model
     try:
         special = analysis.special_mask(run.tokens, run.special)
         causal = model.info.kind == "causal-lm"

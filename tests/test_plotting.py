@@ -30,7 +30,21 @@ def test_labels_are_text_not_html():
 def test_off_heads_are_grey_and_titled():
     fig = plotting.head_figure(_pattern(3), ["a", "b", "c"], "L1 H2", off=True)
     assert fig.layout.title.text.endswith("(off)")
-    assert fig.data[0].colorscale[0][1] != plotting.head_figure(_pattern(3), ["a", "b", "c"], "x").data[0].colorscale[0][1]
+    assert fig.data[0].colorscale == plotting.OFF_SCALE
+    assert plotting.head_figure(_pattern(3), ["a", "b", "c"], "x").data[0].colorscale == plotting.ATTN_SCALE
+
+
+def test_fast_figures_serialise_like_validated_ones():
+    import json
+
+    import plotly.graph_objects as go
+
+    fig = plotting.head_figure(_pattern(4), ["a", "b", "c", "d"], "L0 H0")
+    fast = json.loads(fig.to_json())
+    slow = json.loads(go.Figure(fig.to_dict()).to_json())  # the same spec through plotly's validation
+    assert fast["layout"]["template"] == slow["layout"]["template"] or slow["layout"]["template"] == {}
+    assert fast["data"][0]["type"] == "heatmap" and fast["layout"]["yaxis"]["autorange"] == "reversed"
+    assert fast["data"][0]["hovertemplate"] == slow["data"][0]["hovertemplate"]
 
 
 def test_tiled_figure_places_every_head_once():
@@ -40,5 +54,7 @@ def test_tiled_figure_places_every_head_once():
     assert heat.z.shape == (3 * 6 - 1, 4 * 6 - 1)  # tiles plus one-cell gaps
     assert len(clicks.customdata) == 12
     assert [list(c) for c in clicks.customdata][6] == [1, 2]
-    # the ablated tile is drawn on the grey (negative) half of the scale, the others on the blue half
-    assert (heat.z[6:11, 12:17] < 0).all() and (heat.z[0:5, 0:5] >= 0).all()
+    # one byte per cell: the ablated tile uses the grey codes (1-127), the others the blue codes (128-255)
+    assert heat.z.dtype.name == "uint8"
+    assert (heat.z[6:11, 12:17] < 128).all() and (heat.z[6:11, 12:17] >= 1).all()
+    assert (heat.z[0:5, 0:5] >= 128).all() and (heat.z[5, :] == 0).all()
