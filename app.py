@@ -15,6 +15,8 @@ def main() -> None:
     st.title("mha-viz")
     st.caption("Every attention head as its own heatmap. Compare heads, switch them off, watch what changes.")
 
+    for notice in notices:  # before loading: a link naming a model that fails to load still explains itself
+        st.warning(f"Link: {notice}")
     name = ui.sidebar()
     if name is None:
         st.info("Type a Hugging Face model id or a local folder in the sidebar, or pick a built-in model.")
@@ -22,8 +24,7 @@ def main() -> None:
     model = ui.load_or_explain(name)
     if model is None:
         return
-    notices += ui_state.apply_pending(name, model.n_layers, model.n_heads)
-    for notice in notices:
+    for notice in ui_state.apply_pending(name, model.n_layers, model.n_heads):
         st.warning(f"Link: {notice}")
     st.sidebar.caption(f"{model.info.title}: {model.n_layers} layers x {model.n_heads} heads"
                        + (f" ({model.info.n_kv_heads} key/value heads shared)" if model.info.n_kv_heads else ""))

@@ -12,8 +12,16 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
-ATTN_SCALE = "Blues"
-OFF_SCALE = "Greys"  # an ablated head keeps its pattern, drawn grey, because its attention is still computed
+def _scale(colors: list[str]) -> list[list]:
+    return [[i / (len(colors) - 1), c] for i, c in enumerate(colors)]
+
+
+# Spelled out rather than named: plotly.js's own "Blues" runs dark-to-light, the reverse of plotly.py's, and the
+# fast path below hands names straight to plotly.js. White = no attention, dark = all of it.
+ATTN_SCALE = _scale(["#f7fbff", "#deebf7", "#c6dbef", "#9ecae1", "#6baed6", "#4292c6", "#2171b5", "#08519c",
+                     "#08306b"])
+# An ablated head keeps its pattern, drawn grey, because its attention is still computed.
+OFF_SCALE = _scale(["#ffffff", "#f0f0f0", "#d9d9d9", "#bdbdbd", "#969696", "#737373", "#525252", "#252525"])
 DIFF_SCALE = [[0.0, "#2166ac"], [0.5, "#f7f7f7"], [1.0, "#b2182b"]]  # blue = less, red = more attention
 # What plotly.py writes for template="none"; spelled out because the fast path skips plotly's own conversion.
 # uint8 codes of tiled_figure: 0 gap (white), 1-127 ablated head (grey), 128-255 active head (blue).
@@ -90,6 +98,61 @@ def _fast_figure(trace: dict, layout: dict) -> go.Figure:
     layer view builds a dozen of these on every toggle. The dicts here are written against plotly's schema and
     tests read the figures back."""
     return go.Figure(data=[trace], layout=layout, _validate=False)
+
+
+def heads_row_figure(
+    patterns: torch.Tensor,  # (N, Q, K): the heads of one row of the layer grid
+    tokens: list[str],
+    titles: list[str],
+    off: list[bool],
+    *,
+    zmax: float | None = None,
+    columns: int | None = None,
+    height: int = 300,
+) -> go.Figure:
+    """Several heads side by side in ONE figure (one subplot each), so a layer is a few plotly charts, not one
+    per head: measured in headless Chromium, 12 heads draw in ~0.1 s as subplots vs ~0.9 s as 12 charts.
+    Keys on each subplot's x axis (top), queries on the y axis (labelled on the first subplot of the row).
+    `columns` (default N) fixes the subplot width, so a short last row lines up with the rows above it.
+    """
+    z_all = _as_np(patterns)  # (N, Q, K)
+    if z_all.ndim != 3:
+        raise ValueError(f"heads_row_figure wants (heads, query, key); got shape {z_all.shape}")
+    n = z_all.shape[0]
+    if not (len(titles) == len(off) == n):
+        raise ValueError(f"{n} patterns need {n} titles and {n} off flags; got {len(titles)} and {len(off)}")
+    columns = max(columns or n, n)
+    labels = axis_labels(tokens)
+    n_tok = len(labels)
+    tick_font = dict(size=max(6, min(9, int(480 / max(n_tok, 1)))))
+    ticks = dict(tickmode="array", tickvals=labels, ticktext=labels) if n_tok <= 48 else {}
+    gap = 0.035
+    width = (1 - gap * (columns - 1)) / columns
+    label_room = 8 + int(tick_font["size"] * 0.62 * max((len(label.replace("\u200b", "")) for label in labels), default=1))
+    top_margin = 24 + label_room  # the rotated key labels stand above the plot, the titles above them
+    data, layout = [], dict(template=NO_TEMPLATE, height=height + top_margin, font=_FONT, showlegend=False,
+                            margin=dict(l=8 + label_room, r=4, t=top_margin, b=4), annotations=[])
+    for i in range(n):
+        z = z_all[i]  # (Q, K)
+        top = float(zmax) if zmax else max(float(np.nanmax(z)) if z.size else 1.0, 1e-6)
+        xa, ya = ("x", "y") if i == 0 else (f"x{i + 1}", f"y{i + 1}")
+        title = html.escape(titles[i] + (" (off)" if off[i] else ""), quote=False)
+        data.append(dict(
+            type="heatmap", z=z, x=labels, y=labels, zmin=0.0, zmax=top, xaxis=xa, yaxis=ya,
+            colorscale=OFF_SCALE if off[i] else ATTN_SCALE, showscale=False, name=title,
+            hovertemplate=f"{title}<br>query: %{{y}}<br>key: %{{x}}<br>weight: %{{z:.3f}}<extra></extra>",
+        ))
+        x0 = i * (width + gap)
+        layout["xaxis" if i == 0 else f"xaxis{i + 1}"] = dict(
+            domain=[x0, x0 + width], anchor=ya, side="top", tickangle=-90, tickfont=tick_font, showgrid=False,
+            constrain="domain", **ticks)
+        layout["yaxis" if i == 0 else f"yaxis{i + 1}"] = dict(
+            domain=[0, 1], anchor=xa, autorange="reversed", tickfont=tick_font, showgrid=False,
+            scaleanchor=xa, constrain="domain", showticklabels=i == 0, **ticks)
+        layout["annotations"].append(dict(
+            text=f"<b>{title}</b>", x=x0 + width / 2, y=1, xref="paper", yref="paper", yanchor="bottom",
+            yshift=label_room, showarrow=False, font=dict(size=12, color="#777" if off[i] else "#222")))
+    return go.Figure(data=data, layout=layout, _validate=False)
 
 
 def diff_figure(diff: torch.Tensor, tokens: list[str], title: str, size: int = 320) -> go.Figure:

@@ -105,9 +105,9 @@ def load_or_explain(name: str) -> Model | None:
         with st.spinner(f"Loading {name}..."):
             return get_model(name)
     except ModelLoadError as err:
-        st.error(str(err))
+        st.error(_md_safe(str(err)))  # the id may come from a link: show it as text, never as Markdown
     except Exception as err:  # an unexpected library error must not take the page down
-        st.error(f"Could not load '{name}': {type(err).__name__}: {str(err)[:300]}")
+        st.error(_md_safe(f"Could not load '{name}': {type(err).__name__}: {str(err)[:300]}"))
     return None
 
 
@@ -167,8 +167,17 @@ def token_strip(run: AttentionRun, model: Model) -> None:
     st.caption(" · ".join(notes))
 
 
-def _visible(token: str) -> str:
-    return plotting.visible_text(token) or "∅"
+def _visible(token: str, limit: int = 40) -> str:
+    text = plotting.visible_text(token) or "∅"
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _md_safe(text: str) -> str:
+    """Escape what can make Markdown elements (links, images, code, maths, emphasis); keep words like A_B as typed.
+    Streamlit already shows raw HTML as text."""
+    for ch in "\\`*[]()<>$!|~#":
+        text = text.replace(ch, "\\" + ch)
+    return text
 
 
 def _md_escape(text: str) -> str:
@@ -208,26 +217,36 @@ def layer_grid(model: Model, model_name: str, run: AttentionRun, layer: int, n_c
     att = (run.attentions if att is None else att)[layer]  # (H, Q, K)
     zmax = 1.0 if scale == "shared 0–1" else None
     badges = _badges(run, model)
-    cols = st.columns(n_cols)
-    for head in range(model.n_heads):
-        with cols[head % n_cols]:
-            is_off = (layer, head) in heads_off
-            fig = plotting.head_figure(att[head], tokens, f"L{layer} H{head}", off=is_off, zmax=zmax)
-            st.plotly_chart(fig, width="stretch", key=f"hm|{layer}|{head}", config={"displaylogo": False})
-            key = _toggle_key(model_name, layer, head)
-            st.session_state[key] = not is_off
-            st.toggle(f"L{layer} H{head}", key=key, on_change=_on_toggle, args=(model_name, layer, head),
-                      help="On: the head contributes. Off: its output is zeroed before the output projection.")
-            if badges is not None:
-                scores, baselines = badges
-                top = analysis.top_badges(scores, baselines, layer, head, n=1)
-                if top:
-                    name, value = top[0]
-                    st.caption(f"measured: {value:.0%} → {SHORT_TARGET.get(name, name)}",
-                               help=analysis.describe_score(name, value) + " A measurement, not a role.")
-                else:
-                    st.caption("measured: no location stands out", help="No score is 10 points above what "
-                               "uniform attention would give on this input.")
+    for start in range(0, model.n_heads, n_cols):
+        heads = list(range(start, min(start + n_cols, model.n_heads)))
+        fig = plotting.heads_row_figure(
+            att[heads[0]:heads[-1] + 1], tokens, [f"L{layer} H{h}" for h in heads],
+            [(layer, h) in heads_off for h in heads], zmax=zmax, columns=n_cols,
+            height=int(1100 / n_cols),
+        )
+        st.plotly_chart(fig, width="stretch", key=f"row|{layer}|{start}", config={"displaylogo": False})
+        cols = st.columns(n_cols)
+        for head in heads:
+            with cols[head - start]:
+                _head_switch(model_name, layer, head, badges)
+
+
+def _head_switch(model_name: str, layer: int, head: int, badges) -> None:
+    key = _toggle_key(model_name, layer, head)
+    st.session_state[key] = (layer, head) not in off_set(model_name)
+    st.toggle(f"L{layer} H{head}", key=key, on_change=_on_toggle, args=(model_name, layer, head),
+              help="On: the head contributes. Off: its output is zeroed before the output projection.")
+    if badges is None:
+        return
+    scores, baselines = badges
+    top = analysis.top_badges(scores, baselines, layer, head, n=1)
+    if top:
+        name, value = top[0]
+        st.caption(f"measured: {value:.0%} → {SHORT_TARGET.get(name, name)}",
+                   help=analysis.describe_score(name, value) + " A measurement, not a role.")
+    else:
+        st.caption("measured: no location stands out", help="No score is 10 points above what "
+                   "uniform attention would give on this input.")
 
 
 SHORT_TARGET = {"previous": "previous token", "next": "next token", "self": "itself", "first": "first token",
@@ -329,7 +348,7 @@ def effect_panel(model: Model, base: AttentionRun, ablated: AttentionRun) -> Non
     c1.metric("Cosine similarity of sentence embedding (before vs after)", f"{cos:.5f}",
               delta=f"{cos - 1:.5f}", delta_color="inverse" if cos < 1 else "off")
     c2.metric("Largest per-token change of final hidden state", f"{float(change.max()):.2%}")
-    with st.expander("Change of each token's final hidden state", expanded=base.logits is None):
+    with st.expander("Change of each token's final hidden state", expanded=False):
         st.plotly_chart(plotting.token_change_figure(base.tokens, change,
                                                      "Relative change of each token's final hidden state"),
                         width="stretch", key="tok_change_fig")

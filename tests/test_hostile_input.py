@@ -252,8 +252,6 @@ def test_injection_text_is_escaped_in_the_page(page, text):
     assert len(page.toggle) == 12, "the layer grid is still drawn"
 
 
-@pytest.mark.xfail(strict=True, reason="ui.load_or_explain passes the model id (typed, or from a link) into "
-                   "st.error unescaped, so Markdown in it renders: an image from any server, links, maths")
 def test_model_id_in_load_error_is_shown_as_text():
     at = AppTest.from_file(APP, default_timeout=180)
     at.query_params["model"] = "![x](http://127.0.0.1:9/x.png)"

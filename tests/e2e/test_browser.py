@@ -49,8 +49,10 @@ _LABELS_OF_FIRST_HEATMAP = """() => {
   const trace = plot && plot.data && plot.data.find(t => t.type === 'heatmap');
   return trace ? Array.from(trace.x, x => String(x).replace(/\u200b/g, '')) : [];
 }"""
+# A layer is drawn as one figure per row of heads; each head's title is an annotation above its subplot.
 _TITLES = """() => [...document.querySelectorAll('.js-plotly-plot')]
-  .filter(p => p.querySelector('.heatmaplayer')).map(p => p.querySelector('.gtitle')?.textContent ?? '')"""
+  .filter(p => p.querySelector('.heatmaplayer'))
+  .flatMap(p => [...p.querySelectorAll('.annotation-text')].map(t => t.textContent))"""
 
 
 def _page_problems(page) -> str:
@@ -172,7 +174,7 @@ def test_toggle_head_off_shows_effect(browser, streamlit_url, page, artifacts):
         page,
         """(label) => [...document.querySelectorAll('[data-testid="stMetricLabel"]')]
              .some(e => e.innerText.includes(label))
-           && [...document.querySelectorAll('.js-plotly-plot .gtitle')].some(t => t.textContent === 'L0 H0 (off)')""",
+           && [...document.querySelectorAll('.js-plotly-plot .annotation-text')].some(t => t.textContent === 'L0 H0 (off)')""",
         "the effect panel's cosine metric and the title 'L0 H0 (off)'",
         arg=COSINE_LABEL,
     )
