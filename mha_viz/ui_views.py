@@ -253,11 +253,14 @@ def similarity(model: Model, att: torch.Tensor, cache_key: tuple) -> None:
     b = c2.selectbox("and", names, index=min(1, len(names) - 1), key="sim_b")
     ia, ib = names.index(a), names.index(b)
     st.caption(f"Mean JS divergence between {a} and {b}: {ordered[ia, ib]:.3f} bits.")
-    if st.button("Compare these two", key="sim_cmp"):
-        st.session_state["compare_pick"] = [a, b]
-        st.session_state["compare"] = [a, b]
-        st.session_state["view"] = "Compare"
-        st.rerun()
+    st.button("Compare these two", key="sim_cmp", on_click=_go_compare, args=(a, b))
+
+
+def _go_compare(a: str, b: str) -> None:
+    # A callback: it runs before the page is drawn, so it may set the View radio's own state.
+    st.session_state["compare_pick"] = [a, b]
+    st.session_state["compare"] = [a, b]
+    st.session_state["view"] = "Compare"
 
 
 def scores_table(model: Model, run: AttentionRun) -> None:

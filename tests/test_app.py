@@ -188,3 +188,15 @@ def test_trained_vs_untrained_twins_side_by_side():
     assert not at.exception, at.exception
     assert not at.warning
     assert len([c for c in at.get("plotly_chart")]) >= 2 * 4
+
+
+def test_similarity_pick_opens_compare_with_those_heads():
+    at = _app()
+    at.radio(key="view").set_value("Similarity & scores").run()
+    a = at.selectbox(key="sim_a").value
+    at.selectbox(key="sim_b").set_value("L5 H11" if a != "L5 H11" else "L0 H0").run()
+    b = at.selectbox(key="sim_b").value
+    at.button(key="sim_cmp").click().run()
+    assert not at.exception, at.exception
+    assert at.radio(key="view").value == "Compare"
+    assert at.multiselect(key="compare_pick").value == [a, b]
