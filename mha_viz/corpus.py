@@ -289,7 +289,8 @@ def training_text(rng: random.Random, max_len: int) -> Example:
             words, terms = list_sentence(rng, people, phrase, again=said)
             item, said = dict(terms=terms), True
         elif r < 0.85:
-            words, info = agreement_sentence(rng, "random")
+            # Some without a prepositional phrase, so "the keys are" (as a user may type it) is in distribution.
+            words, info = agreement_sentence(rng, "none" if rng.random() < 0.2 else "random")
             item = dict(agreement=info)
         else:
             words, item = nearby_sentence(rng), {}

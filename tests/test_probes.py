@@ -102,18 +102,24 @@ def test_trained_predicts_agreement_far_above_chance(trained, untrained):
 
 
 def test_ablating_subject_heads_hurts_agreement_more_than_other_heads(trained, scores):
+    # Measured on the committed weights: the top subject heads back each other up. Ablating the top 1 or 2 leaves
+    # accuracy at 0.99-1.0 (the logit margin drops from ~10.4 to ~7.0 and ~6.3), ablating the top 3 drops it to
+    # chance (~0.52, margin ~0). So the check uses k = 3, against the 3 lowest-scoring heads and against five
+    # random sets of 3 among the other 9 heads (which keep 0.95-1.0).
     ranked = scores["trained"]["agreement"].ranked()
-    k = 2
+    k = 3
     top, bottom = ranked[:k], ranked[-k:]
-    others = random.Random(0).sample(ranked[k:], k)
     base = agreement_accuracy(trained, AGREEMENT)
     acc_top = agreement_accuracy(trained, AGREEMENT, ablate=top)
     acc_bottom = agreement_accuracy(trained, AGREEMENT, ablate=bottom)
-    acc_random = agreement_accuracy(trained, AGREEMENT, ablate=others)
+    acc_random = [
+        agreement_accuracy(trained, AGREEMENT, ablate=random.Random(seed).sample(ranked[k:], k)) for seed in range(5)
+    ]
     print(f"agreement: none ablated {base:.3f}; top-{k} subject heads {top} {acc_top:.3f}; "
-          f"lowest-{k} {bottom} {acc_bottom:.3f}; random other {others} {acc_random:.3f}")
-    assert base - acc_top > 0.2
-    assert acc_top < acc_bottom - 0.2 and acc_top < acc_random - 0.1
+          f"lowest-{k} {bottom} {acc_bottom:.3f}; 5 random sets of {k} other heads {acc_random}")
+    assert base - acc_top > 0.3
+    assert acc_top < acc_bottom - 0.3
+    assert acc_top < min(acc_random) - 0.3
 
 
 def test_scores_on_hand_made_patterns():
