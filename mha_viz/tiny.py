@@ -70,6 +70,24 @@ class TinyModel(Model):
             special=(0,),  # only <bos>: the tokenizer adds nothing else
         )
 
+    def norm_inputs(self, text: str, ablate=()) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-head value vectors and output-projection slices for the norm view (Kobayashi et al. 2020):
+        (values (L, H, K, dh), w_o (L, H, dh, D)). The blocks are stepped through here, not hooked, so nothing
+        is registered on the shared model."""
+        _, ids, _ = self.encode(text)
+        keep = head_keep_mask(frozenset(ablate), self.n_layers, self.n_heads)[None]  # (1, L, H)
+        H, dh, D = self.n_heads, self.config.d_model // self.n_heads, self.config.d_model
+        values, w_o = [], []
+        with torch.no_grad():
+            T = len(ids)
+            x = self.lm.tok(torch.tensor([ids])) + self.lm.pos(torch.arange(T))  # (1, T, D)
+            for layer, block in enumerate(self.lm.blocks):
+                v = block.attn.qkv(block.ln1(x)).split(D, dim=-1)[2]  # (1, T, D)
+                values.append(v[0].view(T, H, dh).transpose(0, 1))  # (H, K, dh)
+                w_o.append(block.attn.out.weight.T.reshape(H, dh, D))  # (H, dh, D)
+                x, _ = block(x, keep[:, layer])  # (1, T, D)
+        return torch.stack(values).float(), torch.stack(w_o).float()  # (L, H, K, dh), (L, H, dh, D)
+
     def run_batch_keep(self, text: str, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One forward over a batch of head masks `keep` (B, L, H) on the same text: (output (B,T,D), logits (B,T,V))."""
         if not isinstance(text, str) or not text.strip():

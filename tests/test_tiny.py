@@ -100,3 +100,23 @@ def test_missing_weights_say_how_to_fix(tmp_path):
     from mha_viz.contract import ModelLoadError
     with pytest.raises(ModelLoadError, match="python -m mha_viz.train"):
         load_tiny(folder=tmp_path)
+
+
+def test_norm_inputs_rebuild_the_attention_output():
+    """sum over heads and keys of alpha_ij v_j W_O^h equals the layer's output projection before its bias."""
+    from mha_viz.tiny import load_tiny
+
+    model = load_tiny()
+    text = "the keys to the cabinet are on the table ."
+    values, w_o = model.norm_inputs(text, {(0, 1)})  # (L, H, K, dh), (L, H, dh, D)
+    run = model.run(text, {(0, 1)})
+    layer = 1
+    rebuilt = torch.einsum("hqk,hkd,hde->qe", run.attentions[layer], values[layer], w_o[layer])  # (Q, D)
+    block = model.lm.blocks[layer]
+    captured = {}
+    handle = block.attn.out.register_forward_hook(lambda m, args, out: captured.setdefault("out", out))
+    with torch.no_grad():
+        model.lm(torch.tensor([run.token_ids]), torch.ones(model.n_layers, model.n_heads).index_put_(
+            (torch.tensor([0]), torch.tensor([1])), torch.tensor(0.0)))
+    handle.remove()
+    assert torch.allclose(rebuilt, captured["out"][0] - block.attn.out.bias, atol=1e-5)
