@@ -113,7 +113,12 @@ def test_threads_see_only_their_own_ablation(minilm):
     for t in threads:
         t.join(timeout=120)
     for i in range(8):
-        assert torch.equal(got[i], expected[i]), f"thread {i} saw another thread's ablation"
+        # Not bit-equality: a matmul may take another kernel path for differently aligned buffers in another thread.
+        # Each thread's result must match its own ablation and be far from every other thread's.
+        assert torch.allclose(got[i], expected[i], atol=1e-5), f"thread {i} differs from its single-thread run"
+        for j in range(8):
+            if sets[j] != sets[i]:
+                assert (got[i] - expected[j]).abs().max() > 1e-3, f"thread {i} saw thread {j}'s ablation"
 
 
 def test_bad_input_is_explained(minilm):

@@ -30,8 +30,11 @@ def test_labels_are_text_not_html():
 def test_off_heads_are_grey_and_titled():
     fig = plotting.head_figure(_pattern(3), ["a", "b", "c"], "L1 H2", off=True)
     assert fig.layout.title.text.endswith("(off)")
-    assert fig.data[0].colorscale == plotting.OFF_SCALE
-    assert plotting.head_figure(_pattern(3), ["a", "b", "c"], "x").data[0].colorscale == plotting.ATTN_SCALE
+    def scale(f):
+        return [list(stop) for stop in f.data[0].colorscale]
+
+    assert scale(fig) == plotting.OFF_SCALE
+    assert scale(plotting.head_figure(_pattern(3), ["a", "b", "c"], "x")) == plotting.ATTN_SCALE
 
 
 def test_fast_figures_serialise_like_validated_ones():

@@ -26,7 +26,7 @@ _IDLE = """() => {
 }"""
 _HEADS_OFF = """() => [...document.querySelectorAll('[data-testid="stMarkdownContainer"]')]
   .map(e => e.innerText).filter(t => t.startsWith('Heads off')).join(' | ')"""
-_OFF_TITLES = """() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]
+_OFF_TITLES = """() => [...document.querySelectorAll('.js-plotly-plot .annotation-text')]
   .map(t => t.textContent).filter(t => t.endsWith('(off)'))"""
 
 
@@ -83,7 +83,7 @@ def test_eight_sessions_each_see_their_own_heads(browser, streamlit_url, artifac
             _wait(page, """(want) => {
                     const off = [...document.querySelectorAll('[data-testid="stMarkdownContainer"]')]
                       .map(e => e.innerText).filter(t => t.startsWith('Heads off'));
-                    const titles = [...document.querySelectorAll('.js-plotly-plot .gtitle')].map(t => t.textContent);
+                    const titles = [...document.querySelectorAll('.js-plotly-plot .annotation-text')].map(t => t.textContent);
                     return off.length === 1 && off[0].includes(want) && titles.includes(want + ' (off)');
                   }""", f"session {i}: 'Heads off: L0 H{i}'", arg=f"L0 H{i}")
             _wait(page, _IDLE, f"session {i}: the toggle's rerun to finish")
