@@ -81,6 +81,8 @@ def heads_and_views(model, name: str, text: str, layer: int, n_cols: int, scale:
         ui_views.effects(model, name, text, base, run)
     elif view == "Similarity & scores":
         ui_views.similarity(model, att, (name, text, heads_off, hide_special, merge))
+        if name.startswith("tiny"):
+            ui_views.ground_truth_panel(run)
         ui_views.scores_table(model, run)
         ui_views.scores_across(model, name, [t for _, t, _ in ui.examples_for(name)] + [text])
     elif view == "Rollout & norms":

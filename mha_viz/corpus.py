@@ -385,3 +385,49 @@ def example_sentences() -> list[ExampleSentence]:
         ExampleSentence("agreement", "The verb agrees with 'teachers', not with 'child'",
                         "the teachers with the little child were quiet ."),
     ]
+
+
+_SINGULAR_NOUNS = {s for s, _ in NOUNS}
+_PLURAL_NOUNS = {p for _, p in NOUNS}
+_VERB_FORMS = {form for pair in VERBS for form in pair}
+_REPEATABLE = set(FIRST_NAMES) | set(LAST_NAMES) | _SINGULAR_NOUNS | _PLURAL_NOUNS | set(ADJECTIVES) | set(PLACES)
+
+
+@dataclass(frozen=True)
+class GroundTruth:
+    """What the generator's grammar says about a typed text. Positions index the model's tokens (<bos> = 0)."""
+
+    subjects: tuple[tuple[int, int], ...]  # (subject_pos, verb_pos) of each agreement clause found
+    repeats: tuple[tuple[int, int], ...]  # (first, second) mentions of a repeated name or content word
+
+
+def ground_truth(tokens: list[str] | tuple[str, ...]) -> GroundTruth:
+    """Read the relations the corpus builds in off a tokenized text (with <bos> first), using its vocabulary:
+
+    - agreement: a clause "the [adj] NOUN ... VERB" where VERB is one of the agreeing verb forms; the subject is
+      the first noun of the clause (the attractor inside a prepositional phrase comes after it);
+    - repeats: a name or content word that occurred earlier in the text (its first mention and this one).
+    Works on any text, so a typed sentence in the generator's style gets its ground truth too.
+    """
+    subjects, repeats = [], []
+    clause_start = 1
+    subject = None
+    seen: dict[str, int] = {}
+    for i, tok in enumerate(tokens):
+        if i == 0:
+            continue
+        if tok in (".", ",", ":", "and", "then", "later"):
+            clause_start, subject = i + 1, None
+            continue
+        if subject is None and i >= clause_start and (tok in _SINGULAR_NOUNS or tok in _PLURAL_NOUNS) \
+                and "the" in tokens[clause_start:i]:
+            subject = i
+        elif tok in _VERB_FORMS and subject is not None:
+            subjects.append((subject, i))
+            subject = None
+        if tok in _REPEATABLE:
+            if tok in seen and i - seen[tok] > 1:
+                repeats.append((seen[tok], i))
+            else:
+                seen.setdefault(tok, i)
+    return GroundTruth(tuple(subjects), tuple(repeats))

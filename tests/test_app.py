@@ -200,3 +200,15 @@ def test_similarity_pick_opens_compare_with_those_heads():
     assert not at.exception, at.exception
     assert at.radio(key="view").value == "Compare"
     assert at.multiselect(key="compare_pick").value == [a, b]
+
+
+def test_tiny_scores_show_ground_truth_beside_the_measure():
+    at = _app("tiny")
+    agreement = [b for b in at.button if b.label.startswith("agreement")][0]
+    agreement.click().run()
+    at.radio(key="view").set_value("Similarity & scores").run()
+    assert not at.exception, at.exception
+    tables = [t for t in at.table]
+    assert tables, "a ground-truth table"
+    text = " ".join(str(t.value) for t in tables)
+    assert "subject" in text and "uniform attention" in text

@@ -121,3 +121,14 @@ def test_example_sentences_cover_each_relation_and_are_known_words():
     assert {s.relation for s in sentences} == {"nearby", "repeat", "agreement"}
     for s in sentences:
         assert all(w in v for w in tokenize(s.text)), s.text
+
+
+def test_ground_truth_reads_back_what_the_generator_wrote():
+    from mha_viz.corpus import agreement_examples, ground_truth, repeat_examples
+
+    for example in agreement_examples(100, seed=11):
+        assert (example.subject_pos, example.verb_pos) in ground_truth(list(example.tokens)).subjects
+    for example in repeat_examples(50, seed=11):
+        assert set(example.repeats) <= set(ground_truth(list(example.tokens)).repeats)
+    assert ground_truth(["<bos>", "the", "keys", "to", "the", "cabinet", "are", "on", "the", "table", "."]).subjects \
+        == ((2, 6),)
