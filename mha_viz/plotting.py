@@ -24,6 +24,7 @@ ATTN_SCALE = _scale(["#f7fbff", "#deebf7", "#c6dbef", "#9ecae1", "#6baed6", "#42
 OFF_SCALE = _scale(["#ffffff", "#f0f0f0", "#d9d9d9", "#bdbdbd", "#969696", "#737373", "#525252", "#252525"])
 DIFF_SCALE = [[0.0, "#2166ac"], [0.5, "#f7f7f7"], [1.0, "#b2182b"]]  # blue = less, red = more attention
 # What plotly.py writes for template="none"; spelled out because the fast path skips plotly's own conversion.
+MAX_TILE = 96  # overview tiles larger than this many tokens are max-pooled down to it
 # uint8 codes of tiled_figure: 0 gap (white), 1-127 ablated head (grey), 128-255 active head (blue).
 TILE_SCALE = [
     [0.0, "#ffffff"], [0.002, "#ffffff"], [1 / 255, "#ececec"], [127 / 255, "#2b2b2b"],
@@ -200,9 +201,13 @@ def tiled_figure(
     on 0..1. Ablated heads are drawn in grey.
     A transparent scatter point at each tile's centre carries (row, col) as customdata for click selection.
     """
+    if grid.ndim != 4:
+        raise ValueError(f"tiled_figure wants (rows, cols, query, key); got shape {tuple(grid.shape)}")
+    if max(grid.shape[-2:]) > MAX_TILE:
+        # A 512-token text would make a 20-megapixel overview; max-pooling keeps every strong weight visible.
+        grid = torch.nn.functional.adaptive_max_pool2d(torch.as_tensor(grid).float().flatten(0, 1), MAX_TILE)  # (R*C, Q', K')
+        grid = grid.view(len(row_names), len(col_names), MAX_TILE, MAX_TILE)  # (R, C, Q', K')
     g = _as_np(grid)  # (R, C, Q, K)
-    if g.ndim != 4:
-        raise ValueError(f"tiled_figure wants (rows, cols, query, key); got shape {g.shape}")
     rows, cols, nq, nk = g.shape
     if zscale == "head":
         peak = np.nanmax(g.reshape(rows, cols, -1), axis=2)[:, :, None, None]  # (R, C, 1, 1)

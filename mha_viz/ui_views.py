@@ -62,6 +62,9 @@ def overview(model: Model, model_name: str, tokens: list[str], att: torch.Tensor
     st.caption(f"All {model.n_layers * model.n_heads} heads: rows are layers, columns heads. Each tile is scaled "
                "to its own maximum so faint patterns stay visible; grey tiles are switched off. "
                "Click a tile to focus it.")
+    if len(tokens) > plotting.MAX_TILE:
+        st.caption(f"With {len(tokens)} tokens each tile is shrunk to {plotting.MAX_TILE} x {plotting.MAX_TILE} cells "
+                   "(each cell shows the largest weight it covers); the focused head below is full size.")
     focus = st.session_state.get("focus")
     fig = plotting.tiled_figure(
         att, [f"L{i}" for i in range(model.n_layers)], [f"H{h}" for h in range(model.n_heads)],

@@ -61,3 +61,12 @@ def test_tiled_figure_places_every_head_once():
     assert heat.z.dtype.name == "uint8"
     assert (heat.z[6:11, 12:17] < 128).all() and (heat.z[6:11, 12:17] >= 1).all()
     assert (heat.z[0:5, 0:5] >= 128).all() and (heat.z[5, :] == 0).all()
+
+
+def test_long_texts_are_pooled_in_the_overview_keeping_strong_weights():
+    grid = torch.zeros(2, 2, 300, 300)  # (R, C, Q, K)
+    grid[1, 0, 250, 17] = 1.0  # one sharp weight must survive the shrinking
+    fig = plotting.tiled_figure(grid, ["L0", "L1"], ["H0", "H1"])
+    tile = plotting.MAX_TILE
+    assert fig.data[0].z.shape == (2 * (tile + 1) - 1, 2 * (tile + 1) - 1)
+    assert fig.data[0].z[tile + 1:, :tile].max() == 255  # the strongest weight is still drawn at full colour
