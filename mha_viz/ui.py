@@ -163,7 +163,7 @@ def token_strip(run: AttentionRun, model: Model) -> None:
     if unknown:
         words = ", ".join(sorted({_visible(run.tokens[i]) for i in unknown}))
         notes.append(f"{len(unknown)} position(s) map to the unknown token (highlighted; the model does not know: "
-                     f"{_md_escape(words)[:200]})")
+                     f"{_md_safe(words[:200])})")
     st.caption(" · ".join(notes))
 
 
@@ -178,14 +178,6 @@ def _md_safe(text: str) -> str:
     for ch in "\\`*[]()<>$!|~#":
         text = text.replace(ch, "\\" + ch)
     return text
-
-
-def _md_escape(text: str) -> str:
-    """Text shown through st.markdown must stay text: escape markdown and HTML punctuation."""
-    out = html.escape(text, quote=False)
-    for ch in "\\`*_{}[]()#+-.!|$~<>":
-        out = out.replace(ch, "\\" + ch)
-    return out
 
 
 # -- notes ---------------------------------------------------------------------------------------------------

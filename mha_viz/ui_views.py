@@ -12,7 +12,7 @@ import torch
 from . import analysis, plotting
 from .contract import AttentionRun, Head, Model
 from .experiments import effect_measure, head_importance
-from .ui import _md_escape, _top, get_model, get_run, off_set
+from .ui import _md_safe, _top, get_model, get_run, off_set
 
 MAX_COMPARE = 4
 
@@ -171,7 +171,7 @@ def effects(model: Model, model_name: str, text: str, base: AttentionRun, run: A
         c1, c2 = st.columns([1, 2])
         with c1:
             st.metric("KL(all on ‖ heads off)", f"{kl:.4f} nats")
-            rows = [{"rank": i + 1, "before": f"{_md_escape(w)} ({p:.1%})", "after": f"{_md_escape(a)} ({q:.1%})"}
+            rows = [{"rank": i + 1, "before": f"{_md_safe(w)} ({p:.1%})", "after": f"{_md_safe(a)} ({q:.1%})"}
                     for i, ((w, p), (a, q)) in enumerate(zip(before, after))]
             st.table(rows)
         with c2:
@@ -443,8 +443,8 @@ def ground_truth_panel(run: AttentionRun) -> None:
     if truth.subjects:
         measures.append(probes.subject_score(run.attentions, list(truth.subjects)[-1]))
         subject, verb = truth.subjects[-1]
-        described.append(f"from '{run.tokens[verb - 1]}' (where '{run.tokens[verb]}' is predicted) "
-                         f"to its subject '{run.tokens[subject]}'")
+        described.append(_md_safe(f"from '{run.tokens[verb - 1]}' (where '{run.tokens[verb]}' is predicted) "
+                                  f"to its subject '{run.tokens[subject]}'"))
     if truth.repeats:
         measures.append(probes.induction_score(run.attentions, list(truth.repeats)))
         described.append("from a repeated word to the word that followed its first mention")
