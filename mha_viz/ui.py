@@ -13,7 +13,7 @@ import streamlit as st
 import torch
 
 from . import analysis, plotting
-from .contract import AttentionRun, InputError, Model, ModelLoadError
+from .contract import AttentionRun, Model, ModelLoadError
 from .models import BUILTIN, load_model
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"

@@ -136,9 +136,7 @@ def compare(model: Model, model_name: str, run: AttentionRun, tokens: list[str],
         except Exception as err:
             st.warning(str(err))
             return
-        from .ui_views import display as _display
-
-        other_tokens, other_att = _display(other, hide_special, merge)
+        other_tokens, other_att = display(other, hide_special, merge)
         cols = st.columns(len(heads))
         for col, (layer, head) in zip(cols, heads):
             with col:
@@ -266,7 +264,7 @@ def _go_compare(a: str, b: str) -> None:
     st.session_state["view"] = "Compare"
 
 
-def scores_table(model: Model, run: AttentionRun) -> None:
+def scores_table(model: Model, run: AttentionRun) -> dict[str, torch.Tensor]:
     causal = model.info.kind == "causal-lm"
     special = analysis.special_mask(run.tokens, run.special)
     ids = torch.tensor(run.token_ids) if run.token_ids else None

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from mha_viz.model import TinyConfig, TinyLM, build_model
+from mha_viz.model import TinyConfig, build_model
 
 CFG = TinyConfig(vocab_size=50, n_layers=2, n_heads=4, d_model=32, max_len=16, d_mlp=64, seed=3)
 

@@ -1,5 +1,4 @@
 """Training is reproducible bit for bit, and the committed weights are small and load."""
-from pathlib import Path
 
 from safetensors.torch import load_file
 
