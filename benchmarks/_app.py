@@ -29,12 +29,19 @@ IDLE = """() => {
     .some(el => el.offsetParent !== null || el.getClientRects().length > 0);
   return !running && document.querySelectorAll('[data-stale="true"]').length === 0;
 }"""
+# Since 40103c9 a layer is drawn as one plotly figure per ROW of heads (`plotting.heads_row_figure`); each head's
+# title is an annotation above its subplot (`.annotation-text`), not a figure title (`.gtitle`). A plot that draws
+# heatmaps contributes its annotation titles if it has any (row figures), else its figure title (the All-layers
+# view's focused head_figure). One title per drawn head in the layer view.
 TITLES = """() => [...document.querySelectorAll('.js-plotly-plot')]
-  .filter(p => p.querySelector('.heatmaplayer image')).map(p => p.querySelector('.gtitle')?.textContent ?? '')"""
-# Every drawn heatmap's x categories, joined: a new sentence is drawn when its marker word is in all of them.
+  .filter(p => p.querySelector('.heatmaplayer image'))
+  .flatMap(p => { const a = [...p.querySelectorAll('.annotation-text')].map(t => t.textContent);
+                  return a.length ? a : [p.querySelector('.gtitle')?.textContent ?? '']; })"""
+# Every drawn heatmap TRACE's x categories, joined (a row figure holds several heatmap traces): a new sentence is
+# drawn when its marker word is in all of them.
 ALL_LABELS = """() => [...document.querySelectorAll('.js-plotly-plot')]
   .filter(p => p.querySelector('.heatmaplayer image'))
-  .map(p => { const t = (p.data || []).find(t => t.type === 'heatmap'); return t && t.x ? Array.from(t.x).join(' ') : ''; })"""
+  .flatMap(p => (p.data || []).filter(t => t.type === 'heatmap').map(t => t.x ? Array.from(t.x).join(' ') : ''))"""
 # The all-layers view: one heatmap plot that also carries the transparent click scatter.
 TILED_DRAWN = """() => [...document.querySelectorAll('.js-plotly-plot')]
   .some(p => p.querySelector('.heatmaplayer image') && p.querySelector('.scatterlayer .trace'))"""
@@ -58,13 +65,13 @@ def healthy(url: str) -> bool:
 class Server:
     """`streamlit run app.py` on 127.0.0.1; stopped by its own PID."""
 
-    def __init__(self, log_name: str = "streamlit.log"):
+    def __init__(self, log_name: str = "streamlit.log", extra_env: dict | None = None):
         OUT.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(OUT / log_name, "w")
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-               "PYTHONUNBUFFERED": "1"}
+               "PYTHONUNBUFFERED": "1", **(extra_env or {})}
         self.t_spawn = time.monotonic()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(self.port),
@@ -123,6 +130,8 @@ class Page:
         self.page = self.context.new_page()
         self.page.set_default_timeout(STEP_TIMEOUT_MS)
         self.ws_bytes = 0
+        self.t_last_frame = 0.0  # monotonic time the last websocket frame arrived
+        self.last_server = float("nan")  # of the last timed step: action -> last websocket frame, seconds
         self.errors: list[str] = []
         self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
         self.page.on("websocket", self._on_ws)
@@ -130,6 +139,7 @@ class Page:
     def _on_ws(self, ws) -> None:
         def count(payload):
             self.ws_bytes += len(payload)
+            self.t_last_frame = time.monotonic()
 
         ws.on("framereceived", count)
 
@@ -151,6 +161,9 @@ class Page:
         self.wait_idle()
         self.wait(js, arg)  # still true after the rerun finished (not an old frame's content)
         self.settle()
+        # Server part of the step: until the last frame the server sent for it (the script's "finished" message
+        # comes last); the rest, until drawn and idle, is the browser (Streamlit's frontend and plotly.js).
+        self.last_server = self.t_last_frame - t0 if self.t_last_frame > t0 else float("nan")
         return time.monotonic() - t0, self.ws_bytes - b0
 
     def close(self) -> None:
@@ -183,8 +196,9 @@ def click_view(page, view: str) -> None:
 
 
 def drawn_with(word: str, n: int) -> tuple[str, list]:
-    """JS + arg: at least n heatmaps drawn, and every one shows `word` among its labels."""
-    js = f"""([w, n]) => {{ const l = ({ALL_LABELS})(); return l.length >= n && l.every(s => s.includes(w)); }}"""
+    """JS + arg: at least n heatmap images drawn (one per head), and every heatmap trace shows `word` in its labels."""
+    js = f"""([w, n]) => {{ const l = ({ALL_LABELS})();
+        return ({HEATMAPS})() >= n && l.length >= n && l.every(s => s.includes(w)); }}"""
     return js, [word, n]
 
 

@@ -7,7 +7,10 @@ Steps, each timed from the user's action until the expected content is drawn and
   (c) switch one head off -> the head's title says "(off)" and the effect panel shows; (c') switch it back on;
   (d) switch layer in the sidebar -> all heads of the new layer drawn;
   (e) "All layers" view drawn from the layer view; (e') a new sentence typed while in the All-layers view.
-Median of --reps (>= 5) for each; MB is what the websocket delivered during the step.
+Median of --reps (>= 5) for each; MB is what the websocket delivered during the step; "server s" is the time
+from the action to the last websocket frame of the step (the script's rerun and the wire), so the rest of the
+step, "browser s", is Streamlit's frontend and plotly.js drawing.
+--pyspy N samples the (warm) server with py-spy for N seconds at 25 Hz into out/pyspy-browser.txt (raw stacks).
 
     python benchmarks/bench_browser.py [--reps 5] [--cold 5] [--models minilm,smollm2]
 """
@@ -58,7 +61,7 @@ def all_layers_with(word: str) -> tuple[str, list]:
 def exercise(pg: A.Page, name: str, reps: int, results: dict, markers: list[str]) -> None:
     """Steps (b)-(e) on an open page with `name` selected; appends (seconds, bytes) to results[(name, step)]."""
     n = N_HEADS[name]
-    add = lambda step, r: results.setdefault((name, step), []).append(r)
+    add = lambda step, r: results.setdefault((name, step), []).append((*r, pg.last_server))
     # warm: one uncached run outside the timings
     js, arg = A.drawn_with("pocket", n)
     pg.timed(lambda: A.type_sentence(pg.page, A.sentence("pocket")), js, arg)
@@ -93,8 +96,8 @@ def exercise(pg: A.Page, name: str, reps: int, results: dict, markers: list[str]
     pg.timed(lambda: A.click_view(pg.page, "Layer"), js, arg)
 
 
-def cold_start(browser, models: list[str], results: dict) -> None:
-    server = A.Server("streamlit-cold.log")
+def cold_start(browser, models: list[str], results: dict, extra_env: dict | None = None) -> None:
+    server = A.Server("streamlit-cold.log", extra_env)
     try:
         pg, goto = open_app(browser, server)
         results.setdefault(("minilm", "cold: process start -> drawn"), []).append(
@@ -112,12 +115,16 @@ def report(results: dict, title: str) -> str:
     for (name, step), values in results.items():
         secs = [v[0] for v in values]
         mb = [v[1] / 1e6 for v in values]
+        server = [v[2] for v in values if len(v) > 2 and v[2] == v[2]]
         target = TARGETS.get((name, step))
         med = median(secs)
-        rows.append([name, step, len(secs), f"{med:.2f}", f"{min(secs):.2f}", f"{max(secs):.2f}", f"{median(mb):.3f}",
+        srv = f"{median(server):.2f}" if server else ""
+        rows.append([name, step, len(secs), f"{med:.2f}", f"{min(secs):.2f}", f"{max(secs):.2f}", srv,
+                     f"{med - median(server):.2f}" if server else "", f"{median(mb):.3f}",
                      f"{target:.1f}" if target else "", f"{med / target:.2f}" if target else "",
                      ("met" if med <= target else "MISSED") if target else ""])
-    return title + "\n" + table(["model", "step", "n", "median s", "min s", "max s", "MB on websocket (median)",
+    return title + "\n" + table(["model", "step", "n", "median s", "min s", "max s", "server s (median)",
+                                 "browser s (median - server)", "MB on websocket (median)",
                                  "target s", "median / target", "verdict"], rows)
 
 
@@ -126,17 +133,32 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--cold", type=int, default=5)
     ap.add_argument("--models", default="minilm,smollm2")
+    ap.add_argument("--pyspy", type=int, default=0, help="py-spy the warm server for this many seconds")
+    ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra environment for the server, e.g. STREAMLIT_RUNNER_POST_SCRIPT_GC=false to try a "
+                         "Streamlit setting without editing the app")
     args = ap.parse_args()
     models = args.models.split(",")
-    print(f"# bench_browser | {machine()} | reps {args.reps} | cold starts {args.cold}", flush=True)
+    extra_env = dict(kv.split("=", 1) for kv in args.env)
+    print(f"# bench_browser | {machine()} | reps {args.reps} | cold starts {args.cold} | server env {extra_env}",
+          flush=True)
     results: dict = {}
     with A.chromium() as browser:
         for i in range(args.cold):
-            cold_start(browser, models, results)
+            cold_start(browser, models, results, extra_env)
             print(f"[browser] cold start {i + 1}/{args.cold} done (load avg {load_avg()})", flush=True)
-        server = A.Server()
+        server = A.Server(extra_env=extra_env)
+        spy = None
         try:
             pg, _ = open_app(browser, server)
+            if args.pyspy:
+                import subprocess
+
+                from _common import OUT
+                spy = subprocess.Popen(["py-spy", "record", "--pid", str(server.proc.pid), "--rate", "25",
+                                        "--duration", str(args.pyspy), "--format", "raw", "--nonblocking",
+                                        "-o", str(OUT / "pyspy-browser.txt")],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             for name in models:
                 pick_model(pg, name)
                 exercise(pg, name, args.reps, results, list(A.MARKERS))
@@ -144,6 +166,8 @@ def main() -> None:
             pg.close()
             print(f"[browser] server peak RSS {server.peak_rss() / 1e9:.2f} GB")
         finally:
+            if spy is not None and spy.poll() is None:
+                spy.wait(timeout=args.pyspy + 30)
             server.stop()
     print()
     print(report(results, f"load avg at end: {load_avg()}"))

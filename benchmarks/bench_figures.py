@@ -4,8 +4,11 @@ Shapes: 72 heads (MiniLM, 6 x 12) and 270 heads (SmolLM2, 30 x 9), at 16, 64 and
 softmax patterns (the payload of float32 arrays does not depend on the values).
 
 Per update the app sends, for
-  - the Layer view: one `plotting.head_figure` per head of the layer (12 or 9 figures);
-  - the All-layers view: one `plotting.tiled_figure` of all heads plus the focused head's `head_figure`.
+  - the Layer view: one `plotting.heads_row_figure` per ROW of heads, as `ui.layer_grid` builds them since 40103c9
+    (default 4 heatmaps per row: 12 heads -> 3 figures, 9 heads -> 3 figures; height 1100 / 4, one head off);
+    at 0b134a5 it was one validated `head_figure` per head (12 or 9 figures);
+  - the All-layers view: one `plotting.tiled_figure` of all heads (uint8 canvas since 9ebe066) plus the focused
+    head's `head_figure`.
 Streamlit serialises each chart with `plotly.io.to_json(figure, validate=False)` (streamlit/elements/plotly_chart.py)
 after `plotly.tools.return_figure_from_figure_or_data(fig, validate_figure=True)`, then hashes the spec for the
 element id; "serialise ms" is those steps, "bytes" the length of the JSON spec that goes into the protobuf.
@@ -23,7 +26,6 @@ import time
 
 from _common import WORDS, machine, median, table, verdict
 
-import json
 
 import numpy as np
 import plotly.graph_objects as go
@@ -59,8 +61,18 @@ def serialise(fig) -> tuple[int, float]:
     return len(spec.encode()), time.perf_counter() - t
 
 
-def layer_update(att, tokens, layer):
-    figs = [plotting.head_figure(att[layer, h], tokens, f"L{layer} H{h}", off=(h == 1)) for h in range(att.shape[1])]
+N_COLS = 4  # the app's default "Heatmaps per row"
+
+
+def layer_update(att, tokens, layer, n_cols: int = N_COLS):
+    """What `ui.layer_grid` builds for one layer: one heads_row_figure per row of n_cols heads (head 1 off)."""
+    H = att.shape[1]
+    figs = []
+    for start in range(0, H, n_cols):
+        heads = list(range(start, min(start + n_cols, H)))
+        figs.append(plotting.heads_row_figure(att[layer, heads[0]:heads[-1] + 1], tokens,
+                                              [f"L{layer} H{h}" for h in heads], [h == 1 for h in heads],
+                                              columns=n_cols, height=int(1100 / n_cols)))
     return figs
 
 
@@ -99,42 +111,39 @@ def measure(build, repeat: int):
     return median(builds), median(sers), sizes, ref, figs
 
 
-# -- prototypes of the suggested fixes, measured next to the real thing (not used by the app) ----------------
-def head_figure_unvalidated(pattern, tokens, title, **kw):
-    """Same JSON as plotting.head_figure, built in one constructor with plotly's validation off."""
-    d = plotting.head_figure(pattern, tokens, title, **kw).to_dict()  # layout recipe only: see prototype_times
-    return go.Figure(data=d["data"], layout=d["layout"], _validate=False)
-
-
-def prototype_times(att, tokens, repeat: int) -> tuple[float, float, bool]:
-    """(seconds for one layer's figures as now, as unvalidated dicts, same JSON?)"""
+# -- before/after of the shipped fixes, and a prototype of the next one, in the same run (not used by the app) ---
+def before_after_times(att, tokens, repeat: int) -> tuple[float, float, float]:
+    """(seconds for H head figures WITH plotly validation, rebuilt in one constructor from today's head_figure
+    dicts: a LOWER BOUND of 0b134a5's cost, which also validated key by key in update_layout; H head figures
+    unvalidated; the row figures the app builds now)"""
     H = att.shape[1]
     recipes = [plotting.head_figure(att[0, h], tokens, f"L0 H{h}").to_dict() for h in range(H)]
-    now, fast = [], []
+    old, per_head, rows = [], [], []
     for _ in range(repeat):
         t = time.perf_counter()
-        a = [plotting.head_figure(att[0, h], tokens, f"L0 H{h}") for h in range(H)]
-        now.append(time.perf_counter() - t)
+        [go.Figure(data=r["data"], layout=r["layout"]) for r in recipes]  # validated, as 0b134a5
+        old.append(time.perf_counter() - t)
         t = time.perf_counter()
-        b = [go.Figure(data=r["data"], layout=r["layout"], _validate=False) for r in recipes]
-        fast.append(time.perf_counter() - t)
-    same = all(json.loads(plotly.io.to_json(x, validate=False)) == json.loads(plotly.io.to_json(y, validate=False))
-               for x, y in zip(a, b))
-    return median(now), median(fast), same
+        [plotting.head_figure(att[0, h], tokens, f"L0 H{h}") for h in range(H)]
+        per_head.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        layer_update(att, tokens, 0)
+        rows.append(time.perf_counter() - t)
+    return median(old), median(per_head), median(rows)
 
 
-def tiled_uint8_bytes(att) -> int:
-    """The tiled canvas quantised to uint8 (255 = gap), what a uint8 tiled_figure would send."""
+def tiled_float32_bytes(att) -> int:
+    """Today's canvas as 0b134a5 encoded it: float32 with NaN gaps (at > 96 tokens the canvas is now max-pooled
+    to 96 x 96 per tile, af8d7a0, so this is smaller than 0b134a5's float32 tile there)."""
     fig = plotting.tiled_figure(att, [f"L{i}" for i in range(att.shape[0])], [f"H{h}" for h in range(att.shape[1])],
                                 zscale="head")
-    z = np.asarray(fig.data[0].z, dtype=np.float32)
-    q = np.where(np.isnan(z), 255, np.clip((z + 1) * 127, 0, 254)).astype(np.uint8)
-    fig.data[0].z = q
+    z = np.asarray(fig.data[0].z)
+    fig.data[0].z = np.where(z == 0, np.nan, (z.astype(np.float32) - 128) / 127).astype(np.float32)
     return serialise(fig)[0]
 
 
 def tiled_png_bytes(att) -> int:
-    """The tiled canvas colour-mapped on the server into a PNG (go.Image source), one pixel per cell."""
+    """Prototype: the tiled canvas colour-mapped on the server into a PNG (go.Image source), one pixel per cell."""
     import base64
     import io
 
@@ -142,8 +151,8 @@ def tiled_png_bytes(att) -> int:
 
     fig = plotting.tiled_figure(att, [f"L{i}" for i in range(att.shape[0])], [f"H{h}" for h in range(att.shape[1])],
                                 zscale="head")
-    z = np.asarray(fig.data[0].z, dtype=np.float32)
-    shade = np.where(np.isnan(z), 255, 255 - np.clip(z, 0, 1) * 200).astype(np.uint8)  # (rows, cols)
+    z = np.asarray(fig.data[0].z).astype(np.float32)  # uint8 codes, 0 = gap
+    shade = np.where(z == 0, 255, 255 - (z % 128) / 127 * 200).astype(np.uint8)  # (rows, cols)
     rgb = np.stack([shade, shade, np.full_like(shade, 255)], axis=-1)  # a blue ramp; colours do not change size much
     buf = io.BytesIO()
     Image.fromarray(rgb).save(buf, format="PNG", optimize=False)
@@ -178,17 +187,20 @@ def main() -> None:
     for n_total, (L, H) in SHAPES.items():
         for t in LENGTHS:
             att = patterns(L, H, t, causal=(n_total == 270))
-            now, fast, same = prototype_times(att, tokens_of(t), args.repeat)
-            f32 = serialise(plotting.tiled_figure(att, [f"L{i}" for i in range(L)], [f"H{h}" for h in range(H)],
-                                                  zscale="head"))[0]
-            u8, png = tiled_uint8_bytes(att), tiled_png_bytes(att)
-            proto.append([n_total, t, H, f"{now * 1e3:.1f}", f"{fast * 1e3:.1f}", f"{now / fast:.1f}x",
-                          "yes" if same else "NO", f"{f32 / 1e6:.3f}", f"{u8 / 1e6:.3f}", f"{png / 1e6:.3f}"])
+            old, per_head, rows_now = before_after_times(att, tokens_of(t), args.repeat)
+            u8 = serialise(plotting.tiled_figure(att, [f"L{i}" for i in range(L)], [f"H{h}" for h in range(H)],
+                                                 zscale="head"))[0]
+            f32, png = tiled_float32_bytes(att), tiled_png_bytes(att)
+            proto.append([n_total, t, H, -(-H // N_COLS), f"{old * 1e3:.1f}", f"{per_head * 1e3:.1f}",
+                          f"{rows_now * 1e3:.1f}", f"{old / rows_now:.1f}x", f"{f32 / 1e6:.3f}", f"{u8 / 1e6:.3f}",
+                          f"{png / 1e6:.3f}"])
     print()
-    print("Prototypes of the suggested fixes (same run): one layer's head figures built as now vs as one unvalidated")
-    print("constructor (go.Figure(data, layout, _validate=False)); the all-layers tile as float32 vs uint8 vs server PNG.")
-    print(table(["heads", "tokens", "figures", "head_figure x H ms", "unvalidated ms", "speed-up", "same JSON",
-                 "tile float32 MB", "tile uint8 MB", "tile PNG MB"], proto))
+    print("Before/after (same run): one layer's figures as H validated head figures (one constructor each: a lower")
+    print("bound of 0b134a5's update_layout path), H unvalidated head figures, and the row figures the app builds now;")
+    print("the same tile canvas as float32 (0b134a5's encoding), uint8 (now) and a server-side PNG (prototype).")
+    print(table(["heads", "tokens", "heads/layer", "row figures", "H validated ms (<= 0b134a5)", "H unvalidated ms",
+                 "now: rows ms", "speed-up", "tile as float32 MB", "tile uint8 MB (now)",
+                 "tile PNG MB (prototype)"], proto))
     print()
     print(table(["heads", "tokens", "view", "figures", "build ms", "serialise ms", "total ms", "MB sent",
                  "MB with .tolist()", "ratio", "array encoding", "< 1 MB (72 x 64)"], rows))
