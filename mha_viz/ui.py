@@ -5,6 +5,7 @@ model). Models are shared singletons (`st.cache_resource`); every run gets its a
 """
 from __future__ import annotations
 
+import gc
 import html
 import json
 from pathlib import Path
@@ -37,7 +38,13 @@ def set_threads() -> None:
 # -- cached resources ----------------------------------------------------------------------------------------
 @st.cache_resource(show_spinner=False, max_entries=4)
 def get_model(name: str) -> Model:
-    return load_model(name)
+    model = load_model(name)
+    # Streamlit runs a full gc.collect() after every rerun; walking the ~450k long-lived objects of torch,
+    # transformers and the weights took ~0.25 s of each toggle (benchmarks/RESULTS.md). Freezing them moves
+    # them out of the collector's way; later garbage is still collected.
+    gc.collect()
+    gc.freeze()
+    return model
 
 
 @st.cache_resource(show_spinner=False, max_entries=64)
