@@ -241,14 +241,9 @@ def similarity(model: Model, att: torch.Tensor, cache_key: tuple) -> None:
                                hovertemplate="%{y} vs %{x}<br>mean JS: %{z:.3f}<extra></extra>"))
     fig.update_layout(template="none", height=min(900, 200 + 6 * len(names)), yaxis=dict(autorange="reversed"),
                       margin=dict(l=60, r=10, t=30, b=60), title="Head-to-head pattern distance (similar heads sit together)")
-    event = st.plotly_chart(fig, width="stretch", key="sim_map", on_select="rerun", selection_mode="points")
-    points = getattr(getattr(event, "selection", None), "points", None) or []
-    for point in points:
-        x, y = point.get("x"), point.get("y")
-        if x and y and x != y:
-            st.session_state["compare_pick"] = [y, x]
-            st.session_state["compare"] = [y, x]
-            st.success(f"{y} and {x} are now in the Compare view.")
+    # Plotly reports no clicks on heatmap cells (only on scatter points), and an overlay of N^2 points would be
+    # 73k for SmolLM2: a pair is picked below instead; hover names the pair under the pointer.
+    st.plotly_chart(fig, width="stretch", key="sim_map")
     c1, c2 = st.columns(2)
     a = c1.selectbox("Or pick two heads", names, key="sim_a")
     b = c2.selectbox("and", names, index=min(1, len(names) - 1), key="sim_b")
