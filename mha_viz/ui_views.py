@@ -65,26 +65,33 @@ def overview(model: Model, model_name: str, tokens: list[str], att: torch.Tensor
     if len(tokens) > plotting.MAX_TILE:
         st.caption(f"With {len(tokens)} tokens each tile is shrunk to {plotting.MAX_TILE} x {plotting.MAX_TILE} cells "
                    "(each cell shows the largest weight it covers); the focused head below is full size.")
-    focus = st.session_state.get("focus")
+    options = [(layer, head) for layer in range(model.n_layers) for head in range(model.n_heads)]
+    # The chart's selection is in session state before the chart is drawn, so this run can already focus it.
+    # A click is applied once: the selection lingers across reruns and must not undo a later pick below.
+    clicked = _clicked_head(st.session_state.get("overview"))
+    if clicked in options and clicked != st.session_state.get("_overview_click"):
+        st.session_state["_overview_click"] = clicked
+        st.session_state["focus_pick"] = clicked
+    if st.session_state.get("focus_pick") not in options:
+        st.session_state["focus_pick"] = options[0]
     fig = plotting.tiled_figure(
         att, [f"L{i}" for i in range(model.n_layers)], [f"H{h}" for h in range(model.n_heads)],
-        off=off_set(model_name), selected=focus, zscale="head",
+        off=off_set(model_name), selected=st.session_state["focus_pick"], zscale="head",
     )
-    event = st.plotly_chart(fig, width="stretch", key="overview", on_select="rerun", selection_mode="points",
-                            config={"displaylogo": False})
-    points = (event or {}).get("selection", {}).get("points", []) if isinstance(event, dict) else \
-        getattr(getattr(event, "selection", None), "points", []) or []
+    st.plotly_chart(fig, width="stretch", key="overview", on_select="rerun", selection_mode="points",
+                    config={"displaylogo": False})
+    return st.selectbox("Focused head", options, format_func=head_name, key="focus_pick")
+
+
+def _clicked_head(state) -> Head | None:
+    """(layer, head) from the overview's selection state: the customdata of a clicked tile centre."""
+    selection = state.get("selection", {}) if isinstance(state, dict) else getattr(state, "selection", None)
+    points = (selection.get("points") if isinstance(selection, dict) else getattr(selection, "points", None)) or []
     for point in points:
         data = point.get("customdata") if isinstance(point, dict) else None
         if data is not None and len(data) == 2:
-            focus = (int(data[0]), int(data[1]))
-    options = [(layer, head) for layer in range(model.n_layers) for head in range(model.n_heads)]
-    if focus not in options:
-        focus = options[0]
-    focus = st.selectbox("Focused head", options, index=options.index(focus), format_func=head_name,
-                         key="focus_pick")
-    st.session_state["focus"] = focus
-    return focus
+            return int(data[0]), int(data[1])
+    return None
 
 
 def focused_head(tokens: list[str], att: torch.Tensor, head: Head, off: bool) -> None:

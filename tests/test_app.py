@@ -212,3 +212,20 @@ def test_tiny_scores_show_ground_truth_beside_the_measure():
     assert tables, "a ground-truth table"
     text = " ".join(str(t.value) for t in tables)
     assert "subject" in text and "uniform attention" in text
+
+
+def test_all_layers_view_focuses_the_picked_head():
+    at = _app()
+    at.radio(key="view").set_value("All layers").run()
+    at.selectbox(key="focus_pick").set_value((4, 7)).run()
+    assert not at.exception, at.exception
+    titles = [c.proto.spec for c in at.get("plotly_chart")]
+    assert any('"L4 H7"' in spec for spec in titles)
+
+
+def test_overview_click_selection_is_read_from_customdata():
+    from mha_viz.ui_views import _clicked_head
+
+    assert _clicked_head({"selection": {"points": [{"customdata": [2, 5], "x": 1, "y": 2}]}}) == (2, 5)
+    assert _clicked_head({"selection": {"points": []}}) is None
+    assert _clicked_head(None) is None
