@@ -150,6 +150,9 @@ def text_input(model_name: str) -> str:
     return text
 
 
+LONG_STRIP = 80
+
+
 def token_strip(run: AttentionRun, model: Model) -> None:
     chips = []
     unknown = set(run.unknown)
@@ -160,7 +163,12 @@ def token_strip(run: AttentionRun, model: Model) -> None:
             f"margin:1px;font-family:monospace;font-size:12px;{style}' title='position {i}'>"
             f"{html.escape(_visible(tok))}</span>"
         )
-    st.markdown(f"<div data-testid='token-strip'>{''.join(chips)}</div>", unsafe_allow_html=True)
+    strip = f"<div data-testid='token-strip'>{''.join(chips)}</div>"
+    if len(chips) > LONG_STRIP:  # a long text's strip would push every heatmap off the screen
+        with st.expander(f"Tokens ({len(chips)})"):
+            st.markdown(strip, unsafe_allow_html=True)
+    else:
+        st.markdown(strip, unsafe_allow_html=True)
     notes = [f"{len(run.tokens)} tokens"]
     if run.truncated:
         notes.append(
