@@ -144,12 +144,14 @@ def heads_row_figure(
             hovertemplate=f"{title}<br>query: %{{y}}<br>key: %{{x}}<br>weight: %{{z:.3f}}<extra></extra>",
         ))
         x0 = i * (width + gap)
+        # No scaleanchor: a square constraint shrinks the plot inside its box and leaves a gap under the
+        # titles; the caller sizes `height` to the column width instead.
         layout["xaxis" if i == 0 else f"xaxis{i + 1}"] = dict(
             domain=[x0, x0 + width], anchor=ya, side="top", tickangle=-90, tickfont=tick_font, showgrid=False,
-            constrain="domain", **ticks)
+            **ticks)
         layout["yaxis" if i == 0 else f"yaxis{i + 1}"] = dict(
             domain=[0, 1], anchor=xa, autorange="reversed", tickfont=tick_font, showgrid=False,
-            scaleanchor=xa, constrain="domain", showticklabels=i == 0, **ticks)
+            showticklabels=i == 0, **ticks)
         layout["annotations"].append(dict(
             text=f"<b>{title}</b>", x=x0 + width / 2, y=1, xref="paper", yref="paper", yanchor="bottom",
             yshift=label_room, showarrow=False, font=dict(size=12, color="#777" if off[i] else "#222")))

@@ -229,7 +229,7 @@ def layer_grid(model: Model, model_name: str, run: AttentionRun, layer: int, n_c
         fig = plotting.heads_row_figure(
             att[heads[0]:heads[-1] + 1], tokens, [f"L{layer} H{h}" for h in heads],
             [(layer, h) in heads_off for h in heads], zmax=zmax, columns=n_cols,
-            height=int(1100 / n_cols),
+            height=int(900 / n_cols),  # about the width of one column of the main area: squarish cells
         )
         st.plotly_chart(fig, width="stretch", key=f"row|{layer}|{start}", config={"displaylogo": False})
         cols = st.columns(n_cols)

@@ -373,10 +373,10 @@ def twins(text: str, layer: int) -> None:
     layer = min(layer, n_layers - 1)
     for name, run in (("trained", trained), ("untrained", untrained)):
         st.markdown(f"**tiny {name}, layer {layer}**")
-        cols = st.columns(run.attentions.shape[1])
-        for h, col in enumerate(cols):
-            col.plotly_chart(plotting.head_figure(run.attentions[layer, h], run.tokens, f"L{layer} H{h}", size=230),
-                             width="stretch", key=f"twin|{name}|{h}")
+        n_heads = run.attentions.shape[1]
+        fig = plotting.heads_row_figure(run.attentions[layer], run.tokens, [f"L{layer} H{h}" for h in range(n_heads)],
+                                        [False] * n_heads, height=int(900 / max(n_heads, 1)))
+        st.plotly_chart(fig, width="stretch", key=f"twin|{name}")
 
 
 # -- export --------------------------------------------------------------------------------------------------
