@@ -8,6 +8,8 @@ from __future__ import annotations
 import gc
 import html
 import json
+import threading
+from collections import OrderedDict
 from pathlib import Path
 
 import streamlit as st
@@ -47,10 +49,44 @@ def get_model(name: str) -> Model:
     return model
 
 
-@st.cache_resource(show_spinner=False, max_entries=64)
+class _RunCache:
+    """Runs shared by every session, least recently used first out, bounded by bytes rather than entries: one
+    SmolLM2 run of 512 tokens holds 283 MB of attention, one of 20 tokens 0.4 MB. Not st.cache_data, which
+    would copy the tensors on every hit."""
+
+    def __init__(self, budget_bytes: int):
+        self.budget = budget_bytes
+        self._runs: OrderedDict[tuple, AttentionRun] = OrderedDict()
+        self._sizes: dict[tuple, int] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple, make) -> AttentionRun:
+        with self._lock:
+            if key in self._runs:
+                self._runs.move_to_end(key)
+                return self._runs[key]
+        run = make()  # outside the lock: sessions run their forwards in parallel
+        size = sum(t.numel() * t.element_size() for t in (run.attentions, run.output, run.logits) if t is not None)
+        with self._lock:
+            self._runs[key], self._sizes[key] = run, size
+            while len(self._runs) > 1 and sum(self._sizes.values()) > self.budget:
+                oldest, _ = self._runs.popitem(last=False)
+                del self._sizes[oldest]
+        return run
+
+
+def _cache_budget() -> int:
+    import os
+
+    raw = os.environ.get("MHA_VIZ_RUN_CACHE_MB", "1024")
+    return (int(raw) if raw.strip().isdigit() else 1024) * 2**20
+
+
+RUNS = _RunCache(_cache_budget())
+
+
 def get_run(name: str, text: str, off: tuple[tuple[int, int], ...]) -> AttentionRun:
-    # cache_resource, not cache_data: a run holds L*H*T*T floats, and cache_data would copy them on every hit.
-    return get_model(name).run(text, ablate=off)
+    return RUNS.get((name, text, off), lambda: get_model(name).run(text, ablate=off))
 
 
 def examples_for(name: str) -> list[tuple[str, str, str]]:
