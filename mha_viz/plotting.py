@@ -129,7 +129,7 @@ def heads_row_figure(
     ticks = dict(tickmode="array", tickvals=labels, ticktext=labels) if n_tok <= 48 else {}
     gap = 0.035
     width = (1 - gap * (columns - 1)) / columns
-    label_room = 8 + int(tick_font["size"] * 0.62 * max((len(label.replace("\u200b", "")) for label in labels), default=1))
+    label_room = _label_room(labels, tick_font["size"])
     top_margin = 24 + label_room  # the rotated key labels stand above the plot, the titles above them
     data, layout = [], dict(template=NO_TEMPLATE, height=height + top_margin, font=_FONT, showlegend=False,
                             margin=dict(l=8 + label_room, r=4, t=top_margin, b=4), annotations=[])
@@ -170,15 +170,23 @@ def diff_figure(diff: torch.Tensor, tokens: list[str], title: str, size: int = 3
     return _fast_figure(trace, _square_layout(title, size, labels))
 
 
+def _label_room(labels: list[str], font_size: int) -> int:
+    """Pixels the rotated key labels need above a plot: the longest label at about 0.62 em per character."""
+    longest = max((len(label.replace("\u200b", "")) for label in labels), default=1)
+    return 8 + int(font_size * 0.62 * longest)
+
+
 def _square_layout(title: str, size: int, labels: list[str]) -> dict:
     n = len(labels)
     tick_font = dict(size=max(6, min(10, int(600 / max(n, 1)))))
     # Every token gets a tick up to 48 tokens (plotly would skip every other one); past that, plotly's choice.
     ticks = dict(tickmode="array", tickvals=labels, ticktext=labels) if n <= 48 else {}
+    top = 26 + _label_room(labels, tick_font["size"])  # the title sits above the rotated key labels
     return dict(
         template=NO_TEMPLATE,
-        title=dict(text=html.escape(title, quote=False), font=dict(size=12), x=0.5, xanchor="center"),
-        height=size, margin=dict(l=4, r=4, t=28, b=4),
+        title=dict(text=html.escape(title, quote=False), font=dict(size=12), x=0.5, xanchor="center",
+                   y=1, yref="container", yanchor="top", pad=dict(t=6)),
+        height=size + top, margin=dict(l=4, r=4, t=top, b=4),
         xaxis=dict(side="top", tickangle=-90, tickfont=tick_font, showgrid=False, automargin=True,
                    constrain="domain", **ticks),
         yaxis=dict(autorange="reversed", tickfont=tick_font, showgrid=False, automargin=True,

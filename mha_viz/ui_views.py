@@ -116,12 +116,7 @@ def compare(model: Model, model_name: str, run: AttentionRun, tokens: list[str],
     heads = [parse_head(p) for p in picked]
     zmax = max(float(att[layer, head].max()) for layer, head in heads) or 1.0
     st.caption(f"Same colour scale for all: 0 to {zmax:.2f} (the largest weight among these heads).")
-    cols = st.columns(len(heads))
-    for col, (layer, head) in zip(cols, heads):
-        with col:
-            fig = plotting.head_figure(att[layer, head], tokens, head_name((layer, head)),
-                                       off=(layer, head) in off_set(model_name), zmax=zmax, size=380)
-            st.plotly_chart(fig, width="stretch", key=f"cmp|{layer}|{head}")
+    _compare_row(heads, tokens, att, [(h in off_set(model_name)) for h in heads], zmax, "", "cmp_row")
     if len(heads) >= 2:
         first = heads[0]
         cols = st.columns(len(heads) - 1)
@@ -141,15 +136,19 @@ def compare(model: Model, model_name: str, run: AttentionRun, tokens: list[str],
         try:
             other = get_run(model_name, other_text[:20_000], tuple(sorted(off_set(model_name))))
         except Exception as err:
-            st.warning(str(err))
+            st.warning(_md_safe(str(err)))
             return
         other_tokens, other_att = display(other, hide_special, merge)
-        cols = st.columns(len(heads))
-        for col, (layer, head) in zip(cols, heads):
-            with col:
-                fig = plotting.head_figure(other_att[layer, head], other_tokens,
-                                           f"{head_name((layer, head))}, second sentence", zmax=zmax, size=380)
-                st.plotly_chart(fig, width="stretch", key=f"cmp2|{layer}|{head}")
+        _compare_row(heads, other_tokens, other_att, [False] * len(heads), zmax, ", second sentence", "cmp_row2")
+
+
+def _compare_row(heads: list[Head], tokens: list[str], att: torch.Tensor, off: list[bool], zmax: float,
+                 suffix: str, key: str) -> None:
+    """The chosen heads side by side in one figure, on one colour scale, each as large as the page allows."""
+    patterns = torch.stack([att[layer, head] for layer, head in heads])  # (N, Q, K)
+    fig = plotting.heads_row_figure(patterns, tokens, [head_name(h) + suffix for h in heads], off, zmax=zmax,
+                                    height=int(900 / max(len(heads), 2)))
+    st.plotly_chart(fig, width="stretch", key=key)
 
 
 # -- ablation effects ----------------------------------------------------------------------------------------

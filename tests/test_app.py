@@ -119,9 +119,12 @@ def test_compare_view_shows_chosen_heads_and_their_difference():
     at.radio(key="view").set_value("Compare").run()
     at.multiselect(key="compare_pick").set_value(["L0 H2", "L3 H4", "L5 H0"]).run()
     assert not at.exception, at.exception
-    assert len(at.get("plotly_chart")) == 3 + 2  # three heads, two difference maps
+    charts = [c.proto.spec for c in at.get("plotly_chart")]
+    assert len(charts) == 1 + 2  # the three heads in one figure, two difference maps
+    assert all(f'"{name}"' in charts[0] for name in ("L0 H2", "L3 H4", "L5 H0"))
     at.text_input(key="second_text").input("A completely different sentence.").run()
-    assert len(at.get("plotly_chart")) == 3 + 2 + 3
+    charts = [c.proto.spec for c in at.get("plotly_chart")]
+    assert len(charts) == 1 + 2 + 1 and '"L3 H4, second sentence"' in charts[-1]
 
 
 def test_a_shared_link_restores_the_view():

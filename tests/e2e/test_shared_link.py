@@ -28,7 +28,7 @@ def test_shared_link_restores_heads_off_and_compare(browser, streamlit_url, page
         query = urlencode({"model": "minilm", "text": TEXT, "compare": "L0H2,L4H5", "view": "Compare",
                            "off": "L1H1"})
         other.goto(f"{streamlit_url}/?{query}", wait_until="domcontentloaded")
-        _wait(other, """() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]
+        _wait(other, """() => [...document.querySelectorAll('.js-plotly-plot .annotation-text')]
                           .map(t => t.textContent).filter(t => t === 'L0 H2' || t === 'L4 H5').length === 2""",
               "the two compared heads drawn")
         _wait_idle(other)
