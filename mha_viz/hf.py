@@ -149,13 +149,11 @@ class HFModel(Model):
     def _encode(self, text: str) -> tuple[dict, int]:
         """Tokenize, keeping the first `max_tokens`. Returns (model inputs, number of tokens dropped)."""
         tok = self._tokenizer
-        full = tok(text, add_special_tokens=True, verbose=False)["input_ids"]
+        enc = tok(text, add_special_tokens=True, verbose=False, return_tensors="pt")
         cap = self.info.max_tokens
-        dropped = max(len(full) - cap, 0)
-        if dropped:
+        dropped = max(enc["input_ids"].shape[1] - cap, 0)
+        if dropped:  # only long texts pay for a second pass; the tokenizer keeps [SEP]-like end tokens
             enc = tok(text, add_special_tokens=True, truncation=True, max_length=cap, return_tensors="pt")
-        else:
-            enc = tok(text, add_special_tokens=True, return_tensors="pt")
         enc = {k: v.to(self._device) for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
         return enc, dropped
 
