@@ -297,7 +297,7 @@ SHORT_TARGET = {"previous": "previous token", "next": "next token", "self": "its
 
 
 def _badges(run: AttentionRun, model: Model):
-    return _badges_cached(model.info.name, run.tokens and tuple(run.tokens), run.ablated, run, model)
+    return _badges_cached(model.info.name, tuple(run.tokens), run.ablated, run, model)
 
 
 @st.cache_resource(show_spinner=False, max_entries=64)

@@ -12,7 +12,7 @@ import torch
 from . import analysis, plotting
 from .contract import AttentionRun, Head, Model
 from .experiments import effect_measure, head_importance
-from .ui import _md_safe, _top, get_model, get_run, off_set
+from .ui import _md_safe, _top, get_model, get_run, off_set, prediction_position
 
 MAX_COMPARE = 4
 
@@ -157,14 +157,12 @@ def effects(model: Model, model_name: str, text: str, base: AttentionRun, run: A
     heads_off = tuple(sorted(off_set(model_name)))
     if base.logits is not None:
         positions = list(range(len(base.tokens)))
-        default = len(positions) - 1
+        default = prediction_position(model, base)
         if kind == "masked-lm":
-            mask = getattr(model, "mask_token", None)
-            masked = [i for i, t in enumerate(base.tokens) if mask and t == mask]
-            st.caption(f"Masked LM: put {mask or 'the mask token'} in the sentence to predict that word; "
-                       "its predictions before and after ablation are compared.")
-            if masked:
-                default = masked[0]
+            st.caption(f"Masked LM: put {getattr(model, 'mask_token', None) or 'the mask token'} in the sentence "
+                       "to predict that word; its predictions before and after ablation are compared.")
+        if default is None:
+            default = len(positions) - 1
         position = st.selectbox(
             "Prediction at position", positions, index=default,
             format_func=lambda i: f"{i}: {base.tokens[i]!r}", key="pred_pos",
