@@ -1,12 +1,24 @@
-# The two commands a newcomer needs: `make run` and `make test`. Both install what they need first.
+# The two commands a newcomer needs: `make run` and `make test`. Both install what they need first, into a virtual
+# environment (.venv), so they work where the system Python refuses `pip install` (PEP 668).
 PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
 PORT ?= 8501
+STAMP := $(VENV)/.installed
 
-.PHONY: setup setup-browser run test train bench
+.PHONY: setup setup-browser run test test-fast train probe bench
 
-setup:
-	$(PYTHON) -m pip install -q -r requirements.txt
-	$(PYTHON) -m pip install -q --no-deps -r requirements-nodeps.txt
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# Reinstalls only when a requirements file changed since the last install.
+$(STAMP): requirements.txt requirements-nodeps.txt | $(PY)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -r requirements-nodeps.txt
+	touch $(STAMP)
+
+setup: $(STAMP)
 
 # Debian's chromium for the real-browser tests (playwright cannot download its own browser here).
 setup-browser:
@@ -15,13 +27,17 @@ setup-browser:
 	  else sudo apt-get update -q && sudo apt-get install -y -q chromium; fi; }
 
 run: setup
-	$(PYTHON) -m streamlit run app.py --server.port $(PORT) --server.headless true --browser.gatherUsageStats false
+	$(PY) -m streamlit run app.py --server.port $(PORT) --server.headless true --browser.gatherUsageStats false
 
 test: setup setup-browser
-	$(PYTHON) -m pytest -q tests
+	$(PY) -m pytest -q tests --durations=15
+
+# Everything but the real browser and the soak: the quick loop while coding.
+test-fast: setup
+	$(PY) -m pytest -q tests/unit tests/models tests/app
 
 train: setup
-	$(PYTHON) -m mha_viz.train
+	$(PY) -m mha_viz.models.tiny.train
 
 bench: setup setup-browser
-	$(PYTHON) benchmarks/bench_compute.py
+	$(PY) benchmarks/bench_compute.py

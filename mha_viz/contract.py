@@ -16,6 +16,7 @@ Everything is on the CPU in float32, so views never care which model produced it
 from __future__ import annotations
 
 import operator
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -100,8 +101,14 @@ def head_keep_mask(ablate: frozenset[Head], n_layers: int, n_heads: int) -> torc
     return keep
 
 
-class Model:
-    """Base class of every adapter. Subclasses implement `_run` and `info`; `run` validates input."""
+class Model(ABC):
+    """Base class of every adapter: what a view may ask of any model, and what it may ask of some.
+
+    Required (abstract): `info`, `_run` (one forward with heads switched off), `run_batch_keep` (a batch of head
+    masks on one text), `decode` (one token id as text).
+    Optional capabilities, declared here with their "not available" answer so a view asks the model instead of
+    checking its name: `mask_token`, `norm_inputs`, `ground_truth`, `examples`.
+    """
 
     info: ModelInfo
 
@@ -117,21 +124,64 @@ class Model:
     def name(self) -> str:
         return self.info.name
 
-    def run(self, text: str, ablate: Iterable[Head] = ()) -> AttentionRun:
-        if not isinstance(text, str):
-            raise InputError(f"text must be a string; got {type(text).__name__}")
-        text = clean_text(text)
-        if not text.strip():
-            raise InputError("The text is empty: type a sentence to see its attention patterns.")
-        heads = check_ablate(ablate, self.n_layers, self.n_heads)
-        return self._run(text, heads)
+    @property
+    def causal(self) -> bool:
+        return self.info.kind == "causal-lm"
 
+    def run(self, text: str, ablate: Iterable[Head] = ()) -> AttentionRun:
+        return self._run(check_text(text), check_ablate(ablate, self.n_layers, self.n_heads))
+
+    @abstractmethod
+    def _run(self, text: str, ablate: frozenset[Head]) -> AttentionRun:
+        """One forward of valid, non-empty `text` with the heads in `ablate` switched off."""
+
+    @abstractmethod
     def run_batch_keep(self, text: str, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One forward over a batch of head masks `keep` (B, L, H) on the same text.
 
         Returns (output (B, T, D), logits (B, T, V) or None). Used to ablate many heads in one pass.
         """
-        raise NotImplementedError
 
-    def _run(self, text: str, ablate: frozenset[Head]) -> AttentionRun:
-        raise NotImplementedError
+    @abstractmethod
+    def decode(self, token_id: int) -> str:
+        """One token id as text, e.g. to label a prediction."""
+
+    # -- optional capabilities ---------------------------------------------------------------------------------
+    @property
+    def mask_token(self) -> str | None:
+        """The token a masked LM predicts at, e.g. "[MASK]"; None for other models."""
+        return None
+
+    def prediction_position(self, run: AttentionRun) -> int | None:
+        """Where predictions are read: a causal LM's last position, a masked LM's first mask token; None when
+        the model has no LM head or a masked LM's text holds no mask token."""
+        if run.logits is None:
+            return None
+        if self.info.kind == "masked-lm":
+            masked = [i for i, t in enumerate(run.tokens) if self.mask_token and t == self.mask_token]
+            return masked[0] if masked else None
+        return len(run.tokens) - 1
+
+    def norm_inputs(self, text: str, ablate: Iterable[Head] = ()) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Per-head value vectors and output-projection slices for the norm view (Kobayashi et al. 2020):
+        (values (L, H, K, dh), w_o (L, H, dh, D)) with ablated heads' values zero; None when unavailable."""
+        return None
+
+    def ground_truth(self, tokens: list[str]):
+        """Where the relations are in this text, when the model's training data defines them (the tiny model's
+        corpus grammar); None otherwise."""
+        return None
+
+    def examples(self) -> list[tuple[str, str, str]]:
+        """(button label, sentence, what to look for) triples offered as one-click examples; [] for none."""
+        return []
+
+
+def check_text(text) -> str:
+    """Valid, non-empty text, or an InputError that says what to type."""
+    if not isinstance(text, str):
+        raise InputError(f"text must be a string; got {type(text).__name__}")
+    text = clean_text(text)
+    if not text.strip():
+        raise InputError("The text is empty: type a sentence to see its attention patterns.")
+    return text

@@ -19,3 +19,24 @@ def zero_head_hook(head: int, d_head: int):
         return (context,)
 
     return hook
+
+
+def head_importance_loop(model, text: str, base_off=frozenset(), position: int = -1):
+    """The measure of `head_importance`, one `Model.run` per head: the reference the batched map is tested on."""
+    import torch
+
+    from mha_viz.analysis import cosine_change, next_token_kl
+
+    base = model.run(text, ablate=base_off)
+    scores = torch.zeros(model.n_layers, model.n_heads)  # (L, H)
+    for layer in range(model.n_layers):
+        for head in range(model.n_heads):
+            if (layer, head) in base_off:
+                continue
+            run = model.run(text, ablate=set(base_off) | {(layer, head)})
+            if base.logits is not None:
+                value = next_token_kl(base.logits, run.logits, position)
+            else:
+                value = 1.0 - cosine_change(base.output, run.output)
+            scores[layer, head] = max(value, 0.0)
+    return scores

@@ -1,0 +1,111 @@
+"""Token display transforms: hide special positions, merge word pieces into words, flag special tokens.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import torch
+
+from mha_viz.analysis._checks import attention as _attention, position_mask as _position_mask, same_shape as _same_shape, tensor as _tensor
+
+
+# Word-start markers of SentencePiece ("▁"), byte-level BPE ("Ġ") and labels already decoded to a space.
+_START_MARKERS = ("▁", "Ġ", " ")
+_CONTINUATION = "##"  # WordPiece marks the pieces that continue a word
+
+
+def hide_positions(att: torch.Tensor, keep_mask) -> torch.Tensor:
+    """Drop hidden positions from both axes and renormalise each remaining row to sum to 1
+    -> (..., T', T'), T' = keep_mask.sum().
+
+    Shows how a query's attention divides among the visible tokens, e.g. with [CLS]/[SEP] hidden, since
+    those often take most of the mass (Clark et al. 2019). A row whose kept mass is 0 stays all zeros.
+    """
+    att = _attention(att, "att", range(2, 9), "(..., Q, K)")
+    keep = _position_mask(keep_mask, att.shape[-1], "keep_mask")  # (T,)
+    if not keep.any():
+        raise ValueError("keep_mask hides every position; keep at least one token")
+    kept = att[..., keep, :][..., keep]  # (..., T', T')
+    sums = kept.sum(-1, keepdim=True)  # (..., T', 1)
+    return torch.where(sums > 0, kept / sums.clamp_min(1e-30), kept)  # (..., T', T')
+
+
+def merge_word_pieces(att: torch.Tensor, groups: list[list[int]]) -> torch.Tensor:
+    """Token-to-token attention -> word-to-word attention (..., W, W), as Clark et al. 2019 ("What Does
+    BERT Look At?", section 4): attention *to* a word is the sum over its pieces, attention *from* a word
+    is the mean over its pieces. Rows still sum to 1.
+
+    groups: W lists of positions covering each of the T positions exactly once, in order (see
+    `word_groups`).
+    """
+    att = _attention(att, "att", range(2, 9), "(..., Q, K)")
+    t = att.shape[-1]
+    flat = [int(i) for g in groups for i in g]
+    if sorted(flat) != list(range(t)) or any(len(g) == 0 for g in groups):
+        raise ValueError(f"groups must split positions 0-{t - 1} into non-empty words, each position "
+                         f"exactly once; build them with word_groups(tokens)")
+    member = torch.zeros(len(groups), t)  # (W, T)
+    for w, g in enumerate(groups):
+        member[w, g] = 1.0
+    to_words = att @ member.T  # (..., Q, W)  sum over each word's key pieces
+    mean_rows = member / member.sum(-1, keepdim=True)  # (W, T)
+    return mean_rows @ to_words  # (..., W, W)  mean over each word's query pieces
+
+
+def _looks_special(token: str) -> bool:
+    """[CLS], [SEP], <s>, </s>, <|im_start|> and the like."""
+    return len(token) > 2 and ((token[0] == "[" and token[-1] == "]") or (token[0] == "<" and token[-1] == ">"))
+
+
+def word_groups(tokens: Sequence[str], starts: Sequence[bool] | None = None,
+                special: Iterable[int] = ()) -> list[list[int]]:
+    """Group subword tokens into words -> W lists of positions, for `merge_word_pieces`.
+
+    starts: optional explicit word-start flags, one per token. Otherwise the scheme is detected:
+    SentencePiece ("▁") and byte-level BPE ("Ġ", or a label decoded to a leading space) mark word
+    *starts*; WordPiece marks *continuations* with "##"; with no markers every token is a word.
+    Special tokens (positions in `special`, and [..]/<..>-shaped tokens) are always words of their own.
+    """
+    tokens = list(tokens)
+    if not all(isinstance(tok, str) for tok in tokens):
+        raise TypeError("tokens must be a list of strings, e.g. run.tokens")
+    special = {int(i) for i in special}
+    if starts is not None:
+        starts = [bool(s) for s in starts]
+        if len(starts) != len(tokens):
+            raise ValueError(f"starts must have one flag per token ({len(tokens)}); got {len(starts)}")
+    elif any(tok.startswith(_START_MARKERS) for tok in tokens[1:]):
+        starts = [tok.startswith(_START_MARKERS) for tok in tokens]
+    else:
+        starts = [not tok.startswith(_CONTINUATION) for tok in tokens]
+    alone = [i in special or _looks_special(tok) for i, tok in enumerate(tokens)]
+    groups: list[list[int]] = []
+    for i in range(len(tokens)):
+        if i == 0 or starts[i] or alone[i] or alone[i - 1]:
+            groups.append([i])
+        else:
+            groups[-1].append(i)
+    return groups
+
+
+def _strip_marker(token: str) -> str:
+    if token.startswith(_CONTINUATION):
+        return token[len(_CONTINUATION):]
+    return token.lstrip("".join(_START_MARKERS))
+
+
+def word_labels(tokens: Sequence[str], groups: list[list[int]]) -> list[str]:
+    """Display labels for merged words: each word's pieces joined, subword markers removed."""
+    return ["".join(_strip_marker(tokens[i]) for i in g) for g in groups]
+
+
+def special_mask(tokens: Sequence[str], special: Iterable[int] = ()) -> torch.Tensor:
+    """(T,) bool: True at tokenizer-added special positions (e.g. `run.special`), [..]/<..>-shaped
+    tokens, and tokens made only of punctuation or symbols (".", ",", "##!"). For `pattern_scores`."""
+    special = {int(i) for i in special}
+    flags = []
+    for i, tok in enumerate(tokens):
+        text = _strip_marker(tok).strip()
+        punct = bool(text) and not any(ch.isalnum() for ch in text)
+        flags.append(i in special or _looks_special(tok) or punct)
+    return torch.tensor(flags, dtype=torch.bool)  # (T,)

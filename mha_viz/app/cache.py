@@ -1,0 +1,76 @@
+"""Shared resources: models (one per server), runs (shared by every session, bounded by bytes), torch threads.
+
+Models are read-only after loading and every run gets its interventions as arguments, so one instance can
+serve every browser session.
+"""
+from __future__ import annotations
+
+import gc
+import threading
+from collections import OrderedDict
+
+import streamlit as st
+import torch
+
+from mha_viz.contract import AttentionRun, Head, Model
+from mha_viz.models import load_model
+from mha_viz.settings import settings
+
+
+def set_threads() -> None:
+    """One torch thread per forward by default (MHA_VIZ_TORCH_THREADS): with another process on the second core,
+    a two-thread forward waits at every barrier and runs 10-20x slower (benchmarks/RESULTS.md); sessions then
+    share the cores instead of fighting over both."""
+    wanted = settings().torch_threads
+    if torch.get_num_threads() != wanted:
+        torch.set_num_threads(wanted)
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def get_model(name: str) -> Model:
+    model = load_model(name)
+    # Streamlit runs a full gc.collect() after every rerun; walking the ~450k long-lived objects of torch,
+    # transformers and the weights took ~0.25 s of each toggle (benchmarks/RESULTS.md). Freezing them moves
+    # them out of the collector's way; later garbage is still collected.
+    gc.collect()
+    gc.freeze()
+    return model
+
+
+class RunCache:
+    """Runs shared by every session, least recently used first out, bounded by bytes rather than entries: one
+    SmolLM2 run of 512 tokens holds 283 MB of attention, one of 20 tokens 0.4 MB. Not st.cache_data, which
+    would copy the tensors on every hit."""
+
+    def __init__(self, budget_bytes: int):
+        self.budget = budget_bytes
+        self._runs: OrderedDict[tuple, AttentionRun] = OrderedDict()
+        self._sizes: dict[tuple, int] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple, make) -> AttentionRun:
+        with self._lock:
+            if key in self._runs:
+                self._runs.move_to_end(key)
+                return self._runs[key]
+        run = make()  # outside the lock: sessions run their forwards in parallel
+        size = sum(t.numel() * t.element_size() for t in (run.attentions, run.output, run.logits) if t is not None)
+        with self._lock:
+            self._runs[key], self._sizes[key] = run, size
+            while len(self._runs) > 1 and sum(self._sizes.values()) > self.budget:
+                oldest, _ = self._runs.popitem(last=False)
+                del self._sizes[oldest]
+        return run
+
+
+RUNS = RunCache(settings().run_cache_mb * 2**20)
+
+
+def get_run(name: str, text: str, off: tuple[Head, ...] | frozenset[Head] = ()) -> AttentionRun:
+    off = tuple(sorted(off))
+    return RUNS.get((name, text, off), lambda: get_model(name).run(text, ablate=off))
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def norm_inputs(name: str, text: str, heads_off: tuple[Head, ...]):
+    return get_model(name).norm_inputs(text, heads_off)

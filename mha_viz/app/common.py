@@ -1,0 +1,119 @@
+"""Helpers any view may use: head names, Markdown escaping, predictions, display transforms, the KL panel."""
+from __future__ import annotations
+
+import re
+
+import streamlit as st
+import torch
+
+from mha_viz import analysis, plotting
+from mha_viz.contract import AttentionRun, Head, Model
+from mha_viz.settings import ASSETS
+
+LEARNED_NOTE = (
+    "Each heatmap is one head's **learned** attention pattern on this sentence. Heads are not labeled modules: "
+    "nobody assigned them roles, and a pattern that looks like grammar or copying is a measurement on this "
+    "input, not an explanation. Switch heads off to test what they actually contribute."
+)
+
+_HEAD_NAME = re.compile(r"^L(\d+) H(\d+)$")
+
+
+def head_name(head: Head) -> str:
+    """(2, 11) -> "L2 H11", the one spelling of a head on the page."""
+    return f"L{head[0]} H{head[1]}"
+
+
+def parse_head(name: str) -> Head:
+    """"L2 H11" -> (2, 11); the inverse of `head_name`."""
+    match = _HEAD_NAME.match(name)
+    if not match:
+        raise ValueError(f"{name!r} is not a head name like 'L2 H11'")
+    return int(match.group(1)), int(match.group(2))
+
+
+def md_safe(text: str) -> str:
+    """Text shown as typed inside Markdown: the characters that can make links, images, code, maths, HTML, tables
+    or emphasis are backslash-escaped (CommonMark allows it for any ASCII punctuation; remark-math honours `\\$`);
+    words like A_B stay as typed. The one escaper for everything from a user, a link or a model."""
+    for ch in "\\`*[]()<>$!|~#":
+        text = text.replace(ch, "\\" + ch)
+    return text
+
+
+def visible(token: str, limit: int = 40) -> str:
+    """A token as a short printable label."""
+    text = plotting.visible_text(token) or "∅"
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def top_predictions(model: Model, logits: torch.Tensor, k: int = 5) -> list[tuple[str, float]]:
+    """The k most likely tokens of one row of logits (V,), decoded, with their probabilities."""
+    probs, ids = analysis.topk_predictions(logits, k)
+    return [(model.decode(int(i)), float(p)) for p, i in zip(probs, ids)]
+
+
+def where(model: Model, run: AttentionRun, position: int) -> str:
+    """Words for a prediction position, e.g. "the last position (the next token)"."""
+    token = md_safe(visible(run.tokens[position], 20))
+    if model.info.kind == "masked-lm" and run.tokens[position] == model.mask_token:
+        return f"the masked position {position}"
+    if model.causal and position == len(run.tokens) - 1:
+        return f"the last position, {token} (the next token)"
+    if model.causal:
+        return f"position {position}, {token} (the token after it)"
+    return f"position {position}, {token}"
+
+
+def predictions_panel(model: Model, base: AttentionRun, run: AttentionRun, position: int, key: str,
+                      table: bool = False) -> None:
+    """KL between the two runs' predictions at `position` and their top-5 side by side."""
+    kl = analysis.next_token_kl(base.logits, run.logits, position)
+    before, after = top_predictions(model, base.logits[position]), top_predictions(model, run.logits[position])
+    label = where(model, base, position)
+    c1, c2, c3 = st.columns(3)
+    c1.metric("KL(before ‖ after) of the prediction", f"{kl:.4f} nats")
+    c2.metric("Top prediction before", before[0][0].strip() or repr(before[0][0]))
+    c3.metric("Top prediction after", after[0][0].strip() or repr(after[0][0]))
+    if table:
+        st.table([{"rank": i + 1, "before": f"{w!r} ({p:.1%})", "after": f"{a!r} ({q:.1%})"}
+                  for i, ((w, p), (a, q)) in enumerate(zip(before, after))])
+    st.caption(f"Predictions at {label}.")
+    st.plotly_chart(plotting.predictions_figure(before, after, "Top-5 predictions, before and after"),
+                    width="stretch", key=key)
+
+
+def display(run: AttentionRun, hide_special: bool, merge: bool) -> tuple[list[str], torch.Tensor]:
+    """Tokens and attentions (L, H, Q, K) as the user asked to see them. The model run itself is unchanged."""
+    tokens, att = list(run.tokens), run.attentions  # (L, H, Q, K)
+    positions = list(range(len(tokens)))
+    if hide_special and run.special and len(run.special) < len(tokens):
+        keep = torch.ones(len(tokens), dtype=torch.bool)  # (T,)
+        keep[list(run.special)] = False
+        att = analysis.hide_positions(att, keep)  # (L, H, Q', K')
+        positions = [i for i in positions if keep[i]]
+        tokens = [run.tokens[i] for i in positions]
+    if merge:
+        special = [j for j, i in enumerate(positions) if i in set(run.special)]
+        groups = analysis.word_groups(tokens, special=special)
+        if len(groups) < len(tokens):
+            att = analysis.merge_word_pieces(att, groups)  # (L, H, W, W)
+            tokens = analysis.word_labels(tokens, groups)
+    return tokens, att
+
+
+def display_notes(hide_special: bool, merge: bool, run: AttentionRun) -> None:
+    notes = []
+    if hide_special and run.special:
+        notes.append("special tokens are hidden and each row is renormalised over the tokens shown, so weights "
+                     "are shares of the attention that went to visible tokens")
+    if merge:
+        notes.append("word pieces are merged into words: attention to a word is the sum over its pieces, "
+                     "attention from a word the mean over its pieces (Clark et al. 2019)")
+    if notes:
+        st.caption("Display: " + "; ".join(notes) + ".")
+
+
+def notes_text() -> None:
+    notes = ASSETS / "notes.md"
+    st.markdown(notes.read_text() if notes.exists() else LEARNED_NOTE)

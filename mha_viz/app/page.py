@@ -1,0 +1,226 @@
+"""The page frame: sidebar (model, layer, display options), text box, token strip, the effect of the heads that
+are off, then the chosen view (views/). `main()` lays the page out from small functions."""
+from __future__ import annotations
+
+import html
+
+import streamlit as st
+
+from mha_viz import analysis, plotting
+from mha_viz.app import state
+from mha_viz.app.cache import get_model, get_run, set_threads
+from mha_viz.app.common import (LEARNED_NOTE, display, display_notes, head_name, md_safe, notes_text,
+                                predictions_panel, visible)
+from mha_viz.app.context import ViewContext
+from mha_viz.app.views import VIEWS
+from mha_viz.contract import AttentionRun, InputError, Model, ModelLoadError
+from mha_viz.models import BUILTIN
+from mha_viz.settings import SettingsError, settings
+
+CUSTOM = "custom"
+DEFAULT_TEXT = "The keys to the old cabinet are on the table, so Anna gave the keys to Ben."
+MAX_TEXT_CHARS = 200_000  # longer text is cut before tokenizing, and the page says so
+LONG_STRIP = 80  # a strip of more tokens folds into an expander, so it does not push the heatmaps off screen
+SHARED_SCALE = "shared 0–1"
+
+def main() -> None:
+    st.set_page_config(page_title="mha-viz: attention heads, side by side", layout="wide")
+    try:
+        settings()
+    except SettingsError as err:
+        st.error(f"This server's settings are wrong: {md_safe(str(err))}")
+        return
+    set_threads()
+    notices = state.read_url_once(list(VIEWS))
+    st.title("mha-viz")
+    st.caption("Every attention head as its own heatmap. Compare heads, switch them off, watch what changes.")
+    for notice in notices:  # before loading: a link naming a model that fails to load still explains itself
+        st.warning(f"Link: {notice}")
+    name = sidebar_model()
+    if name is None:
+        st.info("Type a Hugging Face model id or a local folder in the sidebar, or pick a built-in model.")
+        return
+    model = load_or_explain(name)
+    if model is None:
+        return
+    for notice in state.apply_pending(name, model.n_layers, model.n_heads):
+        st.warning(f"Link: {notice}")
+    layer, n_cols, shared_scale, hide_special, merge = sidebar_display(model, name)
+    learned_note()
+    text = text_input(model)
+    try:
+        with st.spinner("Running the model..."):
+            base = get_run(name, text)
+    except InputError as err:
+        st.warning(md_safe(str(err)))
+        return
+    token_strip(base, model)
+    heads_and_views(model, name, text, layer, n_cols, shared_scale, hide_special, merge)
+
+
+@st.fragment
+def heads_and_views(model: Model, name: str, text: str, layer: int, n_cols: int, shared_scale: bool,
+                    hide_special: bool, merge: bool) -> None:
+    """Everything a head toggle changes. A fragment, so a toggle reruns this part only, not the whole page."""
+    heads_off = frozenset(state.off_set(name))
+    with st.spinner("Running the model with these heads off..."):
+        base = get_run(name, text)
+        run = get_run(name, text, heads_off) if heads_off else base
+    off_summary(heads_off)
+    # A fixed container: whether or not the panel has content, the elements below keep their place in the page,
+    # so the browser updates them instead of redrawing every heatmap.
+    with st.container():
+        effect_panel(model, base, run)
+    view = st.radio("View", list(VIEWS), horizontal=True, key="view", label_visibility="collapsed")
+    state.write_url(name, text, layer, set(heads_off), view)
+    tokens, att = display(run, hide_special, merge)
+    display_notes(hide_special, merge, run)
+    ctx = ViewContext(model=model, name=name, text=text, layer=layer, base=base, run=run, tokens=tokens, att=att,
+                      heads_off=heads_off, hide_special=hide_special, merge=merge, n_cols=n_cols,
+                      shared_scale=shared_scale)
+    VIEWS[view](ctx)
+
+
+# -- sidebar -------------------------------------------------------------------------------------------------
+def sidebar_model() -> str | None:
+    """Model picker. Returns the model name to load, or None when the custom box is empty."""
+    st.sidebar.header("Model")
+    choices = list(BUILTIN) + [CUSTOM]
+    labels = {**BUILTIN, CUSTOM: "your own: a Hugging Face id or a local folder"}
+    choice = st.sidebar.selectbox("Model", choices, format_func=labels.get, key="model_choice")
+    if choice == CUSTOM:
+        custom = st.sidebar.text_input(
+            "Model id or folder", key="custom_id", placeholder="e.g. prajjwal1/bert-tiny or /path/to/model",
+            help="Loaded with eager attention, safetensors weights only, never remote code.",
+        ).strip()
+        return custom or None
+    return choice
+
+
+def sidebar_display(model: Model, name: str) -> tuple[int, int, bool, bool, bool]:
+    """(layer, heatmaps per row, shared colour scale, hide special tokens, merge word pieces)."""
+    st.sidebar.caption(f"{model.info.title}: {model.n_layers} layers x {model.n_heads} heads"
+                       + (f" ({model.info.n_kv_heads} key/value heads shared)" if model.info.n_kv_heads else ""))
+    layer = st.sidebar.selectbox("Layer", range(model.n_layers), format_func=lambda i: f"L{i}", key=f"layer|{name}")
+    st.sidebar.header("Display")
+    n_cols = st.sidebar.slider("Heatmaps per row", 2, 6, 4, key="n_cols")
+    scale = st.sidebar.radio("Colour scale", ["each head's own max", SHARED_SCALE], key="scale")
+    hide_special = st.sidebar.checkbox("Hide special tokens", key="hide_special",
+                                       help="Drops [CLS]/[SEP]-like tokens and renormalises each row.")
+    merge = st.sidebar.checkbox("Merge word pieces into words", key="merge",
+                                help="Sum over a word's pieces as keys, mean over them as queries.")
+    return layer, n_cols, scale == SHARED_SCALE, hide_special, merge
+
+
+def load_or_explain(name: str) -> Model | None:
+    try:
+        if name == "smollm2":
+            with st.spinner("Loading SmolLM2 (the first start converts its GGUF file, about 30 s)..."):
+                return get_model(name)
+        with st.spinner(f"Loading {name}..."):
+            return get_model(name)
+    except ModelLoadError as err:
+        st.error(md_safe(str(err)))  # the id may come from a link: show it as text, never as Markdown
+    except Exception as err:  # an unexpected library error must not take the page down
+        st.error(md_safe(f"Could not load '{name}': {type(err).__name__}: {str(err)[:300]}"))
+    return None
+
+
+# -- text ----------------------------------------------------------------------------------------------------
+def _set_text(text: str) -> None:
+    st.session_state["text_box"] = text
+    st.session_state["text"] = text
+
+
+def _submit_text() -> None:
+    st.session_state["text"] = st.session_state.get("text_box", "")
+
+
+def text_input(model: Model) -> str:
+    st.session_state.setdefault("text", DEFAULT_TEXT)
+    st.session_state.setdefault("text_box", st.session_state["text"])
+    with st.form("text_form", border=False):
+        st.text_area("Sentence", key="text_box", height=80, max_chars=None,
+                     help="Any text; it is cut at the model's token limit and the page says how much was dropped.")
+        st.form_submit_button("Show attention", type="primary", on_click=_submit_text)
+    examples = model.examples() or [("agreement", DEFAULT_TEXT, DEFAULT_TEXT)]
+    cols = st.columns(min(len(examples), 4))
+    for i, (label, text, hint) in enumerate(examples[:8]):
+        cols[i % len(cols)].button(label, key=f"ex{i}", on_click=_set_text, args=(text,), help=f"{hint} — “{text}”",
+                                   width="stretch")
+    text = st.session_state["text"]
+    if len(text) > MAX_TEXT_CHARS:
+        st.info(f"The text has {len(text):,} characters; only the first {MAX_TEXT_CHARS:,} are tokenized.")
+        text = text[:MAX_TEXT_CHARS]
+    return text
+
+
+def token_strip(run: AttentionRun, model: Model) -> None:
+    chips = []
+    unknown = set(run.unknown)
+    for i, tok in enumerate(run.tokens):
+        style = "background:#fde2e1;border-color:#c44e52" if i in unknown else ""
+        chips.append(
+            f"<span style='display:inline-block;border:1px solid #ccc;border-radius:4px;padding:0 4px;"
+            f"margin:1px;font-family:monospace;font-size:12px;{style}' title='position {i}'>"
+            f"{html.escape(visible(tok))}</span>"
+        )
+    strip = f"<div data-testid='token-strip'>{''.join(chips)}</div>"
+    if len(chips) > LONG_STRIP:
+        with st.expander(f"Tokens ({len(chips)})"):
+            st.markdown(strip, unsafe_allow_html=True)
+    else:
+        st.markdown(strip, unsafe_allow_html=True)
+    notes = [f"{len(run.tokens)} tokens"]
+    if run.truncated:
+        notes.append(
+            f"**{run.truncated} tokens were dropped**: the text is longer than the {model.info.max_tokens} tokens "
+            "this view handles, so only the start is shown"
+        )
+    if unknown:
+        words = ", ".join(sorted({visible(run.tokens[i]) for i in unknown}))
+        notes.append(f"{len(unknown)} position(s) map to the unknown token (highlighted; the model does not know: "
+                     f"{md_safe(words[:200])})")
+    st.caption(" · ".join(notes))
+
+
+# -- notes ---------------------------------------------------------------------------------------------------
+def learned_note() -> None:
+    st.info(LEARNED_NOTE, icon="ℹ️")
+    with st.expander("More: what a head is, and what a heatmap can and cannot tell you"):
+        notes_text()
+
+
+def off_summary(heads_off: frozenset) -> None:
+    if heads_off:
+        st.markdown("**Heads off:** " + ", ".join(f"`{head_name(h)}`" for h in sorted(heads_off)))
+    else:
+        st.caption("All heads are on. Switch a head off with the toggle under its heatmap.")
+
+
+# -- effect of the heads that are off ------------------------------------------------------------------------
+def effect_panel(model: Model, base: AttentionRun, run: AttentionRun) -> None:
+    """What the heads that are off changed: predictions for language models, the embedding for encoders."""
+    if not run.ablated:
+        return
+    st.subheader("What changed with these heads off")
+    if len(run.ablated) == model.n_layers * model.n_heads:
+        st.warning("Every head is off: no token can read any other token, so each position sees only itself "
+                   "through the residual stream. The output below is what is left.")
+    position = model.prediction_position(base)
+    if position is not None:
+        predictions_panel(model, base, run, position, key="pred_fig")
+    elif model.info.kind == "masked-lm":
+        st.caption(f"Put {md_safe(model.mask_token or 'the mask token')} in the sentence to compare the masked "
+                   "word's predictions before and after.")
+    change = analysis.token_change(base.output, run.output, relative=True)
+    c1, c2 = st.columns(2)
+    if not model.causal:  # mean-pooled embeddings are an encoder's output; a causal LM's is its prediction
+        cos = analysis.cosine_change(base.output, run.output)
+        c1.metric("Cosine similarity of sentence embedding (before vs after)", f"{cos:.5f}",
+                  delta=f"{cos - 1:.5f}", delta_color="inverse" if cos < 1 else "off")
+    c2.metric("Largest per-token change of final hidden state", f"{float(change.max()):.2%}")
+    with st.expander("Change of each token's final hidden state", expanded=False):
+        st.plotly_chart(plotting.token_change_figure(base.tokens, change,
+                                                     "Relative change of each token's final hidden state"),
+                        width="stretch", key="tok_change_fig")

@@ -1,0 +1,171 @@
+"""UI state: which heads are off (per model, in the session) and the URL, which carries the model, text, layer,
+heads off, compared heads and the open view.
+
+Parsed once per browser session (so the user's later changes win), written back on every run. Anything in the
+URL that does not parse or is out of range is dropped with a notice, never a traceback.
+"""
+from __future__ import annotations
+
+import re
+
+import streamlit as st
+
+from mha_viz.app.common import head_name, md_safe
+from mha_viz.contract import Head
+from mha_viz.models import BUILTIN
+
+MAX_PARAM_CHARS = 4000  # longer values are ignored: nobody shares a link that long on purpose
+MAX_HEADS = 2000
+MAX_TEXT_IN_URL = 1500
+_HEAD = re.compile(r"^\s*L?(\d{1,4})[\s.:_-]*H?(\d{1,4})\s*$", re.IGNORECASE)
+
+
+def _quoted(value: str, limit: int = 30) -> str:
+    """A value from the link, quoted for a notice: cut short and Markdown-escaped, so it shows as typed."""
+    return md_safe(repr(str(value)[:limit]))
+
+
+def _first(value) -> str:
+    if isinstance(value, (list, tuple)):
+        value = value[0] if value else ""
+    return str(value)
+
+
+def parse_heads(raw: str) -> tuple[list[tuple[int, int]], list[str]]:
+    """"0.3,2.11" or "L0H3,L2H11" -> [(0, 3), (2, 11)], plus the items that did not parse."""
+    heads, bad = [], []
+    for item in raw.split(",")[:MAX_HEADS]:
+        if not item.strip():
+            continue
+        match = _HEAD.match(item)
+        if match:
+            heads.append((int(match.group(1)), int(match.group(2))))
+        else:
+            bad.append(item[:20])
+    return heads, bad
+
+
+def read_url_once(views: list[str]) -> list[str]:
+    """Apply the URL's state to the session on its first run. Returns notices about what was ignored."""
+    if st.session_state.get("_url_read"):
+        return []
+    st.session_state["_url_read"] = True
+    notices = []
+    params = {key: st.query_params.get_all(key) for key in st.query_params.keys()}
+    for key, values in params.items():
+        if len(values) > 1:
+            notices.append(f"{_quoted(key)} appears {len(values)} times in the link; the first one is used.")
+    get = {key: _first(values) for key, values in params.items()}
+    for key, value in list(get.items()):
+        if len(value) > MAX_PARAM_CHARS:
+            notices.append(f"{_quoted(key)} in the link is {len(value):,} characters long and was ignored.")
+            del get[key]
+    model = get.get("model", "").strip()
+    if model:
+        if model in BUILTIN:
+            st.session_state["model_choice"] = model
+        elif len(model) <= 300:
+            st.session_state["model_choice"] = "custom"
+            st.session_state["custom_id"] = model
+    if "text" in get and get["text"].strip():
+        st.session_state["text"] = get["text"]
+        st.session_state["text_box"] = get["text"]
+    pending = {}
+    if "layer" in get:
+        try:
+            pending["layer"] = int(get["layer"])
+        except ValueError:
+            notices.append(f"layer={_quoted(get['layer'], 20)} in the link is not a number and was ignored.")
+    for key in ("off", "compare"):
+        if key in get:
+            heads, bad = parse_heads(get[key])
+            if bad:
+                notices.append(f"{key}: {', '.join(_quoted(b, 20) for b in bad[:5])} in the link are not heads like "
+                               "'L0H3' and were ignored.")
+            pending[key] = heads
+    if "view" in get:
+        if get["view"] in views:
+            st.session_state["view"] = get["view"]
+        else:
+            notices.append(f"view={_quoted(get['view'])} in the link is not a view of this app and was ignored.")
+    st.session_state["_url_pending"] = pending
+    return notices
+
+
+def apply_pending(model_name: str, n_layers: int, n_heads: int) -> list[str]:
+    """Range-check the URL's layer and heads against the loaded model, then apply them."""
+    pending = st.session_state.pop("_url_pending", None)
+    if not pending:
+        return []
+    notices = []
+    if "layer" in pending:
+        layer = pending["layer"]
+        if 0 <= layer < n_layers:
+            st.session_state[f"layer|{model_name}"] = layer
+        else:
+            notices.append(f"layer {layer} does not exist in this model (0–{n_layers - 1}); showing layer 0.")
+    for key in ("off", "compare"):
+        heads = pending.get(key)
+        if heads is None:
+            continue
+        valid = [h for h in heads if 0 <= h[0] < n_layers and 0 <= h[1] < n_heads]
+        if len(valid) < len(heads):
+            notices.append(f"{len(heads) - len(valid)} head(s) in '{key}' do not exist in this model and were ignored.")
+        if key == "off":
+            st.session_state.setdefault("off", {})[model_name] = set(valid)
+        else:
+            names = [head_name(h) for h in dict.fromkeys(valid)][:4]
+            st.session_state["compare"] = names
+            st.session_state["compare_pick"] = names
+    return notices
+
+
+def write_url(model_name: str, text: str, layer: int, off: set, view: str) -> None:
+    state = {"model": model_name, "layer": str(layer), "view": view}
+    if len(text) <= MAX_TEXT_IN_URL:
+        state["text"] = text
+    if off:
+        state["off"] = ",".join(f"L{layer_}H{head}" for layer_, head in sorted(off))
+    compare = st.session_state.get("compare")
+    if compare:
+        state["compare"] = ",".join(c.replace(" ", "") for c in compare)
+    current = {key: st.query_params.get(key) for key in st.query_params.keys()}
+    if current != state:
+        st.query_params.from_dict(state)
+
+
+# -- heads off, per model, in this session -------------------------------------------------------------------
+def off_set(model_name: str) -> set[Head]:
+    store = st.session_state.setdefault("off", {})
+    return store.setdefault(model_name, set())
+
+
+def toggle_key(model_name: str, layer: int, head: int) -> str:
+    return f"tg|{model_name}|{layer}|{head}"
+
+
+def on_toggle(model_name: str, layer: int, head: int) -> None:
+    heads = off_set(model_name)
+    if st.session_state[toggle_key(model_name, layer, head)]:
+        heads.discard((layer, head))
+    else:
+        heads.add((layer, head))
+
+
+def layer_off(model_name: str, layer: int, n_heads: int, off: bool) -> None:
+    heads = off_set(model_name)
+    layer_heads = {(layer, h) for h in range(n_heads)}
+    if off:
+        heads.update(layer_heads)
+    else:
+        heads.difference_update(layer_heads)
+
+
+def only_head(model_name: str, layer: int, n_heads: int, keep: int) -> None:
+    heads = off_set(model_name)
+    heads.update((layer, h) for h in range(n_heads) if h != keep)
+    heads.discard((layer, keep))
+
+
+def reset(model_name: str) -> None:
+    off_set(model_name).clear()

@@ -1,0 +1,19 @@
+"""The view registry. A view is one file here with `render(ctx: ViewContext)`; adding one is that file plus
+one line below. The names are the values of `?view=` in shared links: keep them stable."""
+from __future__ import annotations
+
+from typing import Callable
+
+from mha_viz.app.context import ViewContext
+from mha_viz.app.views import all_layers, compare, effects, layer, notes, rollout, similarity, twins
+
+VIEWS: dict[str, Callable[[ViewContext], None]] = {
+    "Layer": layer.render,
+    "All layers": all_layers.render,
+    "Compare": compare.render,
+    "Ablation effects": effects.render,
+    "Similarity & scores": similarity.render,
+    "Rollout & norms": rollout.render,
+    "Trained vs untrained": twins.render,
+    "Notes & export": notes.render,
+}

@@ -1,0 +1,60 @@
+"""All layers: every head of the model as one tiled image; click a tile to focus it."""
+from __future__ import annotations
+
+import streamlit as st
+import torch
+
+from mha_viz import analysis, plotting
+from mha_viz.app import state
+from mha_viz.app.cache import get_run
+from mha_viz.app.common import display, head_name, md_safe, parse_head
+from mha_viz.app.context import ViewContext
+from mha_viz.contract import Head, Model
+
+
+def render(ctx: ViewContext) -> None:
+    focus = overview(ctx.model, ctx.name, ctx.tokens, ctx.att)
+    focused_head(ctx.tokens, ctx.att, focus, focus in ctx.heads_off)
+
+
+def overview(model: Model, model_name: str, tokens: list[str], att: torch.Tensor) -> Head | None:
+    """Every head in a layers x heads grid, one tiled image. Returns the head the user picked, if any."""
+    st.caption(f"All {model.n_layers * model.n_heads} heads: rows are layers, columns heads. Each tile is scaled "
+               "to its own maximum so faint patterns stay visible; grey tiles are switched off. "
+               "Click a tile to focus it.")
+    if len(tokens) > plotting.MAX_TILE:
+        st.caption(f"With {len(tokens)} tokens each tile is shrunk to {plotting.MAX_TILE} x {plotting.MAX_TILE} cells "
+                   "(each cell shows the largest weight it covers); the focused head below is full size.")
+    options = [(layer, head) for layer in range(model.n_layers) for head in range(model.n_heads)]
+    # The chart's selection is in session state before the chart is drawn, so this run can already focus it.
+    # A click is applied once: the selection lingers across reruns and must not undo a later pick below.
+    clicked = _clicked_head(st.session_state.get("overview"))
+    if clicked in options and clicked != st.session_state.get("_overview_click"):
+        st.session_state["_overview_click"] = clicked
+        st.session_state["focus_pick"] = clicked
+    if st.session_state.get("focus_pick") not in options:
+        st.session_state["focus_pick"] = options[0]
+    fig = plotting.tiled_figure(
+        att, [f"L{i}" for i in range(model.n_layers)], [f"H{h}" for h in range(model.n_heads)],
+        off=state.off_set(model_name), selected=st.session_state["focus_pick"], zscale="head",
+    )
+    st.plotly_chart(fig, width="stretch", key="overview", on_select="rerun", selection_mode="points",
+                    config={"displaylogo": False})
+    return st.selectbox("Focused head", options, format_func=head_name, key="focus_pick")
+
+
+def _clicked_head(state) -> Head | None:
+    """(layer, head) from the overview's selection state: the customdata of a clicked tile centre."""
+    selection = state.get("selection", {}) if isinstance(state, dict) else getattr(state, "selection", None)
+    points = (selection.get("points") if isinstance(selection, dict) else getattr(selection, "points", None)) or []
+    for point in points:
+        data = point.get("customdata") if isinstance(point, dict) else None
+        if data is not None and len(data) == 2:
+            return int(data[0]), int(data[1])
+    return None
+
+
+def focused_head(tokens: list[str], att: torch.Tensor, head: Head, off: bool) -> None:
+    layer, h = head
+    fig = plotting.head_figure(att[layer, h], tokens, head_name(head), off=off, size=460, colorbar=True)
+    st.plotly_chart(fig, width="stretch", key="focused_fig")

@@ -1,0 +1,82 @@
+"""Ablation effects: predictions before and after, how much every head's pattern moved, and head importance."""
+from __future__ import annotations
+
+import streamlit as st
+
+from mha_viz import analysis, plotting
+from mha_viz.analysis.importance import effect_measure, head_importance
+from mha_viz.app.common import head_name, predictions_panel, where
+from mha_viz.app.context import ViewContext
+from mha_viz.contract import AttentionRun, Head, Model
+
+
+def render(ctx: ViewContext) -> None:
+    model, base, run = ctx.model, ctx.base, ctx.run
+    position = None
+    if base.logits is not None:
+        default = model.prediction_position(base)
+        if model.info.kind == "masked-lm":
+            st.caption(f"Masked LM: put {model.mask_token or 'the mask token'} in the sentence to predict that "
+                       "word; its predictions before and after ablation are compared.")
+        positions = list(range(len(base.tokens)))
+        position = st.selectbox(
+            "Prediction at position", positions, index=len(positions) - 1 if default is None else default,
+            format_func=lambda i: f"{i}: {base.tokens[i]!r}", key="pred_pos",
+            help="For a causal LM, position i predicts token i+1; the last position predicts what comes next.",
+        )
+        predictions_panel(model, base, run, position, key="pred_fig_fx", table=True)
+    else:
+        cos = analysis.cosine_change(base.output, run.output)
+        st.metric("Cosine similarity of sentence embedding (before vs after)", f"{cos:.5f}")
+    if not ctx.heads_off:
+        st.info("All heads are on, so nothing differs yet. Switch heads off in the layer view, or compute the "
+                "importance map below.")
+    else:
+        pattern_shift(model, base, run, ctx.heads_off)
+    importance(model, ctx.name, ctx.text, base, ctx.heads_off, position)
+
+
+def pattern_shift(model: Model, base: AttentionRun, run: AttentionRun, heads_off: frozenset[Head]) -> None:
+    shift = analysis.pattern_shift(base.attentions, run.attentions)  # (L, H)
+    st.plotly_chart(plotting.layer_head_map(shift, "How much each head's pattern moved (mean JS over query rows)",
+                                            "JS (bits)", off=set(heads_off)),
+                    width="stretch", key="shift_map")
+    options = [(layer, head) for layer in range(model.n_layers) for head in range(model.n_heads)]
+    pick = st.selectbox("Head to inspect", options, index=int(shift.flatten().argmax()), format_func=head_name,
+                        key="shift_pick")
+    layer, head = pick
+    c1, c2, c3 = st.columns(3)
+    zmax = float(max(base.attentions[layer, head].max(), run.attentions[layer, head].max()))
+    c1.plotly_chart(plotting.head_figure(base.attentions[layer, head], base.tokens, f"{head_name(pick)} all on",
+                                         zmax=zmax, size=340), width="stretch", key="fx_base")
+    c2.plotly_chart(plotting.head_figure(run.attentions[layer, head], run.tokens, f"{head_name(pick)} heads off",
+                                         zmax=zmax, size=340), width="stretch", key="fx_abl")
+    c3.plotly_chart(plotting.diff_figure(run.attentions[layer, head] - base.attentions[layer, head], base.tokens,
+                                         f"{head_name(pick)} change"), width="stretch", key="fx_diff")
+
+
+def importance(model: Model, model_name: str, text: str, base: AttentionRun, heads_off: frozenset[Head],
+               position: int | None) -> None:
+    """Each head switched off alone; measured at the same position as the predictions above."""
+    st.markdown("**Head importance for this input**")
+    measure = effect_measure(model)
+    if base.logits is not None:
+        if position is None:
+            position = len(base.tokens) - 1
+        what = f"the KL divergence of the prediction at {where(model, base, position)}"
+    else:
+        what = "1 − cosine similarity of the sentence embedding (mean of the final hidden states)"
+    st.caption(f"Each head is switched off alone (on top of the heads already off) and the output change is "
+               f"measured as {what}. One batched forward pass per chunk of heads.")
+    key = (model_name, text, tuple(sorted(heads_off)), position)
+    store = st.session_state.setdefault("importance", {})
+    if st.button("Compute head importance", key="imp_btn"):
+        bar = st.progress(0.0, text="Ablating one head at a time...")
+        store.clear()
+        store[key] = head_importance(model, text, heads_off, position=-1 if position is None else position,
+                                     progress=lambda f: bar.progress(f, text=f"Ablating heads... {f:.0%}"))
+        bar.empty()
+    if key in store:
+        st.plotly_chart(plotting.layer_head_map(store[key], "Output change when each head alone is off", measure,
+                                                off=set(heads_off), fmt=".4f"),
+                        width="stretch", key="imp_map")

@@ -1,0 +1,90 @@
+"""Layer: every head of the chosen layer side by side, each with its on/off switch and one measured score."""
+from __future__ import annotations
+
+import streamlit as st
+
+from mha_viz import analysis, plotting
+from mha_viz.app import state
+from mha_viz.app.common import head_name
+from mha_viz.app.context import ViewContext
+from mha_viz.contract import AttentionRun, Model
+
+ONLY_PROMPT = "Only this head on…"
+
+
+def render(ctx: ViewContext) -> None:
+    st.subheader(f"Layer {ctx.layer}: all {ctx.model.n_heads} heads")
+    controls(ctx.model, ctx.name, ctx.layer)
+    grid(ctx)
+
+
+def grid(ctx: ViewContext) -> None:
+    """The heads of one layer, a row figure per `n_cols` heads, each head with its toggle underneath. The
+    heatmaps show the display transform (`ctx.att`); scores are always measured on the run itself."""
+    layer, n_cols = ctx.layer, ctx.n_cols
+    att = ctx.att[layer]  # (H, Q, K)
+    badges = badges_for(ctx.model, ctx.run)
+    for start in range(0, ctx.model.n_heads, n_cols):
+        heads = list(range(start, min(start + n_cols, ctx.model.n_heads)))
+        fig = plotting.heads_row_figure(
+            att[heads[0]:heads[-1] + 1], ctx.tokens, [head_name((layer, h)) for h in heads],
+            [(layer, h) in ctx.heads_off for h in heads], zmax=1.0 if ctx.shared_scale else None, columns=n_cols,
+            height=int(900 / n_cols),  # about the width of one column of the main area: squarish cells
+        )
+        st.plotly_chart(fig, width="stretch", key=f"row|{layer}|{start}", config={"displaylogo": False})
+        cols = st.columns(n_cols)
+        for head in heads:
+            with cols[head - start]:
+                switch(ctx.name, layer, head, badges)
+
+
+def switch(model_name: str, layer: int, head: int, badges) -> None:
+    key = state.toggle_key(model_name, layer, head)
+    st.session_state[key] = (layer, head) not in state.off_set(model_name)
+    st.toggle(head_name((layer, head)), key=key, on_change=state.on_toggle, args=(model_name, layer, head),
+              help="On: the head contributes. Off: its output is zeroed before the output projection.")
+    if badges is None:
+        return
+    scores, baselines = badges
+    top = analysis.top_badges(scores, baselines, layer, head, n=1)
+    if top:
+        name, value = top[0]
+        st.caption(f"measured: {value:.0%} → {analysis.SHORT_TARGETS[name]}",
+                   help=analysis.describe_score(name, value) + " A measurement, not a role.")
+    else:
+        st.caption("measured: no location stands out", help="No score is 10 points above what "
+                   "uniform attention would give on this input.")
+
+
+def badges_for(model: Model, run: AttentionRun):
+    return _badges(model.info.name, tuple(run.tokens), run.ablated, run, model.causal)
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def _badges(name: str, tokens: tuple, ablated: frozenset, _run: AttentionRun, causal: bool):
+    try:
+        return analysis.run_scores(_run, causal)
+    except Exception:  # badges are an extra; never block the grid
+        return None
+
+
+def _only(model_name: str, layer: int, n_heads: int) -> None:
+    key = f"only|{model_name}|{layer}"
+    choice = st.session_state.get(key, ONLY_PROMPT)
+    if choice != ONLY_PROMPT:
+        state.only_head(model_name, layer, n_heads, int(choice[1:]))
+    st.session_state[key] = ONLY_PROMPT  # a callback may reset its own widget: it runs before the script
+
+
+def controls(model: Model, model_name: str, layer: int) -> None:
+    """Bulk switches. Callbacks, not st.rerun: they change state before the page is drawn, so one run suffices."""
+    n = model.n_heads
+    c1, c2, c3, c4 = st.columns(4)
+    c1.button(f"All heads of L{layer} off", width="stretch", on_click=state.layer_off,
+              args=(model_name, layer, n, True))
+    c2.button(f"All heads of L{layer} on", width="stretch", on_click=state.layer_off,
+              args=(model_name, layer, n, False))
+    c3.selectbox("Only this head on", [ONLY_PROMPT] + [f"H{h}" for h in range(n)], key=f"only|{model_name}|{layer}",
+                 label_visibility="collapsed", on_change=_only, args=(model_name, layer, n),
+                 help="Switch off every other head of this layer.")
+    c4.button("Reset: all heads on", width="stretch", on_click=state.reset, args=(model_name,))

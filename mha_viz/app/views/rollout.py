@@ -1,0 +1,56 @@
+"""Rollout & norms: attention rollout and the value-weighted norm view next to raw attention."""
+from __future__ import annotations
+
+import streamlit as st
+
+from mha_viz import analysis, plotting
+from mha_viz.app.cache import norm_inputs
+from mha_viz.app.common import head_name
+from mha_viz.app.context import ViewContext
+from mha_viz.contract import head_keep_mask
+
+
+def render(ctx: ViewContext) -> None:
+    model, run, layer = ctx.model, ctx.run, ctx.layer
+    keep = head_keep_mask(ctx.heads_off, model.n_layers, model.n_heads)  # (L, H)
+    rolled = analysis.rollout(run.attentions, keep)  # (L, Q, K)
+    on = keep[layer].bool()  # (H,)
+    st.markdown(f"**Attention rollout through layer {layer}** (Abnar & Zuidema 2020)")
+    st.caption("Rollout multiplies the head-averaged attention of every layer up to this one, with the residual "
+               "connection counted as half, to estimate how much each input token flows into each position. "
+               "It ignores value vectors and MLPs: an estimate, not a measurement of importance.")
+    if ctx.heads_off:
+        st.caption("Switched-off heads are left out of both panels: the mean of heads and each layer's rollout step "
+                   "average only the heads that are on, and a layer with every head off passes the residual "
+                   "stream through unchanged.")
+    c1, c2 = st.columns(2)
+    if on.any():
+        raw = run.attentions[layer][on].mean(0)  # (Q, K)  mean over the heads that are on
+        c1.plotly_chart(plotting.head_figure(raw, run.tokens, f"L{layer} raw, mean of the {int(on.sum())} heads on",
+                                             size=380), width="stretch", key="roll_raw")
+    else:
+        c1.info(f"Every head of L{layer} is off: no attention of this layer reaches the output.")
+    c2.plotly_chart(plotting.head_figure(rolled[layer], run.tokens, f"rollout through L{layer}", size=380),
+                    width="stretch", key="roll_fig")
+
+    st.markdown("**Value-weighted norms** ‖α_ij f(x_j)‖ (Kobayashi et al. 2020)")
+    st.caption("Weights each attention arrow by the size of what it carries: the value vector of token j passed "
+               "through this head's slice of the output projection. A large weight on a token whose vector is "
+               "small moves little.")
+    inputs = norm_inputs(ctx.name, ctx.text, tuple(sorted(ctx.heads_off)))
+    if inputs is None:
+        st.info("The norm view is not available for this architecture (its output projection was not found).")
+        return
+    values, w_o = inputs  # (L, H, K, dh), (L, H, dh, D); a switched-off head's values are zero
+    head = st.selectbox("Head", range(model.n_heads), format_func=lambda h: head_name((layer, h)), key="norm_head")
+    norms = analysis.norm_view(run.attentions[layer], values[layer], w_o[layer])  # (H, Q, K)
+    off = (layer, head) in ctx.heads_off
+    c1, c2 = st.columns(2)
+    c1.plotly_chart(plotting.head_figure(run.attentions[layer, head], run.tokens, f"L{layer} H{head} weights α",
+                                         off=off, size=380), width="stretch", key="norm_raw")
+    if off:
+        c2.info(f"{head_name((layer, head))} is switched off: its output is zero, so every ‖α f(x)‖ is 0. Its "
+                "weights α (left) are still computed.")
+    else:
+        c2.plotly_chart(plotting.head_figure(norms[head], run.tokens, f"L{layer} H{head} ‖α f(x)‖", size=380,
+                                             colorbar=True), width="stretch", key="norm_fig")

@@ -1,0 +1,134 @@
+"""Similarity & scores: heads x heads pattern distance, every measured score in a table, their spread over
+example sentences, and (where the model's training data defines them) the relations' ground truth."""
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+import streamlit as st
+import torch
+
+from mha_viz import analysis
+from mha_viz.app.cache import get_run
+from mha_viz.app.common import head_name, md_safe
+from mha_viz.app.context import ViewContext
+from mha_viz.contract import AttentionRun, Model
+from mha_viz.models.tiny import probes
+
+
+def render(ctx: ViewContext) -> None:
+    similarity(ctx.model, ctx.att, (ctx.name, ctx.text, tuple(sorted(ctx.heads_off)), ctx.hide_special, ctx.merge))
+    ground_truth_panel(ctx.model, ctx.run)
+    scores_table(ctx.model, ctx.run)
+    scores_across(ctx.model, ctx.name, [text for _, text, _ in ctx.model.examples()] + [ctx.text])
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _distance(_att: torch.Tensor, key: tuple) -> tuple[np.ndarray, np.ndarray]:
+    dist = analysis.head_distance(_att)  # (N, N)
+    order = analysis.similarity_order(dist)  # (N,)
+    return dist.numpy(), order.numpy()
+
+
+def similarity(model: Model, att: torch.Tensor, cache_key: tuple) -> None:
+    dist, order = _distance(att, cache_key)
+    n_heads = model.n_heads
+    names = [head_name((int(i) // n_heads, int(i) % n_heads)) for i in order]
+    ordered = dist[np.ix_(order, order)]
+    fig = go.Figure(go.Heatmap(z=ordered.astype(np.float32), x=names, y=names, colorscale="Viridis_r",
+                               colorbar=dict(title=dict(text="JS (bits)")),
+                               hovertemplate="%{y} vs %{x}<br>mean JS: %{z:.3f}<extra></extra>"))
+    fig.update_layout(template="none", height=min(900, 200 + 6 * len(names)), yaxis=dict(autorange="reversed"),
+                      margin=dict(l=60, r=10, t=30, b=60), title="Head-to-head pattern distance (similar heads sit together)")
+    # Plotly reports no clicks on heatmap cells (only on scatter points), and an overlay of N^2 points would be
+    # 73k for SmolLM2: a pair is picked below instead; hover names the pair under the pointer.
+    st.plotly_chart(fig, width="stretch", key="sim_map")
+    c1, c2 = st.columns(2)
+    a = c1.selectbox("Or pick two heads", names, key="sim_a")
+    b = c2.selectbox("and", names, index=min(1, len(names) - 1), key="sim_b")
+    ia, ib = names.index(a), names.index(b)
+    st.caption(f"Mean JS divergence between {a} and {b}: {ordered[ia, ib]:.3f} bits.")
+    st.button("Compare these two", key="sim_cmp", on_click=_go_compare, args=(a, b))
+
+
+def _go_compare(a: str, b: str) -> None:
+    # A callback: it runs before the page is drawn, so it may set the View radio's own state.
+    st.session_state["compare_pick"] = [a, b]
+    st.session_state["compare"] = [a, b]
+    st.session_state["view"] = "Compare"
+
+
+def scores_table(model: Model, run: AttentionRun) -> dict[str, torch.Tensor]:
+    scores, base = analysis.run_scores(run, model.causal)
+    st.caption("Measured on this input: the share of each head's attention that goes to each kind of position, "
+               "averaged over query rows; the last row is what uniform attention would give. These are "
+               "measurements, not roles: run them over several sentences to see how much they vary.")
+    rows = []
+    for layer in range(model.n_layers):
+        for head in range(model.n_heads):
+            rows.append({"head": head_name((layer, head)),
+                         **{name: _fmt(scores[name][layer, head]) for name in analysis.SCORE_NAMES}})
+    rows.append({"head": "uniform baseline", **{name: _fmt(torch.tensor(v)) for name, v in base.items()}})
+    st.dataframe(rows, hide_index=True, height=320)
+    return scores
+
+
+def _fmt(value: torch.Tensor) -> float | None:
+    v = float(value)
+    return None if v != v else round(v, 3)
+
+
+def scores_across(model: Model, model_name: str, sentences: list[str]) -> None:
+    if not st.button(f"Run the scores over {len(sentences)} example sentences", key="scores_multi"):
+        return
+    stack = {name: [] for name in analysis.SCORE_NAMES}
+    bar = st.progress(0.0, text="Scoring...")
+    for i, text in enumerate(sentences):
+        run = get_run(model_name, text)
+        for name, value in analysis.run_scores(run, model.causal)[0].items():
+            stack[name].append(value)
+        bar.progress((i + 1) / len(sentences))
+    bar.empty()
+    rows = []
+    for layer in range(model.n_layers):
+        for head in range(model.n_heads):
+            row = {"head": head_name((layer, head))}
+            for name in analysis.SCORE_NAMES:
+                values = torch.stack(stack[name])[:, layer, head]  # (S,)
+                values = values[~values.isnan()]
+                row[name] = f"{float(values.mean()):.2f} ± {float(values.std()):.2f}" if len(values) > 1 else "—"
+            rows.append(row)
+    st.caption(f"Mean ± standard deviation over {len(sentences)} sentences. A large spread means the pattern "
+               "depends on the input.")
+    st.dataframe(rows, hide_index=True, height=320)
+
+
+def ground_truth_panel(model: Model, run: AttentionRun) -> None:
+    """Where the model's training grammar says the relations are in this text (the tiny model), and how much
+    attention each head puts there, next to what uniform attention would put there."""
+    truth = model.ground_truth(run.tokens)
+    if truth is None:
+        return
+    st.markdown("**Ground truth on this sentence** (the tiny model's corpus grammar knows where the relations are)")
+    measures = [probes.previous_token_score(run.attentions)] if len(run.tokens) > 2 else []
+    described = ["from each token to the one before it"]
+    if truth.subjects:
+        measures.append(probes.subject_score(run.attentions, list(truth.subjects)[-1]))
+        subject, verb = truth.subjects[-1]
+        described.append(md_safe(f"from '{run.tokens[verb - 1]}' (where '{run.tokens[verb]}' is predicted) "
+                                  f"to its subject '{run.tokens[subject]}'"))
+    if truth.repeats:
+        measures.append(probes.induction_score(run.attentions, list(truth.repeats)))
+        described.append("from a repeated word to the word that followed its first mention")
+    if len(measures) < 2:
+        st.caption("No agreement clause or repeated word of the corpus's vocabulary in this text: try one of the "
+                   "example buttons.")
+    rows = []
+    for measure, where in zip(measures, described):
+        (layer, head), value = measure.best()
+        rows.append({"relation": measure.relation, "attention measured": where,
+                     "top head": head_name((layer, head)), "its attention there": f"{value:.0%}",
+                     "uniform attention": f"{measure.baseline:.0%}"})
+    if rows:
+        st.table(rows)
+        st.caption("Measured on this input only. The tests measure the same heads on held-out generated texts "
+                   "(tests/models/tiny/test_probes.py) and check causally, by ablation, that the subject heads are used.")

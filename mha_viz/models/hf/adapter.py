@@ -1,0 +1,170 @@
+"""`HFModel`: a transformers model behind the mha-viz contract (MiniLM, SmolLM2, or any id / local folder)."""
+from __future__ import annotations
+
+import json
+
+import torch
+
+from mha_viz.contract import (AttentionRun, Head, InputError, Model, ModelInfo, ModelLoadError, check_text,
+                              head_keep_mask)
+from mha_viz.models.hf.ablation import _RECORDER, ablation
+from mha_viz.models.heads import out_proj_per_head
+from mha_viz.settings import ASSETS
+
+
+class HFModel(Model):
+    """A transformers model behind the mha-viz contract. Built by `load_hf` and friends."""
+
+    def __init__(self, info: ModelInfo, model, tokenizer, device: torch.device):
+        self.info = info
+        self._model = model
+        self._tokenizer = tokenizer
+        self._device = device
+        self._layer_of = self._find_attention_layers()
+
+    # -- loading helpers -------------------------------------------------------------------------------------
+    def _find_attention_layers(self) -> dict[int, int]:
+        seen: list = []
+        token = _RECORDER.set(seen)
+        try:
+            with torch.no_grad():
+                enc = self._encode("a")[0]
+                out = self._model(**enc, output_attentions=True)
+        finally:
+            _RECORDER.reset(token)
+        modules = [module for module, _ in seen]
+        if not modules:
+            raise ModelLoadError(
+                f"{self.info.name}: no self-attention layer reported its weights, so there is nothing to show. "
+                "The model may not use transformers' attention interface."
+            )
+        attentions = getattr(out, "attentions", None) or ()
+        if len(attentions) != len(modules):
+            raise ModelLoadError(
+                f"{self.info.name}: expected one attention tensor per layer ({len(modules)}), got {len(attentions)}. "
+                "It needs attn_implementation='eager' support."
+            )
+        self._out_proj = [_find_out_proj(self._model, m, len(modules)) for m in modules]
+        return {id(m): i for i, m in enumerate(modules)}
+
+    def norm_inputs(self, text: str, ablate=()) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Per-head value vectors and output-projection slices for the norm view (Kobayashi et al. 2020).
+
+        Returns (values (L, H, K, dh), w_o (L, H, dh, D)), or None when this architecture's output projection
+        could not be identified. Key/value heads shared by grouped-query attention are repeated per query head.
+        """
+        if any(w is None for w in self._out_proj):
+            return None
+        heads = frozenset(ablate)
+        enc, _ = self._encode(text)
+        seen: list = []
+        token = _RECORDER.set(seen)
+        try:
+            keep = head_keep_mask(heads, self.n_layers, self.n_heads)[None].to(self._device) if heads else None
+            self._forward(enc, keep, want_attentions=False)
+        finally:
+            _RECORDER.reset(token)
+        values, w_o = [], []
+        for (module, value), weight in zip(seen, self._out_proj):
+            v = value[0].float().cpu()  # (H_kv, K, dh)
+            values.append(v.repeat_interleave(self.n_heads // v.shape[0], dim=0))  # (H, K, dh), as repeat_kv does
+            w = weight.detach().float().cpu()  # (D, H * dh), as nn.Linear stores it
+            w_o.append(out_proj_per_head(w, self.n_heads))  # (H, dh, D)
+        keep = head_keep_mask(heads, self.n_layers, self.n_heads)  # (L, H)
+        values = torch.stack(values) * keep[:, :, None, None]  # (L, H, K, dh): an ablated head adds 0
+        return values, torch.stack(w_o)  # (L, H, K, dh), (L, H, dh, D)
+
+    def examples(self) -> list[tuple[str, str, str]]:
+        path = ASSETS / "examples.json"
+        if not path.exists():
+            return []
+        return [(e["label"], e["text"], e["text"]) for e in json.loads(path.read_text())]
+
+    # -- tokenization ------------------------------------------------------------------------------------------
+    def _encode(self, text: str) -> tuple[dict, int]:
+        """Tokenize, keeping the first `max_tokens`. Returns (model inputs, number of tokens dropped)."""
+        tok = self._tokenizer
+        enc = tok(text, add_special_tokens=True, verbose=False, return_tensors="pt")
+        cap = self.info.max_tokens
+        dropped = max(enc["input_ids"].shape[1] - cap, 0)
+        if dropped:  # only long texts pay for a second pass; the tokenizer keeps [SEP]-like end tokens
+            enc = tok(text, add_special_tokens=True, truncation=True, max_length=cap, return_tensors="pt")
+        enc = {k: v.to(self._device) for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+        return enc, dropped
+
+    def _labels(self, ids: list[int]) -> list[str]:
+        """Display labels. Byte-level BPE tokens ('Ġkeys', 'Ċ') are decoded to text (' keys', newline); WordPiece
+        and SentencePiece pieces keep their own markers ('##s', '▁the'), which tell where words start."""
+        pieces = self._tokenizer.convert_ids_to_tokens(ids)
+        if not any("Ġ" in p or "Ċ" in p for p in pieces):
+            return pieces
+        special = set(self._tokenizer.all_special_tokens)
+        return [p if p in special else self._tokenizer.convert_tokens_to_string([p]) for p in pieces]
+
+    def decode(self, token_id: int) -> str:
+        return self._tokenizer.decode([int(token_id)])
+
+    @property
+    def mask_token(self) -> str | None:
+        return getattr(self._tokenizer, "mask_token", None)
+
+    # -- running -----------------------------------------------------------------------------------------------
+    def _forward(self, enc: dict, keep: torch.Tensor | None, want_attentions: bool):
+        with torch.no_grad(), ablation(self._layer_of, keep):
+            return self._model(**enc, output_attentions=want_attentions, output_hidden_states=True)
+
+    def _final_hidden(self, out) -> torch.Tensor:
+        if getattr(out, "last_hidden_state", None) is not None:
+            return out.last_hidden_state  # (B, T, D)
+        return out.hidden_states[-1]  # (B, T, D)
+
+    def _run(self, text: str, ablate: frozenset[Head]) -> AttentionRun:
+        enc, dropped = self._encode(text)
+        ids = enc["input_ids"][0].tolist()
+        keep = None
+        if ablate:
+            keep = head_keep_mask(ablate, self.n_layers, self.n_heads)[None].to(self._device)  # (1, L, H)
+        out = self._forward(enc, keep, want_attentions=True)
+        attentions = torch.stack([a[0] for a in out.attentions]).float().cpu()  # (L, H, Q, K)
+        logits = getattr(out, "logits", None)
+        special_ids = set(self._tokenizer.all_special_ids)
+        unk = self._tokenizer.unk_token_id
+        return AttentionRun(
+            tokens=self._labels(ids),
+            attentions=attentions,
+            ablated=ablate,
+            output=self._final_hidden(out)[0].float().cpu(),  # (T, D)
+            logits=None if logits is None else logits[0].float().cpu(),  # (T, V)
+            token_ids=ids,
+            truncated=dropped,
+            unknown=tuple(i for i, t in enumerate(ids) if unk is not None and t == unk),
+            special=tuple(i for i, t in enumerate(ids) if t in special_ids),
+        )
+
+    def run_batch_keep(self, text: str, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        text = check_text(text)
+        if keep.ndim != 3 or keep.shape[1:] != (self.n_layers, self.n_heads):
+            raise InputError(f"keep must be (B, {self.n_layers}, {self.n_heads}); got {tuple(keep.shape)}")
+        enc, _ = self._encode(text)
+        batch = keep.shape[0]
+        enc = {k: v.expand(batch, -1) for k, v in enc.items()}
+        out = self._forward(enc, keep.to(self._device), want_attentions=False)
+        logits = getattr(out, "logits", None)
+        return self._final_hidden(out).float().cpu(), None if logits is None else logits.float().cpu()
+
+
+def _find_out_proj(model, attention: torch.nn.Module, n_layers: int) -> torch.Tensor | None:
+    """The weight (D, H * dh) of the linear map that combines this attention module's heads, if it can be found."""
+    for name in ("o_proj", "out_proj", "dense"):
+        layer = getattr(attention, name, None)
+        if isinstance(layer, torch.nn.Linear):
+            return layer.weight
+    # BERT-style: the self-attention module's sibling `output.dense`.
+    for parent in model.modules():
+        if any(child is attention for child in parent.children()):
+            output = getattr(parent, "output", None)
+            dense = getattr(output, "dense", None)
+            if isinstance(dense, torch.nn.Linear):
+                return dense.weight
+    return None
+

@@ -1,0 +1,103 @@
+"""Loading a transformers model with eager attention, our ablation function, and no remote code."""
+from __future__ import annotations
+
+import torch
+
+from mha_viz.contract import ModelInfo, ModelLoadError
+from mha_viz.models.hf.ablation import ATTN_IMPL, register
+from mha_viz.models.hf.adapter import HFModel
+from mha_viz.models.hf.policy import check_size
+from mha_viz.settings import settings
+
+
+def _kind_of(config) -> str:
+    archs = " ".join(getattr(config, "architectures", None) or [])
+    if getattr(config, "is_encoder_decoder", False):
+        raise ModelLoadError(
+            f"'{config.model_type}' is an encoder-decoder model; mha-viz shows self-attention of encoders and "
+            "decoder-only language models. Try an encoder (e.g. BERT) or a causal LM (e.g. GPT-2, SmolLM2)."
+        )
+    if "CausalLM" in archs or "LMHeadModel" in archs:
+        return "causal-lm"
+    if "MaskedLM" in archs:
+        return "masked-lm"
+    if not archs:  # e.g. a config read from GGUF: judge by the model type
+        from transformers.models.auto.modeling_auto import (
+            MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+        )
+
+        if config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+            return "causal-lm"
+    return "encoder"
+
+
+def _auto_class(kind: str):
+    import transformers
+
+    return {
+        "causal-lm": transformers.AutoModelForCausalLM,
+        "masked-lm": transformers.AutoModelForMaskedLM,
+        "encoder": transformers.AutoModel,
+    }[kind]
+
+
+def _heads_of(config) -> tuple[int, int | None]:
+    n_heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head", None)
+    if not n_heads:
+        raise ModelLoadError(f"'{config.model_type}' config has no attention head count; it has no attention we can read.")
+    return int(n_heads), getattr(config, "num_key_value_heads", None)
+
+
+def build_hf_model(name: str, title: str, source: str, *, gguf_file: str | None = None) -> HFModel:
+    """Load `source` (a folder or hub id) with eager attention, our ablation hook, and no remote code."""
+    import transformers
+
+    register()
+    try:
+        if gguf_file:
+            config = transformers.AutoConfig.from_pretrained(source, gguf_file=gguf_file, trust_remote_code=False)
+        else:
+            config = transformers.AutoConfig.from_pretrained(source, trust_remote_code=False)
+    except (OSError, ValueError) as err:
+        raise ModelLoadError(_explain_load_failure(name, err)) from None
+    kind = _kind_of(config)
+    check_size(config, name)
+    n_heads, n_kv = _heads_of(config)
+    load_args = dict(attn_implementation="eager", trust_remote_code=False, dtype=torch.float32)
+    if torch.cuda.is_available():
+        load_args["device_map"] = "auto"  # accelerate spreads a model too large for one device
+    if gguf_file:
+        load_args["gguf_file"] = gguf_file
+    else:
+        load_args["use_safetensors"] = True  # pickle checkpoints can run code when loaded
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(source, trust_remote_code=False, **({"gguf_file": gguf_file} if gguf_file else {}))
+        model = _auto_class(kind).from_pretrained(source, **load_args)
+    except (OSError, ValueError, EnvironmentError) as err:
+        raise ModelLoadError(_explain_load_failure(name, err)) from None
+    model.set_attn_implementation(ATTN_IMPL)
+    model.eval()
+    device = model.device  # where the inputs go: the first device when accelerate split the model
+    n_layers = int(getattr(config, "num_hidden_layers", 0) or getattr(config, "n_layer", 0))
+    max_pos = int(getattr(config, "max_position_embeddings", 0) or getattr(config, "n_positions", 0) or 10**9)
+    info = ModelInfo(
+        name=name, title=title, kind=kind, n_layers=n_layers, n_heads=n_heads,
+        max_tokens=min(max_pos, settings().max_tokens), n_kv_heads=n_kv if n_kv and n_kv != n_heads else None,
+    )
+    hf = HFModel(info, model, tokenizer, device)
+    if len(hf._layer_of) != n_layers:
+        info = ModelInfo(**{**info.__dict__, "n_layers": len(hf._layer_of)})
+        hf.info = info
+    return hf
+
+
+def _explain_load_failure(name: str, err: Exception) -> str:
+    text = str(err)
+    if "use_safetensors" in text or "safetensors" in text.lower() and "not found" in text.lower():
+        return (f"'{name}' has no safetensors weights. mha-viz refuses pickle checkpoints (.bin/.pt) because "
+                "loading them can run arbitrary code; convert the model to safetensors first.")
+    if "offline" in text.lower() or "connect" in text.lower() or "resolve" in text.lower() or "network" in text.lower():
+        return (f"Could not load '{name}': the Hugging Face hub cannot be reached from here (no network?). "
+                "Use a built-in model or a local folder that holds config.json and *.safetensors.")
+    return (f"Could not load '{name}': it is neither a built-in model, a folder holding a model "
+            f"(config.json + *.safetensors), nor a model id the hub knows. Details: {text.splitlines()[0][:300]}")

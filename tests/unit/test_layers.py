@@ -1,0 +1,47 @@
+"""The folders are the layers and imports point one way: app -> plotting -> analysis -> models -> contract/settings.
+Only the app imports streamlit. Checked on the source, so a shortcut across layers fails here, not in review."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[2] / "mha_viz"
+# What each layer must not import (the layers above it).
+FORBIDDEN = {
+    "models": ("mha_viz.analysis", "mha_viz.plotting", "mha_viz.app", "streamlit"),
+    "analysis": ("mha_viz.plotting", "mha_viz.app", "streamlit"),
+    "plotting.py": ("mha_viz.app", "streamlit"),
+    "contract.py": ("mha_viz.models", "mha_viz.analysis", "mha_viz.plotting", "mha_viz.app", "streamlit"),
+    "settings.py": ("mha_viz.", "streamlit"),
+}
+
+
+def _imports(path: Path) -> list[str]:
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.append(node.module if node.level == 0 else "mha_viz." + node.module)
+    return names
+
+
+@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
+def test_imports_point_one_way(layer):
+    target = PKG / layer
+    files = sorted(target.rglob("*.py")) if target.is_dir() else [target]
+    assert files, f"{target} is missing"
+    bad = [f"{f.relative_to(PKG.parent)} imports {name}" for f in files for name in _imports(f)
+           if name.startswith(FORBIDDEN[layer])]
+    assert not bad, "\n".join(bad)
+
+
+def test_every_view_is_registered_and_has_render():
+    from mha_viz.app import views
+
+    files = {p.stem for p in (PKG / "app" / "views").glob("*.py") if p.stem != "__init__"}
+    registered = {fn.__module__.rsplit(".", 1)[-1] for fn in views.VIEWS.values()}
+    assert files == registered, f"view files without a registry line, or the reverse: {files ^ registered}"
+    assert all(fn.__name__ == "render" for fn in views.VIEWS.values())
