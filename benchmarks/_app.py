@@ -1,4 +1,4 @@
-"""Shared browser machinery: start/stop `streamlit run app.py` on loopback, launch Chromium, timed page steps.
+"""Timed page steps for the benchmarks, on the one browser harness (tests/e2e/harness.py: server, Chromium, idle).
 
 Every step is timed from the user's action until the expected content is drawn AND Streamlit is idle (no
 running status widget, no stale element), like tests/e2e. Bytes received on the websocket during a step are
@@ -6,29 +6,19 @@ counted too: that is what the update really cost on the wire.
 """
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
 import sys
 import time
-import urllib.request
-from contextlib import contextmanager
-from pathlib import Path
 
 from _common import OUT, REPO
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+sys.path.insert(0, str(REPO / "tests" / "e2e"))
+import harness  # noqa: E402  (the one browser harness, shared with tests/e2e)
+from harness import IDLE, chromium  # noqa: E402,F401  (re-exported for the bench scripts)
+
 STEP_TIMEOUT_MS = 180_000
 
 SMOLLM2_LABEL = "SmolLM2-135M-Instruct"
 HEATMAPS = "() => document.querySelectorAll('.js-plotly-plot .heatmaplayer image').length"
-IDLE = """() => {
-  const running = [...document.querySelectorAll('[data-testid="stStatusWidget"]')]
-    .some(el => el.offsetParent !== null || el.getClientRects().length > 0);
-  return !running && document.querySelectorAll('[data-stale="true"]').length === 0;
-}"""
 # Since 40103c9 a layer is drawn as one plotly figure per ROW of heads (`plotting.heads_row_figure`); each head's
 # title is an annotation above its subplot (`.annotation-text`), not a figure title (`.gtitle`). A plot that draws
 # heatmaps contributes its annotation titles if it has any (row figures), else its figure title (the All-layers
@@ -47,79 +37,11 @@ TILED_DRAWN = """() => [...document.querySelectorAll('.js-plotly-plot')]
   .some(p => p.querySelector('.heatmaplayer image') && p.querySelector('.scatterlayer .trace'))"""
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def healthy(url: str) -> bool:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(f"{url}/_stcore/health", timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return False
-
-
-class Server:
-    """`streamlit run app.py` on 127.0.0.1; stopped by its own PID."""
+class Server(harness.Server):
+    """The harness's server with its log in benchmarks/out/."""
 
     def __init__(self, log_name: str = "streamlit.log", extra_env: dict | None = None):
-        OUT.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = open(OUT / log_name, "w")
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-               "PYTHONUNBUFFERED": "1", **(extra_env or {})}
-        self.t_spawn = time.monotonic()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(self.port),
-             "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
-             "--server.fileWatcherType", "none"],
-            cwd=REPO, env=env, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        while not healthy(self.url):
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"streamlit exited ({self.proc.returncode}); see {OUT / log_name}")
-            if time.monotonic() - self.t_spawn > 180:
-                raise RuntimeError("streamlit did not become healthy in 180 s")
-            time.sleep(0.1)
-        self.t_healthy = time.monotonic()
-
-    def peak_rss(self) -> int:
-        """VmHWM: the peak resident set of the server process, in bytes."""
-        for line in open(f"/proc/{self.proc.pid}/status"):
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-        return 0
-
-    def rss(self) -> int:
-        for line in open(f"/proc/{self.proc.pid}/status"):
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-        return 0
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=20)
-        self.log.close()
-
-
-@contextmanager
-def chromium():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
+        super().__init__(OUT / log_name, extra_env)
 
 
 class Page:
@@ -150,7 +72,7 @@ class Page:
         self.wait(IDLE)
 
     def settle(self) -> None:
-        self.page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+        harness.settle(self.page)
 
     def timed(self, action, js: str, arg=None) -> tuple[float, int]:
         """(seconds from action to `js` true and idle and painted, websocket bytes received meanwhile)."""

@@ -10,24 +10,12 @@ CI machine that lost its browser cannot pass silently.
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
+from harness import Server, ServerError, chromium, chromium_missing
 
-REPO = Path(__file__).resolve().parents[2]  # tests/e2e/conftest.py -> repo root
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
-HEALTH_TIMEOUT_S = 120  # a cold start imports torch + transformers on 2 cores
 
 
 def _in_ci() -> bool:
@@ -41,31 +29,6 @@ def _missing(what: str) -> None:
     pytest.skip(f"{what}; install it with `make setup-browser` (skipped because CI is not set)")
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _tail(path: Path, n: int = 60) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
-    except OSError as err:
-        return f"(no log: {err})"
-
-
-# Direct connections only: a proxy from the environment must never see (or break) loopback traffic.
-_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with _NO_PROXY.open(f"{url}/_stcore/health", timeout=2) as resp:
-            return resp.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
-
-
 @pytest.fixture(scope="session")
 def artifacts() -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -74,64 +37,27 @@ def artifacts() -> Path:
 
 @pytest.fixture(scope="session")
 def streamlit_url(artifacts: Path):
-    """Start `streamlit run app.py` on a free loopback port; yield its URL; stop it by PID."""
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    log_path = artifacts / "streamlit-server.log"
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "PYTHONUNBUFFERED": "1",
-    }
-    cmd = [
-        sys.executable, "-m", "streamlit", "run", "app.py",
-        "--server.port", str(port), "--server.address", "127.0.0.1",
-        "--server.headless", "true", "--browser.gatherUsageStats", "false",
-        # Others edit app code while tests run: a file watcher would pop "source changed" banners mid-test.
-        "--server.fileWatcherType", "none",
-    ]
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
-        try:
-            t0 = time.monotonic()
-            while not _healthy(url):
-                if proc.poll() is not None:
-                    pytest.fail(f"streamlit exited with code {proc.returncode} before answering "
-                                f"/_stcore/health. Log tail ({log_path}):\n{_tail(log_path)}")
-                if time.monotonic() - t0 > HEALTH_TIMEOUT_S:
-                    pytest.fail(f"streamlit did not answer {url}/_stcore/health within {HEALTH_TIMEOUT_S} s. "
-                                f"Log tail ({log_path}):\n{_tail(log_path)}")
-                time.sleep(0.3)
-            print(f"\n[e2e] streamlit healthy at {url} after {time.monotonic() - t0:.1f} s (pid {proc.pid})")
-            yield url
-        finally:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(timeout=15)
+    """Start the app on a free loopback port (tests/e2e/harness.py); yield its URL; stop it by PID."""
+    try:
+        server = Server(artifacts / "streamlit-server.log")
+    except ServerError as err:
+        pytest.fail(str(err))
+    try:
+        print(f"\n[e2e] app healthy at {server.url} after {server.t_healthy - server.t_spawn:.1f} s "
+              f"(pid {server.proc.pid})")
+        yield server.url
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")
 def browser():
     """Headless Debian Chromium through Playwright."""
-    if not os.path.exists(CHROMIUM):
-        _missing(f"{CHROMIUM} is missing")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _missing("the `playwright` Python package is not installed")
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    why = chromium_missing()
+    if why:
+        _missing(why)
+    with chromium() as b:
+        yield b
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from harness import IDLE as _IDLE
 
 REPO = Path(__file__).resolve().parents[2]
 N_HEADS = 12  # all-MiniLM-L6-v2: 12 heads per layer
@@ -33,12 +34,6 @@ SCREENSHOT_MAX_BYTES = 400_000
 # The effect panel's bar charts are plotly figures too (above the grid), so heatmap probes pick heatmap plots only.
 # A heatmap counts as drawn when plotly has painted its heatmap layer (plotly draws the cells as one <image>).
 _DRAWN_HEATMAPS = "() => document.querySelectorAll('.js-plotly-plot .heatmaplayer image').length"
-_IDLE = """() => {
-  const running = [...document.querySelectorAll('[data-testid="stStatusWidget"]')]
-    .some(el => el.offsetParent !== null || el.getClientRects().length > 0);
-  const stale = document.querySelectorAll('[data-stale="true"]').length;
-  return !running && stale === 0;
-}"""
 _TICKS_OF_FIRST_HEATMAP = """() => {
   const plot = [...document.querySelectorAll('.js-plotly-plot')].find(p => p.querySelector('.heatmaplayer image'));
   if (!plot) return [];

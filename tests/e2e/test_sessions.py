@@ -13,17 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
+from harness import IDLE as _IDLE
 
 N_SESSIONS = 8
 N_HEADS = 12  # all-MiniLM-L6-v2, the default model
 SESSION_TIMEOUT_MS = 150_000  # 8 sessions load and render on 2 shared cores
 LOG_PROBLEMS = re.compile(r"Traceback|Exception|Error(?!s? in the page)", re.IGNORECASE)
 _DRAWN = "() => document.querySelectorAll('.js-plotly-plot .heatmaplayer image').length"
-_IDLE = """() => {
-  const running = [...document.querySelectorAll('[data-testid="stStatusWidget"]')]
-    .some(el => el.offsetParent !== null || el.getClientRects().length > 0);
-  return !running && document.querySelectorAll('[data-stale="true"]').length === 0;
-}"""
 _HEADS_OFF = """() => [...document.querySelectorAll('[data-testid="stMarkdownContainer"]')]
   .map(e => e.innerText).filter(t => t.startsWith('Heads off')).join(' | ')"""
 _OFF_TITLES = """() => [...document.querySelectorAll('.js-plotly-plot .annotation-text')]
