@@ -14,7 +14,7 @@ from mha_viz.app.common import (LEARNED_NOTE, display, display_notes, head_name,
 from mha_viz.app.context import ViewContext
 from mha_viz.app.views import VIEWS
 from mha_viz.contract import AttentionRun, InputError, Model, ModelLoadError
-from mha_viz.models import BUILTIN
+from mha_viz.models import BUILTIN, preview_custom
 from mha_viz.settings import SettingsError, settings
 
 CUSTOM = "custom"
@@ -113,6 +113,9 @@ def sidebar_display(model: Model, name: str) -> tuple[int, int, bool, bool, bool
 
 
 def load_or_explain(name: str) -> Model | None:
+    if name == st.session_state.get(state.LINK_MODEL):
+        explain_link_model(name)  # not loaded until the visitor confirms
+        return None
     try:
         if name == "smollm2":
             with st.spinner("Loading SmolLM2 (the first start converts its GGUF file, about 30 s)..."):
@@ -124,6 +127,35 @@ def load_or_explain(name: str) -> Model | None:
     except Exception as err:  # an unexpected library error must not take the page down
         st.error(md_safe(f"Could not load '{name}': {type(err).__name__}: {str(err)[:300]}"))
     return None
+
+
+def explain_link_model(name: str) -> None:
+    """A link named a model that is not built in: say what it asks for, found offline (the id, a folder or a hub
+    id, its size from a config already on this machine), and offer to load it. Opening a link must never make
+    the server download or load a model the visitor did not choose."""
+    try:
+        preview = preview_custom(name)
+    except ModelLoadError as err:  # refused before anything loads: custom models off, a bad name, over the cap
+        st.error(md_safe(str(err)))
+        return
+    where = ("a folder on this server" if preview.kind == "folder"
+             else "a Hugging Face id, downloaded from the hub when loaded (if this server can reach it)")
+    size = (f"about {preview.params / 1e6:,.1f}M parameters, {preview.where}" if preview.params
+            else f"size unknown: {preview.where}")
+    st.info(f"This link asks for a model that is not built in: **{md_safe(name)}**, {where}; {size}. "
+            "It is loaded only if you confirm.", icon="🔗")
+    c1, c2 = st.columns(2)
+    c1.button("Load this model", type="primary", key="link_model_load", on_click=_confirm_link_model)
+    c2.button(f"Use {next(iter(BUILTIN))} instead", key="link_model_decline", on_click=_decline_link_model)
+
+
+def _confirm_link_model() -> None:
+    st.session_state.pop(state.LINK_MODEL, None)
+
+
+def _decline_link_model() -> None:
+    st.session_state.pop(state.LINK_MODEL, None)
+    st.session_state["model_choice"] = next(iter(BUILTIN))
 
 
 # -- text ----------------------------------------------------------------------------------------------------

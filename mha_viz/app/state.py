@@ -17,6 +17,7 @@ from mha_viz.models import BUILTIN
 MAX_PARAM_CHARS = 4000  # longer values are ignored: nobody shares a link that long on purpose
 MAX_HEADS = 2000
 MAX_TEXT_IN_URL = 1500
+LINK_MODEL = "_link_model"  # a custom model named by the link, not yet confirmed by the visitor
 _HEAD = re.compile(r"^\s*L?(\d{1,4})[\s.:_-]*H?(\d{1,4})\s*$", re.IGNORECASE)
 
 
@@ -67,6 +68,9 @@ def read_url_once(views: list[str]) -> list[str]:
         elif len(model) <= 300:
             st.session_state["model_choice"] = "custom"
             st.session_state["custom_id"] = model
+            # Anyone can send a link naming any model: the page shows what it asks for and loads it only when
+            # the visitor confirms (page.load_or_explain), never on open.
+            st.session_state[LINK_MODEL] = model
     if "text" in get and get["text"].strip():
         st.session_state["text"] = get["text"]
         st.session_state["text_box"] = get["text"]

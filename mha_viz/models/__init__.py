@@ -1,4 +1,5 @@
 """Models behind the contract: the registry (`load_model`), our own stack (`tiny/`) and transformers (`hf/`)."""
+from mha_viz.models.hf.policy import CustomPreview, preview_custom
 from mha_viz.models.registry import BUILTIN, load_model
 
-__all__ = ["BUILTIN", "load_model"]
+__all__ = ["BUILTIN", "CustomPreview", "load_model", "preview_custom"]

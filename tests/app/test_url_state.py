@@ -150,6 +150,9 @@ def test_unknown_view(view):
 
 def test_unknown_model_is_a_clear_error_and_the_page_recovers():
     at = _open({"model": "no-such-org/no-such-model-xyz"})
+    # A link's custom model loads only when the visitor confirms (tests/app/test_link_confirm.py); the error
+    # comes from that load.
+    at.button(key="link_model_load").click().run()
     errors = [e.value for e in at.error]
     assert errors and "no-such-org/no-such-model-xyz" in errors[0], errors
     assert "network" in errors[0] or "hub" in errors[0], errors

@@ -1,22 +1,37 @@
-"""What a user's own model may be: a local folder or a hub id, safetensors only, under a size cap."""
+"""What a user's own model may be: a local folder or a hub id, safetensors only, under a size cap.
+
+`preview_custom` says what a model id would be (folder or hub id, size estimated from a config that is already on
+this machine) without loading or fetching anything: a shared link can name any model, and the page asks the
+visitor before it loads one.
+"""
 from __future__ import annotations
 
+import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from mha_viz.contract import ModelLoadError
 from mha_viz.settings import settings
 
+MAX_CONFIG_BYTES = 1_000_000  # a config.json is a few kB; a bigger file is not one we parse on a page open
 
-def load_custom(name: str) -> HFModel:
-    """A user's model: a local folder or a hub id. Off when MHA_VIZ_ALLOW_CUSTOM=0."""
+
+@dataclass(frozen=True)
+class CustomPreview:
+    """What a custom model id refers to, found offline. `params` is None when no config is readable here."""
+    name: str
+    kind: str  # "folder" or "hub"
+    params: int | None
+    where: str  # where the estimate came from, or why there is none, in words for the page
+
+
+def _check_name(name: str) -> tuple[str, Path | None]:
+    """("folder", path) or ("hub", None) for a name a user may load; ModelLoadError otherwise. No network."""
     if not settings().allow_custom:
         raise ModelLoadError(
             "Custom models are turned off on this server (MHA_VIZ_ALLOW_CUSTOM=0). Pick a built-in model."
         )
-    name = name.strip()
-    from mha_viz.models.hf.loading import build_hf_model  # here: loading imports this module's size check
-
     if not name or len(name) > 300 or any(ch in name for ch in "\n\r\t\0"):
         raise ModelLoadError("A model id must be a Hugging Face id like 'bert-base-uncased' or a folder path.")
     path = Path(name).expanduser()
@@ -26,12 +41,23 @@ def load_custom(name: str) -> HFModel:
                 f"'{name}' exists but is not a model folder: it has no config.json. Point to the folder that holds "
                 "config.json, the tokenizer files and *.safetensors."
             )
-        return build_hf_model(name, f"{path.name} (local folder)", str(path))
+        return "folder", path
     if name.startswith(("http://", "https://")) or ".." in name or name.startswith(("/", "~", ".")):
         raise ModelLoadError(
             f"'{name}' is not a folder on this machine nor a Hugging Face id (ids look like 'owner/name', "
             "without URLs or '..')."
         )
+    return "hub", None
+
+
+def load_custom(name: str) -> HFModel:
+    """A user's model: a local folder or a hub id. Off when MHA_VIZ_ALLOW_CUSTOM=0."""
+    name = name.strip()
+    from mha_viz.models.hf.loading import build_hf_model  # here: loading imports this module's size check
+
+    kind, path = _check_name(name)
+    if kind == "folder":
+        return build_hf_model(name, f"{path.name} (local folder)", str(path))
     if not _hub_reachable():
         raise ModelLoadError(
             f"Could not load '{name}': the Hugging Face hub cannot be reached from here (no network, or "
@@ -39,6 +65,50 @@ def load_custom(name: str) -> HFModel:
             "the model elsewhere and point to its folder (config.json + *.safetensors)."
         )
     return build_hf_model(name, f"{name} (Hugging Face)", name)
+
+
+def preview_custom(name: str) -> CustomPreview:
+    """What loading `name` would mean, found without the network and without loading weights.
+
+    Raises ModelLoadError for what `load_custom` would refuse before any download (custom models off, a bad name,
+    a folder without config.json, an estimate over MHA_VIZ_MAX_PARAMS).
+    """
+    name = name.strip()
+    kind, path = _check_name(name)
+    if kind == "folder":
+        config_file, source = path / "config.json", "its config.json"
+    else:
+        config_file, source = _cached_hub_config(name), "the copy of its config.json in this machine's hub cache"
+    config = _read_config(config_file) if config_file else None
+    if config is None:
+        why = ("its config.json could not be read" if kind == "folder"
+               else "it cannot be estimated offline: this server has no copy of its config")
+        return CustomPreview(name, kind, None, why)
+    params = estimate_params(config)
+    _refuse_over_cap(params, name)
+    return CustomPreview(name, kind, params or None, f"estimated from {source}" if params
+                         else f"{source} gives no sizes to estimate from")
+
+
+def _cached_hub_config(repo_id: str) -> Path | None:
+    """The hub cache's config.json for `repo_id`, if one was downloaded before; never touches the network."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(repo_id, "config.json")
+    except Exception:  # an id the hub library rejects (bad characters, too long) simply has no cached copy
+        return None
+    return Path(found) if isinstance(found, str) else None
+
+
+def _read_config(path: Path) -> dict | None:
+    try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            return None
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
 
 
 def _hub_reachable(timeout: float = 3.0) -> bool:
@@ -58,17 +128,31 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
-def check_size(config, name: str) -> None:
-    """Refuse a model over MHA_VIZ_MAX_PARAMS, estimated from its config before any weights are fetched."""
+def estimate_params(config) -> int:
+    """Parameters estimated from a config (a transformers config object or its config.json as a dict): per layer
+    attention 4*d^2 plus an MLP of 8*d^2, plus the embeddings. 0 when the config gives no sizes."""
+    def get(*keys):
+        for key in keys:
+            value = config.get(key) if isinstance(config, dict) else getattr(config, key, None)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+                return int(value)
+        return 0
+
+    d = get("hidden_size", "n_embd", "d_model")
+    layers = get("num_hidden_layers", "n_layer", "num_layers")
+    vocab = get("vocab_size")
+    return 12 * layers * d * d + vocab * d
+
+
+def _refuse_over_cap(estimate: int, name: str) -> None:
     cap = settings().max_params
-    if not cap:
-        return
-    d = getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 0) or 0
-    layers = getattr(config, "num_hidden_layers", 0) or getattr(config, "n_layer", 0) or 0
-    vocab = getattr(config, "vocab_size", 0) or 0
-    estimate = 12 * layers * d * d + vocab * d  # attention 4*d^2 + MLP 8*d^2 per layer, plus embeddings
-    if estimate > float(cap):
+    if cap and estimate > float(cap):
         raise ModelLoadError(
             f"'{name}' has about {estimate / 1e6:.0f}M parameters, over this server's cap of "
             f"{float(cap) / 1e6:.0f}M (MHA_VIZ_MAX_PARAMS). Pick a smaller model."
         )
+
+
+def check_size(config, name: str) -> None:
+    """Refuse a model over MHA_VIZ_MAX_PARAMS, estimated from its config before any weights are fetched."""
+    _refuse_over_cap(estimate_params(config), name)
