@@ -1,5 +1,6 @@
 """mha-viz: see, compare and switch off the attention heads of transformers."""
-from .contract import AttentionRun, InputError, Model, ModelInfo, ModelLoadError
+from .contract import AttentionRun, HeadInside, InputError, Model, ModelInfo, ModelLoadError, UnavailableError
 from .models import BUILTIN, load_model
 
-__all__ = ["AttentionRun", "BUILTIN", "InputError", "Model", "ModelInfo", "ModelLoadError", "load_model"]
+__all__ = ["AttentionRun", "BUILTIN", "HeadInside", "InputError", "Model", "ModelInfo", "ModelLoadError", "UnavailableError",
+           "load_model"]

@@ -11,6 +11,8 @@ A `Model` turns text into an `AttentionRun`:
     run.output      torch.float32 (T, D)           final hidden states
     run.logits      torch.float32 (T, V) or None   where the model has an LM head
 
+`Model.inside(text, layer, head)` opens one head up as a `HeadInside` (dh = one head's size, see its docstring).
+
 Everything is on the CPU in float32, so views never care which model produced it.
 """
 from __future__ import annotations
@@ -41,12 +43,52 @@ class AttentionRun:
     special: tuple[int, ...] = ()
 
 
+@dataclass(frozen=True)
+class HeadInside:
+    """One head of one layer opened up on one text: how it arrives at its weights and what it adds.
+
+        tokens        list[str]                    as in `run.tokens`, len T
+        q, k, v       float32 (T, dh)              this head's queries, keys and values; q and k as they enter the
+                                                   dot product (after rotary embeddings where the model uses them);
+                                                   with grouped-query attention k and v are the shared key/value head's
+        scores        float32 (Q, K)               q . k^T times `scale`: the logits before softmax, -inf where the
+                                                   mask forbids (a causal model's later keys, padding)
+        weights       float32 (Q, K)               softmax(scores) == run(text, ablate).attentions[layer, head]
+        contribution  float32 (T, D)               this head's share of the attention output: (weights @ v) through
+                                                   its slice of the output projection; zero when the head is ablated
+        bias          float32 (D,) or None         the output projection's bias, added once per layer, not per head
+        resid         float32 (T, D)               the residual stream entering this layer (the block's input)
+
+    The heads' contributions plus `bias` are the attention sublayer's output, what the layer adds to `resid` (pre-LN
+    models; a post-LN model such as BERT adds it and then normalises).
+    """
+
+    tokens: list[str]
+    layer: int
+    head: int
+    q: torch.Tensor  # (T, dh)
+    k: torch.Tensor  # (T, dh)
+    v: torch.Tensor  # (T, dh)
+    scores: torch.Tensor  # (Q, K)
+    weights: torch.Tensor  # (Q, K)
+    contribution: torch.Tensor  # (T, D)
+    scale: float  # what q . k^T is multiplied by, e.g. 1 / sqrt(dh)
+    bias: torch.Tensor | None  # (D,)
+    resid: torch.Tensor  # (T, D)
+    kv_head: int  # which key/value head k and v come from (== head without grouped-query attention)
+    ablated: bool  # this head was switched off in this run: its contribution is zero, its weights still computed
+
+
 class InputError(ValueError):
     """The text or the ablation request cannot be run; the message says why and what to do."""
 
 
 class ModelLoadError(RuntimeError):
     """A model could not be loaded; the message names the problem and the fix."""
+
+
+class UnavailableError(RuntimeError):
+    """This model's architecture cannot provide what was asked (an optional capability); the message says why."""
 
 
 @dataclass(frozen=True)
@@ -107,7 +149,7 @@ class Model(ABC):
     Required (abstract): `info`, `_run` (one forward with heads switched off), `run_batch_keep` (a batch of head
     masks on one text), `decode` (one token id as text).
     Optional capabilities, declared here with their "not available" answer so a view asks the model instead of
-    checking its name: `mask_token`, `norm_inputs`, `ground_truth`, `examples`.
+    checking its name: `mask_token`, `norm_inputs`, `ground_truth`, `examples`, `inside` (raises UnavailableError).
     """
 
     info: ModelInfo
@@ -167,6 +209,23 @@ class Model(ABC):
         (values (L, H, K, dh), w_o (L, H, dh, D)) with ablated heads' values zero; None when unavailable."""
         return None
 
+    def inside(self, text: str, layer: int, head: int, ablate: Iterable[Head] = ()) -> HeadInside:
+        """One head opened up (see `HeadInside`), with the heads in `ablate` switched off in the same run.
+        Raises UnavailableError when this architecture's projections cannot be found."""
+        return self.inside_layer(text, layer, ablate)[_index(head, self.n_heads, "head")]
+
+    def inside_layer(self, text: str, layer: int, ablate: Iterable[Head] = ()) -> list[HeadInside]:
+        """`inside` for every head of `layer` from one forward: what "how heads combine" needs."""
+        layer = _index(layer, self.n_layers, "layer")
+        return self._inside_layer(check_text(text), layer, check_ablate(ablate, self.n_layers, self.n_heads))
+
+    def _inside_layer(self, text: str, layer: int, ablate: frozenset[Head]) -> list[HeadInside]:
+        raise UnavailableError(
+            f"{self.info.title}: opening a head (its queries, keys, values and contribution) is not available for "
+            "this architecture. It works for the tiny model and transformers models whose attention uses "
+            "transformers' attention interface with a linear output projection."
+        )
+
     def ground_truth(self, tokens: list[str]):
         """Where the relations are in this text, when the model's training data defines them (the tiny model's
         corpus grammar); None otherwise."""
@@ -175,6 +234,19 @@ class Model(ABC):
     def examples(self) -> list[tuple[str, str, str]]:
         """(button label, sentence, what to look for) triples offered as one-click examples; [] for none."""
         return []
+
+
+def _index(value, n: int, what: str) -> int:
+    """An int in 0..n-1 (numpy and torch integers too; not bools, floats or strings), or an InputError."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        value = operator.index(value)
+    except TypeError:
+        raise InputError(f"{what} must be an int; got {str(value)[:40]!r}") from None
+    if not 0 <= value < n:
+        raise InputError(f"{what} {value} does not exist: this model has {what}s 0-{n - 1}")
+    return value
 
 
 def check_text(text) -> str:

@@ -25,6 +25,8 @@ _ABLATION: contextvars.ContextVar[tuple[dict[int, int], torch.Tensor] | None] = 
 )
 # While loading, records the attention modules in call order, which is their layer order.
 _RECORDER: contextvars.ContextVar[list | None] = contextvars.ContextVar("mha_viz_recorder", default=None)
+# Opening a head (`HFModel.inside`): (id of the one attention module to read, dict it fills), for one forward.
+_INSIDE: contextvars.ContextVar[tuple[int, dict] | None] = contextvars.ContextVar("mha_viz_inside", default=None)
 
 
 def _eager_for(module: torch.nn.Module) -> Callable:
@@ -40,6 +42,7 @@ def _eager_for(module: torch.nn.Module) -> Callable:
 def _masked_eager_attention(module, query, key, value, attention_mask, **kwargs):
     """The model's own eager attention, with ablated heads' outputs zeroed before the output projection."""
     out, weights = _eager_for(module)(module, query, key, value, attention_mask, **kwargs)  # (B, T, H, dh), (B, H, Q, K)
+    _capture_inside(module, query, key, value, attention_mask, weights, kwargs)
     recorder = _RECORDER.get()
     if recorder is not None:
         recorder.append((module, value))  # value (B, H_kv, K, dh), for the norm view
@@ -49,6 +52,28 @@ def _masked_eager_attention(module, query, key, value, attention_mask, **kwargs)
         keep_here = keep[:, layer_of[id(module)]].to(out.dtype)  # (B, H)
         out = out * keep_here[:, None, :, None]  # (B, T, H, dh)
     return out, weights
+
+
+def _capture_inside(module, query, key, value, attention_mask, weights, kwargs) -> None:
+    """Keep what this module attended with, when a forward opening a head asked for this module. query
+    (B, H, Q, dh) and key (B, H_kv, K, dh) are as they enter the dot product (rotary already applied by the
+    model); the mask is the additive (or boolean) one eager attention adds; `scaling` is what eager multiplies by."""
+    state = _INSIDE.get()
+    if state is None or state[0] != id(module):
+        return
+    state[1].update(query=query, key=key, value=value, mask=attention_mask, weights=weights,
+                    scaling=kwargs.get("scaling", getattr(module, "scaling", None)))
+
+
+@contextlib.contextmanager
+def inside(module: torch.nn.Module) -> Iterator[dict]:
+    """For one forward in this context: a dict that `module`'s attention call fills (see `_capture_inside`)."""
+    found: dict = {}
+    token = _INSIDE.set((id(module), found))
+    try:
+        yield found
+    finally:
+        _INSIDE.reset(token)
 
 
 def register() -> None:

@@ -5,8 +5,9 @@ import json
 
 import torch
 
-from mha_viz.contract import (AttentionRun, Head, InputError, Model, ModelInfo, ModelLoadError, check_text,
-                              head_keep_mask)
+from mha_viz.contract import (AttentionRun, Head, HeadInside, InputError, Model, ModelInfo, ModelLoadError,
+                              UnavailableError, check_text, head_keep_mask)
+from mha_viz.models.hf import ablation as _ablation
 from mha_viz.models.hf.ablation import _RECORDER, ablation
 from mha_viz.models.heads import out_proj_per_head
 from mha_viz.settings import ASSETS
@@ -73,6 +74,62 @@ class HFModel(Model):
         keep = head_keep_mask(heads, self.n_layers, self.n_heads)  # (L, H)
         values = torch.stack(values) * keep[:, :, None, None]  # (L, H, K, dh): an ablated head adds 0
         return values, torch.stack(w_o)  # (L, H, K, dh), (L, H, dh, D)
+
+    # -- one head opened up ------------------------------------------------------------------------------------
+    def _attention_module(self, layer: int) -> torch.nn.Module:
+        return next(m for m in self._model.modules() if self._layer_of.get(id(m)) == layer)
+
+    def _inside_layer(self, text: str, layer: int, ablate: frozenset[Head]) -> list[HeadInside]:
+        """Every head of `layer` opened up (see `HeadInside`) from one forward with `ablate` applied. q, k, v, the
+        mask and the weights are what the model's own eager attention received and returned (captured per call in
+        ablation.py); scores are recomputed from them and checked against those weights."""
+        module = self._attention_module(layer)
+        out_layer = _find_out_layer(self._model, module)
+        if out_layer is None:
+            raise UnavailableError(
+                f"{self.info.title}: the linear map that combines the heads of layer {layer} was not found (looked "
+                "for o_proj, out_proj, dense, c_proj and a BERT-style output.dense), so a head's contribution "
+                "cannot be computed for this architecture."
+            )
+        enc, _ = self._encode(text)
+        keep = head_keep_mask(ablate, self.n_layers, self.n_heads)  # (L, H)
+        with _ablation.inside(module) as found:
+            out = self._forward(enc, keep[None].to(self._device) if ablate else None, want_attentions=False)
+        if not found:
+            raise UnavailableError(f"{self.info.title}: layer {layer}'s attention did not run through "
+                                   "transformers' attention interface, so its queries and keys cannot be read.")
+        q = found["query"][0].float().cpu()  # (H, T, dh)
+        k_kv = found["key"][0].float().cpu()  # (H_kv, T, dh)
+        v_kv = found["value"][0].float().cpu()  # (H_kv, T, dh)
+        weights = found["weights"][0].float().cpu()  # (H, Q, K)
+        H, T, dh = q.shape
+        group = H // k_kv.shape[0]  # query heads per key/value head; 1 without grouped-query attention
+        k = k_kv.repeat_interleave(group, dim=0)  # (H, K, dh), as transformers' repeat_kv does
+        v = v_kv.repeat_interleave(group, dim=0)  # (H, K, dh)
+        scale = float(found["scaling"] if found["scaling"] is not None else dh ** -0.5)
+        scores = q @ k.transpose(-2, -1) * scale  # (H, Q, K)
+        allowed = _allowed(found["mask"], T)
+        if allowed is not None:
+            scores = scores.masked_fill(~allowed, float("-inf"))  # (H, Q, K)
+        gap = float((torch.softmax(scores, dim=-1) - weights).abs().max())
+        if gap > 1e-4:
+            raise UnavailableError(
+                f"{self.info.title}: softmax(q·kᵀ·scale) differs from this model's attention weights by {gap:.2g}: "
+                "its attention adds something to the scores (e.g. ALiBi biases or soft-capping), so showing plain "
+                "scores would be wrong."
+            )
+        # Each head's output through its slice of the output projection; an ablated head adds nothing.
+        ctx = (weights @ v) * keep[layer, :, None, None]  # (H, T, dh)
+        weight, bias = _out_weight(out_layer)  # (D, H * dh), (D,) or None
+        contribution = ctx @ out_proj_per_head(weight, H)  # (H, T, D)
+        resid = out.hidden_states[layer][0].float().cpu()  # (T, D): the input of this layer's block
+        labels = self._labels(enc["input_ids"][0].tolist())
+        return [
+            HeadInside(tokens=labels, layer=layer, head=h, q=q[h], k=k[h], v=v[h], scores=scores[h],
+                       weights=weights[h], contribution=contribution[h], scale=scale, bias=bias, resid=resid,
+                       kv_head=h // group, ablated=(layer, h) in ablate)
+            for h in range(H)
+        ]
 
     def examples(self) -> list[tuple[str, str, str]]:
         path = ASSETS / "examples.json"
@@ -155,16 +212,51 @@ class HFModel(Model):
 
 def _find_out_proj(model, attention: torch.nn.Module, n_layers: int) -> torch.Tensor | None:
     """The weight (D, H * dh) of the linear map that combines this attention module's heads, if it can be found."""
-    for name in ("o_proj", "out_proj", "dense"):
+    layer = _find_out_layer(model, attention)
+    return None if layer is None else _out_weight(layer)[0]
+
+
+def _is_linear(layer) -> bool:
+    # GPT-2's Conv1D is a linear layer with its weight stored transposed (in, out).
+    return isinstance(layer, torch.nn.Linear) or type(layer).__name__ == "Conv1D"
+
+
+def _find_out_layer(model, attention: torch.nn.Module) -> torch.nn.Module | None:
+    """The linear layer that combines this attention module's heads (o_proj, out_proj, c_proj, BERT's sibling
+    output.dense), or None."""
+    for name in ("o_proj", "out_proj", "c_proj", "dense"):
         layer = getattr(attention, name, None)
-        if isinstance(layer, torch.nn.Linear):
-            return layer.weight
+        if _is_linear(layer):
+            return layer
     # BERT-style: the self-attention module's sibling `output.dense`.
     for parent in model.modules():
         if any(child is attention for child in parent.children()):
             output = getattr(parent, "output", None)
             dense = getattr(output, "dense", None)
-            if isinstance(dense, torch.nn.Linear):
-                return dense.weight
+            if _is_linear(dense):
+                return dense
     return None
+
+
+def _out_weight(layer: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(weight (D, H * dh) as nn.Linear stores it, bias (D,) or None), float32 on the CPU."""
+    weight = layer.weight.detach().float().cpu()
+    if not isinstance(layer, torch.nn.Linear):  # Conv1D: (H * dh, D)
+        weight = weight.T  # (D, H * dh)
+    bias = None if getattr(layer, "bias", None) is None else layer.bias.detach().float().cpu()  # (D,)
+    return weight, bias
+
+
+def _allowed(mask: torch.Tensor | None, n_keys: int) -> torch.Tensor | None:
+    """Where a query may look, (Q, K) bool, from the mask eager attention adds (additive float: 0 allowed, the
+    dtype's minimum forbidden; or boolean); None when there is no mask."""
+    if mask is None:
+        return None
+    m = mask[0]
+    while m.dim() > 2:  # (1, Q, K) or (H, Q, K) broadcast over heads: the first is every head's
+        m = m[0]
+    m = m[..., :n_keys].cpu()  # eager slices a mask longer than the keys the same way
+    if m.dtype == torch.bool:
+        return m
+    return m > torch.finfo(m.dtype).min / 2
 

