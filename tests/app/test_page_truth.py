@@ -1,0 +1,230 @@
+"""Issue 10: every number on the page is the one the analysis measured. Each test drives the page through AppTest
+and compares what it shows with the analysis run on its own, so each fails if its bug came back."""
+from __future__ import annotations
+
+import base64
+import json
+
+import numpy as np
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
+from streamlit.testing.v1 import app_test as app_test_module
+
+from helpers import APP, loaded, tiny_masked_lm
+from mha_viz import analysis, load_model
+from mha_viz.app.page import DEFAULT_TEXT
+from mha_viz.contract import ModelLoadError
+
+
+def _app(model: str = "minilm") -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.run()
+    if model != "minilm":
+        at.sidebar.selectbox(key="model_choice").set_value(model).run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _enter(at: AppTest, text: str) -> None:
+    at.text_area(key="text_box").input(text)
+    at.button[0].click()  # the form's "Show attention"
+    at.run()
+    assert not at.exception, at.exception
+
+
+def _chart(at: AppTest, key: str) -> dict:
+    """The plotly figure of the chart with this key, as the page sent it."""
+    for chart in at.get("plotly_chart"):
+        if chart.proto.id.endswith("-" + key):  # a keyed element's id ends with its key
+            return json.loads(chart.proto.spec)
+    raise AssertionError(f"no chart {key!r}; have {[c.proto.id for c in at.get('plotly_chart')]}")
+
+
+def _z(trace: dict) -> np.ndarray:
+    """A heatmap's z as sent: plotly writes numpy arrays as base64 typed arrays."""
+    z = trace["z"]
+    if isinstance(z, dict) and "bdata" in z:
+        flat = np.frombuffer(base64.b64decode(z["bdata"]), dtype=np.dtype(z["dtype"]))
+        return flat.reshape([int(n) for n in str(z["shape"]).split(",")]) if "shape" in z else flat
+    return np.asarray(z, dtype=np.float64)
+
+
+@pytest.fixture
+def downloads(monkeypatch):
+    """The files behind the page's download buttons: AppTest keeps them in an in-memory store per run."""
+    stores = []
+
+    class Recording(app_test_module.MemoryMediaFileStorage):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            stores.append(self)
+
+    monkeypatch.setattr(app_test_module, "MemoryMediaFileStorage", Recording)
+
+    def read(button) -> bytes:
+        return stores[-1].get_file(button.proto.url.rsplit("/", 1)[-1]).content
+
+    return read
+
+
+def _badges(at: AppTest) -> list[str]:
+    """The measured-score caption under each toggle of the layer view, in head order."""
+    return [c.value for c in at.caption if c.value.startswith("measured:")]
+
+
+# -- 1. the same-token score reaches the badge, the table, the spread over examples ----------------------------
+def test_same_token_score_reaches_the_badges_the_table_and_the_spread():
+    model = loaded("minilm")
+    scores, baselines = analysis.run_scores(model.run(DEFAULT_TEXT), model.causal)
+    expected = {h: f"measured: {v:.0%} → {analysis.SHORT_TARGETS[name]}"
+                for h in range(model.n_heads)
+                for name, v in analysis.top_badges(scores, baselines, 0, h, n=1) if name == "same_token"}
+    assert expected, "the default sentence repeats words; some L0 head should lead with the same-token score"
+
+    at = _app()
+    badges = _badges(at)
+    assert len(badges) == model.n_heads
+    for head, caption in expected.items():
+        assert badges[head] == caption
+
+    at.radio(key="view").set_value("Similarity & scores").run()
+    assert not at.exception, at.exception
+    table = at.dataframe[0].value
+    shown = table["same_token"].iloc[:-1].to_numpy(dtype=float).reshape(model.n_layers, model.n_heads)
+    assert not np.isnan(shown).any()
+    assert np.allclose(shown, scores["same_token"].numpy().round(3), atol=1e-6)
+
+    at.button(key="scores_multi").click().run()
+    assert not at.exception, at.exception
+    spread = at.dataframe[1].value["same_token"]
+    assert (spread != "—").all(), "every example repeats a token, so every head has a mean ± spread"
+
+
+# -- 8 (and 1). the JSON export carries every score of the run it exports ---------------------------------------
+def test_json_export_carries_the_scores_of_the_run_shown(downloads):
+    model = loaded("minilm")
+    at = _app()
+    at.sidebar.selectbox(key="layer|minilm").set_value(1).run()
+    at.toggle(key="tg|minilm|1|2").set_value(False).run()
+    at.radio(key="view").set_value("Notes & export").run()
+    assert not at.exception, at.exception
+    button = [b for b in at.get("download_button") if "JSON" in b.label][0]
+    payload = json.loads(downloads(button))
+    scores, _ = analysis.run_scores(model.run(DEFAULT_TEXT, ablate={(1, 2)}), model.causal)
+    assert payload["ablated"] == [[1, 2]]
+    assert set(payload["scores"]) == set(analysis.SCORE_NAMES)
+    for name, value in scores.items():
+        exported = np.array(payload["scores"][name], dtype=float)  # null (NaN) where not measurable
+        assert exported.shape == (model.n_layers, model.n_heads)
+        assert np.allclose(exported, value.numpy(), atol=1e-4, equal_nan=True), name
+    assert not np.isnan(np.array(payload["scores"]["same_token"], dtype=float)).any()
+
+
+# -- 4. the norm view: a switched-off head adds nothing, and the page says so -----------------------------------
+@pytest.mark.parametrize("name", ["minilm", "tiny"])
+def test_norm_inputs_of_a_switched_off_head_are_zero(name):
+    model = loaded(name)
+    text = "the keys to the cabinet are on the table ."
+    values, _ = model.norm_inputs(text, {(1, 2)})  # (L, H, K, dh)
+    assert torch.count_nonzero(values[1, 2]) == 0
+    assert torch.count_nonzero(values[1, 3]) > 0 and torch.count_nonzero(values[0, 2]) > 0
+
+
+def test_norm_view_says_the_head_is_off_and_draws_no_norms_for_it():
+    at = _app()
+    at.sidebar.selectbox(key="layer|minilm").set_value(1).run()
+    at.toggle(key="tg|minilm|1|2").set_value(False).run()
+    at.radio(key="view").set_value("Rollout & norms").run()
+    at.selectbox(key="norm_head").set_value(2).run()
+    assert not at.exception, at.exception
+    assert any("L1 H2 is switched off" in i.value for i in at.info)
+    assert not [c for c in at.get("plotly_chart") if c.proto.id.endswith("-norm_fig")]
+    at.selectbox(key="norm_head").set_value(3).run()
+    assert not any("switched off" in i.value for i in at.info)
+    assert [c for c in at.get("plotly_chart") if c.proto.id.endswith("-norm_fig")]
+
+
+# -- 5. rollout's raw panel averages the same heads as the rollout beside it ----------------------------------
+def test_rollout_raw_mean_leaves_switched_off_heads_out():
+    model = loaded("minilm")
+    run = model.run(DEFAULT_TEXT, ablate={(1, 2)})
+    on = torch.ones(model.n_heads, dtype=torch.bool)
+    on[2] = False
+    expected = run.attentions[1][on].mean(0)  # (Q, K)
+    all_heads = run.attentions[1].mean(0)  # (Q, K) what the bug drew
+    assert not torch.allclose(expected, all_heads, atol=1e-3), "the off head must make a visible difference"
+
+    at = _app()
+    at.sidebar.selectbox(key="layer|minilm").set_value(1).run()
+    at.toggle(key="tg|minilm|1|2").set_value(False).run()
+    at.radio(key="view").set_value("Rollout & norms").run()
+    assert not at.exception, at.exception
+    raw = _chart(at, "roll_raw")
+    assert f"mean of the {model.n_heads - 1} heads on" in json.dumps(raw["layout"]["title"])
+    assert np.allclose(_z(raw["data"][0]), expected.numpy(), atol=1e-6)
+    assert any("Switched-off heads are left out of both panels" in c.value for c in at.caption)
+
+
+# -- 6. head importance of a masked LM is measured where its prediction is read: the mask -----------------------
+@pytest.fixture(scope="module")
+def masked_lm(tmp_path_factory):
+    return tiny_masked_lm(tmp_path_factory.mktemp("masked_lm"))
+
+
+def test_masked_lm_importance_is_measured_at_the_mask(masked_lm):
+    text = "The capital of France is [MASK] , they say ."
+    model = load_model(str(masked_lm))
+    base = model.run(text)
+    mask = base.tokens.index(model.mask_token)
+    assert mask < len(base.tokens) - 1, "the mask must not be the last position, or the bug would not show"
+
+    def kl_of_each_head(position: int) -> np.ndarray:
+        out = np.zeros((model.n_layers, model.n_heads))
+        for layer in range(model.n_layers):
+            for head in range(model.n_heads):
+                run = model.run(text, ablate={(layer, head)})
+                out[layer, head] = analysis.next_token_kl(base.logits, run.logits, position)
+        return out
+
+    at = _app()
+    at.sidebar.selectbox(key="model_choice").set_value("custom").run()
+    at.sidebar.text_input(key="custom_id").input(str(masked_lm)).run()
+    _enter(at, text)
+    at.radio(key="view").set_value("Ablation effects").run()
+    assert at.selectbox(key="pred_pos").value == mask
+    assert any(f"the KL divergence of the prediction at the masked position {mask}" in c.value for c in at.caption)
+    at.button(key="imp_btn").click().run()
+    assert not at.exception, at.exception
+    shown = _z(_chart(at, "imp_map")["data"][0])
+    at_mask, at_last = kl_of_each_head(mask), kl_of_each_head(len(base.tokens) - 1)
+    assert not np.allclose(at_mask, at_last, rtol=0.05), "the two positions must differ for the test to mean much"
+    assert np.allclose(shown, at_mask, rtol=1e-3, atol=1e-6)
+
+
+# -- 7. a causal model gets no sentence-embedding cosine: that is an encoder's measure -------------------------
+def test_causal_model_shows_no_embedding_cosine():
+    at = _app("tiny")
+    at.toggle(key="tg|tiny|0|1").set_value(False).run()
+    assert not at.exception, at.exception
+    labels = [m.label for m in at.metric]
+    assert any(label.startswith("KL(before") for label in labels)
+    assert not any("Cosine similarity" in label for label in labels), labels
+    at.radio(key="view").set_value("Ablation effects").run()
+    assert not at.exception, at.exception
+    assert not any("Cosine similarity" in m.label for m in at.metric)
+    assert not any("cosine" in c.value.lower() for c in at.caption)
+
+
+# -- 12. a committed model that fails to load fails the suite, it is never skipped -----------------------------
+def test_a_model_that_fails_to_load_fails_the_suite(monkeypatch):
+    import helpers
+
+    def broken(name):
+        raise ModelLoadError(f"{name}: weights do not match the config")
+
+    monkeypatch.setattr(helpers, "load_model", broken)
+    # pytest.skip raises an exception that is not an Exception; catch everything so a skip shows up as a failure.
+    with pytest.raises(BaseException) as raised:
+        helpers._load.__wrapped__("tiny")
+    assert raised.type is ModelLoadError
