@@ -40,3 +40,19 @@ def head_importance_loop(model, text: str, base_off=frozenset(), position: int =
                 value = 1.0 - cosine_change(base.output, run.output)
             scores[layer, head] = max(value, 0.0)
     return scores
+
+
+def same_token_reference(att, ids):
+    """The same-token score by loops over plain Python ints: for each query whose token occurred earlier, the
+    attention mass on those earlier occurrences, averaged over such queries -> (L, H), NaN when none repeats."""
+    import torch
+
+    ids = [int(i) for i in ids]
+    rows = []
+    for q in range(len(ids)):
+        earlier = [k for k in range(q) if ids[k] == ids[q]]
+        if earlier:
+            rows.append(att[..., q, earlier].sum(-1))  # (L, H)
+    if not rows:
+        return torch.full(att.shape[:-2], float("nan"))
+    return torch.stack(rows).mean(0)  # (L, H)

@@ -12,6 +12,7 @@ from streamlit.testing.v1 import AppTest
 from streamlit.testing.v1 import app_test as app_test_module
 
 from helpers import APP, loaded, tiny_masked_lm
+from reference import head_importance_loop, same_token_reference
 from mha_viz import analysis, load_model
 from mha_viz.app.page import DEFAULT_TEXT
 from mha_viz.contract import ModelLoadError
@@ -76,7 +77,12 @@ def _badges(at: AppTest) -> list[str]:
 # -- 1. the same-token score reaches the badge, the table, the spread over examples ----------------------------
 def test_same_token_score_reaches_the_badges_the_table_and_the_spread():
     model = loaded("minilm")
-    scores, baselines = analysis.run_scores(model.run(DEFAULT_TEXT), model.causal)
+    run = model.run(DEFAULT_TEXT)
+    scores, baselines = analysis.run_scores(run, model.causal)
+    # The same-token score and its baseline from an independent loop, so a regression in run_scores shows here.
+    scores["same_token"] = same_token_reference(run.attentions, run.token_ids)
+    uniform = analysis.uniform_pattern(len(run.tokens), model.causal)[None, None]  # (1, 1, T, T)
+    baselines["same_token"] = float(same_token_reference(uniform, run.token_ids)[0, 0])
     expected = {h: f"measured: {v:.0%} → {analysis.SHORT_TARGETS[name]}"
                 for h in range(model.n_heads)
                 for name, v in analysis.top_badges(scores, baselines, 0, h, n=1) if name == "same_token"}
@@ -111,7 +117,9 @@ def test_json_export_carries_the_scores_of_the_run_shown(downloads):
     assert not at.exception, at.exception
     button = [b for b in at.get("download_button") if "JSON" in b.label][0]
     payload = json.loads(downloads(button))
-    scores, _ = analysis.run_scores(model.run(DEFAULT_TEXT, ablate={(1, 2)}), model.causal)
+    run = model.run(DEFAULT_TEXT, ablate={(1, 2)})
+    scores, _ = analysis.run_scores(run, model.causal)
+    scores["same_token"] = same_token_reference(run.attentions, run.token_ids)  # independent of run_scores
     assert payload["ablated"] == [[1, 2]]
     assert set(payload["scores"]) == set(analysis.SCORE_NAMES)
     for name, value in scores.items():
@@ -179,14 +187,6 @@ def test_masked_lm_importance_is_measured_at_the_mask(masked_lm):
     mask = base.tokens.index(model.mask_token)
     assert mask < len(base.tokens) - 1, "the mask must not be the last position, or the bug would not show"
 
-    def kl_of_each_head(position: int) -> np.ndarray:
-        out = np.zeros((model.n_layers, model.n_heads))
-        for layer in range(model.n_layers):
-            for head in range(model.n_heads):
-                run = model.run(text, ablate={(layer, head)})
-                out[layer, head] = analysis.next_token_kl(base.logits, run.logits, position)
-        return out
-
     at = _app()
     at.sidebar.selectbox(key="model_choice").set_value("custom").run()
     at.sidebar.text_input(key="custom_id").input(str(masked_lm)).run()
@@ -197,7 +197,8 @@ def test_masked_lm_importance_is_measured_at_the_mask(masked_lm):
     at.button(key="imp_btn").click().run()
     assert not at.exception, at.exception
     shown = _z(_chart(at, "imp_map")["data"][0])
-    at_mask, at_last = kl_of_each_head(mask), kl_of_each_head(len(base.tokens) - 1)
+    at_mask = head_importance_loop(model, text, position=mask).numpy()  # (L, H)
+    at_last = head_importance_loop(model, text, position=len(base.tokens) - 1).numpy()  # (L, H)
     assert not np.allclose(at_mask, at_last, rtol=0.05), "the two positions must differ for the test to mean much"
     assert np.allclose(shown, at_mask, rtol=1e-3, atol=1e-6)
 
