@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PORT ?= 8501
 STAMP := $(VENV)/.installed
 
-.PHONY: setup setup-browser run test test-fast train probe bench
+.PHONY: setup setup-browser setup-nginx run serve test test-fast train probe bench
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -26,10 +26,23 @@ setup-browser:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q chromium; \
 	  else sudo apt-get update -q && sudo apt-get install -y -q chromium; fi; }
 
+# Debian's nginx for `make serve` and its browser test (tests/e2e/test_proxy.py). It runs only as a child of
+# deploy/serve.py, with its own config in a temp dir; the system service the package installs is not used.
+setup-nginx:
+	@command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q nginx; \
+	  else sudo apt-get update -q && sudo apt-get install -y -q nginx; fi; }
+
 run: setup
 	$(PY) -m streamlit run app.py --server.port $(PORT) --server.headless true --browser.gatherUsageStats false
 
-test: setup setup-browser
+# Many people at once: N app processes behind nginx with sticky sessions, public-server settings (README).
+N ?= 2
+HOST ?= 127.0.0.1
+serve: setup setup-nginx
+	$(PY) deploy/serve.py --procs $(N) --port $(PORT) --host $(HOST)
+
+test: setup setup-browser setup-nginx
 	$(PY) -m pytest -q tests --durations=15
 
 # Everything but the real browser and the soak: the quick loop while coding.

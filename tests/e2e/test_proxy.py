@@ -1,0 +1,118 @@
+"""The classroom recipe (deploy/serve.py, `make serve`): 2 app processes behind nginx, 3 browser sessions.
+
+Checked: nginx pins each browser to one app process with its cookie (every request a session makes, its websocket
+included, reaches the process its cookie names, per nginx's access log), the sessions are spread over both
+processes, and each session sees its own sentence and its own head off, nobody else's. nginx is Debian's package
+(`make setup-nginx`); without it the test is skipped locally and fails under CI, like the browser.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import defaultdict
+
+import pytest
+from harness import IDLE, REPO, page_problems
+
+sys.path.insert(0, str(REPO / "deploy"))
+import serve  # noqa: E402  (deploy/serve.py: the launcher `make serve` runs)
+
+N_PROCS = 2
+MARKERS = ("harbour", "violin", "meadow")  # one sentence each; one WordPiece token each in MiniLM's vocabulary
+N_HEADS = 12  # all-MiniLM-L6-v2, the default model
+TIMEOUT_MS = 150_000  # two cold app processes and three sessions on 2 shared cores
+
+
+def _sentence(marker: str) -> str:
+    return f"The {marker} near the station was quiet before the evening train."
+
+
+@pytest.fixture(scope="module")
+def deployment(artifacts):
+    why = serve.nginx_missing()
+    if why:
+        if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+            pytest.fail(f"{why}; CI is set, so the proxy test must run")
+        pytest.skip(why)
+    try:
+        d = serve.Deployment(N_PROCS, log_dir=artifacts / "proxy")
+    except serve.DeployError as err:
+        pytest.fail(str(err))
+    try:
+        yield d
+    finally:
+        d.stop(keep_files=False)
+
+
+def _wait(page, js: str, what: str, arg=None) -> None:
+    try:
+        page.wait_for_function(js, arg=arg, timeout=TIMEOUT_MS, polling=200)
+    except Exception as err:
+        if type(err).__name__ != "TimeoutError":
+            raise
+        pytest.fail(f"timed out waiting for {what}; page shows: {page_problems(page)}")
+
+
+_STRIP = "() => document.querySelector('[data-testid=\"token-strip\"]')?.innerText ?? ''"
+_HEADS_OFF = """() => [...document.querySelectorAll('[data-testid="stMarkdownContainer"]')]
+  .map(e => e.innerText).filter(t => t.startsWith('Heads off')).join(' | ')"""
+
+
+def test_sticky_sessions_each_see_their_own_state(browser, deployment):
+    contexts = [browser.new_context(viewport={"width": 1300, "height": 900}) for _ in MARKERS]
+    try:
+        pages = []
+        for i, ctx in enumerate(contexts):
+            page = ctx.new_page()
+            page.set_default_timeout(TIMEOUT_MS)
+            # One after the other: each first request is the next in nginx's round-robin, so two processes are used.
+            page.goto(deployment.url, wait_until="domcontentloaded")
+            _wait(page, f"() => document.querySelectorAll('.js-plotly-plot .heatmaplayer image').length >= {N_HEADS}",
+                  f"session {i}: the first heatmaps")
+            pages.append(page)
+
+        # Every session types its own sentence and switches off its own head; all actions go out before any wait.
+        for i, page in enumerate(pages):
+            page.get_by_label("Sentence", exact=True).fill(_sentence(MARKERS[i]))
+            page.get_by_role("button", name="Show attention").click()
+        for i, page in enumerate(pages):
+            _wait(page, f"() => ({_STRIP})().includes({MARKERS[i]!r})", f"session {i}: its sentence's tokens")
+            _wait(page, IDLE, f"session {i}: idle")
+            switch = page.get_by_role("switch", name=f"L0 H{i}", exact=True)
+            page.locator('[data-testid="stCheckbox"]').filter(has=switch).locator("label").first.click()
+        for i, page in enumerate(pages):
+            _wait(page, f"() => ({_HEADS_OFF})().includes('L0 H{i}')", f"session {i}: 'Heads off: L0 H{i}'")
+            _wait(page, IDLE, f"session {i}: idle after the toggle")
+
+        for i, page in enumerate(pages):
+            strip, heads_off = page.evaluate(_STRIP), page.evaluate(_HEADS_OFF)
+            others = [m for j, m in enumerate(MARKERS) if j != i and m in strip]
+            assert MARKERS[i] in strip and not others, f"session {i} shows tokens {strip!r}"
+            foreign = [f"L0 H{j}" for j in range(len(MARKERS)) if j != i and f"L0 H{j}" in heads_off]
+            assert f"L0 H{i}" in heads_off and not foreign, f"session {i} shows {heads_off!r}"
+            assert page.locator('[data-testid="stException"]').count() == 0, page_problems(page)
+
+        routes = [{c["name"]: c["value"] for c in ctx.cookies()}.get(serve.COOKIE) for ctx in contexts]
+        assert all(r in deployment.routes for r in routes), f"cookies {routes}; routes {deployment.routes}"
+        assert len(set(routes)) == N_PROCS, f"3 sessions should use both app processes; cookies {routes}"
+    finally:
+        for ctx in contexts:
+            ctx.close()  # closes the websockets, so nginx logs them
+
+    # Every request that carried a cookie reached the process it names, websockets included.
+    by_route: dict[str, set[str]] = defaultdict(set)
+    streams: dict[str, int] = defaultdict(int)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # nginx writes a websocket's line when it closes
+        rows = serve.read_routes(deployment.access_log)
+        if sum(r["path"].startswith("/_stcore/stream") for r in rows) >= len(MARKERS):
+            break
+        time.sleep(0.2)
+    for row in rows:
+        if row["route"]:
+            by_route[row["route"]].add(row["upstream"])
+            streams[row["route"]] += row["path"].startswith("/_stcore/stream") and row["status"] == "101"
+    for route in set(routes):
+        assert by_route[route] == {f"127.0.0.1:{deployment.routes[route]}"}, dict(by_route)
+        assert streams[route] >= 1, f"no websocket logged for {route}: {dict(streams)}"
