@@ -122,7 +122,9 @@ def read_routes(access_log: Path) -> list[dict]:
     for line in access_log.read_text(errors="replace").splitlines():
         match = _LOG_LINE.match(line.strip())
         if match:
-            rows.append(match.groupdict())
+            row = match.groupdict()
+            row["route"] = "" if row["route"] == "-" else row["route"]  # nginx writes "-" for no cookie
+            rows.append(row)
     return rows
 
 
