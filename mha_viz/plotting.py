@@ -322,3 +322,136 @@ def predictions_figure(before: list[tuple[str, float]], after: list[tuple[str, f
                       yaxis=dict(autorange="reversed"), xaxis=dict(title="probability", range=[0, 1]), font=_FONT,
                       legend=dict(orientation="h", y=-0.15))
     return fig
+
+
+# ===========================================================================================================
+# Inside a head, how heads combine, follow a token (issue 12). Figures of one opened-up head (`HeadInside`).
+# ===========================================================================================================
+# One colour per head of a layer (d3's category10 then its lighter pairs), cycled past 20 heads.
+HEAD_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+                "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7",
+                "#dbdb8d", "#9edae5"]
+OFF_COLOUR = "#bdbdbd"
+
+
+def head_colour(head: int) -> str:
+    return HEAD_COLOURS[head % len(HEAD_COLOURS)]
+
+
+def _finite_or_nan(values) -> np.ndarray:
+    z = _as_np(values)
+    return np.where(np.isfinite(z), z, np.nan).astype(np.float32)
+
+
+def inside_steps_figure(tokens: list[str], scores: torch.Tensor, weights: torch.Tensor, value_norms: torch.Tensor,
+                        query: int, title: str) -> go.Figure:
+    """One query of one head, step by step, one row of bars per step over the key tokens: the raw scores before
+    softmax (masked keys have none), the weights after it, and each key's value vector size ‖v_j‖.
+    scores, weights, value_norms: (K,)."""
+    from plotly.subplots import make_subplots  # three axes only: the subplot cost that bites is at 72+ axes
+
+    labels = axis_labels(tokens)
+    s, w, n = _finite_or_nan(scores), _as_np(weights), _as_np(value_norms)  # (K,) each
+    if not (len(labels) == s.shape[0] == w.shape[0] == n.shape[0]):
+        raise ValueError(f"{len(labels)} tokens but {s.shape[0]} scores, {w.shape[0]} weights, {n.shape[0]} norms")
+    masked = ~np.isfinite(_as_np(scores))
+    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=["1. scores q·kⱼ·scale (before softmax)", "2. weights αⱼ = softmax(scores)",
+                                        "3. value size ‖vⱼ‖"])
+    s_colours = np.where(np.nan_to_num(s) >= 0, "#4c72b0", "#c44e52")
+    fig.add_trace(go.Bar(x=labels, y=np.nan_to_num(s), marker_color=s_colours, name="score",
+                         text=["masked" if m else "" for m in masked], textposition="outside",
+                         hovertemplate="key: %{x}<br>score: %{y:.3f}<extra></extra>"), row=1, col=1)
+    fig.add_trace(go.Bar(x=labels, y=w, marker_color="#08519c", name="weight",
+                         hovertemplate="key: %{x}<br>weight: %{y:.3f}<extra></extra>"), row=2, col=1)
+    fig.add_trace(go.Bar(x=labels, y=n, marker_color="#55a868", name="‖v‖",
+                         hovertemplate="key: %{x}<br>‖v‖: %{y:.3f}<extra></extra>"), row=3, col=1)
+    fig.update_yaxes(range=[0, 1], row=2, col=1)
+    # The query's own column, outlined in every row.
+    for row in (1, 2, 3):
+        fig.add_vrect(x0=query - 0.5, x1=query + 0.5, line_width=1.5, line_color="#222", fillcolor="rgba(0,0,0,0)",
+                      row=row, col=1)
+    fig.update_layout(template="none", title=dict(text=html.escape(title, quote=False), font=dict(size=13)),
+                      height=520, showlegend=False, font=_FONT, margin=dict(l=50, r=10, t=60, b=70))
+    fig.update_xaxes(tickangle=-60, tickfont=dict(size=max(6, min(10, int(700 / max(len(labels), 1))))))
+    for annotation in fig.layout.annotations:
+        annotation.font = dict(size=11)
+    return fig
+
+
+def weighted_sum_figure(tokens: list[str], weighted: torch.Tensor, total: torch.Tensor, title: str) -> go.Figure:
+    """The weighted sum as a picture: one row per key, αⱼ vⱼ (K, dh), and under them their sum z (dh,), on one
+    symmetric red-blue scale, so the rows that make up z stand out."""
+    z_rows = _as_np(weighted)  # (K, dh)
+    z = np.vstack([z_rows, _as_np(total)[None]])  # (K + 1, dh)
+    labels = axis_labels(tokens) + ["Σ = z"]
+    if z_rows.shape[0] != len(labels) - 1:
+        raise ValueError(f"{len(labels) - 1} tokens for {z_rows.shape[0]} weighted value rows")
+    bound = max(float(np.nanmax(np.abs(z))) if z.size else 0.0, 1e-6)
+    trace = dict(type="heatmap", z=z, y=labels, zmin=-bound, zmax=bound, zmid=0.0, colorscale=DIFF_SCALE,
+                 hovertemplate="%{y}<br>dim %{x}: %{z:+.3f}<extra></extra>", showscale=True)
+    layout = dict(template=NO_TEMPLATE, title=dict(text=html.escape(title, quote=False), font=dict(size=13)),
+                  height=min(900, 110 + 16 * len(labels)), font=_FONT, margin=dict(l=90, r=10, t=40, b=30),
+                  yaxis=dict(autorange="reversed", tickfont=dict(size=9)), xaxis=dict(title="dimension of the head"))
+    return _fast_figure(trace, layout)
+
+
+def heads_combine_figure(names: list[str], norms: torch.Tensor, along: torch.Tensor, off: list[bool],
+                         bias_along: float, total_norm: float, title: str) -> go.Figure:
+    """How the heads of a layer add up for one token: per head its contribution's size ‖c_h‖ (light) and its
+    signed length along the layer's total (dark; negative = against it), then the output bias and the total.
+    The dark bars plus the bias's sum to the total's length."""
+    norms_np, along_np = _as_np(norms), _as_np(along)  # (H,), (H,)
+    if not (len(names) == norms_np.shape[0] == along_np.shape[0] == len(off)):
+        raise ValueError(f"{len(names)} names for {norms_np.shape[0]} norms and {along_np.shape[0]} components")
+    labels = [html.escape(n, quote=False) + (" (off)" if o else "") for n, o in zip(names, off)]
+    colours = [OFF_COLOUR if o else head_colour(i) for i, o in enumerate(off)]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=labels, y=norms_np, name="size ‖c_h‖", marker_color=colours, opacity=0.35,
+                         hovertemplate="%{x}<br>‖c_h‖: %{y:.3f}<extra></extra>"))
+    fig.add_trace(go.Bar(x=labels + ["bias", "total"], y=np.append(along_np, [bias_along, total_norm]),
+                         name="along the total", marker_color=colours + ["#999999", "#222222"],
+                         hovertemplate="%{x}<br>along the total: %{y:+.3f}<extra></extra>"))
+    fig.update_layout(template="none", barmode="group", title=dict(text=html.escape(title, quote=False),
+                                                                   font=dict(size=13)),
+                      height=320, font=_FONT, margin=dict(l=50, r=10, t=40, b=60),
+                      legend=dict(orientation="h", y=-0.25), yaxis=dict(zeroline=True, zerolinecolor="#444"))
+    return fig
+
+
+def follow_figure(tokens: list[str], rows: torch.Tensor, row_names: list[str], row_heads: list[int],
+                  off: list[bool], query: int, title: str, *, shared_scale: bool = False) -> go.Figure:
+    """Where one token's attention goes in many heads, on the sentence itself: one row per head, the tokens as
+    cells, each cell shaded in its head's colour by the weight. rows (R, K): the query's row of each head's
+    pattern; row_heads: the head index that picks each row's colour.
+
+    ONE heatmap trace (not one per head, which would be R traces): row r's values are mapped into its own band
+    [r, r + 1) of the z range, and the colour scale runs white -> head colour inside every band.
+    """
+    w = _as_np(rows)  # (R, K)
+    if w.ndim != 2 or w.shape[0] != len(row_names) or w.shape[1] != len(tokens):
+        raise ValueError(f"rows must be ({len(row_names)}, {len(tokens)}); got {w.shape}")
+    n_rows, n_keys = w.shape
+    top = np.ones((n_rows, 1), np.float32) if shared_scale else np.maximum(w.max(axis=1, keepdims=True), 1e-6)
+    shade = np.clip(w / top, 0.0, 0.999)  # (R, K) in [0, 1)
+    band = np.arange(n_rows, dtype=np.float32)[:, None]  # (R, 1)
+    z = (band + shade) / n_rows  # (R, K): row r in [r / R, (r + 1) / R)
+    scale = []
+    for r in range(n_rows):
+        colour = OFF_COLOUR if off[r] else head_colour(row_heads[r])
+        scale += [[r / n_rows, "#ffffff"], [(r + 0.999) / n_rows, colour]]
+    scale[-1][0] = 1.0
+    labels = [safe_label(t) for t in tokens]
+    text = np.array([labels] * n_rows)  # (R, K): the sentence in every row
+    names = [html.escape(n, quote=False) + (" (off)" if o else "") for n, o in zip(row_names, off)]
+    trace = dict(type="heatmap", z=z, zmin=0.0, zmax=1.0, colorscale=scale, showscale=False, x=list(range(n_keys)),
+                 y=names, text=text, texttemplate="%{text}" if n_keys <= 40 else "", customdata=w,
+                 textfont=dict(size=10), xgap=2, ygap=3,
+                 hovertemplate="%{y}<br>key: %{text}<br>weight: %{customdata:.3f}<extra></extra>")
+    layout = dict(template=NO_TEMPLATE, title=dict(text=html.escape(title, quote=False), font=dict(size=13)),
+                  height=min(4000, 70 + 24 * n_rows), font=_FONT, margin=dict(l=90, r=10, t=40, b=10),
+                  xaxis=dict(showticklabels=False, showgrid=False, zeroline=False),
+                  yaxis=dict(autorange="reversed", showgrid=False, tickfont=dict(size=10)),
+                  shapes=[dict(type="rect", xref="x", yref="paper", x0=query - 0.5, x1=query + 0.5, y0=0, y1=1,
+                               line=dict(color="#222", width=2))])
+    return _fast_figure(trace, layout)

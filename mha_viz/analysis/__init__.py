@@ -7,6 +7,7 @@
     norms       the value-weighted norm view (Kobayashi et al. 2020) and per-head slicing
     tokens      display transforms: hidden special tokens, merged word pieces
     importance  head importance: each head ablated alone, batched through a Model
+    inside      one head opened up: value sizes, its weighted sum, how the heads of a layer add up
 
 No UI code: every function takes tensors and returns tensors or plain values. Every score is a measurement of
 where attention went on one input; a head's pattern is learned, and a high score is not a label of what it does.
@@ -14,6 +15,7 @@ where attention went on one input; a head's pattern is learned, and a high score
 from mha_viz.analysis.distance import head_distance, js_divergence, pattern_shift, similarity_order
 from mha_viz.analysis.effects import (cosine_change, kl_batch, next_token_kl, one_minus_cos_batch, token_change,
                                       topk_predictions)
+from mha_viz.analysis.inside import HeadCombination, combine_heads, update_sizes, value_norms, weighted_values
 from mha_viz.analysis.norms import norm_view, out_proj_per_head, values_per_head
 from mha_viz.analysis.rollout import rollout
 from mha_viz.analysis.scores import (SCORE_NAMES, SHORT_TARGETS, describe_score, pattern_scores, run_scores, top_badges,

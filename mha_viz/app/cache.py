@@ -74,3 +74,9 @@ def get_run(name: str, text: str, off: tuple[Head, ...] | frozenset[Head] = ()) 
 @st.cache_resource(show_spinner=False, max_entries=8)
 def norm_inputs(name: str, text: str, heads_off: tuple[Head, ...]):
     return get_model(name).norm_inputs(text, heads_off)
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def inside_layer(name: str, text: str, layer: int, heads_off: tuple[Head, ...]):
+    """Every head of `layer` opened up (`Model.inside_layer`), shared by sessions; small (a layer's q, k, v)."""
+    return get_model(name).inside_layer(text, layer, heads_off)

@@ -117,3 +117,46 @@ def display_notes(hide_special: bool, merge: bool, run: AttentionRun) -> None:
 def notes_text() -> None:
     notes = ASSETS / "notes.md"
     st.markdown(notes.read_text() if notes.exists() else LEARNED_NOTE)
+
+
+# -- the selected token (Inside a head, Follow a token; in the URL as ?token=) --------------------------------
+TOKEN_KEY = "token"  # the selection itself: outlives the picker widget, which exists only in the views that draw it
+PILLS_UP_TO = 80  # longer texts get a selectbox: hundreds of pills would bury the view
+
+
+def default_token(run: AttentionRun) -> int:
+    """The last position that is not a special token (a causal LM's next-token position; the last word of an
+    encoder's sentence)."""
+    plain = [i for i in range(len(run.tokens)) if i not in set(run.special)]
+    return plain[-1] if plain else len(run.tokens) - 1
+
+
+def _picked() -> None:
+    choice = st.session_state.get("token_pick")
+    if choice is None:  # clicking the selected pill again deselects it: keep the token, show it selected
+        st.session_state["token_pick"] = st.session_state.get(TOKEN_KEY)
+    else:
+        st.session_state[TOKEN_KEY] = int(choice)
+
+
+def token_picker(run: AttentionRun, label: str) -> int:
+    """A clickable strip of the run's tokens (a selectbox for long texts). Returns the selected position, kept in
+    the session (and the URL) so both token views and a shared link agree on it."""
+    n = len(run.tokens)
+    token = st.session_state.get(TOKEN_KEY)
+    if not isinstance(token, int) or not 0 <= token < n:
+        if isinstance(token, int):
+            st.caption(f"Token {token} does not exist in this text ({n} tokens); showing position "
+                       f"{default_token(run)}.")
+        token = default_token(run)
+        st.session_state[TOKEN_KEY] = token
+    st.session_state["token_pick"] = token
+    if st.query_params.get("token") != str(token):  # the URL was written before this view chose its default
+        st.query_params["token"] = str(token)
+    options = list(range(n))
+    fmt = lambda i: f"{visible(run.tokens[i], 24)}"  # noqa: E731
+    if n <= PILLS_UP_TO:
+        st.pills(label, options, format_func=fmt, selection_mode="single", key="token_pick", on_change=_picked)
+    else:
+        st.selectbox(label, options, format_func=lambda i: f"{i}: {fmt(i)}", key="token_pick", on_change=_picked)
+    return token

@@ -1,5 +1,5 @@
 """UI state: which heads are off (per model, in the session) and the URL, which carries the model, text, layer,
-heads off, compared heads and the open view.
+heads off, compared heads, the selected token and the open view.
 
 Parsed once per browser session (so the user's later changes win), written back on every run. Anything in the
 URL that does not parse or is out of range is dropped with a notice, never a traceback.
@@ -87,6 +87,11 @@ def read_url_once(views: list[str]) -> list[str]:
                 notices.append(f"{key}: {', '.join(_quoted(b, 20) for b in bad[:5])} in the link are not heads like "
                                "'L0H3' and were ignored.")
             pending[key] = heads
+    if "token" in get:  # range-checked by the token views, against the text's own tokens
+        try:
+            st.session_state["token"] = int(get["token"])
+        except ValueError:
+            notices.append(f"token={_quoted(get['token'], 20)} in the link is not a position and was ignored.")
     if "view" in get:
         if get["view"] in views:
             st.session_state["view"] = get["view"]
@@ -133,6 +138,9 @@ def write_url(model_name: str, text: str, layer: int, off: set, view: str) -> No
     compare = st.session_state.get("compare")
     if compare:
         state["compare"] = ",".join(c.replace(" ", "") for c in compare)
+    token = st.session_state.get("token")
+    if isinstance(token, int):
+        state["token"] = str(token)
     current = {key: st.query_params.get(key) for key in st.query_params.keys()}
     if current != state:
         st.query_params.from_dict(state)

@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Callable
 
 from mha_viz.app.context import ViewContext
-from mha_viz.app.views import all_layers, compare, effects, layer, notes, rollout, similarity, twins
+from mha_viz.app.views import all_layers, compare, effects, follow, inside, layer, notes, rollout, similarity, twins
 
 VIEWS: dict[str, Callable[[ViewContext], None]] = {
     "Layer": layer.render,
     "All layers": all_layers.render,
     "Compare": compare.render,
+    "Inside a head": inside.render,
+    "Follow a token": follow.render,
     "Ablation effects": effects.render,
     "Similarity & scores": similarity.render,
     "Rollout & norms": rollout.render,

@@ -1,0 +1,39 @@
+"""Follow a token: where one token's attention goes in every head of the layer (or of every layer), drawn on the
+sentence itself, one row and one colour per head."""
+from __future__ import annotations
+
+import streamlit as st
+import torch
+
+from mha_viz import plotting
+from mha_viz.app.common import head_name, md_safe, token_picker, visible
+from mha_viz.app.context import ViewContext
+
+
+def render(ctx: ViewContext) -> None:
+    model, run = ctx.model, ctx.run
+    st.subheader("Follow a token")
+    query = token_picker(run, "Token to follow (click one)")
+    every = st.checkbox("Every layer", key="follow_all",
+                        help=f"All {model.n_layers * model.n_heads} heads of the model, one row each.")
+    layers = range(model.n_layers) if every else [ctx.layer]
+    rows = torch.cat([run.attentions[layer, :, query, :] for layer in layers])  # (R, K): the token's row per head
+    heads = [(layer, h) for layer in layers for h in range(model.n_heads)]
+    token = visible(run.tokens[query], 24)
+    where = "every layer" if every else f"layer {ctx.layer}"
+    fig = plotting.follow_figure(run.tokens, rows, [head_name(h) for h in heads], [h for _, h in heads],
+                                 [h in ctx.heads_off for h in heads], query,
+                                 f"Where {token} (position {query}) looks, {where}", shared_scale=ctx.shared_scale)
+    st.plotly_chart(fig, width="stretch", key="follow_fig", config={"displaylogo": False})
+    scale = ("shared 0–1 scale: full colour = all of the token's attention" if ctx.shared_scale else
+             "each head's own maximum: full colour = where that head looks most (hover for the weight)")
+    st.caption(f"Each row is one head; each cell a token of the sentence, shaded in the head's colour by how much "
+               f"of {md_safe(token)}'s attention it gets ({scale}). The outlined column is the token itself."
+               + (" A causal model's token cannot look at later tokens: they stay white." if model.causal else "")
+               + " Switched-off heads are grey: their pattern is still computed. Positions are the model's own "
+               "tokens; the sidebar's hide/merge options do not apply here.")
+    top = rows.argmax(dim=-1)  # (R,)
+    summary = ", ".join(f"{head_name(h)} → {md_safe(visible(run.tokens[int(k)], 16))} ({float(rows[i, k]):.0%})"
+                        for i, (h, k) in enumerate(zip(heads, top)) if not every)
+    if summary:
+        st.caption("Where each head looks most: " + summary + ". A measurement on this input, not a role.")

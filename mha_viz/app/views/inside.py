@@ -1,0 +1,95 @@
+"""Inside a head: one head's scores, weights, values and weighted sum for a chosen query token, each step with its
+formula; then how the heads of the layer add up for that token."""
+from __future__ import annotations
+
+import streamlit as st
+import torch
+
+from mha_viz import analysis, plotting
+from mha_viz.app import cache
+from mha_viz.app.common import head_name, md_safe, token_picker, visible
+from mha_viz.app.context import ViewContext
+from mha_viz.contract import UnavailableError
+
+
+def render(ctx: ViewContext) -> None:
+    model, layer = ctx.model, ctx.layer
+    st.subheader(f"Inside a head of layer {layer}")
+    c1, c2 = st.columns([1, 3])
+    head = c1.selectbox("Head", range(model.n_heads), format_func=lambda h: head_name((layer, h)), key="inside_head")
+    with c2:
+        query = token_picker(ctx.run, "Query token (click one)")
+    try:
+        heads = cache.inside_layer(ctx.name, ctx.text, layer, tuple(sorted(ctx.heads_off)))
+    except UnavailableError as err:
+        st.info(md_safe(str(err)))
+        return
+    h = heads[head]
+    token = md_safe(visible(h.tokens[query], 30))
+    st.caption("Positions are the model's own tokens: the sidebar's hide/merge options do not apply here. "
+               + (f"Grouped-query attention: k and v come from key/value head {h.kv_head}, shared by "
+                  f"{model.n_heads // model.info.n_kv_heads} query heads. " if model.info.n_kv_heads else "")
+               + "q and k are shown as they enter the dot product (after rotary embeddings where the model uses "
+               "them).")
+    steps(ctx, h, query, token)
+    combine(ctx, heads, query, token)
+
+
+def steps(ctx: ViewContext, h, query: int, token: str) -> None:
+    name = head_name((h.layer, h.head))
+    dh = h.q.shape[1]
+    scores, weights = h.scores[query], h.weights[query]  # (K,), (K,)
+    norms = analysis.value_norms(h.v)  # (K,)
+    weighted = analysis.weighted_values(weights, h.v)  # (K, dh)
+    z = weighted.sum(0)  # (dh,)
+    masked = int(torch.isneginf(scores).sum())
+    st.markdown(f"**{name}, query token {query}: {token}**" + (" — switched off" if h.ablated else ""))
+    st.markdown(
+        f"1. **Scores** $s_j = q \\cdot k_j \\times {h.scale:.4g}$ (the scale is $1/\\sqrt{{d_{{head}}}}$ with "
+        f"$d_{{head}} = {dh}$ where it equals that)"
+        + (f"; {masked} later key(s) are masked ($-\\infty$): a causal model's token sees only itself and earlier "
+           "ones" if masked else "") + ".\n"
+        "2. **Weights** $\\alpha_j = e^{s_j} / \\sum_k e^{s_k}$: a softmax over the keys, so they sum to 1.\n"
+        "3. **Values** $\\lVert v_j \\rVert$: how much each key has to give.\n"
+        f"4. **Weighted sum** $z = \\sum_j \\alpha_j v_j$, a vector of {dh} numbers "
+        f"($\\lVert z \\rVert = {float(z.norm()):.3f}$).\n"
+        f"5. **Contribution** $c = z\\,W_O^{{h}}$ through this head's slice of the output projection "
+        f"($\\lVert c \\rVert = {float(h.contribution[query].norm()):.3f}$"
+        + (", zero because the head is off" if h.ablated else "") + ")."
+    )
+    st.plotly_chart(plotting.inside_steps_figure(h.tokens, scores, weights, norms, query,
+                                                 f"{name}: query {visible(h.tokens[query], 20)}"),
+                    width="stretch", key="inside_steps")
+    with st.expander("The weighted sum, row by row (αⱼ vⱼ and their sum z)"):
+        st.plotly_chart(plotting.weighted_sum_figure(h.tokens, weighted, z, f"{name}: αⱼ vⱼ for each key, and z"),
+                        width="stretch", key="inside_sum")
+    if h.ablated:
+        st.caption("This head is switched off: its weights are still computed (above), but its output z is "
+                   "replaced by zero before the output projection, so it adds nothing to the layer.")
+
+
+def combine(ctx: ViewContext, heads, query: int, token: str) -> None:
+    layer = ctx.layer
+    st.markdown(f"#### How the heads of layer {layer} combine, for token {query}: {token}")
+    contributions = torch.stack([h.contribution[query] for h in heads])  # (H, D)
+    combo = analysis.combine_heads(contributions, heads[0].bias)
+    st.markdown(
+        "The heads run in parallel; the layer's attention output for a token is the **sum** of every head's "
+        "contribution plus the output bias (added once): $\\text{out} = \\sum_h c_h + b$. "
+        "Light bars: the size of each head's contribution; dark bars: its signed length along the total "
+        "(negative = pointing against it). The dark bars and the bias add up to the total's length."
+    )
+    names = [head_name((layer, h.head)) for h in heads]
+    fig = plotting.heads_combine_figure(names, combo.norms, combo.along, [h.ablated for h in heads],
+                                        combo.bias_along, combo.total_norm, f"Layer {layer}, token {query}")
+    st.plotly_chart(fig, width="stretch", key="inside_combine")
+    sizes = analysis.update_sizes(heads[0].resid[query], combo.total)
+    c1, c2, c3, c4 = st.columns(4)
+    c1.metric("‖Σ heads + bias‖ (the update)", f"{sizes['update']:.3f}")
+    c2.metric("‖residual stream in‖", f"{sizes['resid']:.3f}")
+    c3.metric("update / residual", f"{sizes['ratio']:.2f}")
+    c4.metric("cos(update, residual)", f"{sizes['cosine']:+.2f}")
+    st.caption("Pre-LN models (GPT-2, Llama, SmolLM2, the tiny model) add the update to the residual stream as it "
+               "is; post-LN models (BERT, MiniLM) add it and then normalise. "
+               f"‖residual + update‖ = {sizes['after']:.3f}. Sizes are measurements on this input; a large "
+               "contribution is not by itself an important one (switch the head off to test that).")

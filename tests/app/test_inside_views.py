@@ -1,0 +1,123 @@
+"""The two token views through the page (AppTest): Inside a head and Follow a token, the token picker they share,
+and the selected token in the URL."""
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+REPO = Path(__file__).resolve().parents[2]
+APP = str(REPO / "app.py")
+TEXT = "Dogs chase cats in the yard."  # MiniLM: [CLS] dogs chase cats in the yard . [SEP]
+
+
+def _app(model: str = "minilm", **params) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params["model"] = model
+    at.query_params["text"] = TEXT if model != "tiny" else "the keys to the cabinet are on the table ."
+    for key, value in params.items():
+        at.query_params[key] = value
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _view(at: AppTest, view: str) -> AppTest:
+    at.radio(key="view").set_value(view).run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _chart(at: AppTest, key: str) -> dict:
+    charts = [c for c in at.get("plotly_chart") if c.proto.id and key in c.proto.id]
+    assert charts, f"no chart {key!r}"
+    return json.loads(charts[0].proto.spec)
+
+
+def _values(array) -> list[float]:
+    """A figure's numbers as sent to the browser: a list, or plotly's base64 typed array {dtype, bdata}."""
+    if isinstance(array, dict):
+        return np.frombuffer(base64.b64decode(array["bdata"]), dtype=np.dtype(array["dtype"])).tolist()
+    return list(array)
+
+
+def test_inside_a_head_follows_the_clicked_token_and_writes_it_to_the_url():
+    at = _view(_app(), "Inside a head")
+    picker = at.pills(key="token_pick")
+    assert list(picker.options) == ["[CLS]", "dogs", "chase", "cats", "in", "the", "yard", ".", "[SEP]"]
+    assert picker.value == 7  # default: the last token that is not special ("." before [SEP])
+    steps = _chart(at, "inside_steps")
+    assert len(steps["data"]) == 3 and "query ." in steps["layout"]["title"]["text"]
+    picker.set_value(2).run()  # "chase"
+    assert not at.exception, at.exception
+    assert at.query_params["token"] == ["2"] or at.query_params["token"] == "2"
+    steps = _chart(at, "inside_steps")
+    assert "query chase" in steps["layout"]["title"]["text"]
+    weights = _values(steps["data"][1]["y"])
+    assert abs(sum(weights) - 1) < 1e-4  # a softmax over the keys, read back from the page's figure
+    assert any("Weighted sum" in md.value for md in at.markdown)
+    combine = _chart(at, "inside_combine")
+    assert len(combine["data"][0]["x"]) == 12  # one bar per head of the layer
+    assert combine["data"][1]["x"][-2:] == ["bias", "total"]
+    labels = [m.label for m in at.metric]
+    assert any(label.startswith("‖residual stream in‖") for label in labels)
+
+
+def test_a_switched_off_head_shows_zero_in_how_heads_combine():
+    at = _app(off="L0H3")
+    at = _view(at, "Inside a head")
+    at.selectbox(key="inside_head").set_value(3).run()
+    assert not at.exception, at.exception
+    assert any("switched off" in md.value for md in at.markdown)
+    combine = _chart(at, "inside_combine")
+    names = combine["data"][0]["x"]
+    off = names.index("L0 H3 (off)")
+    norms, along = _values(combine["data"][0]["y"]), _values(combine["data"][1]["y"])
+    assert norms[off] == 0 and along[off] == 0
+    assert all(v > 0 for i, v in enumerate(norms) if i != off)
+
+
+def test_follow_a_token_has_a_row_per_head_and_every_layer_on_request():
+    at = _view(_app(token="3"), "Follow a token")
+    assert at.pills(key="token_pick").value == 3  # from the link
+    fig = _chart(at, "follow_fig")
+    assert len(fig["data"]) == 1 and len(fig["data"][0]["y"]) == 12
+    assert "cats" in fig["layout"]["title"]["text"]
+    assert fig["data"][0]["text"][0][3] == "cats"  # the sentence itself is in every row
+    at.pills(key="token_pick").set_value(1).run()
+    assert "dogs" in _chart(at, "follow_fig")["layout"]["title"]["text"]
+    at.checkbox(key="follow_all").check().run()
+    assert not at.exception, at.exception
+    assert len(_chart(at, "follow_fig")["data"][0]["y"]) == 6 * 12
+
+
+def test_the_token_is_shared_by_both_views():
+    at = _view(_app(), "Follow a token")
+    at.pills(key="token_pick").set_value(4).run()
+    at = _view(at, "Inside a head")
+    assert at.pills(key="token_pick").value == 4
+    assert "query in" in _chart(at, "inside_steps")["layout"]["title"]["text"]
+
+
+def test_a_token_beyond_the_text_in_the_link_falls_back_with_a_note():
+    at = _view(_app(token="99"), "Inside a head")
+    assert at.pills(key="token_pick").value == 7
+    assert any("does not exist in this text" in c.value for c in at.caption)
+    at = _app(token="banana")
+    assert any("not a position" in w.value for w in at.warning)
+
+
+@pytest.mark.parametrize("model", ["tiny", "smollm2"])
+def test_both_views_render_for_causal_models(model):
+    at = _view(_app(model), "Inside a head")
+    steps = _chart(at, "inside_steps")
+    assert "masked" not in steps["data"][0]["text"]  # the default token is the last: it sees every key
+    at.pills(key="token_pick").set_value(1).run()
+    steps = _chart(at, "inside_steps")
+    assert "masked" in steps["data"][0]["text"]  # position 1 cannot see the later keys
+    at = _view(at, "Follow a token")
+    n_heads = 9 if model == "smollm2" else json.loads((REPO / "assets/tiny/config.json").read_text())["n_heads"]
+    assert len(_chart(at, "follow_fig")["data"][0]["y"]) == n_heads
+    assert "cannot look at later tokens" in " ".join(c.value for c in at.caption)
