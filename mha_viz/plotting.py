@@ -366,7 +366,7 @@ def inside_steps_figure(tokens: list[str], scores: torch.Tensor, weights: torch.
                          hovertemplate="key: %{x}<br>weight: %{y:.3f}<extra></extra>"), row=2, col=1)
     fig.add_trace(go.Bar(x=labels, y=n, marker_color="#55a868", name="‖v‖",
                          hovertemplate="key: %{x}<br>‖v‖: %{y:.3f}<extra></extra>"), row=3, col=1)
-    fig.update_yaxes(range=[0, 1], row=2, col=1)
+    fig.update_yaxes(rangemode="tozero", row=2, col=1)  # not fixed at 0-1: over 20+ keys most weights are small
     # The query's own column, outlined in every row.
     for row in (1, 2, 3):
         fig.add_vrect(x0=query - 0.5, x1=query + 0.5, line_width=1.5, line_color="#222", fillcolor="rgba(0,0,0,0)",

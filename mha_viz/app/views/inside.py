@@ -15,10 +15,9 @@ from mha_viz.contract import UnavailableError
 def render(ctx: ViewContext) -> None:
     model, layer = ctx.model, ctx.layer
     st.subheader(f"Inside a head of layer {layer}")
-    c1, c2 = st.columns([1, 3])
-    head = c1.selectbox("Head", range(model.n_heads), format_func=lambda h: head_name((layer, h)), key="inside_head")
-    with c2:
-        query = token_picker(ctx.run, "Query token (click one)")
+    head = st.columns([1, 3])[0].selectbox("Head", range(model.n_heads), format_func=lambda h: head_name((layer, h)),
+                                            key="inside_head")
+    query = token_picker(ctx.run, "Query token (click one)")
     try:
         heads = cache.inside_layer(ctx.name, ctx.text, layer, tuple(sorted(ctx.heads_off)))
     except UnavailableError as err:

@@ -1,0 +1,101 @@
+"""The token views in a real browser: click a token in the strip, and both "Inside a head" and "Follow a token"
+follow it; the link carries it. Also the README screenshots of both views (MiniLM, SmolLM2, tiny), copied to
+assets/ only with MHA_VIZ_UPDATE_SCREENSHOT=1 so a plain run leaves git clean."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from urllib.parse import parse_qs, urlencode, urlparse
+
+import pytest
+from test_browser import REPO, _assert_no_exception, _settle, _wait, _wait_idle
+
+SCREENSHOT_MAX_BYTES = 400_000
+# The title of the figure each view draws (plotly writes a figure title as .gtitle).
+_TITLES = "() => [...document.querySelectorAll('.js-plotly-plot .gtitle')].map(t => t.textContent)"
+
+
+def _open(page, url: str, model: str, text: str, view: str, layer: int = 0) -> None:
+    query = urlencode({"model": model, "text": text, "view": view, "layer": layer})
+    page.goto(f"{url}/?{query}", wait_until="domcontentloaded")
+    _wait(page, "() => document.querySelectorAll('[data-testid=\"stButtonGroup\"] button').length > 0",
+          f"the token strip of {view}")
+    _wait_idle(page)
+    _assert_no_exception(page, f"opening {view} for {model}")
+
+
+def _click_token(page, token: str) -> None:
+    pill = page.locator('[data-testid="stButtonGroup"] button').filter(has_text=re.compile(f"^{re.escape(token)}$"))
+    pill.first.click()
+
+
+def _switch_view(page, view: str) -> None:
+    page.locator('[data-testid="stRadio"] label').filter(has_text=re.compile(f"^{re.escape(view)}$")).click()
+
+
+def _wait_title(page, fragment: str, what: str) -> None:
+    _wait(page, f"() => ({_TITLES})().some(t => t.includes({fragment!r}))", what)
+    _wait_idle(page)
+
+
+def test_clicking_a_token_moves_both_views(browser, streamlit_url, page):
+    _open(page, streamlit_url, "minilm", "Dogs chase cats in the yard.", "Inside a head")
+    _click_token(page, "cats")
+    _wait_title(page, "query cats", "Inside a head to open the clicked token 'cats'")
+    _assert_no_exception(page, "clicking 'cats'")
+    assert parse_qs(urlparse(page.url).query).get("token") == ["3"], page.url
+
+    _switch_view(page, "Follow a token")
+    _wait_title(page, "Where cats (position 3)", "Follow a token to follow the same token")
+    # One heatmap row per head of the layer, the sentence in each row.
+    rows = page.evaluate("""() => { const p = [...document.querySelectorAll('.js-plotly-plot')]
+        .find(p => p.data && p.data[0].type === 'heatmap' && p.data[0].texttemplate);
+        return p ? [p.data[0].y.length, p.data[0].text[0].join(' ')] : null; }""")
+    assert rows and rows[0] == 12 and "dogs chase cats" in rows[1], rows
+
+    _click_token(page, "dogs")
+    _wait_title(page, "Where dogs (position 1)", "Follow a token to follow the newly clicked 'dogs'")
+    _switch_view(page, "Inside a head")
+    _wait_title(page, "query dogs", "Inside a head to show 'dogs', clicked in the other view")
+    assert parse_qs(urlparse(page.url).query).get("token") == ["1"], page.url
+    _assert_no_exception(page, "the whole session")
+    assert not page.js_errors, f"JavaScript errors in the page: {page.js_errors}"
+
+
+SHOTS = {  # model: (text, token to click, layer)
+    "minilm": ("The keys to the old cabinet are on the table, so Anna gave the keys to Ben.", "keys", 2),
+    "smollm2": ("Alice put the book on the shelf, and later Alice took the", " took", 3),
+    "tiny": ("the keys to the cabinet are on the table .", "are", 1),
+}
+
+
+@pytest.mark.parametrize("model", list(SHOTS))
+def test_both_views_draw_for_each_model(browser, streamlit_url, page, artifacts, model):
+    text, token, layer = SHOTS[model]
+    _open(page, streamlit_url, model, text, "Inside a head", layer)
+    _click_token(page, token.strip())
+    _wait_title(page, f"query {token}", f"Inside a head on {token!r} for {model}")
+    _shot(page, artifacts, f"inside-{model}-head.png", "Inside a head", height=1900)  # steps and how heads combine
+    _switch_view(page, "Follow a token")
+    _wait_title(page, f"Where {token}", f"Follow a token on {token!r} for {model}")
+    _shot(page, artifacts, f"inside-{model}-follow.png", "Follow a token")
+    _assert_no_exception(page, f"both views for {model}")
+
+
+def _shot(page, artifacts, name: str, heading: str, height: int = 1000) -> None:
+    size = page.viewport_size
+    page.set_viewport_size({"width": size["width"], "height": height})
+    _wait_idle(page)
+    page.evaluate("""(h) => [...document.querySelectorAll('h3')].find(e => e.textContent.startsWith(h))
+        .scrollIntoView({block: 'start'})""", heading)
+    _settle(page)
+    path = artifacts / name
+    try:
+        page.screenshot(path=str(path))
+    finally:
+        page.set_viewport_size(size)
+    size = path.stat().st_size
+    assert size < SCREENSHOT_MAX_BYTES, f"{name} is {size:,} bytes; keep it under {SCREENSHOT_MAX_BYTES:,}"
+    if os.environ.get("MHA_VIZ_UPDATE_SCREENSHOT") == "1":
+        shutil.copyfile(path, REPO / "assets" / name)
