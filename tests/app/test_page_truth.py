@@ -129,6 +129,15 @@ def test_json_export_carries_the_scores_of_the_run_shown(downloads):
     assert not np.isnan(np.array(payload["scores"]["same_token"], dtype=float)).any()
 
 
+# -- 2. byte-level pieces are text on the page; part of a character is a byte marker, never mojibake or U+FFFD --
+def test_smollm2_token_strip_shows_decoded_pieces():
+    at = _app("smollm2")
+    _enter(at, "naïve 日本")
+    strip = [md.value for md in at.markdown if "token-strip" in md.value][0]
+    assert ">ïve<" in strip and "⟨e6⟩" in strip
+    assert "Ã" not in strip and "�" not in strip
+
+
 # -- 4. the norm view: a switched-off head adds nothing, and the page says so -----------------------------------
 @pytest.mark.parametrize("name", ["minilm", "tiny"])
 def test_norm_inputs_of_a_switched_off_head_are_zero(name):

@@ -1,6 +1,8 @@
 """`HFModel`: a transformers model behind the mha-viz contract (MiniLM, SmolLM2, or any id / local folder)."""
 from __future__ import annotations
 
+import codecs
+import functools
 import json
 
 import torch
@@ -150,13 +152,14 @@ class HFModel(Model):
         return enc, dropped
 
     def _labels(self, ids: list[int]) -> list[str]:
-        """Display labels. Byte-level BPE tokens ('Ġkeys', 'Ċ') are decoded to text (' keys', newline); WordPiece
-        and SentencePiece pieces keep their own markers ('##s', '▁the'), which tell where words start."""
+        """Display labels. Byte-level BPE pieces ('Ġkeys', 'Ċ', 'Ã¯ve') are always decoded to their text (' keys',
+        newline, 'ïve'); a piece holding only part of a character shows its bytes as `⟨e2⟩`. WordPiece and
+        SentencePiece pieces keep their own markers ('##s', '▁the'), which tell where words start."""
         pieces = self._tokenizer.convert_ids_to_tokens(ids)
-        if not any("Ġ" in p or "Ċ" in p for p in pieces):
+        if not _byte_level(self._tokenizer):
             return pieces
         special = set(self._tokenizer.all_special_tokens)
-        return [p if p in special else self._tokenizer.convert_tokens_to_string([p]) for p in pieces]
+        return [p if p in special else _byte_piece_text(p) for p in pieces]
 
     def decode(self, token_id: int) -> str:
         return self._tokenizer.decode([int(token_id)])
@@ -260,3 +263,37 @@ def _allowed(mask: torch.Tensor | None, n_keys: int) -> torch.Tensor | None:
         return m
     return m > torch.finfo(m.dtype).min / 2
 
+
+# -- byte-level BPE pieces -------------------------------------------------------------------------------------
+def _byte_level(tokenizer) -> bool:
+    """True for byte-level BPE (GPT-2, SmolLM2): its pieces spell bytes, not text, whether or not they
+    hold a space marker."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    return type(getattr(backend, "decoder", None)).__name__ == "ByteLevel"
+
+
+@functools.cache
+def _unicode_to_byte() -> dict[str, int]:
+    """The inverse of GPT-2's byte-to-character table: printable bytes stand for themselves, the other 68 are
+    shifted to characters from U+0100 on (space is 'Ġ', newline 'Ċ')."""
+    kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    shifted = [b for b in range(256) if b not in kept]
+    table = {chr(b): b for b in kept}
+    table.update({chr(256 + i): b for i, b in enumerate(shifted)})
+    return table
+
+
+def _byte_marker(err: UnicodeDecodeError) -> tuple[str, int]:
+    # A piece may end (or start) in the middle of a character: its bytes are shown, not U+FFFD.
+    return "".join(f"⟨{b:02x}⟩" for b in err.object[err.start:err.end]), err.end
+
+
+codecs.register_error("mha_viz_byte_marker", _byte_marker)
+
+
+def _byte_piece_text(piece: str) -> str:
+    """One byte-level piece as text: 'Ã¯ve' -> 'ïve', 'Ġ' -> ' ', the first piece of '😀' -> ' ⟨f0⟩⟨9f⟩⟨98⟩'.
+    A character outside the table (an added token's plain text) stands for its own UTF-8 bytes."""
+    table = _unicode_to_byte()
+    data = b"".join(bytes([table[ch]]) if ch in table else ch.encode("utf-8") for ch in piece)
+    return data.decode("utf-8", errors="mha_viz_byte_marker")

@@ -56,3 +56,17 @@ def test_second_load_comes_from_the_safetensors_cache(smol, tmp_path, monkeypatc
     assert (hf.cache_dir() / "smollm2-135m-instruct-f32" / "model.safetensors").exists()
     again = load_smollm2()
     assert torch.equal(again.run("Hi there").logits, smol.run("Hi there").logits)
+
+
+@pytest.mark.parametrize("text", ["naïve", "日本語 and 😀", "Hello\nworld, café"])
+def test_byte_level_labels_are_the_text_with_split_characters_as_byte_markers(smol, text):
+    import re
+
+    labels = smol.run(text).tokens
+    assert not any("�" in label or "Ã" in label or "Ġ" in label for label in labels), labels
+    # Put each ⟨xx⟩ marker back as its byte: the labels then spell the text exactly.
+    parts = re.split(r"⟨([0-9a-f]{2})⟩", "".join(labels))
+    data = b"".join(bytes.fromhex(p) if i % 2 else p.encode("utf-8") for i, p in enumerate(parts))
+    assert data.decode("utf-8") == text
+    if text == "naïve":
+        assert labels == ["na", "ïve"]
