@@ -147,7 +147,7 @@ class Model(ABC):
     """Base class of every adapter: what a view may ask of any model, and what it may ask of some.
 
     Required (abstract): `info`, `_run` (one forward with heads switched off), `run_batch_keep` (a batch of head
-    masks on one text), `decode` (one token id as text).
+    masks on one text), `decode` (one token id as text); `decode_ids` (several ids as one text) has a default.
     Optional capabilities, declared here with their "not available" answer so a view asks the model instead of
     checking its name: `mask_token`, `norm_inputs`, `ground_truth`, `examples`, `inside` (raises UnavailableError).
     """
@@ -187,6 +187,11 @@ class Model(ABC):
     @abstractmethod
     def decode(self, token_id: int) -> str:
         """One token id as text, e.g. to label a prediction."""
+
+    def decode_ids(self, ids: list[int]) -> str:
+        """Several token ids as one text, e.g. a merged word's label. Adapters whose pieces can split a character
+        decode the ids together, so the character is whole again."""
+        return "".join(self.decode(i) for i in ids)
 
     # -- optional capabilities ---------------------------------------------------------------------------------
     @property

@@ -53,8 +53,25 @@ def merge_word_pieces(att: torch.Tensor, groups: list[list[int]]) -> torch.Tenso
 
 
 def _looks_special(token: str) -> bool:
-    """[CLS], [SEP], <s>, </s>, <|im_start|> and the like."""
+    """[CLS], [SEP], <s>, </s>, <|im_start|>, a SentencePiece byte like <0x0A>, and the like."""
     return len(token) > 2 and ((token[0] == "[" and token[-1] == "]") or (token[0] == "<" and token[-1] == ">"))
+
+
+def _strip_marker(token: str) -> str:
+    if token.startswith(_CONTINUATION):
+        return token[len(_CONTINUATION):]
+    return token.lstrip("".join(_START_MARKERS))
+
+
+def _is_punct(token: str) -> bool:
+    """Only punctuation or symbols once word markers and spaces are gone: ".", ",", "##!", "Ġ(", "▁."."""
+    text = _strip_marker(token).strip()
+    return bool(text) and not any(ch.isalnum() for ch in text)
+
+
+def _breaks_line(token: str) -> bool:
+    """A line break in a decoded label. (SentencePiece's newline byte, <0x0A>, already looks special.)"""
+    return any(ch in token for ch in "\n\r\u2028\u2029")
 
 
 def word_groups(tokens: Sequence[str], starts: Sequence[bool] | None = None,
@@ -64,7 +81,9 @@ def word_groups(tokens: Sequence[str], starts: Sequence[bool] | None = None,
     starts: optional explicit word-start flags, one per token. Otherwise the scheme is detected:
     SentencePiece ("▁") and byte-level BPE ("Ġ", or a label decoded to a leading space) mark word
     *starts*; WordPiece marks *continuations* with "##"; with no markers every token is a word.
-    Special tokens (positions in `special`, and [..]/<..>-shaped tokens) are always words of their own.
+    Some tokens are always words of their own, and the token after them starts a new word: special tokens
+    (positions in `special`, and [..]/<..>-shaped tokens), punctuation ("," is not part of the word before
+    it) and tokens holding a newline (a word never runs from one line onto the next).
     """
     tokens = list(tokens)
     if not all(isinstance(tok, str) for tok in tokens):
@@ -78,7 +97,8 @@ def word_groups(tokens: Sequence[str], starts: Sequence[bool] | None = None,
         starts = [tok.startswith(_START_MARKERS) for tok in tokens]
     else:
         starts = [not tok.startswith(_CONTINUATION) for tok in tokens]
-    alone = [i in special or _looks_special(tok) for i, tok in enumerate(tokens)]
+    alone = [i in special or _looks_special(tok) or _is_punct(tok) or _breaks_line(tok)
+             for i, tok in enumerate(tokens)]
     groups: list[list[int]] = []
     for i in range(len(tokens)):
         if i == 0 or starts[i] or alone[i] or alone[i - 1]:
@@ -88,14 +108,10 @@ def word_groups(tokens: Sequence[str], starts: Sequence[bool] | None = None,
     return groups
 
 
-def _strip_marker(token: str) -> str:
-    if token.startswith(_CONTINUATION):
-        return token[len(_CONTINUATION):]
-    return token.lstrip("".join(_START_MARKERS))
-
-
 def word_labels(tokens: Sequence[str], groups: list[list[int]]) -> list[str]:
-    """Display labels for merged words: each word's pieces joined, subword markers removed."""
+    """Labels for merged words when the run has no token ids to decode: each word's pieces joined, subword
+    markers removed. With ids, a word's label is the model's decoding of them (`Model.decode_ids`), which also
+    rejoins a character split across pieces."""
     return ["".join(_strip_marker(tokens[i]) for i in g) for g in groups]
 
 
@@ -103,9 +119,5 @@ def special_mask(tokens: Sequence[str], special: Iterable[int] = ()) -> torch.Te
     """(T,) bool: True at tokenizer-added special positions (e.g. `run.special`), [..]/<..>-shaped
     tokens, and tokens made only of punctuation or symbols (".", ",", "##!"). For `pattern_scores`."""
     special = {int(i) for i in special}
-    flags = []
-    for i, tok in enumerate(tokens):
-        text = _strip_marker(tok).strip()
-        punct = bool(text) and not any(ch.isalnum() for ch in text)
-        flags.append(i in special or _looks_special(tok) or punct)
+    flags = [i in special or _looks_special(tok) or _is_punct(tok) for i, tok in enumerate(tokens)]
     return torch.tensor(flags, dtype=torch.bool)  # (T,)

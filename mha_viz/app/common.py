@@ -83,7 +83,7 @@ def predictions_panel(model: Model, base: AttentionRun, run: AttentionRun, posit
                     width="stretch", key=key)
 
 
-def display(run: AttentionRun, hide_special: bool, merge: bool) -> tuple[list[str], torch.Tensor]:
+def display(model: Model, run: AttentionRun, hide_special: bool, merge: bool) -> tuple[list[str], torch.Tensor]:
     """Tokens and attentions (L, H, Q, K) as the user asked to see them. The model run itself is unchanged."""
     tokens, att = list(run.tokens), run.attentions  # (L, H, Q, K)
     positions = list(range(len(tokens)))
@@ -98,8 +98,18 @@ def display(run: AttentionRun, hide_special: bool, merge: bool) -> tuple[list[st
         groups = analysis.word_groups(tokens, special=special)
         if len(groups) < len(tokens):
             att = analysis.merge_word_pieces(att, groups)  # (L, H, W, W)
-            tokens = analysis.word_labels(tokens, groups)
+            tokens = _word_labels(model, run, positions, tokens, groups)
     return tokens, att
+
+
+def _word_labels(model: Model, run: AttentionRun, positions: list[int], tokens: list[str],
+                 groups: list[list[int]]) -> list[str]:
+    """A word's label is the model's decoding of its ids (so a character split across pieces is whole again);
+    a one-piece word keeps its run label, which can differ from the decoding (the tiny model's typed words)."""
+    if not run.token_ids:
+        return analysis.word_labels(tokens, groups)
+    return [tokens[g[0]] if len(g) == 1 else model.decode_ids([run.token_ids[positions[i]] for i in g])
+            for g in groups]
 
 
 def display_notes(hide_special: bool, merge: bool, run: AttentionRun) -> None:

@@ -73,7 +73,7 @@ def heads_and_views(model: Model, name: str, text: str, layer: int, n_cols: int,
         effect_panel(model, base, run)
     view = st.radio("View", list(VIEWS), horizontal=True, key="view", label_visibility="collapsed")
     state.write_url(name, text, layer, set(heads_off), view)
-    tokens, att = display(run, hide_special, merge)
+    tokens, att = display(model, run, hide_special, merge)
     display_notes(hide_special, merge, run)
     ctx = ViewContext(model=model, name=name, text=text, layer=layer, base=base, run=run, tokens=tokens, att=att,
                       heads_off=heads_off, hide_special=hide_special, merge=merge, n_cols=n_cols,

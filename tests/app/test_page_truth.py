@@ -138,6 +138,20 @@ def test_smollm2_token_strip_shows_decoded_pieces():
     assert "Ã" not in strip and "�" not in strip
 
 
+# -- 3. merged words: punctuation and lines apart, each word's label the decoding of its ids ------------------
+def test_merged_words_are_decoded_and_never_cross_a_line():
+    from mha_viz import plotting
+
+    at = _app("smollm2")
+    _enter(at, "The naïve café,\nunbelievable 日本語.")
+    at.sidebar.checkbox(key="merge").check().run()
+    assert not at.exception, at.exception
+    first_row = _chart(at, "row|0|0")
+    words = ["The", " naïve", " café", ",", "\n", "unbelievable", " 日本語", "."]
+    assert first_row["data"][0]["x"] == plotting.axis_labels(words)
+    assert any("word pieces are merged" in c.value for c in at.caption)
+
+
 # -- 4. the norm view: a switched-off head adds nothing, and the page says so -----------------------------------
 @pytest.mark.parametrize("name", ["minilm", "tiny"])
 def test_norm_inputs_of_a_switched_off_head_are_zero(name):

@@ -376,13 +376,23 @@ def test_word_groups_for_each_tokenizer():
     wordpiece = ["[CLS]", "play", "##ing", "fast", "[SEP]"]
     assert A.word_groups(wordpiece) == [[0], [1, 2], [3], [4]]
     sentencepiece = ["<s>", "▁Hel", "lo", "▁world", "."]
-    assert A.word_groups(sentencepiece) == [[0], [1, 2], [3, 4]]
+    assert A.word_groups(sentencepiece) == [[0], [1, 2], [3], [4]]
     bpe = ["<|im_start|>", "user", "Ġcat", "s"]
     assert A.word_groups(bpe) == [[0], [1], [2, 3]]
     assert A.word_groups(["a", "b", "c"], starts=[True, False, True]) == [[0, 1], [2]]
     assert A.word_groups(["x", "##y", "##z"], special=[1]) == [[0], [1], [2]]
     assert A.word_labels(wordpiece, A.word_groups(wordpiece)) == ["[CLS]", "playing", "fast", "[SEP]"]
     assert A.word_labels(sentencepiece, [[1, 2], [3, 4]]) == ["Hello", "world."]
+
+
+def test_word_groups_keep_punctuation_and_lines_apart():
+    # Byte-level labels as the adapter decodes them: a leading space starts a word.
+    decoded = ["The", " na", "ïve", ",", "\n", "caf", "é", " end", "!", "\n\n", "x"]
+    assert A.word_groups(decoded) == [[0], [1, 2], [3], [4], [5, 6], [7], [8], [9], [10]]
+    wordpiece = ["[CLS]", "3", "##.", "##5", "km", "##!", "[SEP]"]
+    assert A.word_groups(wordpiece) == [[0], [1], [2], [3], [4], [5], [6]]
+    # A word never runs onto the next line, even when the next piece carries no start marker.
+    assert A.word_groups(["▁a", "b", "<0x0A>", "c", "▁d"]) == [[0, 1], [2], [3], [4]]
 
 
 def test_special_mask_marks_special_and_punctuation():

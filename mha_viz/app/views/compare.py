@@ -55,7 +55,7 @@ def compare(model: Model, model_name: str, tokens: list[str], att: torch.Tensor,
         except Exception as err:
             st.warning(md_safe(str(err)))
             return
-        other_tokens, other_att = display(other, hide_special, merge)
+        other_tokens, other_att = display(model, other, hide_special, merge)
         _compare_row(heads, other_tokens, other_att, [False] * len(heads), zmax, ", second sentence", "cmp_row2")
 
 

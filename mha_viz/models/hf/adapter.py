@@ -162,7 +162,14 @@ class HFModel(Model):
         return [p if p in special else _byte_piece_text(p) for p in pieces]
 
     def decode(self, token_id: int) -> str:
-        return self._tokenizer.decode([int(token_id)])
+        return self.decode_ids([token_id])
+
+    def decode_ids(self, ids: list[int]) -> str:
+        """The text of these ids; with byte-level BPE a character cut off at either end shows as `⟨e6⟩`."""
+        ids = [int(i) for i in ids]
+        if _byte_level(self._tokenizer):
+            return _byte_piece_text("".join(self._tokenizer.convert_ids_to_tokens(ids)))
+        return self._tokenizer.decode(ids)
 
     @property
     def mask_token(self) -> str | None:
