@@ -18,30 +18,36 @@ from harness import IDLE, chromium  # noqa: E402,F401  (re-exported for the benc
 STEP_TIMEOUT_MS = 180_000
 
 SMOLLM2_LABEL = "SmolLM2-135M-Instruct"
-HEATMAPS = "() => document.querySelectorAll('.js-plotly-plot .heatmaplayer image').length"
-# Since 40103c9 a layer is drawn as one plotly figure per ROW of heads (`plotting.heads_row_figure`); each head's
-# title is an annotation above its subplot (`.annotation-text`), not a figure title (`.gtitle`). A plot that draws
-# heatmaps contributes its annotation titles if it has any (row figures), else its figure title (the All-layers
-# view's focused head_figure). One title per drawn head in the layer view.
+# The probes below read both layer grids, so one run can time the app before and after the change side by side:
+# the browser component (`.mhv-grid`, mha_viz/app/components/head_grid) and the plotly row figures it replaced
+# (one figure per row of heads, each head's title an annotation above its subplot).
+HEATMAPS = """() => document.querySelectorAll('.js-plotly-plot .heatmaplayer image').length
+  + document.querySelectorAll('.mhv-grid .mhv-head canvas').length"""
+# One title per drawn head in the layer view (a plotly plot without annotations contributes its figure title: the
+# All-layers view's focused head).
 TITLES = """() => [...document.querySelectorAll('.js-plotly-plot')]
   .filter(p => p.querySelector('.heatmaplayer image'))
   .flatMap(p => { const a = [...p.querySelectorAll('.annotation-text')].map(t => t.textContent);
-                  return a.length ? a : [p.querySelector('.gtitle')?.textContent ?? '']; })"""
-# Every drawn heatmap TRACE's x categories, joined (a row figure holds several heatmap traces): a new sentence is
-# drawn when its marker word is in all of them.
+                  return a.length ? a : [p.querySelector('.gtitle')?.textContent ?? '']; })
+  .concat([...document.querySelectorAll('.mhv-grid .mhv-title')].map(t => t.textContent))"""
+# Per drawn head, the token labels it was drawn with: a plotly heatmap trace's x categories; for the component,
+# its token strip (rebuilt in the same call that repaints every head).
 ALL_LABELS = """() => [...document.querySelectorAll('.js-plotly-plot')]
   .filter(p => p.querySelector('.heatmaplayer image'))
-  .flatMap(p => (p.data || []).filter(t => t.type === 'heatmap').map(t => t.x ? Array.from(t.x).join(' ') : ''))"""
+  .flatMap(p => (p.data || []).filter(t => t.type === 'heatmap').map(t => t.x ? Array.from(t.x).join(' ') : ''))
+  .concat([...document.querySelectorAll('.mhv-grid .mhv-head')].map(h =>
+     [...h.closest('.mhv').querySelectorAll('.mhv-strip .mhv-tok')].map(t => t.textContent).join(' ')))"""
 # The all-layers view: one heatmap plot that also carries the transparent click scatter.
 TILED_DRAWN = """() => [...document.querySelectorAll('.js-plotly-plot')]
   .some(p => p.querySelector('.heatmaplayer image') && p.querySelector('.scatterlayer .trace'))"""
+COMPONENT = "() => document.querySelector('.mhv-grid') !== null"
 
 
 class Server(harness.Server):
     """The harness's server with its log in benchmarks/out/."""
 
-    def __init__(self, log_name: str = "streamlit.log", extra_env: dict | None = None):
-        super().__init__(OUT / log_name, extra_env)
+    def __init__(self, log_name: str = "streamlit.log", extra_env: dict | None = None, repo=None):
+        super().__init__(OUT / log_name, extra_env, **({"repo": repo} if repo else {}))
 
 
 class Page:
@@ -109,8 +115,34 @@ def type_sentence(page, text: str) -> None:
 
 
 def click_toggle(page, name: str) -> None:
+    """A head's switch: in the component's head corner when the grid is the component, else its Streamlit toggle."""
+    if page.evaluate(COMPONENT):
+        page.locator(f'.mhv-grid .mhv-switch[aria-label="{name}"]').click()
+        return
     switch = page.get_by_role("switch", name=name, exact=True)
     page.locator('[data-testid="stCheckbox"]').filter(has=switch).locator("label").first.click()
+
+
+def switch_layer(page, layer: int) -> None:
+    """Another layer: the component's layer tab (drawn in the browser), else the sidebar's Layer select."""
+    if page.evaluate(COMPONENT):
+        page.locator(f'.mhv-tab[data-layer="{layer}"]').click()
+        return
+    select_option(page, "Layer", f"L{layer}")
+
+
+HOVER_MS = """async ([q]) => {
+  // Time from a mouse move over a head's row q until the next frame is painted with that row lit in every head.
+  const grid = document.querySelector('.mhv-grid'), wrap = grid.querySelector('.mhv-wrap');
+  const r = wrap.querySelector('canvas').getBoundingClientRect(), T = Number(grid.closest('.mhv')
+    .querySelectorAll('.mhv-strip .mhv-tok').length);
+  const t0 = performance.now();
+  wrap.dispatchEvent(new MouseEvent('mousemove', {bubbles: true, clientX: r.left + r.width / 2,
+                                                  clientY: r.top + (q + 0.5) / T * r.height}));
+  await new Promise(res => requestAnimationFrame(() => requestAnimationFrame(res)));
+  const lit = grid.dataset.row === String(q) && [...grid.querySelectorAll('.mhv-row')].every(e => !e.hidden);
+  return lit ? performance.now() - t0 : -1;
+}"""
 
 
 def click_view(page, view: str) -> None:

@@ -24,7 +24,9 @@ import subprocess
 import threading
 import time
 
-from _common import OUT, load_avg, machine, median, table
+from pathlib import Path
+
+from _common import OUT, REPO, load_avg, machine, median, table, text_of_tokens
 
 import _app as A
 
@@ -119,68 +121,124 @@ class BertVizPage:
         return time.monotonic() - t0
 
 
+def export(commit: str) -> Path:
+    """The app as of `commit`, unpacked (git archive, no worktree) into out/before-<commit>, for a side-by-side run."""
+    sha = subprocess.run(["git", "rev-parse", "--short", commit], cwd=REPO, check=True, capture_output=True,
+                         text=True).stdout.strip()
+    folder = OUT / f"before-{sha}"
+    if not folder.exists():
+        folder.mkdir(parents=True)
+        archive = subprocess.run(["git", "archive", sha], cwd=REPO, check=True, capture_output=True).stdout
+        subprocess.run(["tar", "x", "-C", str(folder)], input=archive, check=True)
+    return folder
+
+
+def sized_sentence(model, word: str, n_tokens: int) -> str:
+    """`word` followed by filler, as close to n_tokens tokens (specials included) as the words allow."""
+    count = lambda text: len(model._tokenizer(text)["input_ids"])
+    filler = text_of_tokens(lambda t: count(f"{word} {t}"), n_tokens)
+    return f"{word} {filler}"
+
+
+class OurApp:
+    """One app server and its page: type, switch layer, toggle a head, hover, each timed to drawn + idle."""
+
+    def __init__(self, browser, label: str, repo=None):
+        self.label = label
+        self.server = A.Server(f"streamlit-bertviz-{label}.log", repo=repo)
+        self.pg = A.Page(browser)
+        self.pg.page.goto(self.server.url)
+        self.pg.wait(f"() => ({A.HEATMAPS})() >= 12")
+        self.pg.wait_idle()
+
+    def type(self, text: str, word: str) -> float:
+        js, arg = A.drawn_with(word, 12)
+        return self.pg.timed(lambda: A.type_sentence(self.pg.page, text), js, arg)[0]
+
+    def layer(self, layer: int) -> float:
+        js, arg = A.layer_drawn(layer, 12)
+        return self.pg.timed(lambda: A.switch_layer(self.pg.page, layer), js, arg)[0]
+
+    def toggle(self, name: str, off: bool) -> float:
+        js, arg = A.toggled(name, off, A.COSINE)
+        return self.pg.timed(lambda: A.click_toggle(self.pg.page, name), js, arg)[0]
+
+    def hover_ms(self, q: int) -> float:
+        return self.pg.page.evaluate(A.HOVER_MS, [q]) if self.pg.page.evaluate(A.COMPONENT) else float("nan")
+
+    def stop(self) -> None:
+        self.server.stop()  # its page closes with the browser
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--tokens", default="16,64,128", help="sentence lengths in tokens, specials included")
+    ap.add_argument("--before", default="", help="also time the app as of this commit, interleaved (e.g. 05ba8f3)")
+    ap.add_argument("--model-view", action="store_true", help="also time BertViz model_view (slow past 64 tokens)")
     args = ap.parse_args()
     import copy
 
     from mha_viz import load_model
 
-    print(f"# bench_bertviz | {machine()} | reps {args.reps}", flush=True)
+    print(f"# bench_bertviz | {machine()} | reps {args.reps} | tokens {args.tokens} | before {args.before or '-'}",
+          flush=True)
     fetch_libs()
     httpd, base = serve(OUT / "bertviz_site")
     model = load_model("minilm")
     ref = copy.deepcopy(model._model)
     ref.set_attn_implementation("eager")  # BertViz gets transformers' own attentions, none of our hooks
-    server = A.Server("streamlit-bertviz.log")
-    ours_type, ours_layer, mv_py, mv_br, hv_py, hv_br, hv_layer = [], [], [], [], [], [], []
+    times: dict[tuple, list[float]] = {}
+    add = lambda n, who, step, secs: times.setdefault((n, who, step), []).append(secs)
+    apps: list[OurApp] = []
     try:
         with A.chromium() as browser:
-            app, _ = A.Page(browser), None
-            app.page.goto(server.url)
-            app.wait(f"() => ({A.HEATMAPS})() >= 12")
-            app.wait_idle()
-            js, arg = A.drawn_with("pocket", 12)
-            app.timed(lambda: A.type_sentence(app.page, A.sentence("pocket")), js, arg)  # warm
+            apps.append(OurApp(browser, "after"))
+            if args.before:
+                apps.append(OurApp(browser, f"before {args.before}", repo=export(args.before)))
             bv = BertVizPage(browser, base, model, ref)
-            bv.new_sentence(A.sentence("pocket"), "model")  # warm the browser's JS caches equally
-            for i in range(args.reps):  # interleaved: ours, model_view, head_view, per sentence
-                word = A.MARKERS[i % len(A.MARKERS)]
-                text = A.sentence(word)
-                js, arg = A.drawn_with(word, 12)
-                ours_type.append(app.timed(lambda: A.type_sentence(app.page, text), js, arg)[0])
-                py, br = bv.new_sentence(text, "model")
-                mv_py.append(py), mv_br.append(br)
-                py, br = bv.new_sentence(text, "head")
-                hv_py.append(py), hv_br.append(br)
-                layer = 1 + i % 5
-                js, arg = A.layer_drawn(layer, 12)
-                ours_layer.append(app.timed(lambda: A.select_option(app.page, "Layer", f"L{layer}"), js, arg)[0])
-                hv_layer.append(bv.switch_layer(layer))
-                js, arg = A.layer_drawn(0, 12)
-                app.timed(lambda: A.select_option(app.page, "Layer", "L0"), js, arg)
-                print(f"[bertviz] rep {i + 1}: ours type {ours_type[-1]:.2f} s, model_view {mv_py[-1] + mv_br[-1]:.2f} s, "
-                      f"head_view {hv_py[-1] + hv_br[-1]:.2f} s; layer ours {ours_layer[-1]:.2f} s, "
-                      f"head_view {hv_layer[-1]:.2f} s (load avg {load_avg()})", flush=True)
+            for app in apps:  # warm: one uncached run each, outside the timings
+                app.type(A.sentence("pocket"), "pocket")
+            bv.new_sentence(A.sentence("pocket"), "head")  # warm the browser's JS caches equally
+            for n in [int(x) for x in args.tokens.split(",")]:
+                for i in range(args.reps):  # interleaved: every contender per sentence
+                    word = A.MARKERS[(i + n) % len(A.MARKERS)]
+                    text = sized_sentence(model, word, n)
+                    for app in apps:
+                        add(n, app.label, "new sentence -> drawn", app.type(text, word))
+                    if args.model_view:
+                        py, br = bv.new_sentence(text, "model")
+                        add(n, "BertViz model_view", "new sentence -> drawn", py + br)
+                    py, br = bv.new_sentence(text, "head")
+                    add(n, "BertViz head_view", "new sentence -> drawn", py + br)
+                    layer = 1 + i % 5
+                    for app in apps:
+                        add(n, app.label, "switch layer", app.layer(layer))
+                    add(n, "BertViz head_view", "switch layer", bv.switch_layer(layer))
+                    for app in apps:
+                        head = f"L{layer} H{i % 12}"
+                        add(n, app.label, "toggle a head off -> updated", app.toggle(head, True))
+                        app.toggle(head, False)
+                        hover = app.hover_ms(i % n)
+                        if hover == hover:
+                            add(n, app.label, "hover a token -> its row lit in every head (ms)", hover)
+                    for app in apps:
+                        app.layer(0)
+                    print(f"[bertviz] {n} tokens rep {i + 1}: " + ", ".join(
+                        f"{who}/{step[:12]} {v[-1]:.2f}" for (m, who, step), v in times.items() if m == n)
+                        + f" (load avg {load_avg()})", flush=True)
     finally:
-        server.stop()
+        for app in apps:
+            app.stop()
         httpd.shutdown()
-    m = median
-    mv, hv = m([a + b for a, b in zip(mv_py, mv_br)]), m([a + b for a, b in zip(hv_py, hv_br)])
-    rows = [
-        ["new sentence -> drawn", f"{m(ours_type):.2f}", "model_view", f"{m(mv_py):.2f} + {m(mv_br):.2f} = {mv:.2f}",
-         f"{m(ours_type) / mv:.2f}", f"{m(ours_type) / m(mv_br):.2f}",
-         "met" if m(ours_type) <= 0.5 * mv else "MISSED"],
-        ["new sentence -> drawn", f"{m(ours_type):.2f}", "head_view", f"{m(hv_py):.2f} + {m(hv_br):.2f} = {hv:.2f}",
-         f"{m(ours_type) / hv:.2f}", f"{m(ours_type) / m(hv_br):.2f}", ""],
-        ["switch layer", f"{m(ours_layer):.2f}", "head_view", f"{m(hv_layer):.2f}",
-         f"{m(ours_layer) / m(hv_layer):.2f}", "", ""],
-    ]
+    rows = []
+    for (n, who, step), values in times.items():
+        peer = times.get((n, "BertViz head_view", step))
+        ratio = f"{median(values) / median(peer):.2f}" if peer and not who.startswith("BertViz") else ""
+        rows.append([n, step, who, f"{median(values):.3f}", f"{min(values):.3f}", f"{max(values):.3f}", ratio])
     print()
-    print(f"MiniLM (6 x 12), ~30 tokens, median of {args.reps}, load avg at end {load_avg()}")
-    print(table(["step", "ours s", "BertViz view", "BertViz s (python + browser)", "ours / BertViz",
-                 "ours / BertViz browser only", "<= 0.5 x model_view"], rows))
+    print(f"MiniLM (6 x 12), median of {args.reps}, seconds unless marked ms, load avg at end {load_avg()}")
+    print(table(["tokens", "step", "who", "median", "min", "max", "/ BertViz head_view"], rows))
 
 
 if __name__ == "__main__":

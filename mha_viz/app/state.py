@@ -164,6 +164,15 @@ def on_toggle(model_name: str, layer: int, head: int) -> None:
         heads.add((layer, head))
 
 
+def set_head(model_name: str, layer: int, head: int, on: bool) -> None:
+    """A head switched on or off from the browser's head grid (the same state the toggles keep)."""
+    heads = off_set(model_name)
+    if on:
+        heads.discard((layer, head))
+    else:
+        heads.add((layer, head))
+
+
 def layer_off(model_name: str, layer: int, n_heads: int, off: bool) -> None:
     heads = off_set(model_name)
     layer_heads = {(layer, h) for h in range(n_heads)}

@@ -61,10 +61,11 @@ class ServerError(RuntimeError):
 
 
 class Server:
-    """The app as `make run` starts it, on a free loopback port, its output in `log_path`. `t_spawn` / `t_healthy` are monotonic times for cold-start
+    """The app in `repo` (default: this checkout) as `make run` starts it, on a free loopback port, its output in `log_path`. `t_spawn` / `t_healthy` are monotonic times for cold-start
     figures. Raises ServerError, with the log's tail, if it exits or does not answer /_stcore/health in time."""
 
-    def __init__(self, log_path: Path, extra_env: dict | None = None, timeout_s: float = HEALTH_TIMEOUT_S):
+    def __init__(self, log_path: Path, extra_env: dict | None = None, timeout_s: float = HEALTH_TIMEOUT_S,
+                 repo: Path = REPO):
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path = log_path
         self.port = free_port()
@@ -77,7 +78,7 @@ class Server:
                "--server.fileWatcherType", "none"]
         self._log = open(log_path, "w")
         self.t_spawn = time.monotonic()
-        self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+        self.proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=self._log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
         try:
             while not healthy(self.url):
@@ -152,3 +153,14 @@ def page_problems(page) -> str:
         '[data-testid="stException"], [data-testid="stAlertContentError"], [data-testid="stAlertContentWarning"]'
       )].map(e => e.innerText.slice(0, 600))""")
     return "\n---\n".join(texts) or "(no exception or error box on the page)"
+
+
+# -- the Layer view's head grid (mha_viz/app/components/head_grid): probes shared by the tests and benchmarks --------
+GRID_DRAWN = "() => document.querySelectorAll('.mhv-grid .mhv-head canvas').length"
+GRID_TITLES = "() => [...document.querySelectorAll('.mhv-grid .mhv-title')].map(t => t.textContent)"
+GRID_TOKENS = "() => [...document.querySelectorAll('.mhv-strip .mhv-tok')].map(t => t.textContent)"
+
+
+def grid_switch(page, name: str):
+    """The on/off switch in the corner of head `name` ("L0 H3") in the browser-drawn grid."""
+    return page.locator(f'.mhv-grid .mhv-switch[aria-label="{name}"]')

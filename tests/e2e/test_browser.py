@@ -16,14 +16,13 @@ import time
 from pathlib import Path
 
 import pytest
+from harness import GRID_DRAWN, GRID_TITLES, GRID_TOKENS, grid_switch
 from harness import IDLE as _IDLE
 
 REPO = Path(__file__).resolve().parents[2]
 N_HEADS = 12  # all-MiniLM-L6-v2: 12 heads per layer
 STEP_TIMEOUT_MS = 90_000
 # Words that are single WordPiece tokens and absent from the default sentence, so seeing them proves a redraw.
-# At ~15 tokens plotly draws every other tick label, so the drawn ticks must show SOME of these words and the
-# figure's category list (plot.data) ALL of them.
 NEW_SENTENCE = "Seven purple giraffes played chess beside the quiet river."
 NEW_WORDS = ("purple", "chess", "river")
 OLD_WORD = "cabinet"  # in the default sentence, not in NEW_SENTENCE
@@ -33,21 +32,10 @@ SCREENSHOT_MAX_BYTES = 400_000
 # -- page probes (run in the browser) -------------------------------------------------------------------------
 # The effect panel's bar charts are plotly figures too (above the grid), so heatmap probes pick heatmap plots only.
 # A heatmap counts as drawn when plotly has painted its heatmap layer (plotly draws the cells as one <image>).
-_DRAWN_HEATMAPS = "() => document.querySelectorAll('.js-plotly-plot .heatmaplayer image').length"
-_TICKS_OF_FIRST_HEATMAP = """() => {
-  const plot = [...document.querySelectorAll('.js-plotly-plot')].find(p => p.querySelector('.heatmaplayer image'));
-  if (!plot) return [];
-  return [...plot.querySelectorAll('.xtick text, .ytick text')].map(t => t.textContent.replace(/\\u200b/g, ''));
-}"""
-_LABELS_OF_FIRST_HEATMAP = """() => {
-  const plot = [...document.querySelectorAll('.js-plotly-plot')].find(p => p.querySelector('.heatmaplayer image'));
-  const trace = plot && plot.data && plot.data.find(t => t.type === 'heatmap');
-  return trace ? Array.from(trace.x, x => String(x).replace(/\u200b/g, '')) : [];
-}"""
-# A layer is drawn as one figure per row of heads; each head's title is an annotation above its subplot.
-_TITLES = """() => [...document.querySelectorAll('.js-plotly-plot')]
-  .filter(p => p.querySelector('.heatmaplayer'))
-  .flatMap(p => [...p.querySelectorAll('.annotation-text')].map(t => t.textContent))"""
+# The Layer view's heads are drawn by the browser component (mha_viz/app/components/head_grid): one canvas and one
+# title per head; its token strip holds the labels every head was drawn with.
+_DRAWN_HEATMAPS = GRID_DRAWN
+_TITLES = GRID_TITLES
 
 
 def _page_problems(page) -> str:
@@ -127,7 +115,7 @@ def test_toggle_head_off_shows_effect(browser, streamlit_url, page, artifacts):
     assert page.evaluate(_DRAWN_HEATMAPS) == N_HEADS
     titles = page.evaluate(_TITLES)
     assert [f"L0 H{h}" for h in range(N_HEADS)] == sorted(titles, key=lambda t: int(t.split("H")[1])), titles
-    assert OLD_WORD in page.evaluate(_TICKS_OF_FIRST_HEATMAP), "the default sentence should be on the axes"
+    assert OLD_WORD in page.evaluate(GRID_TOKENS), "the default sentence should be drawn"
 
     # 2. A new sentence through the form.
     box = page.get_by_label("Sentence", exact=True)
@@ -136,40 +124,31 @@ def test_toggle_head_off_shows_effect(browser, streamlit_url, page, artifacts):
     page.get_by_role("button", name="Show attention").click()
     _wait(
         page,
-        """([words, n]) => {
-          const plot = [...document.querySelectorAll('.js-plotly-plot')].find(p => p.querySelector('.heatmaplayer image'));
-          if (!plot) return false;
-          const ticks = [...plot.querySelectorAll('.xtick text, .ytick text')].map(t => t.textContent);
-          return words.some(w => ticks.includes(w))
-            && document.querySelectorAll('.js-plotly-plot .heatmaplayer image').length >= n;
-        }""",
-        "the heatmaps to redraw with the new sentence's words on their axes",
+        f"""([words, n]) => {{ const toks = ({GRID_TOKENS})();
+            return words.every(w => toks.includes(w)) && ({GRID_DRAWN})() >= n; }}""",
+        "the heads to redraw with the new sentence's words",
         arg=[list(NEW_WORDS), N_HEADS],
     )
     _wait_idle(page)
     timings["submit sentence -> heatmaps redrawn"] = time.monotonic() - t0
     _assert_no_exception(page, "submitting a new sentence")
-    ticks = page.evaluate(_TICKS_OF_FIRST_HEATMAP)
-    assert OLD_WORD not in ticks, f"old sentence still on the axes: {ticks}"
-    # Plotly may draw only every other tick label; the figure's own category list must hold every new word.
-    labels = page.evaluate(_LABELS_OF_FIRST_HEATMAP)
+    labels = page.evaluate(GRID_TOKENS)
     assert all(w in labels for w in NEW_WORDS) and OLD_WORD not in labels, labels
     assert page.evaluate(_DRAWN_HEATMAPS) == N_HEADS
     strip = page.locator('[data-testid="token-strip"]').inner_text()
     assert all(w in strip for w in NEW_WORDS), f"token strip does not show the new words: {strip!r}"
     assert page.get_by_text("What changed with these heads off").count() == 0, "no head is off yet"
 
-    # 3. Switch head L0 H0 off with its toggle (the <input role=switch> is visually hidden; click its label).
-    switch = page.get_by_role("switch", name="L0 H0", exact=True)
+    # 3. Switch head L0 H0 off with the switch in its corner of the grid.
+    switch = grid_switch(page, "L0 H0")
     assert switch.is_checked(), "every head starts on"
-    toggle = page.locator('[data-testid="stCheckbox"]').filter(has=switch)
     t0 = time.monotonic()
-    toggle.locator("label").first.click()
+    switch.click()
     _wait(
         page,
         """(label) => [...document.querySelectorAll('[data-testid="stMetricLabel"]')]
              .some(e => e.innerText.includes(label))
-           && [...document.querySelectorAll('.js-plotly-plot .annotation-text')].some(t => t.textContent === 'L0 H0 (off)')""",
+           && [...document.querySelectorAll('.mhv-grid .mhv-title')].some(t => t.textContent === 'L0 H0 (off)')""",
         "the effect panel's cosine metric and the title 'L0 H0 (off)'",
         arg=COSINE_LABEL,
     )
@@ -182,10 +161,13 @@ def test_toggle_head_off_shows_effect(browser, streamlit_url, page, artifacts):
     assert 0.0 < cosine < 1.0, f"switching a head off should move the embedding; cosine = {cosine}"
     titles = page.evaluate(_TITLES)
     assert titles.count("L0 H0 (off)") == 1 and sum("(off)" in t for t in titles) == 1, titles
-    assert not switch.is_checked(), "the toggle should now read off"
+    assert not switch.is_checked(), "the switch should now read off"
+    # The keyboard/AppTest copy of the switch, a Streamlit toggle under the grid, follows the same state.
+    copy = page.locator('[data-testid="stCheckbox"]').filter(has_text="L0 H0").locator("input")
+    assert copy.count() == 1 and copy.is_checked() is False
     assert page.evaluate(_DRAWN_HEATMAPS) == N_HEADS
     # The new sentence survives the rerun the toggle caused.
-    assert all(w in page.evaluate(_LABELS_OF_FIRST_HEATMAP) for w in NEW_WORDS)
+    assert all(w in page.evaluate(GRID_TOKENS) for w in NEW_WORDS)
 
     # 4. Screenshots: the full page for the record, and one viewport for the README.
     _settle(page)

@@ -13,16 +13,17 @@ import time
 from pathlib import Path
 
 import pytest
+from harness import GRID_DRAWN, grid_switch
 from harness import IDLE as _IDLE
 
 N_SESSIONS = 8
 N_HEADS = 12  # all-MiniLM-L6-v2, the default model
 SESSION_TIMEOUT_MS = 150_000  # 8 sessions load and render on 2 shared cores
 LOG_PROBLEMS = re.compile(r"Traceback|Exception|Error(?!s? in the page)", re.IGNORECASE)
-_DRAWN = "() => document.querySelectorAll('.js-plotly-plot .heatmaplayer image').length"
+_DRAWN = GRID_DRAWN
 _HEADS_OFF = """() => [...document.querySelectorAll('[data-testid="stMarkdownContainer"]')]
   .map(e => e.innerText).filter(t => t.startsWith('Heads off')).join(' | ')"""
-_OFF_TITLES = """() => [...document.querySelectorAll('.js-plotly-plot .annotation-text')]
+_OFF_TITLES = """() => [...document.querySelectorAll('.mhv-grid .mhv-title')]
   .map(t => t.textContent).filter(t => t.endsWith('(off)'))"""
 
 
@@ -73,13 +74,12 @@ def test_eight_sessions_each_see_their_own_heads(browser, streamlit_url, artifac
         # 2. Each switches off a different head; every click goes out before any page is waited on.
         t0 = time.monotonic()
         for i, page in enumerate(pages):
-            switch = page.get_by_role("switch", name=f"L0 H{i}", exact=True)
-            page.locator('[data-testid="stCheckbox"]').filter(has=switch).locator("label").first.click()
+            grid_switch(page, f"L0 H{i}").click()
         for i, page in enumerate(pages):
             _wait(page, """(want) => {
                     const off = [...document.querySelectorAll('[data-testid="stMarkdownContainer"]')]
                       .map(e => e.innerText).filter(t => t.startsWith('Heads off'));
-                    const titles = [...document.querySelectorAll('.js-plotly-plot .annotation-text')].map(t => t.textContent);
+                    const titles = [...document.querySelectorAll('.mhv-grid .mhv-title')].map(t => t.textContent);
                     return off.length === 1 && off[0].includes(want) && titles.includes(want + ' (off)');
                   }""", f"session {i}: 'Heads off: L0 H{i}'", arg=f"L0 H{i}")
             _wait(page, _IDLE, f"session {i}: the toggle's rerun to finish")
@@ -91,7 +91,7 @@ def test_eight_sessions_each_see_their_own_heads(browser, streamlit_url, artifac
             others = [f"L0 H{j}" for j in range(N_SESSIONS) if j != i and f"L0 H{j}" in heads_off]
             assert f"L0 H{i}" in heads_off and not others, f"session {i} shows {heads_off!r}"
             assert page.evaluate(_OFF_TITLES) == [f"L0 H{i} (off)"], f"session {i}: {page.evaluate(_OFF_TITLES)}"
-            assert page.get_by_role("switch", name=f"L0 H{i}", exact=True).is_checked() is False
+            assert grid_switch(page, f"L0 H{i}").is_checked() is False
             assert page.locator('[data-testid="stException"]').count() == 0, _problems(page)
             assert not page.js_errors, f"session {i}: JavaScript errors {page.js_errors}"
     finally:

@@ -11,7 +11,7 @@ def test_shared_link_restores_heads_off_and_compare(browser, streamlit_url, page
     # 1. The Layer view of layer 2 with two of its heads off.
     query = urlencode({"model": "minilm", "text": TEXT, "layer": "2", "off": "L2H3,L2H7", "view": "Layer"})
     page.goto(f"{streamlit_url}/?{query}", wait_until="domcontentloaded")
-    _wait(page, """() => [...document.querySelectorAll('.js-plotly-plot .annotation-text')]
+    _wait(page, """() => [...document.querySelectorAll('.mhv-grid .mhv-title')]
                      .filter(t => t.textContent.endsWith('(off)')).length === 2""", "two heads drawn as off")
     _wait_idle(page)
     _assert_no_exception(page, "opening a shared link")

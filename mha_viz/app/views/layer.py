@@ -1,4 +1,8 @@
-"""Layer: every head of the chosen layer side by side, each with its on/off switch and one measured score."""
+"""Layer: every head of the chosen layer side by side, each with its on/off switch and one measured score.
+
+The heads are drawn by the browser component in app/components/head_grid (all layers sent once: switching layer,
+hovering a token and opening a head large stay in the page); the same switches are also Streamlit toggles, for the
+keyboard and for AppTest, which cannot run the component's JavaScript."""
 from __future__ import annotations
 
 import streamlit as st
@@ -6,6 +10,7 @@ import streamlit as st
 from mha_viz import analysis, plotting
 from mha_viz.app import state
 from mha_viz.app.common import head_name
+from mha_viz.app.components.head_grid import head_grid, payload
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import AttentionRun, Model
 
@@ -19,23 +24,38 @@ def render(ctx: ViewContext) -> None:
 
 
 def grid(ctx: ViewContext) -> None:
-    """The heads of one layer, a row figure per `n_cols` heads, each head with its toggle underneath. The
-    heatmaps show the display transform (`ctx.att`); scores are always measured on the run itself."""
-    layer, n_cols = ctx.layer, ctx.n_cols
-    att = ctx.att[layer]  # (H, Q, K)
+    """Every head of every layer in the browser component, the sidebar's layer shown first; under it the same
+    switches for the sidebar's layer as Streamlit toggles. Heatmaps show the display transform (`ctx.att`);
+    scores are always measured on the run itself."""
     badges = badges_for(ctx.model, ctx.run)
-    for start in range(0, ctx.model.n_heads, n_cols):
-        heads = list(range(start, min(start + n_cols, ctx.model.n_heads)))
-        fig = plotting.heads_row_figure(
-            att[heads[0]:heads[-1] + 1], ctx.tokens, [head_name((layer, h)) for h in heads],
-            [(layer, h) in ctx.heads_off for h in heads], zmax=1.0 if ctx.shared_scale else None, columns=n_cols,
-            height=int(900 / n_cols),  # about the width of one column of the main area: squarish cells
-        )
-        st.plotly_chart(fig, width="stretch", key=f"row|{layer}|{start}", config={"displaylogo": False})
-        cols = st.columns(n_cols)
-        for head in heads:
-            with cols[head - start]:
-                switch(ctx.name, layer, head, badges)
+    labels = {}
+    if badges is not None:
+        labels = {(layer, head): badge_text(badges, layer, head)[0]
+                  for layer in range(ctx.model.n_layers) for head in range(ctx.model.n_heads)}
+    data = payload([plotting.visible_text(t) or "∅" for t in ctx.tokens], ctx.att, ctx.layer, ctx.heads_off,
+                   ctx.n_cols, ctx.shared_scale, labels)
+    name = ctx.name
+    head_grid(data, key=f"grid|{name}", on_toggle=lambda layer, head, on: state.set_head(name, layer, head, on))
+    with st.expander(f"Switches for the heads of L{ctx.layer} (the same as in each head's corner above)"):
+        n_cols = ctx.n_cols
+        for start in range(0, ctx.model.n_heads, n_cols):
+            heads = list(range(start, min(start + n_cols, ctx.model.n_heads)))
+            cols = st.columns(n_cols)
+            for head in heads:
+                with cols[head - start]:
+                    switch(ctx.name, ctx.layer, head, badges)
+
+
+def badge_text(badges, layer: int, head: int) -> tuple[str, str]:
+    """(caption, its help) for a head's strongest measured score on this input."""
+    scores, baselines = badges
+    top = analysis.top_badges(scores, baselines, layer, head, n=1)
+    if top:
+        name, value = top[0]
+        return (f"measured: {value:.0%} → {analysis.SHORT_TARGETS[name]}",
+                analysis.describe_score(name, value) + " A measurement, not a role.")
+    return ("measured: no location stands out",
+            "No score is 10 points above what uniform attention would give on this input.")
 
 
 def switch(model_name: str, layer: int, head: int, badges) -> None:
@@ -45,15 +65,8 @@ def switch(model_name: str, layer: int, head: int, badges) -> None:
               help="On: the head contributes. Off: its output is zeroed before the output projection.")
     if badges is None:
         return
-    scores, baselines = badges
-    top = analysis.top_badges(scores, baselines, layer, head, n=1)
-    if top:
-        name, value = top[0]
-        st.caption(f"measured: {value:.0%} → {analysis.SHORT_TARGETS[name]}",
-                   help=analysis.describe_score(name, value) + " A measurement, not a role.")
-    else:
-        st.caption("measured: no location stands out", help="No score is 10 points above what "
-                   "uniform attention would give on this input.")
+    caption, help_text = badge_text(badges, layer, head)
+    st.caption(caption, help=help_text)
 
 
 def badges_for(model: Model, run: AttentionRun):

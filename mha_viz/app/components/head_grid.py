@@ -1,0 +1,72 @@
+"""The layer grid as a browser component: the run's attention for ALL layers goes to the page once, as one byte
+per cell, and the browser draws the heads, switches layers, lights a hovered token's row in every head and opens a
+head large (every token labelled, zoom and pan) without a server round trip. A head switched on or off comes back
+as a `toggle` trigger, because that needs the model.
+
+Measured against the plotly row figures it replaces in benchmarks/RESULTS.md.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import streamlit as st
+import torch
+
+from mha_viz.contract import Head
+
+_HERE = Path(__file__).resolve().parent
+# isolate_styles=False: no shadow root, so browser tests and benchmarks can query the grid's DOM; every class is
+# prefixed `mhv-` instead.
+_COMPONENT = st.components.v2.component(
+    "mha_viz.head_grid", html="", css=(_HERE / "head_grid.css").read_text(), js=(_HERE / "head_grid.js").read_text(),
+    isolate_styles=False,
+)
+
+
+def encode(att: torch.Tensor, shared_scale: bool) -> tuple[bytes, list[float]]:
+    """(L, H, Q, K) weights -> one byte per cell and each head's scale: weight = code / 255 * scale[l * H + h].
+
+    Each head is scaled to its own maximum unless `shared_scale` (then every head is on 0-1), so a faint head
+    keeps all 256 levels. A quarter of float32's bytes; the browser needs nothing finer for 9 colour stops."""
+    a = att.detach().float().cpu().numpy() if isinstance(att, torch.Tensor) else np.asarray(att, np.float32)
+    if a.ndim != 4 or a.shape[-1] != a.shape[-2]:
+        raise ValueError(f"the head grid wants (layer, head, query, key) attention; got shape {a.shape}")
+    L, H = a.shape[:2]
+    if shared_scale:
+        scale = np.ones((L, H), np.float32)  # (L, H)
+    else:
+        scale = np.maximum(a.reshape(L, H, -1).max(axis=2), 1e-6)  # (L, H)
+    codes = np.rint(np.clip(a / scale[:, :, None, None], 0.0, 1.0) * 255).astype(np.uint8)  # (L, H, Q, K)
+    return codes.tobytes(), [float(x) for x in scale.reshape(-1)]
+
+
+def payload(tokens: list[str], att: torch.Tensor, layer: int, heads_off, n_cols: int, shared_scale: bool,
+            badges: dict[Head, str]) -> dict:
+    """Everything the browser draws from, as JSON: see the header of head_grid.js."""
+    codes, scale = encode(att, shared_scale)
+    L, H, T = int(att.shape[0]), int(att.shape[1]), int(att.shape[-1])
+    if len(tokens) != T:
+        raise ValueError(f"{len(tokens)} token labels for attention over {T} positions")
+    digest = hashlib.blake2b(codes + "\x00".join(tokens).encode(), digest_size=12).hexdigest()
+    return {
+        "digest": digest, "tokens": list(tokens), "L": L, "H": H, "T": T,
+        "att": base64.b64encode(codes).decode("ascii"), "scale": scale,
+        "off": sorted([int(l), int(h)] for l, h in heads_off), "layer": int(layer), "cols": int(n_cols),
+        "badges": {f"{l},{h}": text for (l, h), text in badges.items()}, "shared": bool(shared_scale),
+    }
+
+
+def head_grid(data: dict, key: str, on_toggle: Callable[[int, int, bool], None]) -> None:
+    """Mount the grid. `on_toggle(layer, head, on)` runs, before the rerun it causes, when a head's switch is
+    clicked in the browser."""
+
+    def _toggled() -> None:
+        event = (st.session_state.get(key) or {}).get("toggle")
+        if isinstance(event, dict) and {"layer", "head", "on"} <= set(event):
+            on_toggle(int(event["layer"]), int(event["head"]), bool(event["on"]))
+
+    _COMPONENT(data=data, key=key, on_toggle_change=_toggled)

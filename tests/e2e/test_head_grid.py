@@ -1,0 +1,93 @@
+"""The Layer view's head grid is drawn in the browser (mha_viz/app/components/head_grid): switching layer, hovering
+a token and opening a head large must work without the server; a long text must stay readable."""
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from harness import GRID_DRAWN, GRID_TITLES, grid_switch
+from test_browser import _assert_no_exception, _wait, _wait_idle
+
+N_HEADS = 12  # all-MiniLM-L6-v2
+LONG_TEXT = " ".join(["the cat sat on the mat while anna gave the old keys to ben"] * 10)  # > 128 tokens
+
+
+def _count_frames(page) -> list[int]:
+    """A live count of websocket frames the page receives: a browser-only step must add none."""
+    frames = [0]
+    page.on("websocket", lambda ws: ws.on("framereceived", lambda _: frames.__setitem__(0, frames[0] + 1)))
+    return frames
+
+
+def test_layer_switch_hover_and_focus_stay_in_the_browser(browser, streamlit_url, page):
+    frames = _count_frames(page)
+    query = urlencode({"model": "minilm", "text": "The keys to the cabinet are on the table.", "view": "Layer"})
+    page.goto(f"{streamlit_url}/?{query}", wait_until="domcontentloaded")
+    _wait(page, f"() => ({GRID_DRAWN})() === {N_HEADS}", "the grid of layer 0")
+    _wait_idle(page)
+    _assert_no_exception(page, "opening the Layer view")
+    assert page.evaluate(GRID_TITLES) == [f"L0 H{h}" for h in range(N_HEADS)]
+
+    # Layer switch: the tab redraws every head of layer 3, and nothing comes from the server.
+    page.wait_for_timeout(500)
+    before = frames[0]
+    page.locator('.mhv-tab[data-layer="3"]').click()
+    _wait(page, f"() => ({GRID_TITLES})().every(t => t.startsWith('L3 '))", "the heads of layer 3")
+    page.wait_for_timeout(500)
+    assert frames[0] == before, f"a layer switch should not talk to the server; {frames[0] - before} frames came"
+    assert "layer=3" in page.url, f"the link should follow the layer shown: {page.url}"
+
+    # Hover: row 4 of one head lights row 4 in all twelve heads, and the weight under the pointer is named.
+    canvas = page.locator('.mhv-grid .mhv-head[data-head="L3 H5"] canvas')
+    canvas.scroll_into_view_if_needed()
+    box = canvas.bounding_box()
+    n_tokens = page.locator(".mhv-strip .mhv-tok").count()
+    canvas.hover(position={"x": box["width"] * 0.5, "y": box["height"] * (4.5 / n_tokens)})
+    lit = page.evaluate("""() => [...document.querySelectorAll('.mhv-grid .mhv-row')]
+        .filter(r => !r.hidden).map(r => r.style.top)""")
+    assert len(lit) == N_HEADS and len(set(lit)) == 1, lit
+    assert page.locator(".mhv-grid").get_attribute("data-row") == "4"
+    info = page.locator('[data-testid="mhv-info"]').inner_text()
+    assert info.startswith("L3 H5 · query") and (": 0." in info or ": 1." in info), info
+    # Hovering a token of the strip lights the same row.
+    page.locator('.mhv-strip .mhv-tok[data-q="2"]').hover()
+    assert page.locator(".mhv-grid").get_attribute("data-row") == "2"
+
+    # Click-to-focus: the head opens large with its own title, still without the server.
+    canvas.click()
+    _wait(page, "() => document.querySelector('.mhv-focus-title')?.textContent === 'L3 H5'", "L3 H5 opened large")
+    assert frames[0] == before, "opening a head large should not talk to the server"
+
+    # A toggle does go to the server, and comes back with the head off on the layer shown.
+    grid_switch(page, "L3 H5").click()
+    _wait(page, f"() => ({GRID_TITLES})().includes('L3 H5 (off)')", "L3 H5 drawn as off")
+    _wait_idle(page)
+    assert page.locator("p", has_text="Heads off:").inner_text().endswith("L3 H5")
+    assert page.locator(".mhv-focus-title").inner_text() == "L3 H5 (off)"
+    assert not page.js_errors, page.js_errors
+
+
+def test_long_text_is_readable(browser, streamlit_url, page):
+    query = urlencode({"model": "minilm", "text": LONG_TEXT, "view": "Layer"})
+    page.goto(f"{streamlit_url}/?{query}", wait_until="domcontentloaded")
+    _wait(page, f"() => ({GRID_DRAWN})() === {N_HEADS}", "the grid of a 128-token text")
+    _wait_idle(page)
+    _assert_no_exception(page, "a long text")
+    n_tokens = page.locator(".mhv-strip .mhv-tok").count()
+    assert n_tokens >= 128, n_tokens
+    # The grid folds to fewer columns than the 4 asked for, so a token keeps at least 3 px in a tile.
+    cols = int(page.locator(".mhv-grid").get_attribute("data-cols"))
+    width = page.locator(".mhv-grid .mhv-head canvas").first.bounding_box()["width"]
+    assert cols < 4 and width / n_tokens >= 3, (cols, width, n_tokens)
+    # A focused head gives every token a row tall enough for its 11 px label; zoom makes it larger still.
+    page.locator('.mhv-grid .mhv-head[data-head="L0 H1"] canvas').click()
+    focus = page.locator(".mhv-focus-canvas")
+    _wait(page, "() => !!document.querySelector('.mhv-focus-canvas')?.dataset.cell", "the focused head")
+    cell = int(focus.get_attribute("data-cell"))
+    assert cell >= 14, cell
+    page.locator(".mhv-focus .mhv-btn", has_text="+").click()
+    assert int(focus.get_attribute("data-cell")) > cell
+    # ... and the box pans: it scrolls over a canvas larger than itself.
+    scroll = page.evaluate("""() => { const s = document.querySelector('.mhv-focus-scroll');
+        s.scrollLeft = 200; s.scrollTop = 200; return [s.scrollLeft, s.scrollTop]; }""")
+    assert scroll[0] > 0 and scroll[1] > 0, scroll
+    assert not page.js_errors, page.js_errors
