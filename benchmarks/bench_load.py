@@ -41,7 +41,7 @@ RAMP_S = 0.5
 THINK_S = (0.5, 1.5)
 
 STRIP = "() => document.querySelector('[data-testid=\"token-strip\"]')?.innerText ?? ''"
-DRAWN = f"() => document.querySelectorAll('.js-plotly-plot .heatmaplayer image').length >= {N_HEADS}"
+DRAWN = f"() => ({harness.GRID_DRAWN})() >= {N_HEADS}"
 # The heads this page says are off, as "L0 H3" strings; [] when it says all heads are on.
 HEADS_OFF = """() => {
   const line = [...document.querySelectorAll('[data-testid="stMarkdownContainer"]')]
@@ -75,8 +75,7 @@ async def _wait(page, js: str, budget: Budget, arg=None) -> None:
 
 
 async def _toggle(page, head: int) -> None:
-    switch = page.get_by_role("switch", name=f"L0 H{head}", exact=True)
-    await page.locator('[data-testid="stCheckbox"]').filter(has=switch).locator("label").first.click()
+    await harness.grid_switch(page, f"L0 H{head}").click()
 
 
 async def session(i: int, browser, url: str, budget: Budget, result: dict) -> None:

@@ -13,7 +13,7 @@ import time
 from collections import defaultdict
 
 import pytest
-from harness import IDLE, REPO, page_problems
+from harness import GRID_DRAWN, IDLE, REPO, grid_switch, page_problems
 
 sys.path.insert(0, str(REPO / "deploy"))
 import serve  # noqa: E402  (deploy/serve.py: the launcher `make serve` runs)
@@ -68,7 +68,7 @@ def test_sticky_sessions_each_see_their_own_state(browser, deployment):
             page.set_default_timeout(TIMEOUT_MS)
             # One after the other: each first request is the next in nginx's round-robin, so two processes are used.
             page.goto(deployment.url, wait_until="domcontentloaded")
-            _wait(page, f"() => document.querySelectorAll('.js-plotly-plot .heatmaplayer image').length >= {N_HEADS}",
+            _wait(page, f"() => ({GRID_DRAWN})() >= {N_HEADS}",
                   f"session {i}: the first heatmaps")
             pages.append(page)
 
@@ -79,8 +79,7 @@ def test_sticky_sessions_each_see_their_own_state(browser, deployment):
         for i, page in enumerate(pages):
             _wait(page, f"() => ({_STRIP})().includes({MARKERS[i]!r})", f"session {i}: its sentence's tokens")
             _wait(page, IDLE, f"session {i}: idle")
-            switch = page.get_by_role("switch", name=f"L0 H{i}", exact=True)
-            page.locator('[data-testid="stCheckbox"]').filter(has=switch).locator("label").first.click()
+            grid_switch(page, f"L0 H{i}").click()
         for i, page in enumerate(pages):
             _wait(page, f"() => ({_HEADS_OFF})().includes('L0 H{i}')", f"session {i}: 'Heads off: L0 H{i}'")
             _wait(page, IDLE, f"session {i}: idle after the toggle")
