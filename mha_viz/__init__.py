@@ -1,6 +1,6 @@
 """mha-viz: see, compare and switch off the attention heads of transformers."""
 from .contract import AttentionRun, HeadInside, InputError, Model, ModelInfo, ModelLoadError, UnavailableError
-from .models import BUILTIN, load_model
+from .models import BUILTIN, checkpoints, load_model
 
 __all__ = ["AttentionRun", "BUILTIN", "HeadInside", "InputError", "Model", "ModelInfo", "ModelLoadError", "UnavailableError",
-           "load_model"]
+           "checkpoints", "load_model"]

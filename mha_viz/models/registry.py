@@ -1,6 +1,8 @@
-"""`load_model(name)`: the one entry point from a model name to an adapter behind the contract."""
+"""`load_model(name)`: the one entry point from a model name to an adapter behind the contract; `checkpoints(name)`:
+the training steps a model was saved at."""
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 from mha_viz.contract import Model, ModelLoadError
@@ -12,9 +14,22 @@ BUILTIN = {
     "tiny-untrained": "tiny-untrained — same stack at its seeded initialisation",
 }
 
+_STEP = re.compile(r"^tiny@(\d{1,9})$")
+
+
+def checkpoints(name: str) -> list[int]:
+    """The sorted training steps saved for model `name` (load one with `load_model(f"{name}@{step}")`);
+    [] for models saved at no step but their last (every model but the in-repo tiny one)."""
+    if isinstance(name, str) and (name.strip() in ("tiny", "tiny-untrained") or _STEP.match(name.strip())):
+        from mha_viz.models.tiny.adapter import checkpoint_steps
+
+        return checkpoint_steps()
+    return []
+
 
 def load_model(name: str, progress: Callable[[str], None] | None = None) -> Model:
-    """Load a built-in model by name, or a Hugging Face id / local folder holding a safetensors model.
+    """Load a built-in model by name ("tiny@N": the tiny model at training step N, see `checkpoints`), or a
+    Hugging Face id / local folder holding a safetensors model.
 
     Raises ModelLoadError with a message that says what went wrong and what to do.
     """
@@ -33,6 +48,11 @@ def load_model(name: str, progress: Callable[[str], None] | None = None) -> Mode
         from mha_viz.models.tiny.adapter import load_tiny
 
         return load_tiny(trained=key == "tiny")
+    step = _STEP.match(key)
+    if step:
+        from mha_viz.models.tiny.adapter import load_tiny
+
+        return load_tiny(step=int(step.group(1)))
     from mha_viz.models.hf import load_custom
 
     return load_custom(key)

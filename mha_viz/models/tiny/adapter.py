@@ -148,11 +148,34 @@ class TinyModel(Model):
         return hidden.float(), logits.float()
 
 
-def load_tiny(trained: bool = True, folder: str | Path = TINY_ASSETS) -> TinyModel:
+CHECKPOINTS = "checkpoints"  # as in train.py, which writes step-NNNNNN.safetensors files there
+
+
+def checkpoint_steps(folder: str | Path = TINY_ASSETS) -> list[int]:
+    """The training steps saved in `folder`/checkpoints, sorted; [] when there are none."""
+    found = []
+    for path in (Path(folder) / CHECKPOINTS).glob("step-*.safetensors"):
+        try:
+            found.append(int(path.stem.removeprefix("step-")))
+        except ValueError:
+            continue  # not a file the trainer wrote
+    return sorted(found)
+
+
+def load_tiny(trained: bool = True, folder: str | Path = TINY_ASSETS, step: int | None = None) -> TinyModel:
     """The in-repo tiny model: trained weights from `folder`, or (trained=False) the same architecture at its
-    seeded initialisation, i.e. exactly where training started."""
+    seeded initialisation, i.e. exactly where training started. step=N loads the float16 checkpoint the trainer
+    saved at training step N (step 0 is the initialisation, rounded to float16)."""
     folder = Path(folder)
     config_path, vocab_path, weights_path = (folder / n for n in ("config.json", "vocab.json", "model.safetensors"))
+    if step is not None:
+        weights_path = folder / CHECKPOINTS / f"step-{step:06d}.safetensors"
+        if not weights_path.exists():
+            saved = checkpoint_steps(folder)
+            raise ModelLoadError(
+                f"the tiny model has no checkpoint at training step {step}; saved steps: "
+                f"{', '.join(map(str, saved)) or 'none (run `make train`)'}"
+            )
     if trained and not weights_path.exists():
         raise ModelLoadError(
             f"no trained tiny model at {weights_path}; run `make train` to create it (3-6 minutes)"
@@ -164,16 +187,21 @@ def load_tiny(trained: bool = True, folder: str | Path = TINY_ASSETS) -> TinyMod
     else:
         cfg = TinyConfig(vocab_size=len(vocab))
     lm = build_model(cfg)
-    if trained:
-        state = load_file(str(weights_path))
+    if trained or step is not None:
+        # Checkpoints are float16 on disk; the model computes in float32 like the final weights.
+        state = {k: v.float() for k, v in load_file(str(weights_path)).items()}
         missing, unexpected = lm.load_state_dict(state, strict=False)
         if missing or unexpected:
             raise ModelLoadError(
                 f"{weights_path} does not match TinyConfig (missing {missing}, unexpected {unexpected}); "
                 "retrain with `make train`"
             )
-    name = "tiny" if trained else "tiny-untrained"
-    title = "tiny (in-repo, trained)" if trained else "tiny (in-repo, untrained: seeded initialisation)"
+    if step is not None:
+        name, title = f"tiny@{step}", f"tiny at training step {step}" + (" (its initialisation)" if step == 0 else "")
+    elif trained:
+        name, title = "tiny", "tiny (in-repo, trained)"
+    else:
+        name, title = "tiny-untrained", "tiny (in-repo, untrained: seeded initialisation)"
     info = ModelInfo(name=name, title=title, kind="causal-lm", n_layers=cfg.n_layers, n_heads=cfg.n_heads,
                      max_tokens=cfg.max_len)
     return TinyModel(lm, vocab, info)

@@ -8,6 +8,11 @@
 3. Structural dependency: subject-verb number agreement across a prepositional phrase
    ("the keys to the old cabinet are ..."). Training texts draw the attractor's number independently of the
    subject's, so "agree with the nearest noun" does not work; held-out probes use the hard case (opposite number).
+4. Random repeats: a run of words drawn at random from the whole vocabulary, then said again (and again). Nothing
+   but the text itself predicts the second copy, so copying pays wherever it is, and reading "which word came
+   just before" pays at every position, not only inside set phrases. This is the data of Olsson et al. 2022's
+   induction-head experiments (repeated random tokens); it makes the nearby-context and repeated-term heads
+   carry over to any word sequence a user types, not only to the grammar above.
 
 Every example records the ground truth: where the repeated names are, and where the subject and its verb are.
 Positions index `Example.tokens`, which starts with `<bos>`, so they are the model's input positions too.
@@ -273,8 +278,32 @@ def nearby_sentence(rng: random.Random) -> list[str]:
     return tokenize(rng.choice(PHRASES))
 
 
-def training_text(rng: random.Random, max_len: int) -> Example:
-    """A mixed text of up to `max_len` tokens (with <bos>): stories, word lists, agreement sentences, set phrases."""
+def vocabulary_words() -> tuple[str, ...]:
+    """Every word of the vocabulary, without specials or punctuation, in vocabulary order: what random
+    in-vocabulary sequences are drawn from."""
+    return tuple(w for w in build_vocab().words[len(SPECIALS):] if w[0].isalnum())
+
+
+def random_repeat_text(rng: random.Random, max_len: int) -> Example:
+    """ "<bos> [a few random words] w1 w2 ... wn w1 w2 ... wn w1 ..." : n distinct random vocabulary words, repeated
+    until the text is full, after an unrepeated random prefix (so a repeat does not always start at position 1).
+    Every token of a later copy is recorded as (its position in the first copy, its position now)."""
+    words = vocabulary_words()
+    prefix = [rng.choice(words) for _ in range(rng.randint(0, 8))]
+    room = max_len - 1 - len(prefix)
+    n = rng.randint(4, max(4, room // 2))  # at least two full copies fit
+    seq = rng.sample(words, n)
+    body = (seq * (room // n + 1))[:room]
+    start = 1 + len(prefix)
+    repeats = tuple((start + i % n, start + i) for i in range(n, room - 1))  # each keeps its continuation in view
+    return Example(tokens=(BOS, *prefix, *body), relation="random-repeat", repeats=repeats)
+
+
+def training_text(rng: random.Random, max_len: int, random_share: float = 0.0) -> Example:
+    """A text of up to `max_len` tokens (with <bos>): with probability `random_share` a random repeat
+    (`random_repeat_text`), else a mix of stories, word lists, agreement sentences and set phrases."""
+    if rng.random() < random_share:
+        return random_repeat_text(rng, max_len)
     b = _Builder()
     # Three people, so "attend to any last name" is a poor guess and copying from the right mention pays.
     people = _people(rng, 3)
@@ -300,9 +329,33 @@ def training_text(rng: random.Random, max_len: int) -> Example:
     return b.example("mixed")
 
 
-def training_texts(n: int, seed: int, max_len: int) -> list[Example]:
+def training_texts(n: int, seed: int, max_len: int, random_share: float = 0.0) -> list[Example]:
+    if not 0.0 <= random_share <= 1.0:
+        raise ValueError(f"random_share is a probability; got {random_share}")
     rng = random.Random(seed)
-    return [training_text(rng, max_len) for _ in range(n)]
+    return [training_text(rng, max_len, random_share) for _ in range(n)]
+
+
+def random_sequences(n: int, seed: int, length: int = 32) -> list[Example]:
+    """Held-out probes for nearby context: `length` words drawn at random (with replacement) from the whole
+    vocabulary. No grammar: only a head that reads positions, not words, can find the previous token here."""
+    rng = random.Random(seed)
+    words = vocabulary_words()
+    return [Example(tokens=(BOS, *(rng.choice(words) for _ in range(length))), relation="random")
+            for _ in range(n)]
+
+
+def repeated_sequences(n: int, seed: int, lengths: tuple[int, int] = (8, 24)) -> list[Example]:
+    """Held-out probes for repeated terms: a sequence of distinct random vocabulary words (its length drawn from
+    `lengths`), said twice. repeats: (position in the first copy, position in the second) for every word."""
+    rng = random.Random(seed)
+    words = vocabulary_words()
+    out = []
+    for _ in range(n):
+        m = rng.randint(*lengths)
+        seq = rng.sample(words, m)
+        out.append(Example(tokens=(BOS, *seq, *seq), relation="repeat", repeats=tuple((1 + i, 1 + m + i) for i in range(m))))
+    return out
 
 
 def agreement_examples(n: int, seed: int, attractor: str = "opposite", max_len: int = 64) -> list[Example]:

@@ -1,6 +1,7 @@
 """Train the tiny model on the generated corpus, reproducibly, on the CPU.
 
-    python -m mha_viz.models.tiny.train            # writes assets/tiny/{model.safetensors, config.json, vocab.json}
+    python -m mha_viz.models.tiny.train            # writes assets/tiny/: model.safetensors, config.json, vocab.json,
+                                                   # checkpoints/step-NNNNNN.safetensors, train_log.json
     python -m mha_viz.models.tiny.train --steps 30 --out DIR # a short run (tests)
 
 Same seed, same code, same torch version -> bit-identical weights: the data is generated from a fixed seed and
@@ -11,11 +12,12 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import math
 import random
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -29,6 +31,10 @@ TINY_ASSETS = ASSETS / "tiny"
 THREADS = 1  # fixed, so the result does not depend on how many cores the machine has
 
 
+CHECKPOINTS = "checkpoints"  # folder inside the output folder: one float16 file per saved step
+LOG = "train_log.json"  # the training loss against the step, for the training view
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     steps: int = 3000
@@ -39,6 +45,11 @@ class TrainConfig:
     n_texts: int = 40_000  # generated once; about one pass at the default steps x batch_size
     data_seed: int = 1234  # the held-out probes in tests use other seeds
     order_seed: int = 0
+    random_share: float = 0.0  # share of texts that are random words repeated (corpus.random_repeat_text)
+    # Steps whose weights are saved (float16) for the training timeline: 0 is the initialisation, `steps` the end.
+    # Steps past the end are skipped; the last step is always saved.
+    checkpoints: tuple[int, ...] = (0,)
+    log_every: int = 10  # the loss log holds the mean loss of each window of this many steps
 
 
 def sha256(path: str | Path) -> str:
@@ -94,14 +105,25 @@ def train(out: str | Path = TINY_ASSETS, model_cfg: TinyConfig | None = None, cf
         torch.use_deterministic_algorithms(deterministic)
 
 
+def checkpoint_path(out: str | Path, step: int) -> Path:
+    return Path(out) / CHECKPOINTS / f"step-{step:06d}.safetensors"
+
+
+def _state(model: torch.nn.Module, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    return {k: (v.detach() if dtype is None else v.detach().to(dtype)).contiguous()
+            for k, v in sorted(model.state_dict().items())}
+
+
 def _train(out: Path, model_cfg: TinyConfig | None, cfg: TrainConfig, quiet: bool) -> Path:
     vocab = build_vocab()
     model_cfg = replace(model_cfg or TinyConfig(), vocab_size=len(vocab))
     model = build_model(model_cfg)  # the untrained twin is exactly this starting point
     model.train()
+    saves = sorted({s for s in cfg.checkpoints if 0 <= s <= cfg.steps} | {cfg.steps})
 
     # A short run needs no more texts than it visits (keeps `--steps 30` fast); the default run uses all of them.
-    texts = training_texts(min(cfg.n_texts, cfg.steps * cfg.batch_size), cfg.data_seed, model_cfg.max_len)
+    texts = training_texts(min(cfg.n_texts, cfg.steps * cfg.batch_size), cfg.data_seed, model_cfg.max_len,
+                           cfg.random_share)
     data = torch.full((len(texts), model_cfg.max_len), vocab.pad_id, dtype=torch.long)  # (N, T)
     for i, ex in enumerate(texts):
         data[i, : len(ex.tokens)] = torch.tensor(vocab.encode(list(ex.tokens)))
@@ -123,9 +145,24 @@ def _train(out: Path, model_cfg: TinyConfig | None, cfg: TrainConfig, quiet: boo
         t = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
         return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
 
+    (out / CHECKPOINTS).mkdir(parents=True, exist_ok=True)
+    for old in (out / CHECKPOINTS).glob("step-*.safetensors"):  # a rerun with other steps leaves no stale ones
+        old.unlink()
+
+    # One metadata key only: safetensors writes its metadata map in hash order, so two keys can swap places
+    # between runs and the same weights would give files with different bytes.
+    def save_checkpoint(step: int) -> None:
+        # float16 halves the size; the training timeline shows patterns, which fp16 rounding does not move.
+        save_file(_state(model, torch.float16), str(checkpoint_path(out, step)), metadata={"format": "pt"})
+
     start = time.perf_counter()
     smooth = None
+    window: list[float] = []
+    log_steps: list[int] = []
+    log_loss: list[float] = []
     bar = _bar(cfg.steps, quiet)
+    if 0 in saves:
+        save_checkpoint(0)
     for step in range(cfg.steps):
         if len(order) < cfg.batch_size:  # a fresh deterministic shuffle each pass over the texts
             perm = list(range(len(texts)))
@@ -140,21 +177,40 @@ def _train(out: Path, model_cfg: TinyConfig | None, cfg: TrainConfig, quiet: boo
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        smooth = loss.item() if smooth is None else 0.95 * smooth + 0.05 * loss.item()
+        value = loss.item()
+        window.append(value)
+        if len(window) == cfg.log_every or step == cfg.steps - 1:
+            # Logged at the step count reached after this update, the same numbering as the checkpoints.
+            log_steps.append(step + 1)
+            log_loss.append(round(sum(window) / len(window), 4))
+            window = []
+        if step + 1 in saves:
+            save_checkpoint(step + 1)
+        smooth = value if smooth is None else 0.95 * smooth + 0.05 * value
         if step % 20 == 0 or step == cfg.steps - 1:
             bar(step + 1, smooth)
     bar(None, smooth)
+    seconds = time.perf_counter() - start
 
-    out.mkdir(parents=True, exist_ok=True)
     weights = out / "model.safetensors"
-    state = {k: v.detach().contiguous() for k, v in sorted(model.state_dict().items())}
-    save_file(state, str(weights), metadata={"format": "pt"})
+    save_file(_state(model), str(weights), metadata={"format": "pt"})
     (out / "config.json").write_text(model_cfg.to_json() + "\n")
     vocab.save(out / "vocab.json")
+    # No timings in the log: it is committed, and a file that changes with machine load would break the
+    # bit-for-bit comparison of two runs.
+    log = {"steps": log_steps, "loss": log_loss, "checkpoints": saves, "log_every": cfg.log_every,
+           "train_config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(cfg).items()}}
+    (out / LOG).write_text(json.dumps(log, separators=(",", ":")) + "\n")
     if not quiet:
-        print(f"wrote {weights} ({weights.stat().st_size / 1e6:.2f} MB) in {time.perf_counter() - start:.0f}s, "
-              f"sha256 {sha256(weights)}")
+        print(f"wrote {weights} ({weights.stat().st_size / 1e6:.2f} MB) and {len(saves)} checkpoints in "
+              f"{seconds:.0f}s, sha256 {sha256(weights)}")
     return weights
+
+
+def load_log(out: str | Path = TINY_ASSETS) -> dict:
+    """The training log `train` wrote into `out` (steps, loss, saved checkpoints, the TrainConfig); {} if none."""
+    path = Path(out) / LOG
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def main(argv: list[str] | None = None) -> None:

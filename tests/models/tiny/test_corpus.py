@@ -132,3 +132,32 @@ def test_ground_truth_reads_back_what_the_generator_wrote():
         assert set(example.repeats) <= set(ground_truth(list(example.tokens)).repeats)
     assert ground_truth(["<bos>", "the", "keys", "to", "the", "cabinet", "are", "on", "the", "table", "."]).subjects \
         == ((2, 6),)
+
+
+def test_random_repeats_ground_truth_and_share():
+    words = set(corpus.vocabulary_words())
+    assert len(words) > 150 and not words & {*corpus.SPECIALS, ".", ",", ":"}
+    texts = training_texts(400, 9, 64, random_share=0.5)
+    rand = [ex for ex in texts if ex.relation == "random-repeat"]
+    assert 0.4 < len(rand) / len(texts) < 0.6
+    for ex in rand:
+        assert len(ex.tokens) == 64 and set(ex.tokens[1:]) <= words
+        assert ex.repeats
+        for first, second in ex.repeats:
+            # Each recorded later token repeats its first-copy token, and so does the token after it.
+            assert first < second and ex.tokens[first] == ex.tokens[second]
+            assert ex.tokens[first + 1] == ex.tokens[second + 1]
+    assert training_texts(50, 9, 64, 0.5) == training_texts(50, 9, 64, 0.5)
+    with pytest.raises(ValueError, match="probability"):
+        training_texts(1, 0, 64, random_share=1.5)
+
+
+def test_held_out_random_probes():
+    seqs = corpus.random_sequences(20, seed=5, length=30)
+    assert all(len(ex.tokens) == 31 and ex.tokens[0] == BOS for ex in seqs)
+    assert len({ex.tokens for ex in seqs}) == 20
+    for ex in corpus.repeated_sequences(30, seed=5, lengths=(8, 24)):
+        m = (len(ex.tokens) - 1) // 2
+        assert 8 <= m <= 24 and ex.tokens[1 : m + 1] == ex.tokens[m + 1 :]
+        assert len(set(ex.tokens[1 : m + 1])) == m  # distinct words: "the first occurrence" is unambiguous
+        assert ex.repeats == tuple((1 + i, 1 + m + i) for i in range(m))

@@ -1,30 +1,63 @@
-"""Training is reproducible bit for bit, and the committed weights are small and load."""
+"""Training is reproducible bit for bit (weights, checkpoints, log), saves the steps asked for, and the committed
+weights and checkpoints are small and load."""
+import json
+from dataclasses import replace
 
+import torch
 from safetensors.torch import load_file
 
-from mha_viz.models.tiny.architecture import TinyConfig
-from mha_viz.models.tiny.train import TINY_ASSETS as ASSETS, TrainConfig, sha256, train
+from mha_viz.models.tiny.architecture import TinyConfig, build_model
+from mha_viz.models.tiny.train import LOG, TINY_ASSETS as ASSETS, TrainConfig, checkpoint_path, sha256, train
+from mha_viz.settings import ASSETS as ALL_ASSETS
 
 SMALL = TinyConfig(n_layers=2, n_heads=4, d_model=32, max_len=32, d_mlp=64)
+SHORT = TrainConfig(steps=30, batch_size=8, random_share=0.3, checkpoints=(0, 5, 10), log_every=10)
 
 
-def test_two_short_runs_give_identical_weights(tmp_path):
-    cfg = TrainConfig(steps=30, batch_size=8)
-    a = train(tmp_path / "a", SMALL, cfg, quiet=True)
-    b = train(tmp_path / "b", SMALL, cfg, quiet=True)
+def test_two_short_runs_give_identical_weights_checkpoints_and_log(tmp_path):
+    a = train(tmp_path / "a", SMALL, SHORT, quiet=True)
+    b = train(tmp_path / "b", SMALL, SHORT, quiet=True)
     assert sha256(a) == sha256(b)
-    for name in ("config.json", "vocab.json"):
+    for name in ("config.json", "vocab.json", LOG):
         assert (tmp_path / "a" / name).read_text() == (tmp_path / "b" / name).read_text()
+    for step in (0, 5, 10, 30):  # the last step is always saved
+        assert sha256(checkpoint_path(tmp_path / "a", step)) == sha256(checkpoint_path(tmp_path / "b", step))
+    assert sorted(p.name for p in (tmp_path / "a" / "checkpoints").iterdir()) == [
+        f"step-{s:06d}.safetensors" for s in (0, 5, 10, 30)]
     # And training did something: the weights moved away from the seeded start.
     c = train(tmp_path / "c", SMALL, TrainConfig(steps=1, batch_size=8), quiet=True)
     assert sha256(c) != sha256(a)
 
 
+def test_checkpoints_are_float16_copies_of_the_start_and_the_end(tmp_path):
+    out = tmp_path / "run"
+    final = load_file(str(train(out, SMALL, SHORT, quiet=True)))
+    start = build_model(replace(SMALL, vocab_size=final["tok.weight"].shape[0])).state_dict()
+    first, last = load_file(str(checkpoint_path(out, 0))), load_file(str(checkpoint_path(out, 30)))
+    assert all(t.dtype == torch.float16 for t in first.values())
+    for name, value in start.items():
+        assert torch.equal(first[name], value.half()), name  # step 0 is the seeded initialisation
+    for name, value in final.items():
+        assert torch.equal(last[name], value.half()), name  # the last step is the shipped weights
+    log = json.loads((out / LOG).read_text())
+    assert log["steps"] == [10, 20, 30] and len(log["loss"]) == 3 and log["checkpoints"] == [0, 5, 10, 30]
+    assert all(v > 0 for v in log["loss"])
+
+
+def test_a_rerun_with_other_steps_leaves_no_stale_checkpoints(tmp_path):
+    train(tmp_path, SMALL, SHORT, quiet=True)
+    train(tmp_path, SMALL, TrainConfig(steps=4, batch_size=8, checkpoints=(0, 2)), quiet=True)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
+        f"step-{s:06d}.safetensors" for s in (0, 2, 4)]
+
+
 def test_committed_assets_exist_are_small_and_load():
     weights = ASSETS / "model.safetensors"
     assert weights.exists(), "run `make train` and commit assets/tiny/"
-    assert weights.stat().st_size <= 5 * 1024 * 1024
     cfg = TinyConfig.from_json((ASSETS / "config.json").read_text())
     state = load_file(str(weights))
     assert state["tok.weight"].shape == (cfg.vocab_size, cfg.d_model)
     assert 2 <= cfg.n_layers <= 4 and 4 <= cfg.n_heads <= 8 and 64 <= cfg.d_model <= 128
+    total = sum(p.stat().st_size for p in ALL_ASSETS.rglob("*") if p.is_file())
+    print(f"assets/: {total / 1e6:.2f} MB")
+    assert total <= 5 * 1024 * 1024, "everything in assets/, weights and checkpoints included, stays under 5 MB"
