@@ -115,3 +115,62 @@ def test_sticky_sessions_each_see_their_own_state(browser, deployment):
     for route in set(routes):
         assert by_route[route] == {f"127.0.0.1:{deployment.routes[route]}"}, dict(by_route)
         assert streams[route] >= 1, f"no websocket logged for {route}: {dict(streams)}"
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of `pid`, from /proc (Linux)."""
+    kids = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            kids += [int(k) for k in open(f"/proc/{pid}/task/{task}/children").read().split()]
+        except OSError:
+            pass
+    return kids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_ctrl_c_stops_nginx_and_every_app_process(artifacts):
+    """`make serve` then Ctrl-C: the launcher stops its children and removes its temp dir. The signal goes to the
+    launcher alone here (a terminal sends it to the whole group), the case where it must do the stopping itself."""
+    import re
+    import signal
+    import subprocess
+
+    why = serve.nginx_missing()
+    if why:
+        if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+            pytest.fail(f"{why}; CI is set, so the proxy test must run")
+        pytest.skip(why)
+    port = serve.harness.free_port()
+    log = artifacts / "serve-ctrl-c.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-u", str(REPO / "deploy" / "serve.py"), "--procs", "1",
+                                 "--port", str(port)], stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 240
+            while "mha-viz: http" not in log.read_text():
+                assert proc.poll() is None, f"serve.py exited early:\n{log.read_text()}"
+                assert time.monotonic() < deadline, f"serve.py did not start in 240 s:\n{log.read_text()}"
+                time.sleep(0.3)
+            assert serve.harness.healthy(f"http://127.0.0.1:{port}")
+            kids = _children(proc.pid)
+            assert len(kids) == 2, f"expected one app process and nginx, found {kids}"
+            prefix = re.search(r"files in (\S+)\)", log.read_text()).group(1)
+
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=60) == 0, log.read_text()
+            assert not [k for k in kids if _alive(k)], f"children still running: {kids}"
+            assert not os.path.exists(prefix), f"{prefix} was left behind"
+            assert not serve.harness.healthy(f"http://127.0.0.1:{port}")
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)  # its own session: only what this test started
+                proc.wait(timeout=30)
