@@ -55,6 +55,13 @@ class DeployError(RuntimeError):
     """The deployment could not start or lost a process; the message says which and how to fix it."""
 
 
+def app_env(public: bool, environ, extra: dict | None = None) -> dict:
+    """Environment the app processes get on top of this one: the public defaults, except where the operator's
+    environment sets a variable itself, then `extra` (the caller's own choices) over both."""
+    env = {k: environ.get(k, v) for k, v in PUBLIC_ENV.items()} if public else {}
+    return {**env, **(extra or {})}
+
+
 def nginx_missing() -> str | None:
     if not os.path.exists(NGINX):
         return "nginx is not installed (run `make setup-nginx`, or `apt-get install -y nginx` on Debian)"
@@ -147,10 +154,7 @@ class Deployment:
         # nginx started by root runs its worker as `nobody`, which must reach the temp dirs under the prefix.
         self.prefix.chmod(0o755)
         self.log_dir = Path(log_dir) if log_dir else self.prefix
-        self.env = {**(PUBLIC_ENV if public else {}), **(extra_env or {})}
-        for key in PUBLIC_ENV:  # an operator's explicit setting wins over the public defaults
-            if public and key in os.environ and key not in (extra_env or {}):
-                self.env[key] = os.environ[key]
+        self.env = app_env(public, os.environ, extra_env)
         self.backends: list[harness.Server] = []
         self.nginx: subprocess.Popen | None = None
         self.routes: dict[str, int] = {}
@@ -264,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(f"mha-viz: {deployment.url}  ({args.procs} app processes: "
               f"{', '.join(b.url for b in deployment.backends)}; files in {deployment.prefix})", flush=True)
-        print("Settings: " + ", ".join(f"{k}={v}" for k, v in deployment.env.items()) + ". Ctrl-C stops.", flush=True)
+        shown = {**{k: v for k, v in os.environ.items() if k.startswith("MHA_VIZ_")}, **deployment.env}
+        print("Settings: " + ", ".join(f"{k}={v}" for k, v in sorted(shown.items())) + ". Ctrl-C stops.", flush=True)
         while True:
             problem = deployment.dead()
             if problem:

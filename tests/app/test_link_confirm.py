@@ -163,3 +163,21 @@ def test_the_linked_id_is_shown_as_text(model, loads):
         for tag in ("<a ", "<img", "<script"):
             assert tag not in rendered, f"{message!r} renders an element: {rendered!r}"
     assert loads == []
+
+
+def test_hub_id_with_a_cached_config_gets_its_size_from_that_copy(bert_folder, loads, monkeypatch, tmp_path):
+    """A hub id whose config.json is already in this machine's hub cache: estimated from it, still offline."""
+    import huggingface_hub.constants
+
+    snapshot = tmp_path / "models--some-org--cached-bert" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (tmp_path / "models--some-org--cached-bert" / "refs").mkdir()
+    (tmp_path / "models--some-org--cached-bert" / "refs" / "main").write_text("0" * 40)
+    shutil.copy(bert_folder / "config.json", snapshot / "config.json")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+
+    at = _open({"model": "some-org/cached-bert"})
+    info = _link_info(at)
+    estimate = estimate_params(json.loads((bert_folder / "config.json").read_text()))
+    assert f"about {estimate / 1e6:,.1f}M parameters" in info and "hub cache" in info, info
+    assert loads == []
