@@ -70,3 +70,43 @@ def test_long_texts_are_pooled_in_the_overview_keeping_strong_weights():
     tile = plotting.MAX_TILE
     assert fig.data[0].z.shape == (2 * (tile + 1) - 1, 2 * (tile + 1) - 1)
     assert fig.data[0].z[tile + 1:, :tile].max() == 255  # the strongest weight is still drawn at full colour
+
+
+def _tile_rows(fig) -> int:
+    """Rows of the canvas that hold a tile (not only gaps)."""
+    return int((fig.data[0].z > 0).any(axis=1).sum())
+
+
+def test_overview_of_a_long_text_is_filled_by_its_tiles():
+    # Issue 10 item 9: at 128 tokens MiniLM's overview was 1224 px tall with its tiles in 446 px of it.
+    grid = torch.rand(6, 12, 128, 128)  # (L, H, Q, K)
+    fig = plotting.tiled_figure(grid, [f"L{i}" for i in range(6)], [f"H{h}" for h in range(12)], width=900)
+    heat = fig.data[0]
+    cell_px = (900 - fig.layout.margin.l - fig.layout.margin.r) / heat.z.shape[1]
+    tiles_px = heat.z.shape[0] * cell_px
+    assert fig.layout.height - fig.layout.margin.t - fig.layout.margin.b >= tiles_px * 0.95
+    assert fig.layout.height < 600, fig.layout.height
+    # No tile has more cells than pixels: 12 tiles across ~850 px.
+    assert fig.layout.meta["tile"] * 12 <= 900 and fig.layout.meta["tile"] < 128  # no more cells than pixels
+
+
+def test_a_deep_model_wraps_its_layers_into_blocks_that_fit_a_screen():
+    # SmolLM2: 30 layers x 9 heads, one column of layers was mostly white space on the first screen.
+    grid = torch.rand(30, 9, 16, 16)  # (L, H, Q, K)
+    grid[25, 4] = 0.0
+    grid[25, 4, 3, 7] = 1.0  # a marker to find tile (25, 4)
+    fig = plotting.tiled_figure(grid, [f"L{i}" for i in range(30)], [f"H{h}" for h in range(9)], width=900,
+                                zscale="head", selected=(25, 4))
+    heat, clicks = fig.data
+    blocks = fig.layout.meta["blocks"]
+    assert blocks > 1 and fig.layout.height < 700, (blocks, fig.layout.height)
+    assert heat.z.shape[1] > heat.z.shape[0]  # wider than tall
+    assert sorted(map(tuple, clicks.customdata)) == [(r, c) for r in range(30) for c in range(9)]
+    # Tile (25, 4): its click point sits on the tile drawn from grid[25, 4], and the selection outlines it.
+    i = [tuple(c) for c in clicks.customdata].index((25, 4))
+    x0, y0 = int(clicks.x[i] - 7.5), int(clicks.y[i] - 7.5)
+    tile = heat.z[y0:y0 + 16, x0:x0 + 16]
+    assert tile[3, 7] == 255 and (tile[tile != 255] == 128).all()
+    rect = fig.layout.shapes[0]
+    assert (rect.x0, rect.y0) == (x0 - 0.5, y0 - 0.5)
+    assert any("L25" in t for t in fig.layout.yaxis.ticktext)

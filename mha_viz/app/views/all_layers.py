@@ -22,9 +22,6 @@ def overview(model: Model, model_name: str, tokens: list[str], att: torch.Tensor
     st.caption(f"All {model.n_layers * model.n_heads} heads: rows are layers, columns heads. Each tile is scaled "
                "to its own maximum so faint patterns stay visible; grey tiles are switched off. "
                "Click a tile to focus it.")
-    if len(tokens) > plotting.MAX_TILE:
-        st.caption(f"With {len(tokens)} tokens each tile is shrunk to {plotting.MAX_TILE} x {plotting.MAX_TILE} cells "
-                   "(each cell shows the largest weight it covers); the focused head below is full size.")
     options = [(layer, head) for layer in range(model.n_layers) for head in range(model.n_heads)]
     # The chart's selection is in session state before the chart is drawn, so this run can already focus it.
     # A click is applied once: the selection lingers across reruns and must not undo a later pick below.
@@ -38,6 +35,13 @@ def overview(model: Model, model_name: str, tokens: list[str], att: torch.Tensor
         att, [f"L{i}" for i in range(model.n_layers)], [f"H{h}" for h in range(model.n_heads)],
         off=state.off_set(model_name), selected=st.session_state["focus_pick"], zscale="head",
     )
+    tile, blocks = fig.layout.meta["tile"], fig.layout.meta["blocks"]
+    if blocks > 1:
+        st.caption(f"The {model.n_layers} layers are drawn as {blocks} blocks side by side, so the whole model "
+                   "fits one screen.")
+    if len(tokens) > tile:
+        st.caption(f"With {len(tokens)} tokens each tile is shrunk to {tile} x {tile} cells, the pixels it has "
+                   "(each cell shows the largest weight it covers); the focused head below is full size.")
     st.plotly_chart(fig, width="stretch", key="overview", on_select="rerun", selection_mode="points",
                     config={"displaylogo": False})
     return st.selectbox("Focused head", options, format_func=head_name, key="focus_pick")
