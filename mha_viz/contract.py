@@ -8,6 +8,8 @@ A `Model` turns text into an `AttentionRun`:
     run.tokens      list[str]                      one display label per position, len T
     run.attentions  torch.float32 (L, H, Q, K)     each row sums to 1; causal models are lower-triangular
     run.ablated     frozenset[(layer, head)]       heads whose contribution was switched off in this run
+    run.ablation    "zero" or "mean"               what "off" meant for the heads in `ablated`
+    run.patched     frozenset[(layer, head)]       heads whose output was taken from a run on another text
     run.output      torch.float32 (T, D)           final hidden states
     run.logits      torch.float32 (T, V) or None   where the model has an LM head
 
@@ -19,12 +21,14 @@ from __future__ import annotations
 
 import operator
 from abc import ABC, abstractmethod
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Iterable
 
 import torch
 
 Head = tuple[int, int]  # (layer, head), both 0-based
+ABLATIONS = ("zero", "mean")  # what switching a head off sets its output to; see Model.run
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,11 @@ class AttentionRun:
     unknown: tuple[int, ...] = ()
     # Positions of special tokens the tokenizer added ([CLS], [SEP], <s>, ...).
     special: tuple[int, ...] = ()
+    # What "off" meant for the heads in `ablated`: "zero" (output set to 0) or "mean" (set to its mean over
+    # reference texts). See `Model.run`.
+    ablation: str = "zero"
+    # Heads whose output was taken from a run on another text (activation patching).
+    patched: frozenset[Head] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -100,6 +109,26 @@ class ModelInfo:
     n_heads: int
     max_tokens: int
     n_kv_heads: int | None = None  # grouped-query attention: heads sharing key/value projections
+
+
+@dataclass(frozen=True)
+class Readout:
+    """One run (all heads on) as the sum of its parts, for the direct effect of each head on the logits.
+
+    The final residual stream is `residual` (T, D); the final norm maps it to y = gain * center(r) / scale + bias,
+    and the LM head to logits = y @ unembed.T + unembed_bias. With `scale` frozen at this input (T,), that map is
+    linear, so each head's term `outputs[l, h, t] @ w_o[l, h]` in the residual can be carried to the logits alone.
+    """
+    outputs: torch.Tensor  # (L, H, T, dh) each head's output (its slice of the output projection's input)
+    w_o: torch.Tensor  # (L, H, dh, D) each head's slice of the output projection
+    residual: torch.Tensor  # (T, D) the residual stream entering the final norm
+    scale: torch.Tensor  # (T,) what the final norm divides by at each position, at this input
+    centered: bool  # LayerNorm subtracts each vector's mean first; RMSNorm does not
+    gain: torch.Tensor  # (D,)
+    bias: torch.Tensor | None  # (D,)
+    unembed: torch.Tensor  # (V, D) the LM head's weight, shared with the model (read only)
+    unembed_bias: torch.Tensor | None  # (V,)
+    logits: torch.Tensor  # (T, V) the run's logits
 
 
 def check_ablate(ablate: Iterable[Head], n_layers: int, n_heads: int) -> frozenset[Head]:
@@ -170,18 +199,94 @@ class Model(ABC):
     def causal(self) -> bool:
         return self.info.kind == "causal-lm"
 
-    def run(self, text: str, ablate: Iterable[Head] = ()) -> AttentionRun:
-        return self._run(check_text(text), check_ablate(ablate, self.n_layers, self.n_heads))
+    def run(self, text: str, ablate: Iterable[Head] = (), ablation: str = "zero",
+            reference: Iterable[str] | None = None, patch: Iterable[Head] = (),
+            source: str | None = None) -> AttentionRun:
+        """One forward of `text` with heads intervened on; every later layer is recomputed.
+
+        A head's output is its slice of the output projection's input. Heads in `ablate` are switched off:
+        `ablation="zero"` sets their output to 0 (the default, and today's behaviour); `"mean"` sets it to its
+        mean over every position of the `reference` texts, each run with all heads on (None: `examples()`).
+        Heads in `patch` take their output, position by position, from a run on `source` with all heads on
+        (activation patching); `source` must have as many tokens as `text`. Their own patterns are still computed.
+        """
+        text = check_text(text)
+        ablate = check_ablate(ablate, self.n_layers, self.n_heads)
+        patch = check_ablate(patch, self.n_layers, self.n_heads)
+        if ablation not in ABLATIONS:
+            raise InputError(f"ablation must be one of {', '.join(map(repr, ABLATIONS))}; got {str(ablation)[:30]!r}")
+        if ablate & patch:
+            both = ", ".join(f"({l}, {h})" for l, h in sorted(ablate & patch)[:5])
+            raise InputError(f"heads {both} are both ablated and patched; a head's output is one or the other")
+        if patch and source is None:
+            raise InputError("patch needs source=<another text>: the patched heads' outputs come from a run on it")
+        if not patch and (ablation == "zero" or not ablate):
+            return dataclasses.replace(self._run(text, ablate), ablation=ablation)
+        replace_with = self.replacement(text, ablate, ablation, reference, patch, source)  # (1, L, H, T or 1, dh)
+        run = self._run(text, ablate | patch, replace_with)
+        return dataclasses.replace(run, ablated=ablate, ablation=ablation, patched=patch)
+
+    def replacement(self, text: str, ablate: frozenset[Head], ablation: str, reference: Iterable[str] | None,
+                    patch: frozenset[Head], source: str | None) -> torch.Tensor:
+        """What each intervened head outputs instead -> (1, L, H, T or 1, dh): the mean for mean-ablated heads,
+        the source run's outputs for patched heads, 0 elsewhere (zero-ablated heads; kept heads ignore theirs)."""
+        n_tokens = self.token_count(text)
+        src = None
+        if patch:
+            source = check_text(source)
+            n_source = self.token_count(source)
+            if n_source != n_tokens:
+                raise InputError(
+                    f"the source text has {n_source} tokens and the text has {n_tokens}: patching takes each "
+                    "head's output position by position, so both need the same number of tokens. Change the "
+                    "source so it lines up (e.g. swap one name for another of the same length in tokens)."
+                )
+            src = self.head_outputs(source)  # (L, H, T, dh)
+        means = self.head_means(reference) if ablation == "mean" and ablate else None  # (L, H, dh)
+        d_head = (src if src is not None else means).shape[-1]
+        replace = torch.zeros(1, self.n_layers, self.n_heads, n_tokens if patch else 1, d_head)  # (1, L, H, T|1, dh)
+        if means is not None:
+            for layer, head in ablate:
+                replace[0, layer, head] = means[layer, head]  # (dh,), the same at every position
+        for layer, head in patch:
+            replace[0, layer, head] = src[layer, head]  # (T, dh)
+        return replace
+
+    def head_means(self, reference: Iterable[str] | None = None) -> torch.Tensor:
+        """Each head's output averaged over every position of the `reference` texts (None: `examples()`), each
+        run with all heads on -> (L, H, dh). Kept per reference set: it depends only on the weights and texts,
+        so it is the same for every session."""
+        if reference is None:
+            texts = tuple(text for _, text, _ in self.examples())
+            if not texts:
+                raise InputError(f"{self.name} has no example sentences to average head outputs over; pass "
+                                 "reference=[some texts] for mean ablation")
+        else:
+            if isinstance(reference, str):
+                raise InputError("reference must be a list of texts, not one text: wrap it as [text]")
+            texts = tuple(check_text(t) for t in reference)
+            if not texts:
+                raise InputError("reference is empty: give at least one text to average head outputs over")
+        cache = self.__dict__.setdefault("_head_means", {})
+        if texts not in cache:
+            outputs = torch.cat([self.head_outputs(t) for t in texts], dim=2)  # (L, H, sum of T, dh)
+            if len(cache) >= 8:
+                cache.pop(next(iter(cache)))
+            cache[texts] = outputs.mean(dim=2)  # (L, H, dh)
+        return cache[texts]
 
     @abstractmethod
-    def _run(self, text: str, ablate: frozenset[Head]) -> AttentionRun:
-        """One forward of valid, non-empty `text` with the heads in `ablate` switched off."""
+    def _run(self, text: str, ablate: frozenset[Head], replace: torch.Tensor | None = None) -> AttentionRun:
+        """One forward of valid, non-empty `text` with the heads in `ablate` switched off: their output is 0, or
+        `replace` (1, L, H, T or 1, dh) at their (layer, head) when given."""
 
     @abstractmethod
-    def run_batch_keep(self, text: str, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """One forward over a batch of head masks `keep` (B, L, H) on the same text.
+    def run_batch_keep(self, text: str, keep: torch.Tensor,
+                       replace: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One forward over a batch of head masks `keep` (B, L, H) on the same text; a head with keep 0 outputs
+        0, or `replace` (B or 1, L, H, T or 1, dh) at its (layer, head) when given.
 
-        Returns (output (B, T, D), logits (B, T, V) or None). Used to ablate many heads in one pass.
+        Returns (output (B, T, D), logits (B, T, V) or None). Used to ablate or patch many heads in one pass.
         """
 
     @abstractmethod
@@ -230,6 +335,29 @@ class Model(ABC):
             "this architecture. It works for the tiny model and transformers models whose attention uses "
             "transformers' attention interface with a linear output projection."
         )
+
+    def token_count(self, text: str) -> int:
+        """How many tokens `text` becomes (after truncation). Adapters answer without running the model."""
+        return len(self._run(check_text(text), frozenset()).tokens)
+
+    def head_outputs(self, text: str) -> torch.Tensor:
+        """Every head's output on `text` with all heads on -> (L, H, T, dh): its slice of the output
+        projection's input. Needed for mean ablation and patching; adapters that cannot give it raise."""
+        raise InputError(f"{self.name} cannot report head outputs, so it supports only zero ablation")
+
+    def head_gradients(self, text: str, metric) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Head outputs on `text` and the gradient of `metric(output (T, D), logits (T, V) or None) -> scalar`
+        with respect to them: (outputs (L, H, T, dh), grads (L, H, T, dh)); None when unavailable."""
+        return None
+
+    def readout(self, text: str) -> "Readout | None":
+        """What the direct effect of each head on the logits needs (see `Readout`); None for models without an
+        LM head, or whose final norm or unembedding could not be identified."""
+        return None
+
+    def token_id(self, piece: str) -> int:
+        """The id of `piece` when it is exactly one token (e.g. " Mary"), or an InputError saying what it is."""
+        raise InputError(f"{self.name} cannot look up single tokens")
 
     def ground_truth(self, tokens: list[str]):
         """Where the relations are in this text, when the model's training data defines them (the tiny model's

@@ -56,3 +56,63 @@ def same_token_reference(att, ids):
     if not rows:
         return torch.full(att.shape[:-2], float("nan"))
     return torch.stack(rows).mean(0)  # (L, H)
+
+
+class HookedReference:
+    """An independent copy of a model (transformers' plain eager attention, or a deep copy of the tiny stack)
+    whose output projections get forward pre-hooks: they record each layer's input (B, T, H * dh), the heads'
+    outputs side by side, and can overwrite chosen heads' slices of it. None of mha-viz's mechanism is used.
+    """
+
+    def __init__(self, model):
+        import torch
+
+        self.model = model
+        self.d_head = None
+        if hasattr(model, "lm"):  # the tiny model
+            self.ref = copy.deepcopy(model.lm)
+            self.projs = [block.attn.out for block in self.ref.blocks]
+        else:
+            self.ref = eager_copy(model)
+            base = getattr(self.ref, "base_model", self.ref)
+            if hasattr(base, "layers"):  # Llama-style
+                self.projs = [layer.self_attn.o_proj for layer in base.layers]
+            else:  # BERT-style
+                self.projs = [layer.attention.output.dense for layer in base.encoder.layer]
+        self.d_head = self.projs[0].in_features // model.n_heads
+        self._torch = torch
+
+    def forward(self, text: str, set_heads: dict | None = None):
+        """-> (head outputs (L, H, T, dh), final tensor (T, V) logits for LMs, else (T, D) hidden states).
+        `set_heads` maps (layer, head) to the value its output is overwritten with: (T, dh) or (dh,)."""
+        torch, dh = self._torch, self.d_head
+        set_heads = set_heads or {}
+        seen, handles = [], []
+
+        def hook_for(layer):
+            def hook(module, args):
+                (context,) = args  # (B, T, H * dh)
+                context = context.clone()
+                for (l, h), value in set_heads.items():
+                    if l == layer:
+                        context[..., h * dh:(h + 1) * dh] = value
+                seen.append(context[0])
+                return (context,)
+            return hook
+
+        try:
+            for layer, proj in enumerate(self.projs):
+                handles.append(proj.register_forward_pre_hook(hook_for(layer)))
+            with torch.no_grad():
+                if hasattr(self.model, "lm"):
+                    _, ids, _ = self.model.encode(text)
+                    logits, hidden, _ = self.ref(torch.tensor([ids]))
+                    final = logits[0]
+                else:
+                    out = self.ref(**self.model._encode(text)[0])
+                    final = out.logits[0] if getattr(out, "logits", None) is not None else out.last_hidden_state[0]
+        finally:
+            for handle in handles:
+                handle.remove()
+        heads = torch.stack([c.view(c.shape[0], -1, dh).transpose(0, 1) for c in seen])  # (L, H, T, dh)
+        return heads.float(), final.float()

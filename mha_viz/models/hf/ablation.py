@@ -51,6 +51,7 @@ def _masked_eager_attention(module, query, key, value, attention_mask, **kwargs)
         layer_of, keep = state
         keep_here = keep[:, layer_of[id(module)]].to(out.dtype)  # (B, H)
         out = out * keep_here[:, None, :, None]  # (B, T, H, dh)
+    out = _apply_edit(module, out)  # (B, T, H, dh)
     return out, weights
 
 
@@ -93,3 +94,54 @@ def ablation(layer_of: dict[int, int], keep: torch.Tensor | None) -> Iterator[No
     finally:
         _ABLATION.reset(token)
 
+
+
+# -- interventions: keep or replace each head's output, record outputs and their gradients ------------------------
+# (layer index of each attention module by id, a HeadEdit (models/interventions.py)) for the forward running in
+# this context. Like the keep mask above, it lives for one call and is never stored on the shared model.
+_EDIT: contextvars.ContextVar[tuple[dict[int, int], Callable] | None] = contextvars.ContextVar(
+    "mha_viz_edit", default=None
+)
+# The final norm's (input, output) of the forward running in this context, when asked for (direct effects).
+_FINAL_NORM: contextvars.ContextVar[list | None] = contextvars.ContextVar("mha_viz_final_norm", default=None)
+
+
+def _apply_edit(module, out: torch.Tensor) -> torch.Tensor:
+    """out (B, T, H, dh), transformers' layout -> the same after the HeadEdit of this context, if any."""
+    state = _EDIT.get()
+    if state is None:
+        return out
+    layer_of, edit = state
+    return edit(layer_of[id(module)], out.transpose(1, 2)).transpose(1, 2)  # (B, H, T, dh) -> (B, T, H, dh)
+
+
+@contextlib.contextmanager
+def edited(layer_of: dict[int, int], edit: Callable | None) -> Iterator[None]:
+    """Apply `edit(layer, z (B, H, T, dh)) -> z` to every attention layer's head outputs for this context."""
+    token = _EDIT.set(None if edit is None else (layer_of, edit))
+    try:
+        yield
+    finally:
+        _EDIT.reset(token)
+
+
+def _record_final_norm(module, args, output) -> None:
+    record = _FINAL_NORM.get()
+    if record is not None:
+        record.append((args[0], output))  # (B, T, D) residual stream in, (B, T, D) normalised out
+
+
+def watch_final_norm(norm: torch.nn.Module) -> None:
+    """Let `final_norm_io()` see this module's input and output. The hook writes only into the calling context's
+    list, so it holds no state of any session; it is added once, when the model loads."""
+    norm.register_forward_hook(_record_final_norm)
+
+
+@contextlib.contextmanager
+def final_norm_io() -> Iterator[list]:
+    seen: list = []
+    token = _FINAL_NORM.set(seen)
+    try:
+        yield seen
+    finally:
+        _FINAL_NORM.reset(token)

@@ -7,10 +7,11 @@ import json
 
 import torch
 
-from mha_viz.contract import (AttentionRun, Head, HeadInside, InputError, Model, ModelInfo, ModelLoadError,
+from mha_viz.contract import (AttentionRun, Head, HeadInside, InputError, Model, ModelInfo, ModelLoadError, Readout,
                               UnavailableError, check_text, head_keep_mask)
 from mha_viz.models.hf import ablation as _ablation
-from mha_viz.models.hf.ablation import _RECORDER, ablation
+from mha_viz.models.hf.ablation import _RECORDER, ablation, edited, final_norm_io, watch_final_norm
+from mha_viz.models.interventions import HeadEdit
 from mha_viz.models.heads import out_proj_per_head
 from mha_viz.settings import ASSETS
 
@@ -24,6 +25,7 @@ class HFModel(Model):
         self._tokenizer = tokenizer
         self._device = device
         self._layer_of = self._find_attention_layers()
+        self._final_norm = self._watch_final_norm()
 
     # -- loading helpers -------------------------------------------------------------------------------------
     def _find_attention_layers(self) -> dict[int, int]:
@@ -176,8 +178,8 @@ class HFModel(Model):
         return getattr(self._tokenizer, "mask_token", None)
 
     # -- running -----------------------------------------------------------------------------------------------
-    def _forward(self, enc: dict, keep: torch.Tensor | None, want_attentions: bool):
-        with torch.no_grad(), ablation(self._layer_of, keep):
+    def _forward(self, enc: dict, keep: torch.Tensor | None, want_attentions: bool, edit: HeadEdit | None = None):
+        with torch.no_grad(), ablation(self._layer_of, keep), edited(self._layer_of, edit):
             return self._model(**enc, output_attentions=want_attentions, output_hidden_states=True)
 
     def _final_hidden(self, out) -> torch.Tensor:
@@ -185,13 +187,15 @@ class HFModel(Model):
             return out.last_hidden_state  # (B, T, D)
         return out.hidden_states[-1]  # (B, T, D)
 
-    def _run(self, text: str, ablate: frozenset[Head]) -> AttentionRun:
+    def _run(self, text: str, ablate: frozenset[Head], replace: torch.Tensor | None = None) -> AttentionRun:
         enc, dropped = self._encode(text)
         ids = enc["input_ids"][0].tolist()
-        keep = None
+        keep, edit = None, None
         if ablate:
             keep = head_keep_mask(ablate, self.n_layers, self.n_heads)[None].to(self._device)  # (1, L, H)
-        out = self._forward(enc, keep, want_attentions=True)
+        if replace is not None:  # the heads in `ablate` output `replace`, not 0
+            keep, edit = None, HeadEdit(keep, replace.to(self._device))
+        out = self._forward(enc, keep, want_attentions=True, edit=edit)
         attentions = torch.stack([a[0] for a in out.attentions]).float().cpu()  # (L, H, Q, K)
         logits = getattr(out, "logits", None)
         special_ids = set(self._tokenizer.all_special_ids)
@@ -208,16 +212,101 @@ class HFModel(Model):
             special=tuple(i for i, t in enumerate(ids) if t in special_ids),
         )
 
-    def run_batch_keep(self, text: str, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def run_batch_keep(self, text: str, keep: torch.Tensor,
+                       replace: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         text = check_text(text)
         if keep.ndim != 3 or keep.shape[1:] != (self.n_layers, self.n_heads):
             raise InputError(f"keep must be (B, {self.n_layers}, {self.n_heads}); got {tuple(keep.shape)}")
         enc, _ = self._encode(text)
         batch = keep.shape[0]
         enc = {k: v.expand(batch, -1) for k, v in enc.items()}
-        out = self._forward(enc, keep.to(self._device), want_attentions=False)
+        keep, edit = keep.to(self._device), None
+        if replace is not None:
+            keep, edit = None, HeadEdit(keep, replace.to(self._device))
+        out = self._forward(enc, keep, want_attentions=False, edit=edit)
         logits = getattr(out, "logits", None)
         return self._final_hidden(out).float().cpu(), None if logits is None else logits.float().cpu()
+
+
+    # -- interventions: head outputs, their gradients, the readout for direct effects -----------------------------
+    def token_count(self, text: str) -> int:
+        return self._encode(check_text(text))[0]["input_ids"].shape[1]
+
+    def token_id(self, piece: str) -> int:
+        ids = self._tokenizer(piece, add_special_tokens=False)["input_ids"]
+        if len(ids) != 1:
+            pieces = self._tokenizer.convert_ids_to_tokens(ids)
+            raise InputError(f"{piece!r} is {len(ids)} tokens for this model ({pieces}), not one; pick a word that "
+                             "is a single token (for a word after a space, include the space: ' Mary')")
+        return int(ids[0])
+
+    def head_outputs(self, text: str) -> torch.Tensor:
+        enc, _ = self._encode(check_text(text))
+        edit = HeadEdit(capture=True)
+        self._forward(enc, None, want_attentions=False, edit=edit)
+        return edit.stacked()  # (L, H, T, dh)
+
+    def head_gradients(self, text: str, metric) -> tuple[torch.Tensor, torch.Tensor]:
+        """(outputs, d metric / d outputs), both (L, H, T, dh). torch.autograd.grad, not backward(): nothing is
+        accumulated in the shared model's parameters."""
+        enc, _ = self._encode(check_text(text))
+        edit = HeadEdit(capture=True, grad=True)
+        with torch.enable_grad(), ablation(self._layer_of, None), edited(self._layer_of, edit):
+            out = self._model(**enc, output_hidden_states=True)
+            logits = getattr(out, "logits", None)
+            value = metric(self._final_hidden(out)[0].float(), None if logits is None else logits[0].float())
+            grads = torch.autograd.grad(value, edit.deltas)  # per layer (1, H, T, dh)
+        return edit.stacked(), torch.stack([g[0] for g in grads]).float().cpu()  # (L, H, T, dh) twice
+
+    def _watch_final_norm(self) -> torch.nn.Module | None:
+        """The norm between the last layer and the LM head of a causal LM (`norm`, `ln_f`, ...), watched so a
+        readout can see the residual stream entering it; None when there is no such module."""
+        if self.info.kind != "causal-lm" or self._model.get_output_embeddings() is None:
+            return None
+        base = getattr(self._model, "base_model", self._model)
+        for name in ("norm", "ln_f", "final_layer_norm", "final_layernorm", "norm_f"):
+            module = getattr(base, name, None)
+            if isinstance(module, torch.nn.Module) and isinstance(getattr(module, "weight", None), torch.Tensor):
+                watch_final_norm(module)
+                return module
+        return None
+
+    def readout(self, text: str) -> Readout | None:
+        """The run on `text` (all heads on) as parts for direct effects (see `Readout`). None when this model has
+        no LM head, no recognised final norm or output projection, or when the frozen-scale norm does not
+        reproduce the model's own output (e.g. logits soft-capped), so no number shown rests on a guess."""
+        norm = self._final_norm
+        if norm is None or any(w is None for w in self._out_proj):
+            return None
+        enc, _ = self._encode(check_text(text))
+        edit = HeadEdit(capture=True)
+        with final_norm_io() as seen:
+            out = self._forward(enc, None, want_attentions=False, edit=edit)
+        if len(seen) != 1:
+            return None
+        residual, normed = (t[0].detach().float().cpu() for t in seen[0])  # (T, D), (T, D)
+        gain = norm.weight.detach().float().cpu()  # (D,)
+        bias = getattr(norm, "bias", None)
+        bias = None if bias is None else bias.detach().float().cpu()  # (D,)
+        centered = isinstance(norm, torch.nn.LayerNorm) or "LayerNorm" in type(norm).__name__
+        centred_res = residual - residual.mean(-1, keepdim=True) if centered else residual  # (T, D)
+        # The scale the norm divided by, read off its own input and output, so any epsilon convention is honoured.
+        shifted = normed - (0 if bias is None else bias)  # (T, D)
+        scale = (gain * centred_res).norm(dim=-1) / shifted.norm(dim=-1).clamp_min(1e-12)  # (T,)
+        rebuilt = gain * centred_res / scale[:, None] + (0 if bias is None else bias)  # (T, D)
+        if not torch.allclose(rebuilt, normed, atol=1e-4 * float(normed.abs().max()) + 1e-6):
+            return None
+        head = self._model.get_output_embeddings()
+        unembed = head.weight.detach()  # (V, D), not copied
+        unembed_bias = None if getattr(head, "bias", None) is None else head.bias.detach().float().cpu()  # (V,)
+        logits = out.logits[0].float().cpu()  # (T, V)
+        again = normed @ unembed.float().cpu().T + (0 if unembed_bias is None else unembed_bias)  # (T, V)
+        if not torch.allclose(again, logits, atol=1e-3 * float(logits.abs().max()) + 1e-5):
+            return None
+        w_o = torch.stack([out_proj_per_head(w.detach().float().cpu(), self.n_heads) for w in self._out_proj])
+        return Readout(outputs=edit.stacked(), w_o=w_o, residual=residual, scale=scale, centered=centered,
+                       gain=gain, bias=bias, unembed=unembed.float().cpu(), unembed_bias=unembed_bias,
+                       logits=logits)  # w_o (L, H, dh, D)
 
 
 def _find_out_proj(model, attention: torch.nn.Module, n_layers: int) -> torch.Tensor | None:

@@ -12,8 +12,9 @@ import torch
 from safetensors.torch import load_file
 
 from mha_viz.settings import ASSETS
-from mha_viz.contract import (AttentionRun, Head, HeadInside, InputError, Model, ModelInfo, ModelLoadError,
+from mha_viz.contract import (AttentionRun, Head, HeadInside, InputError, Model, ModelInfo, ModelLoadError, Readout,
                               check_text, head_keep_mask)
+from mha_viz.models.interventions import HeadEdit
 from mha_viz.models.tiny.corpus import BOS, Vocab, build_vocab, example_sentences, ground_truth, tokenize
 from mha_viz.models.heads import out_proj_per_head
 from mha_viz.models.tiny.architecture import TinyConfig, TinyLM, build_model
@@ -49,11 +50,14 @@ class TinyModel(Model):
         cut = max(0, len(ids) - self.config.max_len)  # keep the first max_len tokens
         return labels[: self.config.max_len], ids[: self.config.max_len], cut
 
-    def _run(self, text: str, ablate: frozenset[Head]) -> AttentionRun:
+    def _run(self, text: str, ablate: frozenset[Head], replace: torch.Tensor | None = None) -> AttentionRun:
         labels, ids, cut = self.encode(text)
-        keep = head_keep_mask(ablate, self.n_layers, self.n_heads)  # (L, H)
+        keep = head_keep_mask(ablate, self.n_layers, self.n_heads).unsqueeze(0)  # (1, L, H)
+        edit = None
+        if replace is not None:  # the heads in `ablate` output `replace`, not 0
+            keep, edit = None, HeadEdit(keep, replace)
         with torch.no_grad():
-            logits, hidden, attentions = self.lm(torch.tensor([ids]), keep.unsqueeze(0))  # (1,T,V) (1,T,D) (1,L,H,T,T)
+            logits, hidden, attentions = self.lm(torch.tensor([ids]), keep, edit)  # (1,T,V) (1,T,D) (1,L,H,T,T)
         return AttentionRun(
             tokens=labels,
             attentions=attentions[0].float().contiguous(),  # (L, H, Q, K)
@@ -134,7 +138,8 @@ class TinyModel(Model):
     def examples(self) -> list[tuple[str, str, str]]:
         return [(f"{e.relation}: {e.label}"[:48], e.text, e.label) for e in example_sentences()]
 
-    def run_batch_keep(self, text: str, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def run_batch_keep(self, text: str, keep: torch.Tensor,
+                       replace: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """One forward over a batch of head masks `keep` (B, L, H) on the same text: (output (B,T,D), logits (B,T,V))."""
         text = check_text(text)
         if keep.dim() != 3 or keep.shape[1:] != (self.n_layers, self.n_heads):
@@ -143,9 +148,59 @@ class TinyModel(Model):
             )
         _, ids, _ = self.encode(text)
         batch = torch.tensor([ids]).expand(keep.shape[0], -1)  # (B, T)
+        keep, edit = keep.float(), None
+        if replace is not None:
+            keep, edit = None, HeadEdit(keep, replace)
         with torch.no_grad():
-            logits, hidden, _ = self.lm(batch, keep.float())  # (B, T, V), (B, T, D), _
+            logits, hidden, _ = self.lm(batch, keep, edit)  # (B, T, V), (B, T, D), _
         return hidden.float(), logits.float()
+
+    # -- interventions: head outputs, their gradients, the readout for direct effects -----------------------------
+    def token_count(self, text: str) -> int:
+        return len(self.encode(check_text(text))[1])
+
+    def token_id(self, piece: str) -> int:
+        words = tokenize(piece)
+        if len(words) != 1 or words[0] not in self.vocab:
+            raise InputError(f"{piece!r} is not one word of the tiny model's vocabulary; pick one it knows "
+                             f"(e.g. {self.vocab.word(3)!r})")
+        return self.vocab.id(words[0])
+
+    def head_outputs(self, text: str) -> torch.Tensor:
+        _, ids, _ = self.encode(check_text(text))
+        edit = HeadEdit(capture=True)
+        with torch.no_grad():
+            self.lm(torch.tensor([ids]), None, edit)
+        return edit.stacked()  # (L, H, T, dh)
+
+    def head_gradients(self, text: str, metric) -> tuple[torch.Tensor, torch.Tensor]:
+        """(outputs, d metric / d outputs), both (L, H, T, dh); autograd.grad leaves the weights' .grad alone."""
+        _, ids, _ = self.encode(check_text(text))
+        edit = HeadEdit(capture=True, grad=True)
+        with torch.enable_grad():
+            logits, hidden, _ = self.lm(torch.tensor([ids]), None, edit)  # (1, T, V), (1, T, D)
+            grads = torch.autograd.grad(metric(hidden[0], logits[0]), edit.deltas)  # per layer (1, H, T, dh)
+        return edit.stacked(), torch.stack([g[0] for g in grads]).float()  # (L, H, T, dh) twice
+
+    def readout(self, text: str) -> Readout:
+        """The run on `text` (all heads on) as parts for direct effects (see `Readout`). The blocks are stepped
+        through here so the residual stream before the final LayerNorm can be read; nothing is hooked."""
+        _, ids, _ = self.encode(check_text(text))
+        edit = HeadEdit(capture=True)
+        lm = self.lm
+        with torch.no_grad():
+            T = len(ids)
+            x = lm.tok(torch.tensor([ids])) + lm.pos(torch.arange(T))  # (1, T, D)
+            for layer, block in enumerate(lm.blocks):
+                x, _ = block(x, None, lambda z, layer=layer: edit(layer, z))  # (1, T, D)
+            residual = x[0].float()  # (T, D)
+            logits = lm.head(lm.ln_f(x))[0].float()  # (T, V)
+        ln = lm.ln_f
+        scale = (residual.var(-1, unbiased=False) + ln.eps).sqrt()  # (T,): LayerNorm's divisor at this input
+        w_o = torch.stack([out_proj_per_head(b.attn.out.weight.detach(), self.n_heads) for b in lm.blocks])
+        return Readout(outputs=edit.stacked(), w_o=w_o, residual=residual, scale=scale, centered=True,
+                       gain=ln.weight.detach().float(), bias=ln.bias.detach().float(),
+                       unembed=lm.head.weight.detach().float(), unembed_bias=None, logits=logits)  # w_o (L, H, dh, D)
 
 
 CHECKPOINTS = "checkpoints"  # as in train.py, which writes step-NNNNNN.safetensors files there

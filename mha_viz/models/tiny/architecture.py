@@ -4,9 +4,11 @@ Axis letters: B = batch, T = token position, L = layers, H = heads, D = d_model,
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import asdict, dataclass, fields
+from typing import Callable
 
 import torch
 from torch import nn
@@ -70,8 +72,9 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(cfg.d_model)
         self.mlp = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_mlp), nn.GELU(), nn.Linear(cfg.d_mlp, cfg.d_model))
 
-    def forward(self, x: torch.Tensor, head_keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        a, weights = self.attn(self.ln1(x), head_keep)  # (B, T, D), (B, H, T, T)
+    def forward(self, x: torch.Tensor, head_keep: torch.Tensor | None,
+                edit: Callable | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        a, weights = self.attn(self.ln1(x), head_keep, edit)  # (B, T, D), (B, H, T, T)
         x = x + a  # (B, T, D)
         x = x + self.mlp(self.ln2(x))  # (B, T, D)
         return x, weights
@@ -80,7 +83,7 @@ class Block(nn.Module):
 class TinyLM(nn.Module):
     """Token + position embeddings, L pre-LN blocks, a final LayerNorm and an (untied) LM head.
 
-    forward(ids (B, T), head_keep (B, L, H) or (L, H) or None)
+    forward(ids (B, T), head_keep (B, L, H) or (L, H) or None, edit(layer, z (B, H, T, dh)) -> z or None)
         -> logits (B, T, V), hidden (B, T, D) after the final LayerNorm, attentions (B, L, H, T, T).
     """
 
@@ -107,7 +110,7 @@ class TinyLM(nn.Module):
             nn.init.zeros_(module.bias)
 
     def forward(
-        self, ids: torch.Tensor, head_keep: torch.Tensor | None = None
+        self, ids: torch.Tensor, head_keep: torch.Tensor | None = None, edit: Callable | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.cfg
         if ids.dim() != 2:
@@ -129,7 +132,8 @@ class TinyLM(nn.Module):
         patterns = []
         for layer, block in enumerate(self.blocks):
             keep = None if head_keep is None else head_keep[:, layer]  # (B, H)
-            x, weights = block(x, keep)  # (B, T, D), (B, H, T, T)
+            layer_edit = None if edit is None else functools.partial(edit, layer)  # edit(layer, z) -> z
+            x, weights = block(x, keep, layer_edit)  # (B, T, D), (B, H, T, T)
             patterns.append(weights)
         hidden = self.ln_f(x)  # (B, T, D)
         logits = self.head(hidden)  # (B, T, V)

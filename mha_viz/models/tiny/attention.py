@@ -10,6 +10,7 @@ the whole point of this app. The parity tests check this explicit path against i
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 from torch import nn
@@ -48,10 +49,11 @@ def _check_head_keep(head_keep: torch.Tensor, B: int, H: int) -> torch.Tensor:
 class MultiHeadSelfAttention(nn.Module):
     """Causal multi-head self-attention: one fused qkv projection split into H heads, and an output projection.
 
-    forward(x (B, T, D), head_keep (B, H) or (H,) or None) -> (out (B, T, D), weights (B, H, T, T)).
+    forward(x (B, T, D), head_keep (B, H) or (H,) or None, edit) -> (out (B, T, D), weights (B, H, T, T)).
     `head_keep` is 1 for a head that contributes and 0 for an ablated one: it scales that head's output before the
     output projection, so an ablated head's pattern is still computed (and returned) but adds nothing downstream.
-    Ablation is an argument, never state on `self`, because one loaded model is shared by every browser session.
+    `edit`, when given, maps the head outputs (B, H, T, dh) to what the output projection sees (mean ablation,
+    patching, recording). Both are arguments, never state on `self`: one loaded model is shared by every session.
     """
 
     def __init__(self, d_model: int, n_heads: int, max_len: int, causal: bool = True):
@@ -67,7 +69,7 @@ class MultiHeadSelfAttention(nn.Module):
         self.register_buffer("tril", torch.ones(max_len, max_len, dtype=torch.bool).tril(), persistent=False)
 
     def forward(
-        self, x: torch.Tensor, head_keep: torch.Tensor | None = None
+        self, x: torch.Tensor, head_keep: torch.Tensor | None = None, edit: Callable | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         B, T, D = x.shape
         H, dh = self.n_heads, self.d_head
@@ -89,6 +91,10 @@ class MultiHeadSelfAttention(nn.Module):
         # 3. Ablate: scale each head's output; 0 removes that head's contribution, not its pattern.
         if head_keep is not None:
             ctx = ctx * _check_head_keep(head_keep.to(ctx.dtype), B, H)  # (B, H, T, dh)
+        # An intervention passed for this call only (models/interventions.py): keep or replace each head's output,
+        # or record it.
+        if edit is not None:
+            ctx = edit(ctx)  # (B, H, T, dh)
 
         # 4. Concatenate: the H head outputs are laid side by side, then mixed by the output projection.
         ctx = ctx.transpose(1, 2).contiguous().view(B, T, D)  # (B, T, D)

@@ -1,0 +1,145 @@
+"""Mean ablation and activation patching, for every model kind, against independent forward hooks on the output
+projection's input (tests/reference.py: transformers' plain eager attention or a deep copy of the tiny stack).
+The mechanism under test is the HeadEdit passed per call (models/interventions.py)."""
+import pytest
+import torch
+
+from helpers import loaded
+from mha_viz.contract import InputError
+from reference import HookedReference
+
+# Same token count in every model (one name swapped for another that is one token too).
+TEXT = "When Mary and John went to the store, John gave a drink to"
+SOURCE = "When Mary and John went to the store, Mary gave a drink to"
+REFERENCE = ["The cat sat on the mat.", "Harry met Sally at the station and they talked."]
+TINY_TEXT = "the keys to the old cabinet are on the table"
+TINY_SOURCE = "the key to the old cabinets is on the table"
+MODELS = ["minilm", "smollm2", "tiny"]
+HEADS = {"minilm": [(1, 4), (4, 7)], "smollm2": [(3, 2), (9, 8)], "tiny": [(0, 1), (2, 3)]}
+
+
+def _texts(name):
+    return (TINY_TEXT, TINY_SOURCE) if name.startswith("tiny") else (TEXT, SOURCE)
+
+
+def _final(run):
+    return run.logits if run.logits is not None else run.output  # (T, V) or (T, D)
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def case(request):
+    model = loaded(request.param)
+    return request.param, model, HookedReference(model)
+
+
+def test_head_outputs_equal_the_output_projections_input(case):
+    name, model, ref = case
+    text, _ = _texts(name)
+    heads, final = ref.forward(text)
+    ours = model.head_outputs(text)  # (L, H, T, dh)
+    assert ours.shape == heads.shape == (model.n_layers, model.n_heads, len(model.run(text).tokens), ref.d_head)
+    assert torch.allclose(ours, heads, atol=1e-4)
+    assert torch.allclose(_final(model.run(text)), final, atol=1e-4)
+
+
+def test_mean_ablation_equals_hooks_setting_the_reference_mean(case):
+    name, model, ref = case
+    text, _ = _texts(name)
+    # The reference mean, from the hooks: every position of every reference text, all heads on.
+    means = torch.cat([ref.forward(t)[0] for t in REFERENCE], dim=2).mean(dim=2)  # (L, H, dh)
+    heads = HEADS[name]
+    _, expected = ref.forward(text, {h: means[h] for h in heads})
+    run = model.run(text, ablate=heads, ablation="mean", reference=REFERENCE)
+    assert run.ablation == "mean" and run.ablated == frozenset(heads) and not run.patched
+    assert torch.allclose(_final(run), expected, atol=1e-4)
+    zero = model.run(text, ablate=heads)
+    assert (_final(zero) - _final(run)).abs().max() > 1e-3, "mean and zero ablation must differ to be tested"
+
+
+def test_patching_equals_hooks_setting_the_source_outputs(case):
+    name, model, ref = case
+    text, source = _texts(name)
+    src_heads, _ = ref.forward(source)  # (L, H, T, dh)
+    heads = HEADS[name]
+    _, expected = ref.forward(text, {h: src_heads[h] for h in heads})
+    run = model.run(text, patch=heads, source=source)
+    assert run.patched == frozenset(heads) and not run.ablated
+    assert torch.allclose(_final(run), expected, atol=1e-4)
+    assert (_final(run) - _final(model.run(text))).abs().max() > 1e-4, "the patch must change something"
+
+
+def test_patching_combines_with_mean_ablation(case):
+    name, model, ref = case
+    text, source = _texts(name)
+    src_heads, _ = ref.forward(source)
+    means = torch.cat([ref.forward(t)[0] for t in REFERENCE], dim=2).mean(dim=2)  # (L, H, dh)
+    patched, ablated = HEADS[name]
+    _, expected = ref.forward(text, {patched: src_heads[patched], ablated: means[ablated]})
+    run = model.run(text, ablate={ablated}, ablation="mean", reference=REFERENCE, patch={patched}, source=source)
+    assert torch.allclose(_final(run), expected, atol=1e-4)
+
+
+def test_patching_from_the_same_text_changes_nothing(case):
+    name, model, _ = case
+    text, _ = _texts(name)
+    every = [(layer, head) for layer in range(model.n_layers) for head in range(model.n_heads)]
+    base, run = model.run(text), model.run(text, patch=every, source=text)
+    assert torch.allclose(_final(run), _final(base), atol=1e-5)
+    assert torch.allclose(run.attentions, base.attentions, atol=1e-6)
+
+
+def test_zero_is_the_default_and_the_model_keeps_no_state(case):
+    name, model, _ = case
+    text, source = _texts(name)
+    heads = HEADS[name]
+    before = model.run(text)
+    default, zero = model.run(text, ablate=heads), model.run(text, ablate=heads, ablation="zero")
+    assert torch.equal(_final(default), _final(zero)) and zero.ablation == "zero"
+    model.run(text, ablate=heads[:1], ablation="mean", reference=REFERENCE, patch=heads[1:], source=source)
+    assert torch.equal(_final(model.run(text)), _final(before)), "an intervention outlived its call"
+
+
+def test_length_mismatch_names_both_counts(case):
+    name, model, _ = case
+    text, _ = _texts(name)
+    n = len(model.run(text).tokens)
+    short = "the table" if name.startswith("tiny") else "John gave"
+    m = len(model.run(short).tokens)
+    with pytest.raises(InputError, match=rf"source text has {m} tokens and the text has {n}"):
+        model.run(text, patch=HEADS[name], source=short)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(ablate=[(0, 0)], ablation="half"), "ablation must be one of"),
+    (dict(patch=[(0, 0)]), "patch needs source"),
+    (dict(ablate=[(0, 0)], patch=[(0, 0)], source="x"), "both ablated and patched"),
+    (dict(ablate=[(0, 0)], ablation="mean", reference="one text"), "list of texts"),
+    (dict(ablate=[(0, 0)], ablation="mean", reference=[]), "reference is empty"),
+])
+def test_bad_requests_say_what_to_do(kwargs, message):
+    with pytest.raises(InputError, match=message):
+        loaded("tiny").run(TINY_TEXT, **kwargs)
+
+
+def test_mean_over_the_models_own_examples_by_default():
+    model = loaded("tiny")
+    texts = [text for _, text, _ in model.examples()]
+    by_default = model.run(TINY_TEXT, ablate={(1, 1)}, ablation="mean")
+    explicit = model.run(TINY_TEXT, ablate={(1, 1)}, ablation="mean", reference=texts)
+    assert torch.equal(by_default.logits, explicit.logits)
+
+
+@pytest.mark.parametrize("name", ["smollm2", "tiny"])
+def test_batched_replacement_equals_one_run_per_row(name):
+    """run_batch_keep with a replacement (the batched patching map) against one Model.run per head."""
+    model = loaded(name)
+    text, source = _texts(name)
+    src = model.head_outputs(source)[None]  # (1, L, H, T, dh)
+    heads = HEADS[name]
+    keep = torch.ones(len(heads), model.n_layers, model.n_heads)  # (B, L, H)
+    for row, (layer, head) in enumerate(heads):
+        keep[row, layer, head] = 0.0
+    _, logits = model.run_batch_keep(text, keep, src)  # (B, T, V)
+    for row, head in enumerate(heads):
+        assert torch.allclose(logits[row], model.run(text, patch={head}, source=source).logits, atol=1e-4)
+
