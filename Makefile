@@ -34,7 +34,7 @@ setup-nginx:
 	  else sudo apt-get update -q && sudo apt-get install -y -q nginx; fi; }
 
 run: setup
-	$(PY) -m streamlit run app.py --server.port $(PORT) --server.headless true --browser.gatherUsageStats false
+	$(PY) app.py --server.port $(PORT) --server.headless true --browser.gatherUsageStats false
 
 # Many people at once: N app processes behind nginx with sticky sessions, public-server settings (README).
 N ?= 2

@@ -3,6 +3,7 @@ are off, then the chosen view (views/). `main()` lays the page out from small fu
 from __future__ import annotations
 
 import html
+import sys
 
 import streamlit as st
 
@@ -22,6 +23,19 @@ DEFAULT_TEXT = "The keys to the old cabinet are on the table, so Anna gave the k
 MAX_TEXT_CHARS = 200_000  # longer text is cut before tokenizing, and the page says so
 LONG_STRIP = 80  # a strip of more tokens folds into an expander, so it does not push the heatmaps off screen
 SHARED_SCALE = "shared 0–1"
+
+def warm_up() -> None:
+    """Load the default model and run the default sentence before any visitor asks (app.py calls this in a thread
+    when the server starts). Goes through the same caches the page uses, whose locks make a visitor who arrives
+    meanwhile wait for this load instead of starting a second one. A failure is left for the page to explain."""
+    name = next(iter(BUILTIN))  # the sidebar's first choice
+    try:
+        set_threads()
+        get_run(name, DEFAULT_TEXT)
+    except Exception as err:  # the page shows the same error, with its advice, to the first visitor
+        print(f"mha-viz: warming up {name!r} failed ({type(err).__name__}: {err}); the page will say why",
+              file=sys.stderr)
+
 
 def main() -> None:
     st.set_page_config(page_title="mha-viz: attention heads, side by side", layout="wide")
