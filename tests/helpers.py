@@ -89,3 +89,23 @@ def tiny_masked_lm(folder: Path) -> Path:
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
         shutil.copy(src / name, folder / name)
     return folder
+
+
+def grid_data(at) -> dict:
+    """What the Layer view's browser component was sent on the last run of an AppTest (see head_grid.js's header):
+    AppTest cannot run its JavaScript, but it can read the data every head is drawn from."""
+    import json
+
+    elements = [e for e in at.get("bidi_component") if e.proto.component_name == "mha_viz.head_grid"]
+    assert len(elements) == 1, f"expected one head grid on the page, found {len(elements)}"
+    return json.loads(elements[0].proto.json)
+
+
+def grid_weights(data: dict) -> torch.Tensor:
+    """(L, H, T, T) weights decoded from the grid's bytes, as the browser decodes them."""
+    import base64
+
+    codes = torch.frombuffer(bytearray(base64.b64decode(data["att"])), dtype=torch.uint8)
+    codes = codes.view(data["L"], data["H"], data["T"], data["T"]).float()  # (L, H, T, T)
+    scale = torch.tensor(data["scale"]).view(data["L"], data["H"], 1, 1)  # (L, H, 1, 1)
+    return codes / 255 * scale

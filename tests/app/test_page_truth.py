@@ -11,7 +11,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 from streamlit.testing.v1 import app_test as app_test_module
 
-from helpers import APP, loaded, tiny_masked_lm
+from helpers import APP, grid_data, loaded, tiny_masked_lm
 from reference import head_importance_loop, same_token_reference
 from mha_viz import analysis, load_model
 from mha_viz.app.page import DEFAULT_TEXT
@@ -70,8 +70,9 @@ def downloads(monkeypatch):
 
 
 def _badges(at: AppTest) -> list[str]:
-    """The measured-score caption under each toggle of the layer view, in head order."""
-    return [c.value for c in at.caption if c.value.startswith("measured:")]
+    """The measured-score caption under each head of the layer view (drawn by its browser grid), in head order."""
+    data = grid_data(at)
+    return [data["badges"][f"{data['layer']},{h}"] for h in range(data["H"])]
 
 
 # -- 1. the same-token score reaches the badge, the table, the spread over examples ----------------------------

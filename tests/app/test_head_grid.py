@@ -1,0 +1,44 @@
+"""The Layer view's browser grid through AppTest: the bytes it is sent decode to the attention the page shows, for
+every layer; heads switched off, the sidebar's layer and the measured badges arrive with them."""
+from __future__ import annotations
+
+import torch
+from streamlit.testing.v1 import AppTest
+
+from helpers import APP, grid_data, grid_weights, loaded
+from mha_viz import analysis
+from mha_viz.app.common import display
+from mha_viz.app.page import DEFAULT_TEXT
+
+
+def test_grid_is_sent_every_layer_of_the_run_the_page_shows():
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.run()
+    at.toggle(key="tg|minilm|0|3").set_value(False).run()
+    at.sidebar.selectbox(key="layer|minilm").set_value(2).run()
+    assert not at.exception, at.exception
+    data = grid_data(at)
+    model = loaded("minilm")
+    run = model.run(DEFAULT_TEXT, ablate={(0, 3)})
+    tokens, att = display(model, run, False, False)
+    assert (data["L"], data["H"], data["T"]) == (model.n_layers, model.n_heads, len(tokens))
+    assert data["layer"] == 2 and data["off"] == [[0, 3]]
+    # One byte per weight, each head on its own maximum: within half a step of 1/255 of it.
+    got = grid_weights(data)  # (L, H, T, T)
+    step = att.flatten(2).amax(-1)[..., None, None] / 255  # (L, H, 1, 1)
+    assert torch.all((got - att).abs() <= step / 2 + 1e-6)
+    # A downstream head's pattern moved when L0 H3 went off: the grid shows the ablated run, not the base one.
+    base = display(model, model.run(DEFAULT_TEXT), False, False)[1]
+    assert (att[5] - base[5]).abs().max() > 10 * step.max()
+    scores, baselines = analysis.run_scores(run, model.causal)
+    for layer, head in [(0, 0), (2, 5), (5, 11)]:
+        top = analysis.top_badges(scores, baselines, layer, head, n=1)
+        assert data["badges"][f"{layer},{head}"].startswith("measured: " + (f"{top[0][1]:.0%}" if top else "no"))
+
+
+def test_shared_scale_sends_weights_on_zero_to_one():
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.run()
+    at.sidebar.radio(key="scale").set_value("shared 0–1").run()
+    data = grid_data(at)
+    assert data["shared"] and set(data["scale"]) == {1.0}
