@@ -121,7 +121,7 @@ class BertVizPage:
         return time.monotonic() - t0
 
 
-def export(commit: str) -> Path:
+def export(commit: str) -> Path:  # also used by bench_browser
     """The app as of `commit`, unpacked (git archive, no worktree) into out/before-<commit>, for a side-by-side run."""
     sha = subprocess.run(["git", "rev-parse", "--short", commit], cwd=REPO, check=True, capture_output=True,
                          text=True).stdout.strip()

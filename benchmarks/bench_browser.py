@@ -22,6 +22,7 @@ import time
 from _common import load_avg, machine, median, table
 
 import _app as A
+from bench_bertviz import export
 
 N_HEADS = {"minilm": 12, "smollm2": 9}
 EFFECT = {"minilm": A.COSINE, "smollm2": A.KL}
@@ -31,6 +32,8 @@ TARGETS = {  # (model, step) -> seconds
     ("minilm", "type -> drawn"): 1.0,
     ("smollm2", "all layers drawn"): 2.5,
     ("smollm2", "all layers: type -> drawn"): 1.0,
+    ("smollm2", "all layers: type 128 tokens -> drawn"): 1.5,
+    ("minilm", "cold: process start -> drawn"): 5.0,
 }
 
 
@@ -58,7 +61,7 @@ def all_layers_with(word: str) -> tuple[str, list]:
     return js, [word]
 
 
-def exercise(pg: A.Page, name: str, reps: int, results: dict, markers: list[str]) -> None:
+def exercise(pg: A.Page, name: str, reps: int, results: dict, markers: list[str], long_texts=None) -> None:
     """Steps (b)-(e) on an open page with `name` selected; appends (seconds, bytes) to results[(name, step)]."""
     n = N_HEADS[name]
     add = lambda step, r: results.setdefault((name, step), []).append((*r, pg.last_server))
@@ -78,9 +81,9 @@ def exercise(pg: A.Page, name: str, reps: int, results: dict, markers: list[str]
     for i in range(reps):  # (d)
         layer = i + 1 if i + 1 < (6 if name == "minilm" else 30) else 0
         js, arg = A.layer_drawn(layer, n)
-        add("switch layer", pg.timed(lambda: A.select_option(pg.page, "Layer", f"L{layer}"), js, arg))
+        add("switch layer", pg.timed(lambda: A.switch_layer(pg.page, layer), js, arg))
     js, arg = A.layer_drawn(0, n)
-    pg.timed(lambda: A.select_option(pg.page, "Layer", "L0"), js, arg)
+    pg.timed(lambda: A.switch_layer(pg.page, 0), js, arg)
     for i in range(reps):  # (e)
         add("all layers drawn", pg.timed(lambda: A.click_view(pg.page, "All layers"), A.TILED_DRAWN))
         js, arg = A.layer_drawn(0, n)
@@ -92,17 +95,24 @@ def exercise(pg: A.Page, name: str, reps: int, results: dict, markers: list[str]
         word = markers[(i + reps) % len(markers)]
         js, arg = all_layers_with(word)
         add("all layers: type -> drawn", pg.timed(lambda: A.type_sentence(pg.page, A.sentence(word)), js, arg))
+    if long_texts:  # (e'') the same at 128 tokens: SmolLM2's 270 heads are the issue's target
+        for i in range(reps):
+            word = markers[(i + 2 * reps) % len(markers)]
+            js, arg = all_layers_with(word)
+            add("all layers: type 128 tokens -> drawn",
+                pg.timed(lambda: A.type_sentence(pg.page, long_texts(word)), js, arg))
     js, arg = A.layer_drawn(0, n)
     pg.timed(lambda: A.click_view(pg.page, "Layer"), js, arg)
 
 
-def cold_start(browser, models: list[str], results: dict, extra_env: dict | None = None) -> None:
-    server = A.Server("streamlit-cold.log", extra_env)
+def cold_start(browser, models: list[str], results: dict, extra_env: dict | None = None, repo=None,
+               label: str = "") -> None:
+    server = A.Server("streamlit-cold.log", extra_env, repo=repo)
     try:
         pg, goto = open_app(browser, server)
-        results.setdefault(("minilm", "cold: process start -> drawn"), []).append(
+        results.setdefault(("minilm", "cold: process start -> drawn" + label), []).append(
             (time.monotonic() - server.t_spawn, 0))
-        results.setdefault(("minilm", "cold: page open -> drawn"), []).append((goto, 0))
+        results.setdefault(("minilm", "cold: page open -> drawn" + label), []).append((goto, 0))
         if "smollm2" in models:
             results.setdefault(("smollm2", "cold: pick model -> drawn"), []).append((pick_model(pg, "smollm2"), 0))
         pg.close()
@@ -128,11 +138,22 @@ def report(results: dict, title: str) -> str:
                                  "target s", "median / target", "verdict"], rows)
 
 
+def sized_texts(name: str, n_tokens: int):
+    """marker word -> a text of about n_tokens tokens of model `name` that contains it."""
+    from bench_bertviz import sized_sentence
+
+    from mha_viz import load_model
+
+    model = load_model(name)
+    return lambda word: sized_sentence(model, word, n_tokens)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--cold", type=int, default=5)
     ap.add_argument("--models", default="minilm,smollm2")
+    ap.add_argument("--before", default="", help="also cold-start the app as of this commit, interleaved")
     ap.add_argument("--pyspy", type=int, default=0, help="py-spy the warm server for this many seconds")
     ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                     help="extra environment for the server, e.g. STREAMLIT_RUNNER_POST_SCRIPT_GC=false to try a "
@@ -144,8 +165,11 @@ def main() -> None:
           flush=True)
     results: dict = {}
     with A.chromium() as browser:
+        before = export(args.before) if args.before else None
         for i in range(args.cold):
             cold_start(browser, models, results, extra_env)
+            if before:
+                cold_start(browser, [], results, extra_env, repo=before, label=f" (before, {args.before})")
             print(f"[browser] cold start {i + 1}/{args.cold} done (load avg {load_avg()})", flush=True)
         server = A.Server(extra_env=extra_env)
         spy = None
@@ -161,7 +185,8 @@ def main() -> None:
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             for name in models:
                 pick_model(pg, name)
-                exercise(pg, name, args.reps, results, list(A.MARKERS))
+                long_texts = sized_texts(name, 128) if name == "smollm2" else None
+                exercise(pg, name, args.reps, results, list(A.MARKERS), long_texts)
                 print(f"[browser] {name} done (load avg {load_avg()}); JS errors: {pg.errors[:3]}", flush=True)
             pg.close()
             print(f"[browser] server peak RSS {server.peak_rss() / 1e9:.2f} GB")

@@ -62,18 +62,19 @@ class ServerError(RuntimeError):
 
 class Server:
     """The app in `repo` (default: this checkout) as `make run` starts it (`python app.py`: the default model loads
-    while the server starts), on a free loopback port, its output in `log_path`. `t_spawn` / `t_healthy` are monotonic times for cold-start
+    while the server starts; `launcher` ("-m", "streamlit", "run", "app.py") starts it the old way, for a checkout
+    from before app.py could launch itself), on a free loopback port, its output in `log_path`. `t_spawn` / `t_healthy` are monotonic times for cold-start
     figures. Raises ServerError, with the log's tail, if it exits or does not answer /_stcore/health in time."""
 
     def __init__(self, log_path: Path, extra_env: dict | None = None, timeout_s: float = HEALTH_TIMEOUT_S,
-                 repo: Path = REPO):
+                 repo: Path = REPO, launcher: tuple[str, ...] = ("app.py",)):
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path = log_path
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                "PYTHONUNBUFFERED": "1", **(extra_env or {})}
-        cmd = [sys.executable, "app.py", "--server.port", str(self.port),
+        cmd = [sys.executable, *launcher, "--server.port", str(self.port),
                "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
                # Others edit app code while tests run: a file watcher would pop "source changed" banners mid-test.
                "--server.fileWatcherType", "none"]
