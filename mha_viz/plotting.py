@@ -358,9 +358,10 @@ def predictions_figure(before: list[tuple[str, float]], after: list[tuple[str, f
 # ===========================================================================================================
 # Inside a head, how heads combine, follow a token (issue 12). Figures of one opened-up head (`HeadInside`).
 # ===========================================================================================================
-# One colour per head of a layer (d3's category10 then its lighter pairs), cycled past 20 heads.
-HEAD_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-                "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7",
+# One colour per head of a layer (d3's category10, its grey swapped for indigo so no head looks switched off, then
+# the lighter pairs), cycled past 20 heads.
+HEAD_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#393b79", "#bcbd22",
+                "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#9c9ede",
                 "#dbdb8d", "#9edae5"]
 OFF_COLOUR = "#bdbdbd"
 
@@ -486,3 +487,30 @@ def follow_figure(tokens: list[str], rows: torch.Tensor, row_names: list[str], r
                   shapes=[dict(type="rect", xref="x", yref="paper", x0=query - 0.5, x1=query + 0.5, y0=0, y1=1,
                                line=dict(color="#222", width=2))])
     return _fast_figure(trace, layout)
+
+
+CLICKABLE_ROWS_UP_TO = 80  # one transparent click target per cell: 6,400 points at most
+
+
+def pattern_pick_figure(pattern: torch.Tensor, tokens: list[str], title: str, query: int, *, off: bool = False,
+                        size: int = 360) -> go.Figure:
+    """One head's pattern (Q, K) with the query's row outlined. Plotly reports no clicks on heatmap cells, so for
+    up to CLICKABLE_ROWS_UP_TO tokens a transparent scatter point sits on every cell, carrying its query row as
+    customdata: a click on any cell picks that row."""
+    fig = head_figure(pattern, tokens, title, off=off, size=size)
+    labels = list(fig.data[0].x)
+    n = len(labels)
+    # On a category axis position i is the i-th category, so the row spans i - 0.5 .. i + 0.5.
+    fig.layout.shapes = [dict(type="rect", xref="x", x0=-0.5, x1=n - 0.5, yref="y", y0=query - 0.5, y1=query + 0.5,
+                              line=dict(color="#d62728", width=2), layer="above")]
+    if n <= CLICKABLE_ROWS_UP_TO:
+        # Plotly sends clicks only to points that take hover, so the scatter carries the hover and the heatmap none.
+        z = _as_np(pattern)  # (Q, K)
+        rows, keys = np.repeat(np.arange(n), n), np.tile(np.arange(n), n)  # (Q * K,) each
+        fig.data[0].hoverinfo = "skip"
+        fig.add_trace(dict(type="scatter", x=[labels[k] for k in keys], y=[labels[q] for q in rows],
+                           customdata=rows, text=[f"{w:.3f}" for w in z.reshape(-1)], mode="markers",
+                           marker=dict(size=max(4, int(size / max(n, 1))), color="rgba(0,0,0,0)", symbol="square"),
+                           hovertemplate="query: %{y}<br>key: %{x}<br>weight: %{text}<br>"
+                                         "click to open this row<extra></extra>", showlegend=False))
+    return fig

@@ -121,3 +121,12 @@ def test_both_views_render_for_causal_models(model):
     n_heads = 9 if model == "smollm2" else json.loads((REPO / "assets/tiny/config.json").read_text())["n_heads"]
     assert len(_chart(at, "follow_fig")["data"][0]["y"]) == n_heads
     assert "cannot look at later tokens" in " ".join(c.value for c in at.caption)
+
+
+def test_a_click_on_the_pattern_is_read_as_its_query_row():
+    from mha_viz.app.views.inside import _clicked_row
+
+    state = {"selection": {"points": [{"curve_number": 1, "x": "the", "y": "chase", "customdata": 2}]}}
+    assert _clicked_row(state) == 2
+    assert _clicked_row({"selection": {"points": []}}) is None
+    assert _clicked_row(None) is None

@@ -14,6 +14,15 @@ from test_browser import REPO, _assert_no_exception, _settle, _wait, _wait_idle
 SCREENSHOT_MAX_BYTES = 400_000
 # The title of the figure each view draws (plotly writes a figure title as .gtitle).
 _TITLES = "() => [...document.querySelectorAll('.js-plotly-plot .gtitle')].map(t => t.textContent)"
+# Page coordinates of cell (row, key) of the clickable pattern: its transparent scatter point.
+_CELL_CENTRE = """(row, key) => {
+  const plot = [...document.querySelectorAll('.js-plotly-plot')].find(p => p.data && p.data.length === 2
+      && p.data[1].type === 'scatter' && p.data[1].customdata);
+  if (!plot) return null;
+  const n = Math.round(Math.sqrt(plot.data[1].customdata.length));
+  const xa = plot._fullLayout.xaxis, ya = plot._fullLayout.yaxis, box = plot.getBoundingClientRect();
+  return [box.left + xa._offset + xa.l2p(key), box.top + ya._offset + ya.l2p(row)];
+}"""
 
 
 def _open(page, url: str, model: str, text: str, view: str, layer: int = 0) -> None:
@@ -59,6 +68,14 @@ def test_clicking_a_token_moves_both_views(browser, streamlit_url, page):
     _switch_view(page, "Inside a head")
     _wait_title(page, "query dogs", "Inside a head to show 'dogs', clicked in the other view")
     assert parse_qs(urlparse(page.url).query).get("token") == ["1"], page.url
+
+    # A click on a cell of the head's pattern opens that cell's row: row 2 ("chase"), key 5.
+    _wait(page, f"() => ({_CELL_CENTRE})(2, 5) !== null", "the clickable pattern")
+    page.locator('.js-plotly-plot').filter(has=page.locator('.scatterlayer')).first.scroll_into_view_if_needed()
+    x, y = page.evaluate(f"() => ({_CELL_CENTRE})(2, 5)")
+    page.mouse.click(x, y)
+    _wait_title(page, "query chase", "Inside a head to open the clicked row 'chase'")
+    assert parse_qs(urlparse(page.url).query).get("token") == ["2"], page.url
     _assert_no_exception(page, "the whole session")
     assert not page.js_errors, f"JavaScript errors in the page: {page.js_errors}"
 

@@ -47,3 +47,15 @@ def test_follow_figure_puts_each_head_in_its_own_colour_band():
     assert list(fig.data[0].y) == ["L0 H0", "L0 H1 (off)"]
     assert fig.data[0].text[0][2] == "&lt;c&gt;"  # tokens are text, never HTML
     assert np.allclose(np.asarray(fig.data[0].customdata), rows.numpy())  # hover shows the real weight
+
+
+def test_pattern_pick_figure_makes_every_cell_a_click_on_its_row():
+    pattern = torch.softmax(torch.randn(4, 4, generator=torch.Generator().manual_seed(2)), -1)  # (Q, K)
+    fig = plotting.pattern_pick_figure(pattern, ["a", "b", "c", "d"], "t", query=1)
+    heat, clicks = fig.data
+    assert heat.hoverinfo == "skip" and clicks.type == "scatter"  # plotly clicks only points that take hover
+    assert list(clicks.customdata) == [0] * 4 + [1] * 4 + [2] * 4 + [3] * 4
+    assert list(clicks.y[4:8]) == ["b"] * 4 and float(clicks.text[5]) == round(float(pattern[1, 1]), 3)
+    assert fig.layout.shapes[0].y0 == 0.5 and fig.layout.shapes[0].y1 == 1.5  # the query row outlined
+    n = plotting.CLICKABLE_ROWS_UP_TO + 1
+    assert len(plotting.pattern_pick_figure(torch.eye(n), [str(i) for i in range(n)], "t", 0).data) == 1

@@ -7,7 +7,7 @@ import torch
 
 from mha_viz import analysis, plotting
 from mha_viz.app import cache
-from mha_viz.app.common import head_name, md_safe, token_picker, visible
+from mha_viz.app.common import TOKEN_KEY, head_name, md_safe, token_picker, visible
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import UnavailableError
 
@@ -15,6 +15,7 @@ from mha_viz.contract import UnavailableError
 def render(ctx: ViewContext) -> None:
     model, layer = ctx.model, ctx.layer
     st.subheader(f"Inside a head of layer {layer}")
+    _apply_row_click()
     head = st.columns([1, 3])[0].selectbox("Head", range(model.n_heads), format_func=lambda h: head_name((layer, h)),
                                             key="inside_head")
     query = token_picker(ctx.run, "Query token (click one)")
@@ -34,6 +35,27 @@ def render(ctx: ViewContext) -> None:
     combine(ctx, heads, query, token)
 
 
+def _clicked_row(selection_state) -> int | None:
+    """The query row of a clicked cell of the pattern: the customdata of its transparent scatter point."""
+    selection = selection_state.get("selection", {}) if isinstance(selection_state, dict) else \
+        getattr(selection_state, "selection", None)
+    points = (selection.get("points") if isinstance(selection, dict) else getattr(selection, "points", None)) or []
+    for point in points:
+        data = point.get("customdata") if isinstance(point, dict) else None
+        if isinstance(data, (int, float)):
+            return int(data)
+    return None
+
+
+def _apply_row_click() -> None:
+    """A click on the pattern picks its row as the query token. Applied once: the chart's selection lingers
+    across reruns and must not undo a later click in the token strip."""
+    clicked = _clicked_row(st.session_state.get("inside_pattern"))
+    if clicked is not None and clicked != st.session_state.get("_inside_click"):
+        st.session_state["_inside_click"] = clicked
+        st.session_state[TOKEN_KEY] = clicked
+
+
 def steps(ctx: ViewContext, h, query: int, token: str) -> None:
     name = head_name((h.layer, h.head))
     dh = h.q.shape[1]
@@ -42,8 +64,15 @@ def steps(ctx: ViewContext, h, query: int, token: str) -> None:
     weighted = analysis.weighted_values(weights, h.v)  # (K, dh)
     z = weighted.sum(0)  # (dh,)
     masked = int(torch.isneginf(scores).sum())
-    st.markdown(f"**{name}, query token {query}: {token}**" + (" — switched off" if h.ablated else ""))
-    st.markdown(
+    left, right = st.columns([2, 3])
+    with left:
+        st.plotly_chart(plotting.pattern_pick_figure(h.weights, h.tokens, f"{name} weights", query, off=h.ablated),
+                        width="stretch", key="inside_pattern", on_select="rerun", selection_mode="points",
+                        config={"displaylogo": False})
+        if len(h.tokens) <= plotting.CLICKABLE_ROWS_UP_TO:
+            st.caption("Click a cell to open its row (query token); the outlined row is the one below.")
+    right.markdown(f"**{name}, query token {query}: {token}**" + (" — switched off" if h.ablated else ""))
+    right.markdown(
         f"1. **Scores** $s_j = q \\cdot k_j \\times {h.scale:.4g}$ (the scale is $1/\\sqrt{{d_{{head}}}}$ with "
         f"$d_{{head}} = {dh}$ where it equals that)"
         + (f"; {masked} later key(s) are masked ($-\\infty$): a causal model's token sees only itself and earlier "
