@@ -473,16 +473,18 @@ def follow_figure(tokens: list[str], rows: torch.Tensor, row_names: list[str], r
         colour = OFF_COLOUR if off[r] else head_colour(row_heads[r])
         scale += [[r / n_rows, "#ffffff"], [(r + 0.999) / n_rows, colour]]
     scale[-1][0] = 1.0
-    labels = [safe_label(t) for t in tokens]
-    text = np.array([labels] * n_rows)  # (R, K): the sentence in every row
     names = [html.escape(n, quote=False) + (" (off)" if o else "") for n, o in zip(row_names, off)]
-    trace = dict(type="heatmap", z=z, zmin=0.0, zmax=1.0, colorscale=scale, showscale=False, x=list(range(n_keys)),
-                 y=names, text=text, texttemplate="%{text}" if n_keys <= 40 else "", customdata=w,
-                 textfont=dict(size=10), xgap=2, ygap=3,
-                 hovertemplate="%{y}<br>key: %{text}<br>weight: %{customdata:.3f}<extra></extra>")
+    # The sentence is written in the cells only while it fits; past that the cells are too narrow for words, and
+    # a (rows x tokens) array of strings (270 x 512 for SmolLM2) would only weigh down the page. Hover names the key.
+    written = n_keys <= 40
+    trace = dict(type="heatmap", z=z, zmin=0.0, zmax=1.0, colorscale=scale, showscale=False, x=axis_labels(tokens),
+                 y=names, customdata=w, textfont=dict(size=10), xgap=2 if written else 0, ygap=3,
+                 hovertemplate="%{y}<br>key: %{x}<br>weight: %{customdata:.3f}<extra></extra>")
+    if written:
+        trace.update(text=np.array([[safe_label(t) for t in tokens]] * n_rows), texttemplate="%{text}")
     layout = dict(template=NO_TEMPLATE, title=dict(text=html.escape(title, quote=False), font=dict(size=13)),
                   height=min(4000, 70 + 24 * n_rows), font=_FONT, margin=dict(l=90, r=10, t=40, b=10),
-                  xaxis=dict(showticklabels=False, showgrid=False, zeroline=False),
+                  xaxis=dict(showticklabels=not written, side="top", tickangle=-90, showgrid=False, zeroline=False),
                   yaxis=dict(autorange="reversed", showgrid=False, tickfont=dict(size=10)),
                   shapes=[dict(type="rect", xref="x", yref="paper", x0=query - 0.5, x1=query + 0.5, y0=0, y1=1,
                                line=dict(color="#222", width=2))])

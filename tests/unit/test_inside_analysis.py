@@ -49,6 +49,15 @@ def test_follow_figure_puts_each_head_in_its_own_colour_band():
     assert np.allclose(np.asarray(fig.data[0].customdata), rows.numpy())  # hover shows the real weight
 
 
+def test_follow_figure_of_a_long_text_sends_no_per_cell_words():
+    n = 300
+    rows = torch.softmax(torch.randn(27, n, generator=torch.Generator().manual_seed(3)), -1)  # (R, K)
+    fig = plotting.follow_figure([f"w{i}" for i in range(n)], rows, [f"H{i}" for i in range(27)], list(range(27)),
+                                 [False] * 27, 5, "t")
+    assert fig.data[0].text is None and fig.data[0].texttemplate is None
+    assert len(fig.data[0].x) == n and fig.layout.xaxis.showticklabels  # the tokens move to the axis instead
+
+
 def test_pattern_pick_figure_makes_every_cell_a_click_on_its_row():
     pattern = torch.softmax(torch.randn(4, 4, generator=torch.Generator().manual_seed(2)), -1)  # (Q, K)
     fig = plotting.pattern_pick_figure(pattern, ["a", "b", "c", "d"], "t", query=1)
