@@ -24,25 +24,33 @@ def head_importance(
     position: int = -1,
     chunk: int = 16,
     progress: Callable[[float], None] | None = None,
+    ablation: str = "zero",
 ) -> torch.Tensor:
     """Ablate each head alone (on top of `base_off`) and measure the output change -> (L, H).
 
     For models with an LM head: KL(p_before || p_after) of the prediction at `position` (Michel et al. 2019
     use the loss change; KL needs no label). For encoders: 1 - cosine similarity of the mean-pooled sentence
     embedding. Heads already in `base_off` score 0. The single-head ablations go through the model as a
-    batch of keep masks, `chunk` at a time, instead of one forward per head.
+    batch of keep masks, `chunk` at a time, instead of one forward per head. `ablation="mean"` replaces each
+    switched-off head's output (those in `base_off` too) by its mean over the model's example sentences instead
+    of zero (see `Model.run`).
     """
     n_layers, n_heads = model.n_layers, model.n_heads
+    replace = None
+    if ablation == "mean":
+        replace = model.head_means()[None, :, :, None, :]  # (1, L, H, 1, dh): every head's mean, used where keep = 0
+    elif ablation != "zero":
+        raise ValueError(f"ablation must be 'zero' or 'mean'; got {ablation!r}")
     base_keep = head_keep_mask(frozenset(base_off), n_layers, n_heads)  # (L, H)
     heads = [(layer, head) for layer in range(n_layers) for head in range(n_heads) if (layer, head) not in base_off]
-    base_out, base_logits = model.run_batch_keep(text, base_keep[None])  # (1, T, D), (1, T, V) or None
+    base_out, base_logits = model.run_batch_keep(text, base_keep[None], replace)  # (1, T, D), (1, T, V) or None
     scores = torch.zeros(n_layers, n_heads)  # (L, H)
     for start in range(0, len(heads), chunk):
         part = heads[start:start + chunk]
         keep = base_keep.repeat(len(part), 1, 1)  # (B, L, H)
         for row, (layer, head) in enumerate(part):
             keep[row, layer, head] = 0.0
-        outs, logits = model.run_batch_keep(text, keep)  # (B, T, D), (B, T, V) or None
+        outs, logits = model.run_batch_keep(text, keep, replace)  # (B, T, D), (B, T, V) or None
         if base_logits is not None:
             values = kl_batch(base_logits[0], logits, position)  # (B,)
         else:

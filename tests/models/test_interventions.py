@@ -143,3 +143,37 @@ def test_batched_replacement_equals_one_run_per_row(name):
     for row, head in enumerate(heads):
         assert torch.allclose(logits[row], model.run(text, patch={head}, source=source).logits, atol=1e-4)
 
+
+
+def test_smollm2_direct_effects_add_up_and_match_hooks():
+    """SmolLM2's readout: its RMSNorm with the scale frozen reproduces the logits, the heads' direct effects plus
+    the rest equal the logit difference, and the head outputs it used equal the hooks' (reference.py)."""
+    from mha_viz.analysis.patching import direct_effects
+
+    model = loaded("smollm2")
+    readout = model.readout(TEXT)
+    assert readout is not None and not readout.centered
+    mary, john = model.token_id(" Mary"), model.token_id(" John")
+    parts = direct_effects(readout, -1, mary, john)
+    run = model.run(TEXT)
+    assert parts.total == pytest.approx(float(run.logits[-1, mary] - run.logits[-1, john]), abs=1e-4)
+    assert float(parts.heads.sum()) + parts.rest == pytest.approx(parts.total, abs=1e-3)
+    heads, _ = HookedReference(model).forward(TEXT)
+    assert torch.allclose(readout.outputs, heads, atol=1e-4)
+    # Each layer's head terms add up to what its output projection adds (SmolLM2's o_proj has no bias).
+    terms = torch.einsum("lhtk,lhkd->ltd", readout.outputs, readout.w_o)  # (L, T, D)
+    ref = HookedReference(model)
+    outs = []
+    handles = [p.register_forward_hook(lambda m, a, o: outs.append(o[0])) for p in ref.projs]
+    try:
+        ref.forward(TEXT)
+    finally:
+        for h in handles:
+            h.remove()
+    assert torch.allclose(terms, torch.stack(outs).float(), atol=1e-4)
+
+
+def test_encoders_have_no_readout_and_multi_token_answers_are_refused():
+    assert loaded("minilm").readout(TEXT) is None
+    with pytest.raises(InputError, match="not one"):
+        loaded("smollm2").token_id(" Marylebone station")
