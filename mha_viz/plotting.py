@@ -516,3 +516,13 @@ def pattern_pick_figure(pattern: torch.Tensor, tokens: list[str], title: str, qu
                            hovertemplate="query: %{y}<br>key: %{x}<br>weight: %{text}<br>"
                                          "click to open this row<extra></extra>", showlegend=False))
     return fig
+
+
+def signed_layer_head_map(values: torch.Tensor, title: str, colorbar_title: str, *, fmt: str = ".3f",
+                          marked=frozenset()) -> go.Figure:
+    """`layer_head_map` for numbers with a sign (patching effects, direct effects): blue below 0, red above,
+    white at 0 on a scale symmetric about it, so a head that pushes the other way is not mistaken for a small one."""
+    fig = layer_head_map(values, title, colorbar_title, off=marked, fmt=fmt, colorscale="RdBu_r")
+    bound = float(values.abs().max()) or 1.0
+    fig.update_traces(zmid=0.0, zmin=-bound, zmax=bound)
+    return fig

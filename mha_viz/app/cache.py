@@ -12,6 +12,8 @@ from collections import OrderedDict
 import streamlit as st
 import torch
 
+from mha_viz.analysis.patching import (DirectEffects, Metric, PatchingMap, attribution_patching, direct_effects,
+                                       patching_map)
 from mha_viz.contract import AttentionRun, Head, Model
 from mha_viz.models import load_model
 from mha_viz.settings import settings
@@ -66,9 +68,17 @@ class RunCache:
 RUNS = RunCache(settings().run_cache_mb * 2**20)
 
 
-def get_run(name: str, text: str, off: tuple[Head, ...] | frozenset[Head] = ()) -> AttentionRun:
-    off = tuple(sorted(off))
-    return RUNS.get((name, text, off), lambda: get_model(name).run(text, ablate=off))
+def get_run(name: str, text: str, off: tuple[Head, ...] | frozenset[Head] = (), ablation: str = "zero",
+            patch: tuple[Head, ...] | frozenset[Head] = (), source: str | None = None) -> AttentionRun:
+    """A run keyed by everything that shapes it: model, text, heads off and what "off" means, heads patched and
+    the text they are patched from. Mean ablation averages over the model's example sentences."""
+    off, patch = tuple(sorted(off)), tuple(sorted(patch))
+    if not off:
+        ablation = "zero"  # nothing is off: both meanings give the same run, so share it
+    if not patch:
+        source = None
+    return RUNS.get((name, text, off, ablation, patch, source),
+                    lambda: get_model(name).run(text, ablate=off, ablation=ablation, patch=patch, source=source))
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
@@ -80,3 +90,46 @@ def norm_inputs(name: str, text: str, heads_off: tuple[Head, ...]):
 def inside_layer(name: str, text: str, layer: int, heads_off: tuple[Head, ...]):
     """Every head of `layer` opened up (`Model.inside_layer`), shared by sessions; small (a layer's q, k, v)."""
     return get_model(name).inside_layer(text, layer, heads_off)
+
+
+# -- patching view: metrics, maps and direct effects, shared by every session ------------------------------------
+# `metric_args` is ("logit_diff", position, answer id, other id) or ("cosine",): plain values, so they hash.
+def metric_for(name: str, source: str, metric_args: tuple) -> Metric:
+    if metric_args[0] == "cosine":
+        return Metric("cosine", target=get_run(name, source).output)
+    _, position, answer, other = metric_args
+    return Metric("logit_diff", position=position, answer=answer, other=other)
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def attribution_map(name: str, text: str, source: str, metric_args: tuple) -> torch.Tensor:
+    return attribution_patching(get_model(name), text, source, metric_for(name, source, metric_args))
+
+
+_EXACT: OrderedDict[tuple, PatchingMap] = OrderedDict()  # not st.cache_resource: it cannot replay a progress bar
+_EXACT_LOCK = threading.Lock()
+
+
+def exact_patching_map(name: str, text: str, source: str, metric_args: tuple, progress=None,
+                       compute: bool = True) -> PatchingMap | None:
+    """The exact patching map, shared by every session (the last 8); None when not computed yet and `compute`
+    is False."""
+    key = (name, text, source, metric_args)
+    with _EXACT_LOCK:
+        if key in _EXACT:
+            _EXACT.move_to_end(key)
+            return _EXACT[key]
+    if not compute:
+        return None
+    result = patching_map(get_model(name), text, source, metric_for(name, source, metric_args), progress=progress)
+    with _EXACT_LOCK:
+        _EXACT[key] = result
+        while len(_EXACT) > 8:
+            _EXACT.popitem(last=False)
+    return result
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def direct_effect_map(name: str, text: str, position: int, answer: int, other: int) -> DirectEffects | None:
+    readout = get_model(name).readout(text)
+    return None if readout is None else direct_effects(readout, position, answer, other)

@@ -16,6 +16,13 @@ LEARNED_NOTE = (
     "input, not an explanation. Switch heads off to test what they actually contribute."
 )
 
+# What "off" means, worded for the page (Model.run's `ablation`). The mean is over the model's example sentences.
+ABLATION_LABELS = {
+    "zero": "zero: its output set to 0",
+    "mean": "mean: its output set to its average over the example sentences",
+}
+ABLATION_SHORT = {"zero": "zero-ablated", "mean": "mean-ablated"}
+
 _HEAD_NAME = re.compile(r"^L(\d+) H(\d+)$")
 
 

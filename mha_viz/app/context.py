@@ -15,7 +15,7 @@ class ViewContext:
     text: str
     layer: int  # the layer picked in the sidebar
     base: AttentionRun  # every head on
-    run: AttentionRun  # with `heads_off` switched off (== base when none is)
+    run: AttentionRun  # with `heads_off` switched off as `ablation` says (== base when none is)
     tokens: list[str]  # display labels after the display options (hidden specials, merged words)
     att: torch.Tensor  # (L, H, Q', K') the run's attention after the display options
     heads_off: frozenset[Head]
@@ -23,3 +23,4 @@ class ViewContext:
     merge: bool
     n_cols: int  # heatmaps per row
     shared_scale: bool  # True: every heatmap on 0-1; False: each head's own maximum
+    ablation: str = "zero"  # what "off" means for `heads_off`: "zero" or "mean" (over the model's examples)

@@ -10,8 +10,8 @@ import streamlit as st
 from mha_viz import analysis, plotting
 from mha_viz.app import state
 from mha_viz.app.cache import get_model, get_run, set_threads
-from mha_viz.app.common import (LEARNED_NOTE, display, display_notes, head_name, md_safe, notes_text,
-                                predictions_panel, visible)
+from mha_viz.app.common import (ABLATION_LABELS, ABLATION_SHORT, LEARNED_NOTE, display, display_notes, head_name,
+                                md_safe, notes_text, predictions_panel, visible)
 from mha_viz.app.context import ViewContext
 from mha_viz.app.views import VIEWS
 from mha_viz.contract import AttentionRun, InputError, Model, ModelLoadError
@@ -60,6 +60,7 @@ def main() -> None:
     for notice in state.apply_pending(name, model.n_layers, model.n_heads):
         st.warning(f"Link: {notice}")
     layer, n_cols, shared_scale, hide_special, merge = sidebar_display(model, name)
+    ablation = sidebar_ablation()
     learned_note()
     text = text_input(model)
     try:
@@ -69,18 +70,22 @@ def main() -> None:
         st.warning(md_safe(str(err)))
         return
     token_strip(base, model)
-    heads_and_views(model, name, text, layer, n_cols, shared_scale, hide_special, merge)
+    heads_and_views(model, name, text, layer, n_cols, shared_scale, hide_special, merge, ablation)
 
 
 @st.fragment
 def heads_and_views(model: Model, name: str, text: str, layer: int, n_cols: int, shared_scale: bool,
-                    hide_special: bool, merge: bool) -> None:
+                    hide_special: bool, merge: bool, ablation: str = "zero") -> None:
     """Everything a head toggle changes. A fragment, so a toggle reruns this part only, not the whole page."""
     heads_off = frozenset(state.off_set(name))
-    with st.spinner("Running the model with these heads off..."):
-        base = get_run(name, text)
-        run = get_run(name, text, heads_off) if heads_off else base
-    off_summary(heads_off)
+    try:
+        with st.spinner("Running the model with these heads off..."):
+            base = get_run(name, text)
+            run = get_run(name, text, heads_off, ablation) if heads_off else base
+    except InputError as err:  # e.g. mean ablation for a model with no example sentences
+        st.warning(md_safe(str(err)))
+        return
+    off_summary(heads_off, ablation)
     # A fixed container: whether or not the panel has content, the elements below keep their place in the page,
     # so the browser updates them instead of redrawing every heatmap.
     with st.container():
@@ -91,7 +96,7 @@ def heads_and_views(model: Model, name: str, text: str, layer: int, n_cols: int,
     display_notes(hide_special, merge, run)
     ctx = ViewContext(model=model, name=name, text=text, layer=layer, base=base, run=run, tokens=tokens, att=att,
                       heads_off=heads_off, hide_special=hide_special, merge=merge, n_cols=n_cols,
-                      shared_scale=shared_scale)
+                      shared_scale=shared_scale, ablation=ablation)
     VIEWS[view](ctx)
 
 
@@ -124,6 +129,18 @@ def sidebar_display(model: Model, name: str) -> tuple[int, int, bool, bool, bool
     merge = st.sidebar.checkbox("Merge word pieces into words", key="merge",
                                 help="Sum over a word's pieces as keys, mean over them as queries.")
     return layer, n_cols, scale == SHARED_SCALE, hide_special, merge
+
+
+def sidebar_ablation() -> str:
+    """What switching a head off means: "zero" or "mean" (Model.run's `ablation`); carried in the URL."""
+    st.sidebar.header("Switching a head off")
+    return st.sidebar.radio(
+        "Sets the head's output to", list(ABLATION_LABELS), format_func=ABLATION_LABELS.get, key="ablation",
+        help="A head's output is its slice of the output projection's input. Zero is a value the head never "
+             "produces, so zero ablation can overstate its role; the mean over reference text (the example "
+             "sentences) removes what the head says about this input while keeping its typical output. "
+             "See the Patching view's notes.",
+    )
 
 
 def load_or_explain(name: str) -> Model | None:
@@ -237,9 +254,10 @@ def learned_note() -> None:
         notes_text()
 
 
-def off_summary(heads_off: frozenset) -> None:
+def off_summary(heads_off: frozenset, ablation: str = "zero") -> None:
     if heads_off:
-        st.markdown("**Heads off:** " + ", ".join(f"`{head_name(h)}`" for h in sorted(heads_off)))
+        st.markdown(f"**Heads off** ({ABLATION_LABELS[ablation]}): "
+                    + ", ".join(f"`{head_name(h)}`" for h in sorted(heads_off)))
     else:
         st.caption("All heads are on. Switch a head off with the toggle under its heatmap.")
 
@@ -249,7 +267,7 @@ def effect_panel(model: Model, base: AttentionRun, run: AttentionRun) -> None:
     """What the heads that are off changed: predictions for language models, the embedding for encoders."""
     if not run.ablated:
         return
-    st.subheader("What changed with these heads off")
+    st.subheader(f"What changed with these heads off ({ABLATION_SHORT[run.ablation]})")
     if len(run.ablated) == model.n_layers * model.n_heads:
         st.warning("Every head is off: no token can read any other token, so each position sees only itself "
                    "through the residual stream. The output below is what is left.")

@@ -1,5 +1,5 @@
 """UI state: which heads are off (per model, in the session) and the URL, which carries the model, text, layer,
-heads off, compared heads, the selected token and the open view.
+heads off and what "off" means (zero or mean), compared heads, the selected token and the open view.
 
 Parsed once per browser session (so the user's later changes win), written back on every run. Anything in the
 URL that does not parse or is out of range is dropped with a notice, never a traceback.
@@ -11,7 +11,7 @@ import re
 import streamlit as st
 
 from mha_viz.app.common import head_name, md_safe
-from mha_viz.contract import Head
+from mha_viz.contract import ABLATIONS, Head
 from mha_viz.models import BUILTIN
 
 MAX_PARAM_CHARS = 4000  # longer values are ignored: nobody shares a link that long on purpose
@@ -92,6 +92,12 @@ def read_url_once(views: list[str]) -> list[str]:
             st.session_state["token"] = int(get["token"])
         except ValueError:
             notices.append(f"token={_quoted(get['token'], 20)} in the link is not a position and was ignored.")
+    if "ablation" in get:
+        if get["ablation"] in ABLATIONS:
+            st.session_state["ablation"] = get["ablation"]
+        else:
+            notices.append(f"ablation={_quoted(get['ablation'], 20)} in the link is not one of "
+                           f"{', '.join(ABLATIONS)} and was ignored; heads off are zeroed.")
     if "view" in get:
         if get["view"] in views:
             st.session_state["view"] = get["view"]
@@ -141,6 +147,8 @@ def write_url(model_name: str, text: str, layer: int, off: set, view: str) -> No
     token = st.session_state.get("token")
     if isinstance(token, int):
         state["token"] = str(token)
+    if st.session_state.get("ablation", "zero") != "zero":  # zero is the default: links without it stay as they were
+        state["ablation"] = st.session_state["ablation"]
     current = {key: st.query_params.get(key) for key in st.query_params.keys()}
     if current != state:
         st.query_params.from_dict(state)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Callable
 
 from mha_viz.app.context import ViewContext
-from mha_viz.app.views import all_layers, compare, effects, follow, inside, layer, notes, rollout, similarity, twins
+from mha_viz.app.views import (all_layers, compare, effects, follow, inside, layer, notes, patching, rollout, similarity,
+                               twins)
 
 VIEWS: dict[str, Callable[[ViewContext], None]] = {
     "Layer": layer.render,
@@ -14,6 +15,7 @@ VIEWS: dict[str, Callable[[ViewContext], None]] = {
     "Inside a head": inside.render,
     "Follow a token": follow.render,
     "Ablation effects": effects.render,
+    "Patching": patching.render,
     "Similarity & scores": similarity.render,
     "Rollout & norms": rollout.render,
     "Trained vs untrained": twins.render,

@@ -15,11 +15,11 @@ MAX_COMPARE = 4
 
 
 def render(ctx: ViewContext) -> None:
-    compare(ctx.model, ctx.name, ctx.tokens, ctx.att, ctx.heads_off, ctx.hide_special, ctx.merge)
+    compare(ctx.model, ctx.name, ctx.tokens, ctx.att, ctx.heads_off, ctx.hide_special, ctx.merge, ctx.ablation)
 
 
 def compare(model: Model, model_name: str, tokens: list[str], att: torch.Tensor, heads_off: frozenset[Head],
-            hide_special: bool, merge: bool) -> None:
+            hide_special: bool, merge: bool, ablation: str = "zero") -> None:
     options = [head_name((layer, head)) for layer in range(model.n_layers) for head in range(model.n_heads)]
     default = [o for o in st.session_state.get("compare", []) if o in options][:MAX_COMPARE] or options[:2]
     st.session_state["compare_pick"] = [o for o in st.session_state.get("compare_pick", default) if o in options] \
@@ -51,7 +51,7 @@ def compare(model: Model, model_name: str, tokens: list[str], att: torch.Tensor,
                                placeholder="Type another sentence to see these heads on it")
     if other_text.strip():
         try:
-            other = get_run(model_name, other_text[:20_000], heads_off)
+            other = get_run(model_name, other_text[:20_000], heads_off, ablation)
         except Exception as err:
             st.warning(md_safe(str(err)))
             return

@@ -5,7 +5,7 @@ import streamlit as st
 
 from mha_viz import analysis, plotting
 from mha_viz.analysis.importance import effect_measure, head_importance
-from mha_viz.app.common import head_name, predictions_panel, where
+from mha_viz.app.common import ABLATION_LABELS, ABLATION_SHORT, head_name, predictions_panel, where
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import AttentionRun, Head, Model
 
@@ -33,7 +33,7 @@ def render(ctx: ViewContext) -> None:
                 "importance map below.")
     else:
         pattern_shift(model, base, run, ctx.heads_off)
-    importance(model, ctx.name, ctx.text, base, ctx.heads_off, position)
+    importance(model, ctx.name, ctx.text, base, ctx.heads_off, position, ctx.ablation)
 
 
 def pattern_shift(model: Model, base: AttentionRun, run: AttentionRun, heads_off: frozenset[Head]) -> None:
@@ -56,7 +56,7 @@ def pattern_shift(model: Model, base: AttentionRun, run: AttentionRun, heads_off
 
 
 def importance(model: Model, model_name: str, text: str, base: AttentionRun, heads_off: frozenset[Head],
-               position: int | None) -> None:
+               position: int | None, ablation: str = "zero") -> None:
     """Each head switched off alone; measured at the same position as the predictions above."""
     st.markdown("**Head importance for this input**")
     measure = effect_measure(model)
@@ -66,17 +66,19 @@ def importance(model: Model, model_name: str, text: str, base: AttentionRun, hea
         what = f"the KL divergence of the prediction at {where(model, base, position)}"
     else:
         what = "1 − cosine similarity of the sentence embedding (mean of the final hidden states)"
-    st.caption(f"Each head is switched off alone (on top of the heads already off) and the output change is "
-               f"measured as {what}. One batched forward pass per chunk of heads.")
-    key = (model_name, text, tuple(sorted(heads_off)), position)
+    st.caption(f"Each head is switched off alone ({ABLATION_LABELS[ablation]}; on top of the heads already off) "
+               f"and the output change is measured as {what}. One batched forward pass per chunk of heads.")
+    key = (model_name, text, tuple(sorted(heads_off)), position, ablation)
     store = st.session_state.setdefault("importance", {})
     if st.button("Compute head importance", key="imp_btn"):
         bar = st.progress(0.0, text="Ablating one head at a time...")
         store.clear()
         store[key] = head_importance(model, text, heads_off, position=-1 if position is None else position,
-                                     progress=lambda f: bar.progress(f, text=f"Ablating heads... {f:.0%}"))
+                                     progress=lambda f: bar.progress(f, text=f"Ablating heads... {f:.0%}"),
+                                     ablation=ablation)
         bar.empty()
     if key in store:
-        st.plotly_chart(plotting.layer_head_map(store[key], "Output change when each head alone is off", measure,
+        st.plotly_chart(plotting.layer_head_map(store[key], f"Output change when each head alone is "
+                                                f"{ABLATION_SHORT[ablation]}", measure,
                                                 off=set(heads_off), fmt=".4f"),
                         width="stretch", key="imp_map")

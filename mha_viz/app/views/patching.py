@@ -1,0 +1,179 @@
+"""Patching: which heads carry the difference between two sentences (activation patching, exact and its
+attribution estimate), beside what each head writes straight into the prediction (direct effect)."""
+from __future__ import annotations
+
+import re
+
+import streamlit as st
+
+from mha_viz import analysis, plotting
+from mha_viz.analysis.patching import normalise, rank_correlation, top_heads
+from mha_viz.app import cache
+from mha_viz.app.common import head_name, md_safe, parse_head, predictions_panel, visible, where
+from mha_viz.app.context import ViewContext
+from mha_viz.contract import AttentionRun, InputError, Model
+
+_NAME = re.compile(r"\b[A-Z][a-z]+\b")
+# Capitalised words that start sentences without being names; enough for the default, which the user can edit.
+_NOT_NAMES = frozenset("A An And After As At Before But He However I If In It Later Once Of On She So That The Then "
+                       "There They This We When While You".split())
+
+
+def swapped(text: str) -> str:
+    """The text with its last name swapped for the other name it mentions ("..., John gave a drink to" ->
+    "..., Mary gave a drink to"): a second sentence that differs in one detail. The text itself when it names
+    fewer than two people."""
+    found = [(m.start(), m.group()) for m in _NAME.finditer(text) if m.group() not in _NOT_NAMES]
+    names = list(dict.fromkeys(name for _, name in found))
+    if len(names) < 2:
+        return text
+    start, last = found[-1]
+    other = next(name for name in reversed(names) if name != last)
+    return text[:start] + other + text[start + len(last):]
+
+
+def render(ctx: ViewContext) -> None:
+    model, base = ctx.model, ctx.base
+    st.subheader("Patching: which heads carry the difference between two sentences")
+    st.caption("Every head's output (its slice of the output projection's input) is taken, one head at a time, "
+               "from a run on the second sentence, with every later layer recomputed; the map shows how far that "
+               "moves the metric from the first sentence's value (0) toward the second's (1). All other heads are "
+               "on here, whatever is switched off elsewhere. Measurements on these two sentences, not roles.")
+    source = st.text_input("Second sentence (the same number of tokens, one detail changed)",
+                           value=swapped(ctx.text), key=f"patch_source|{hash(ctx.text)}")
+    try:
+        other = cache.get_run(ctx.name, source)
+    except InputError as err:
+        st.warning(md_safe(str(err)))
+        return
+    if len(other.tokens) != len(base.tokens):
+        st.warning(f"The second sentence has {len(other.tokens)} tokens and the first has {len(base.tokens)}: "
+                   "patching swaps head outputs position by position, so both need the same number of tokens. "
+                   "Change a word for one of the same length in tokens (a name for a name).")
+        return
+    position = model.prediction_position(base)
+    metric_args, describe = _metric(model, base, other, position)
+    if metric_args is None:
+        return
+    text_value = float(cache.metric_for(ctx.name, source, metric_args)(base.output, base.logits))
+    source_value = float(cache.metric_for(ctx.name, source, metric_args)(other.output, other.logits))
+    c1, c2 = st.columns(2)
+    c1.metric(f"Metric on the first sentence: {describe}", f"{text_value:.3f}")
+    c2.metric("Metric on the second sentence", f"{source_value:.3f}")
+    if abs(source_value - text_value) < 1e-6:
+        st.info("The metric is the same on both sentences, so there is no difference for a head to carry. Change "
+                "the second sentence or the answer tokens.")
+    left, right = st.columns(2)
+    with left:
+        patched = patching_maps(ctx, source, metric_args, text_value, source_value)
+    with right:
+        direct = direct_map(ctx, position, metric_args)
+    patch_heads(ctx, model, base, source, metric_args, position, patched, direct)
+
+
+def _metric(model: Model, base: AttentionRun, other: AttentionRun, position: int | None):
+    """("logit_diff", position, answer, other) for LMs, ("cosine",) for encoders, and its wording."""
+    if position is None:
+        if model.info.kind == "masked-lm":
+            st.caption(f"Put {md_safe(model.mask_token or 'the mask token')} in both sentences to patch on a "
+                       "logit difference; until then the metric is the embedding cosine.")
+        return ("cosine",), "cosine similarity of the sentence embedding with the second sentence's"
+    first, second = int(base.logits[position].argmax()), int(other.logits[position].argmax())
+    if first == second:
+        second = int(base.logits[position].topk(2).indices[1])
+    c1, c2 = st.columns(2)
+    answer = c1.text_input("Answer token", value=model.decode(first), key=f"patch_answer|{first}",
+                           help="The metric is logit(answer) − logit(against) at the prediction position. "
+                                "Include a leading space where the token has one (' Mary').")
+    against = c2.text_input("Against", value=model.decode(second), key=f"patch_against|{second}")
+    try:
+        ids = model.token_id(answer), model.token_id(against)
+    except InputError as err:
+        st.warning(md_safe(str(err)))
+        return None, ""
+    label = f"logit({visible(answer)!r}) − logit({visible(against)!r}) at {where(model, base, position)}"
+    return ("logit_diff", position, *ids), md_safe(label)
+
+
+def patching_maps(ctx: ViewContext, source: str, metric_args: tuple, text_value: float, source_value: float):
+    """The attribution estimate (cheap, always) and the exact map (on request); returns the map picks start from."""
+    st.markdown("**Patching each head alone from the second sentence**")
+    try:
+        with st.spinner("Attribution patching: one forward and one backward pass..."):
+            estimate = normalise(cache.attribution_map(ctx.name, ctx.text, source, metric_args),
+                                 text_value, source_value)  # (L, H)
+    except InputError as err:
+        st.info(md_safe(str(err)))
+        estimate = None
+    n = ctx.model.n_layers * ctx.model.n_heads
+    if st.button(f"Compute the exact map ({n} patched runs, batched)", key="patch_exact_btn"):
+        bar = st.progress(0.0, text="Patching one head at a time...")
+        cache.exact_patching_map(ctx.name, ctx.text, source, metric_args,
+                                 progress=lambda f: bar.progress(f, text=f"Patching heads... {f:.0%}"))
+        bar.empty()
+    result = cache.exact_patching_map(ctx.name, ctx.text, source, metric_args, compute=False)
+    exact = None if result is None else result.moved  # (L, H)
+    if exact is not None:
+        st.plotly_chart(plotting.signed_layer_head_map(exact, "Exact: share of the gap each head closes",
+                                                       "moved"), width="stretch", key="patch_exact_map")
+    if estimate is not None:
+        st.plotly_chart(plotting.signed_layer_head_map(estimate, "Attribution estimate (first order)", "moved"),
+                        width="stretch", key="patch_attr_map")
+        st.caption("Attribution patching (Nanda 2023; Syed et al. 2023): the gradient of the metric on the first "
+                   "sentence times the change of each head's output. Exact for a small change; a whole swapped "
+                   "name is not small, so check it against the exact map.")
+    if exact is not None and estimate is not None:
+        rho = rank_correlation(exact, estimate)
+        tops = lambda values: ", ".join(f"{head_name(h)} ({v:+.2f})" for h, v in top_heads(values, 5))
+        st.markdown(f"Agreement over all {n} heads: rank correlation **{rho:.2f}**.  \n"
+                    f"Top heads, exact: {tops(exact)}  \nTop heads, estimate: {tops(estimate)}")
+    return exact if exact is not None else estimate
+
+
+def direct_map(ctx: ViewContext, position: int | None, metric_args: tuple):
+    st.markdown("**Direct effect of each head on the logit difference**")
+    if metric_args[0] != "logit_diff" or not ctx.model.causal:
+        st.caption("Direct effects are measured for causal language models: each head's term in the residual "
+                   "stream carried through the final norm and the unembedding onto the logit difference.")
+        return None
+    _, position, answer, other = metric_args
+    parts = cache.direct_effect_map(ctx.name, ctx.text, position, answer, other)
+    if parts is None:
+        st.caption("This model's final norm or LM head could not be read as a linear map, so direct effects are "
+                   "not shown rather than guessed.")
+        return None
+    st.plotly_chart(plotting.signed_layer_head_map(parts.heads, "Direct effect (logits), first sentence",
+                                                   "Δ logit diff"), width="stretch", key="patch_direct_map")
+    c1, c2, c3 = st.columns(3)
+    c1.metric("Sum over heads", f"{float(parts.heads.sum()):+.3f}")
+    c2.metric("Rest (embeddings, MLPs, biases)", f"{parts.rest:+.3f}")
+    c3.metric("Total logit difference", f"{parts.total:+.3f}")
+    st.caption("Each head's output through its slice of the output projection, then the final norm with its "
+               "scale frozen at this input, then the unembedding (Elhage et al. 2021). Only the direct path: "
+               "what a head does through later layers shows up in the patching map, not here. Top: "
+               + ", ".join(f"{head_name(h)} ({v:+.2f})" for h, v in top_heads(parts.heads, 5)))
+    return parts.heads
+
+
+def patch_heads(ctx: ViewContext, model: Model, base: AttentionRun, source: str, metric_args: tuple,
+                position: int | None, patched, direct) -> None:
+    """Patch chosen heads and see the predictions (or the embedding) move."""
+    st.markdown("**Patch heads and see the prediction move**")
+    options = [head_name((layer, head)) for layer in range(model.n_layers) for head in range(model.n_heads)]
+    start = patched if patched is not None else direct
+    default = [head_name(h) for h, _ in top_heads(start, 1)] if start is not None else []
+    picked = st.multiselect("Heads to patch from the second sentence", options, default=default,
+                            key=f"patch_pick|{ctx.name}")
+    if not picked:
+        return
+    heads = frozenset(parse_head(name) for name in picked)
+    run = cache.get_run(ctx.name, ctx.text, patch=heads, source=source)
+    metric = cache.metric_for(ctx.name, source, metric_args)
+    value = float(metric(run.output, run.logits))
+    st.metric(f"Metric with {len(heads)} head(s) patched", f"{value:.3f}",
+              delta=f"{value - float(metric(base.output, base.logits)):+.3f}")
+    if position is not None:
+        predictions_panel(model, base, run, position, key="patch_pred_fig")
+    else:
+        st.caption(f"Cosine similarity of the embedding with the unpatched first sentence's: "
+                   f"{analysis.cosine_change(base.output, run.output):.5f}")

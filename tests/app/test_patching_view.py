@@ -1,0 +1,139 @@
+"""The Patching view and the meaning of "off", through the page (AppTest): what the page shows is compared with
+the analysis run on its own, so a regression in the wiring cannot hide in the expected value."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from helpers import loaded
+from mha_viz.analysis.patching import Metric, direct_effects, patching_map
+from mha_viz.app.views.patching import swapped
+
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
+TINY_TEXT = "Anna met Ben at the park. Later Ben gave the book to"
+IOI = "When Mary and John went to the store, John gave a drink to"
+
+
+def _app(model: str, text: str, params: dict | None = None) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=300)
+    if params:
+        at.query_params.update(params)
+    at.run()
+    if model != "minilm":
+        at.sidebar.selectbox(key="model_choice").set_value(model).run()
+    at.text_area(key="text_box").input(text)
+    at.button[0].click()
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _metric(at: AppTest, start: str) -> float:
+    for metric in at.metric:
+        if metric.label.startswith(start):
+            return float(metric.value)
+    raise AssertionError(f"no metric starting {start!r}; have {[m.label for m in at.metric]}")
+
+
+def test_swapped_names_make_the_second_sentence():
+    assert swapped(IOI) == "When Mary and John went to the store, Mary gave a drink to"
+    assert swapped(TINY_TEXT) == "Anna met Ben at the park. Later Anna gave the book to"
+    assert swapped("no names here at all") == "no names here at all"
+
+
+def test_tiny_patching_view_shows_the_measured_maps():
+    model = loaded("tiny")
+    at = _app("tiny", TINY_TEXT)
+    at.radio(key="view").set_value("Patching").run()
+    assert not at.exception, at.exception
+    source = swapped(TINY_TEXT)
+    assert any(t.value == source for t in at.text_input)
+    run, other = model.run(TINY_TEXT), model.run(source)
+    answer, against = int(run.logits[-1].argmax()), int(other.logits[-1].argmax())
+    if answer == against:
+        against = int(run.logits[-1].topk(2).indices[1])
+    metric = Metric("logit_diff", position=len(run.tokens) - 1, answer=answer, other=against)
+    assert _metric(at, "Metric on the first sentence") == pytest.approx(float(metric(None, run.logits)), abs=1e-3)
+    assert _metric(at, "Metric on the second sentence") == pytest.approx(float(metric(None, other.logits)), abs=1e-3)
+    parts = direct_effects(model.readout(TINY_TEXT), metric.position, answer, against)
+    assert _metric(at, "Total logit difference") == pytest.approx(parts.total, abs=1e-3)
+    assert _metric(at, "Sum over heads") + _metric(at, "Rest") == pytest.approx(parts.total, abs=2e-3)
+    # The exact map, on request, equals the analysis run on its own; then a patched head moves the prediction.
+    labels = [b.label for b in at.button]
+    at.button[[i for i, label in enumerate(labels) if label.startswith("Compute the exact map")][0]].click().run()
+    assert not at.exception, at.exception
+    assert any("rank correlation" in md.value for md in at.markdown)
+    exact = patching_map(model, TINY_TEXT, source, metric).moved
+    picked = at.multiselect(key="patch_pick|tiny").value
+    assert picked, "the strongest head is picked to start with"
+    layer, head = (int(part[1:]) for part in picked[0].split())
+    assert exact.abs().max() == pytest.approx(abs(float(exact[layer, head])), abs=1e-5)
+    patched = model.run(TINY_TEXT, patch={(layer, head)}, source=source)
+    assert _metric(at, "Metric with 1 head(s) patched") == pytest.approx(float(metric(None, patched.logits)),
+                                                                          abs=1e-3)
+
+
+def test_a_second_sentence_of_another_length_is_explained():
+    at = _app("tiny", TINY_TEXT)
+    at.radio(key="view").set_value("Patching").run()
+    box = [t for t in at.text_input if t.key.startswith("patch_source")][0]
+    box.input("Anna met Ben at the big park. Later Ben gave the book to").run()
+    assert not at.exception, at.exception
+    n = len(loaded("tiny").run(TINY_TEXT).tokens)
+    assert any(f"has {n + 1} tokens and the first has {n}" in w.value for w in at.warning)
+
+
+def test_smollm2_worked_example_direct_effects_add_up():
+    model = loaded("smollm2")
+    at = _app("smollm2", IOI)
+    at.radio(key="view").set_value("Patching").run()
+    assert not at.exception, at.exception
+    mary, john = model.token_id(" Mary"), model.token_id(" John")
+    answers = {t.key.split("|")[0]: t.value for t in at.text_input if t.key.startswith("patch_a")}
+    assert answers == {"patch_answer": " Mary", "patch_against": " John"}, answers
+    parts = direct_effects(model.readout(IOI), model.token_count(IOI) - 1, mary, john)
+    assert _metric(at, "Total logit difference") == pytest.approx(parts.total, abs=1e-3)
+    assert _metric(at, "Sum over heads") == pytest.approx(float(parts.heads.sum()), abs=1e-3)
+
+
+def test_encoder_patching_uses_the_embedding_cosine():
+    at = _app("minilm", "The cat sat on the mat.")
+    at.radio(key="view").set_value("Patching").run()
+    box = [t for t in at.text_input if t.key.startswith("patch_source")][0]
+    box.input("The dog sat on the mat.").run()
+    assert not at.exception, at.exception
+    assert _metric(at, "Metric on the second sentence") == pytest.approx(1.0, abs=1e-4)
+    assert _metric(at, "Metric on the first sentence") < 0.999
+    assert any("Direct effects are measured for causal" in c.value for c in at.caption)
+
+
+def test_mean_ablation_is_selectable_shown_and_in_the_link():
+    model = loaded("minilm")
+    at = _app("minilm", "The cat sat on the mat.")
+    at.sidebar.radio(key="ablation").set_value("mean").run()
+    at.toggle(key="tg|minilm|0|3").set_value(False).run()
+    assert not at.exception, at.exception
+    assert any("Heads off" in md.value and "mean" in md.value for md in at.markdown)
+    assert any("mean-ablated" in h.value for h in at.subheader)
+    assert at.query_params.get("ablation") == ["mean"] or at.query_params.get("ablation") == "mean"
+    from mha_viz.analysis import cosine_change
+
+    base, run = model.run("The cat sat on the mat."), model.run("The cat sat on the mat.", ablate={(0, 3)},
+                                                                ablation="mean")
+    assert _metric(at, "Cosine similarity") == pytest.approx(cosine_change(base.output, run.output), abs=1e-5)
+    zero = model.run("The cat sat on the mat.", ablate={(0, 3)})
+    assert abs(cosine_change(base.output, zero.output) - cosine_change(base.output, run.output)) > 1e-5
+
+
+@pytest.mark.parametrize("value, ok", [("mean", True), ("half", False)])
+def test_link_carries_the_meaning_of_off(value, ok):
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params.update({"ablation": value, "off": "L0H3"})
+    at.run()
+    assert not at.exception, at.exception
+    assert at.sidebar.radio(key="ablation").value == ("mean" if ok else "zero")
+    notices = [w.value for w in at.warning if w.value.startswith("Link:")]
+    assert bool(notices) != ok
+    assert any("Heads off" in md.value and ("mean" if ok else "zero") in md.value for md in at.markdown)
