@@ -256,8 +256,8 @@ def learned_note() -> None:
 
 def off_summary(heads_off: frozenset, ablation: str = "zero") -> None:
     if heads_off:
-        st.markdown(f"**Heads off** ({ABLATION_LABELS[ablation]}): "
-                    + ", ".join(f"`{head_name(h)}`" for h in sorted(heads_off)))
+        st.markdown("**Heads off:** " + ", ".join(f"`{head_name(h)}`" for h in sorted(heads_off))
+                    + f" — {ABLATION_LABELS[ablation]}")
     else:
         st.caption("All heads are on. Switch a head off with the toggle under its heatmap.")
 
