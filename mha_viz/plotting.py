@@ -1,8 +1,8 @@
 """Tensors + tokens -> plotly figures. No streamlit here, so tests can read `fig.data` directly.
 
-Rendering notes (measured, see ../shared/DESIGN.md): dozens of plotly subplot axes are slow to update, so a
-layer is drawn as separate small figures and the all-layers view as ONE tiled heatmap with NaN gaps. Values are
-sent as float32 numpy arrays, never `.tolist()`.
+Rendering notes (measured in benchmarks/, results in benchmarks/RESULTS.md): a figure with dozens of subplot
+axes is slow to update, so a layer is drawn as one figure per row of heads and the all-layers view as ONE tiled
+uint8 heatmap. Values are sent as numpy arrays, never `.tolist()`, and figures are built unvalidated.
 """
 from __future__ import annotations
 
