@@ -138,20 +138,6 @@ def agreement_accuracy(model, examples: Iterable, ablate: Iterable[Head] = ()) -
     return correct / total
 
 
-def relation_scores(model, nearby, repeats, agreements) -> dict[str, HeadScores]:
-    """Run `model` on held-out corpus examples and score every head on the three relations."""
-    def attn(examples):
-        return [model.run(ex.text).attentions for ex in examples]
-
-    rep_attn = attn(repeats)
-    return {
-        "nearby": previous_token_score(attn(nearby)),
-        "repeat": induction_score(rep_attn, [ex.repeats for ex in repeats]),
-        "repeat-copy": copy_score(rep_attn, [ex.repeats for ex in repeats]),
-        "agreement": subject_score(attn(agreements), [(ex.subject_pos, ex.verb_pos) for ex in agreements]),
-    }
-
-
 # -- the probe command: every measure on every saved checkpoint, written to assets/tiny/probes.json ------------
 # Held-out inputs: seeds the trainer never uses (its data_seed is 1234), inputs it never saw in this form.
 @dataclass(frozen=True)
