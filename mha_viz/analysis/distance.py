@@ -7,8 +7,7 @@ import math
 
 import torch
 
-from mha_viz.analysis._checks import attention as _attention, position_mask as _position_mask, same_shape as _same_shape, tensor as _tensor
-
+from mha_viz.analysis._checks import attention as _attention, same_shape as _same_shape, tensor as _tensor
 
 
 def js_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -76,8 +75,7 @@ def similarity_order(dist: torch.Tensor) -> torch.Tensor:
 
     dist: (N, N) symmetric distances, e.g. from `head_distance`. Uses the leaf order of average-linkage
     agglomerative clustering with optimal leaf ordering (scipy; Bar-Joseph et al. 2001), as Clark et al.
-    2019 group heads by JS distance. Without scipy it falls back to a greedy nearest-neighbour chain that
-    starts at one end of the farthest pair.
+    2019 group heads by JS distance.
     """
     d = _tensor(dist, "dist", (2,), "(N, N)")
     if d.shape[0] != d.shape[1] or d.shape[0] == 0:
@@ -91,26 +89,10 @@ def similarity_order(dist: torch.Tensor) -> torch.Tensor:
         return torch.arange(n)  # (N,)
     d = (d + d.T) / 2  # (N, N)
     d.fill_diagonal_(0.0)
-    try:
-        from scipy.cluster.hierarchy import leaves_list, linkage
-        from scipy.spatial.distance import squareform
-    except ImportError:
-        return _greedy_chain(d)
+    # Imported here, on first use, to keep scipy.cluster out of the page's start-up; scipy is a requirement.
+    from scipy.cluster.hierarchy import leaves_list, linkage
+    from scipy.spatial.distance import squareform
+
     condensed = squareform(d.double().numpy(), checks=False)  # (N*(N-1)/2,)
     tree = linkage(condensed, method="average", optimal_ordering=True)
     return torch.as_tensor(leaves_list(tree), dtype=torch.long)  # (N,)
-
-
-def _greedy_chain(d: torch.Tensor) -> torch.Tensor:
-    """Nearest-neighbour chain over a distance matrix (N, N), starting at one end of the farthest pair."""
-    n = d.shape[0]
-    start = int(torch.argmax(d).item()) // n
-    order = [start]
-    used = torch.zeros(n, dtype=torch.bool)  # (N,)
-    used[start] = True
-    for _ in range(n - 1):
-        row = d[order[-1]].masked_fill(used, float("inf"))  # (N,)
-        nxt = int(torch.argmin(row))
-        order.append(nxt)
-        used[nxt] = True
-    return torch.tensor(order, dtype=torch.long)  # (N,)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from mha_viz.analysis._checks import attention as _attention, position_mask as _position_mask, same_shape as _same_shape, tensor as _tensor
-
+from mha_viz.analysis._checks import attention as _attention, tensor as _tensor
 
 
 def rollout(att: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:

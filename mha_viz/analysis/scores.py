@@ -10,7 +10,7 @@ import torch
 
 from mha_viz.analysis.tokens import special_mask
 from mha_viz.contract import AttentionRun
-from mha_viz.analysis._checks import attention as _attention, position_mask as _position_mask, same_shape as _same_shape, tensor as _tensor
+from mha_viz.analysis._checks import attention as _attention, position_mask as _position_mask
 
 
 # Keys of the dict returned by `pattern_scores`, in display order.

@@ -6,7 +6,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from mha_viz.analysis._checks import attention as _attention, position_mask as _position_mask, same_shape as _same_shape, tensor as _tensor
+from mha_viz.analysis._checks import attention as _attention, position_mask as _position_mask
 
 
 # Word-start markers of SentencePiece ("▁"), byte-level BPE ("Ġ") and labels already decoded to a space.

@@ -1,6 +1,5 @@
 """Hand-computed cases for every function in mha_viz.analysis."""
 import math
-import sys
 
 import pytest
 import torch
@@ -152,13 +151,6 @@ def contiguous(order: torch.Tensor, members: set[int]) -> bool:
 
 
 def test_similarity_order_groups_clusters():
-    order = A.similarity_order(two_cluster_distances())
-    assert sorted(order.tolist()) == list(range(6))
-    assert contiguous(order, {0, 2, 4}) and contiguous(order, {1, 3, 5})
-
-
-def test_similarity_order_without_scipy(monkeypatch):
-    monkeypatch.setitem(sys.modules, "scipy.cluster.hierarchy", None)  # import now raises ImportError
     order = A.similarity_order(two_cluster_distances())
     assert sorted(order.tolist()) == list(range(6))
     assert contiguous(order, {0, 2, 4}) and contiguous(order, {1, 3, 5})
