@@ -45,12 +45,13 @@ def render(ctx: ViewContext) -> None:
     head = st.selectbox("Head", range(model.n_heads), format_func=lambda h: head_name((layer, h)), key="norm_head")
     norms = analysis.norm_view(run.attentions[layer], values[layer], w_o[layer])  # (H, Q, K)
     off = (layer, head) in ctx.heads_off
+    name = head_name((layer, head))
     c1, c2 = st.columns(2)
-    c1.plotly_chart(plotting.head_figure(run.attentions[layer, head], run.tokens, f"L{layer} H{head} weights α",
+    c1.plotly_chart(plotting.head_figure(run.attentions[layer, head], run.tokens, f"{name} weights α",
                                          off=off, size=380), width="stretch", key="norm_raw")
     if off:
-        c2.info(f"{head_name((layer, head))} is switched off: its output is zero, so every ‖α f(x)‖ is 0. Its "
+        c2.info(f"{name} is switched off: its output is zero, so every ‖α f(x)‖ is 0. Its "
                 "weights α (left) are still computed.")
     else:
-        c2.plotly_chart(plotting.head_figure(norms[head], run.tokens, f"L{layer} H{head} ‖α f(x)‖", size=380,
+        c2.plotly_chart(plotting.head_figure(norms[head], run.tokens, f"{name} ‖α f(x)‖", size=380,
                                              colorbar=True), width="stretch", key="norm_fig")
