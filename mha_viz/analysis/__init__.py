@@ -16,7 +16,7 @@ from mha_viz.analysis.distance import head_distance, js_divergence, pattern_shif
 from mha_viz.analysis.effects import (cosine_change, kl_batch, next_token_kl, one_minus_cos_batch, token_change,
                                       topk_predictions)
 from mha_viz.analysis.inside import HeadCombination, combine_heads, update_sizes, value_norms, weighted_values
-from mha_viz.analysis.norms import norm_view, out_proj_per_head, values_per_head
+from mha_viz.analysis.norms import norm_view, out_proj_per_head, repeat_kv, split_heads
 from mha_viz.analysis.rollout import rollout
 from mha_viz.analysis.scores import (SCORE_NAMES, SHORT_TARGETS, describe_score, pattern_scores, run_scores, top_badges,
                                      uniform_baselines, uniform_pattern)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from mha_viz.models.heads import out_proj_per_head, values_per_head  # noqa: F401  (re-exported)
-from mha_viz.analysis._checks import attention as _attention, position_mask as _position_mask, same_shape as _same_shape, tensor as _tensor
-
+from mha_viz.models.heads import out_proj_per_head, repeat_kv, split_heads  # noqa: F401  (re-exported)
+from mha_viz.analysis._checks import attention as _attention, tensor as _tensor
 
 
 def norm_view(att: torch.Tensor, values: torch.Tensor, w_o: torch.Tensor) -> torch.Tensor:
@@ -18,8 +17,9 @@ def norm_view(att: torch.Tensor, values: torch.Tensor, w_o: torch.Tensor) -> tor
     Since alpha >= 0 this is alpha_qk * ||f(x_k)||. The output bias b_O is added once after the sum over
     keys, so it is left out, as in the paper.
 
-    att: (H, Q, K) attention of one layer; values: (H, K, dh) per-head values including the value bias
-    (see `values_per_head`); w_o: (H, dh, D) per-head output projection (see `out_proj_per_head`).
+    att: (H, Q, K) attention of one layer; values: (H, K, dh) per-head values including the value bias,
+    `repeat_kv(split_heads(v_proj(x), H_kv), H)`; w_o: (H, dh, D) per-head output projection,
+    `out_proj_per_head(o_proj.weight, H)`.
     """
     att = _attention(att, "att", (3,), "(H, Q, K)")
     values = _tensor(values, "values", (3,), "(H, K, dh)")
@@ -28,7 +28,7 @@ def norm_view(att: torch.Tensor, values: torch.Tensor, w_o: torch.Tensor) -> tor
     if values.shape[:2] != (n_heads, n_k):
         raise ValueError(f"values must have shape ({n_heads}, {n_k}, dh) to match att {tuple(att.shape)}; "
                          f"got {tuple(values.shape)}. For grouped-query attention expand the key/value "
-                         f"heads with values_per_head(v, n_heads, n_kv_heads).")
+                         f"heads with repeat_kv(split_heads(v, n_kv_heads), n_heads).")
     if w_o.shape[:2] != (n_heads, values.shape[2]):
         raise ValueError(f"w_o must have shape ({n_heads}, {values.shape[2]}, D); got {tuple(w_o.shape)}. "
                          f"Build it with out_proj_per_head(o_proj.weight, n_heads).")

@@ -7,20 +7,23 @@ from __future__ import annotations
 import torch
 
 
-def values_per_head(v: torch.Tensor, n_heads: int, n_kv_heads: int | None = None) -> torch.Tensor:
-    """Split the value projection's output v (K, H_kv * dh) (`v_proj(x)`, bias included) into heads
-    -> (H, K, dh). With grouped-query attention (n_kv_heads < n_heads) each key/value head serves
-    n_heads // n_kv_heads consecutive query heads, as transformers' `repeat_kv` does."""
-    if v.ndim != 2:
-        raise ValueError(f"v must have shape (K, H_kv * dh); got {tuple(v.shape)}")
-    v = v.float()
-    n_kv = n_kv_heads or n_heads
-    if n_heads % n_kv or v.shape[1] % n_kv:
-        raise ValueError(f"v has width {v.shape[1]}, which must split into {n_kv} key/value heads that "
-                         f"divide {n_heads} query heads; check n_heads and n_kv_heads")
-    n_k, width = v.shape
-    heads = v.view(n_k, n_kv, width // n_kv).transpose(0, 1)  # (H_kv, K, dh)
-    return heads.repeat_interleave(n_heads // n_kv, dim=0)  # (H, K, dh)
+def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """A projection's output x (T, H * dh) as one slice per head -> (H, T, dh)."""
+    if x.ndim != 2 or x.shape[1] % n_heads:
+        raise ValueError(f"x must have shape (T, H * dh) with a width divisible by {n_heads} heads; "
+                         f"got {tuple(x.shape)}")
+    n_t, width = x.shape
+    return x.view(n_t, n_heads, width // n_heads).transpose(0, 1)  # (H, T, dh)
+
+
+def repeat_kv(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Key or value heads (H_kv, T, dh) repeated for the query heads that share them -> (H, T, dh). With
+    grouped-query attention each key/value head serves n_heads // H_kv consecutive query heads, as
+    transformers' `repeat_kv` does; without it (H_kv == H) x comes back unchanged."""
+    if x.ndim != 3 or n_heads % x.shape[0]:
+        raise ValueError(f"x must have shape (H_kv, T, dh) with H_kv dividing {n_heads} query heads; "
+                         f"got {tuple(x.shape)}")
+    return x.repeat_interleave(n_heads // x.shape[0], dim=0)  # (H, T, dh)
 
 
 def out_proj_per_head(weight: torch.Tensor, n_heads: int) -> torch.Tensor:

@@ -12,7 +12,7 @@ from mha_viz.contract import (AttentionRun, Head, HeadInside, InputError, Model,
 from mha_viz.models.hf import ablation as _ablation
 from mha_viz.models.hf.ablation import _RECORDER, ablation, edited, final_norm_io, watch_final_norm
 from mha_viz.models.interventions import HeadEdit
-from mha_viz.models.heads import out_proj_per_head
+from mha_viz.models.heads import out_proj_per_head, repeat_kv
 from mha_viz.settings import ASSETS
 
 
@@ -65,14 +65,13 @@ class HFModel(Model):
         seen: list = []
         token = _RECORDER.set(seen)
         try:
-            keep = head_keep_mask(heads, self.n_layers, self.n_heads)[None].to(self._device) if heads else None
-            self._forward(enc, keep, want_attentions=False)
+            self._forward(enc, self._keep(heads), want_attentions=False)
         finally:
             _RECORDER.reset(token)
         values, w_o = [], []
         for (module, value), weight in zip(seen, self._out_proj):
             v = value[0].float().cpu()  # (H_kv, K, dh)
-            values.append(v.repeat_interleave(self.n_heads // v.shape[0], dim=0))  # (H, K, dh), as repeat_kv does
+            values.append(repeat_kv(v, self.n_heads))  # (H, K, dh)
             w = weight.detach().float().cpu()  # (D, H * dh), as nn.Linear stores it
             w_o.append(out_proj_per_head(w, self.n_heads))  # (H, dh, D)
         keep = head_keep_mask(heads, self.n_layers, self.n_heads)  # (L, H)
@@ -98,7 +97,7 @@ class HFModel(Model):
         enc, _ = self._encode(text)
         keep = head_keep_mask(ablate, self.n_layers, self.n_heads)  # (L, H)
         with _ablation.inside(module) as found:
-            out = self._forward(enc, keep[None].to(self._device) if ablate else None, want_attentions=False)
+            out = self._forward(enc, self._keep(ablate), want_attentions=False)
         if not found:
             raise UnavailableError(f"{self.info.title}: layer {layer}'s attention did not run through "
                                    "transformers' attention interface, so its queries and keys cannot be read.")
@@ -108,8 +107,7 @@ class HFModel(Model):
         weights = found["weights"][0].float().cpu()  # (H, Q, K)
         H, T, dh = q.shape
         group = H // k_kv.shape[0]  # query heads per key/value head; 1 without grouped-query attention
-        k = k_kv.repeat_interleave(group, dim=0)  # (H, K, dh), as transformers' repeat_kv does
-        v = v_kv.repeat_interleave(group, dim=0)  # (H, K, dh)
+        k, v = repeat_kv(k_kv, H), repeat_kv(v_kv, H)  # (H, K, dh), (H, K, dh)
         scale = float(found["scaling"] if found["scaling"] is not None else dh ** -0.5)
         scores = q @ k.transpose(-2, -1) * scale  # (H, Q, K)
         allowed = _allowed(found["mask"], T)
@@ -178,6 +176,13 @@ class HFModel(Model):
         return getattr(self._tokenizer, "mask_token", None)
 
     # -- running -----------------------------------------------------------------------------------------------
+    def _keep(self, ablate: frozenset[Head]) -> torch.Tensor | None:
+        """The keep mask (1, L, H) of one forward, or None when every head is on: the attention function then
+        leaves every head's output as it is."""
+        if not ablate:
+            return None
+        return head_keep_mask(ablate, self.n_layers, self.n_heads)[None].to(self._device)  # (1, L, H)
+
     def _forward(self, enc: dict, keep: torch.Tensor | None, want_attentions: bool, edit: HeadEdit | None = None):
         with torch.no_grad(), ablation(self._layer_of, keep), edited(self._layer_of, edit):
             return self._model(**enc, output_attentions=want_attentions, output_hidden_states=True)
@@ -190,9 +195,7 @@ class HFModel(Model):
     def _run(self, text: str, ablate: frozenset[Head], replace: torch.Tensor | None = None) -> AttentionRun:
         enc, dropped = self._encode(text)
         ids = enc["input_ids"][0].tolist()
-        keep, edit = None, None
-        if ablate:
-            keep = head_keep_mask(ablate, self.n_layers, self.n_heads)[None].to(self._device)  # (1, L, H)
+        keep, edit = self._keep(ablate), None
         if replace is not None:  # the heads in `ablate` output `replace`, not 0
             keep, edit = None, HeadEdit(keep, replace.to(self._device))
         out = self._forward(enc, keep, want_attentions=True, edit=edit)

@@ -16,7 +16,7 @@ from mha_viz.contract import (AttentionRun, Head, HeadInside, InputError, Model,
                               check_text, head_keep_mask)
 from mha_viz.models.interventions import HeadEdit
 from mha_viz.models.tiny.corpus import BOS, Vocab, build_vocab, example_sentences, ground_truth, tokenize
-from mha_viz.models.heads import out_proj_per_head
+from mha_viz.models.heads import out_proj_per_head, split_heads
 from mha_viz.models.tiny.architecture import TinyConfig, TinyLM, build_model
 
 TINY_ASSETS = ASSETS / "tiny"
@@ -76,14 +76,14 @@ class TinyModel(Model):
         is registered on the shared model."""
         _, ids, _ = self.encode(text)
         keep = head_keep_mask(frozenset(ablate), self.n_layers, self.n_heads)[None]  # (1, L, H)
-        H, dh, D = self.n_heads, self.config.d_model // self.n_heads, self.config.d_model
+        H, D = self.n_heads, self.config.d_model
         values, w_o = [], []
         with torch.no_grad():
             T = len(ids)
             x = self.lm.tok(torch.tensor([ids])) + self.lm.pos(torch.arange(T))  # (1, T, D)
             for layer, block in enumerate(self.lm.blocks):
                 v = block.attn.qkv(block.ln1(x)).split(D, dim=-1)[2]  # (1, T, D)
-                values.append(v[0].view(T, H, dh).transpose(0, 1))  # (H, K, dh)
+                values.append(split_heads(v[0], H))  # (H, K, dh)
                 w_o.append(out_proj_per_head(block.attn.out.weight, H))  # (H, dh, D)
                 x, _ = block(x, keep[:, layer])  # (1, T, D)
         values = torch.stack(values).float() * keep[0, :, :, None, None]  # (L, H, K, dh): an ablated head adds 0
@@ -108,9 +108,7 @@ class TinyModel(Model):
             resid = x[0].float()  # (T, D)
             # 1. Project to queries, keys and values, one slice of width dh per head.
             q, k, v = attn.qkv(block.ln1(x))[0].split(D, dim=-1)  # 3 x (T, D)
-            q = q.view(T, H, dh).transpose(0, 1)  # (H, T, dh)
-            k = k.view(T, H, dh).transpose(0, 1)  # (H, T, dh)
-            v = v.view(T, H, dh).transpose(0, 1)  # (H, T, dh)
+            q, k, v = split_heads(q, H), split_heads(k, H), split_heads(v, H)  # 3 x (H, T, dh)
             # 2. Scores, with -inf where a query may not look (later keys of this causal model).
             scale = 1.0 / math.sqrt(dh)
             scores = q @ k.transpose(-2, -1) * scale  # (H, Q, K)
