@@ -14,7 +14,8 @@ def js_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """Jensen-Shannon divergence in bits (base 2) over the last axis: (..., K) -> (...), in [0, 1].
 
     JS(p, q) = (KL(p || m) + KL(q || m)) / 2 with m = (p + q) / 2 (Lin 1991, "Divergence measures based
-    on the Shannon entropy"); Clark et al. 2019, "What Does BERT Look At?", compare heads with it.
+    on the Shannon entropy"). Clark et al. 2019, "What Does BERT Look At?", section 6, measure the distance
+    between two heads with it.
     Zeros are exact: 0 * log 0 counts as 0 (torch.xlogy), so no epsilon is needed. Identical rows give 0,
     rows with disjoint support give 1 bit.
     """
@@ -46,8 +47,8 @@ def head_distance(att: torch.Tensor) -> torch.Tensor:
     """Mean JS divergence (bits) between every pair of heads' patterns on this input -> (N, N), N = L*H.
 
     Entry [i, j] = mean over query rows q of JS(att_i[q], att_j[q]), heads flattened layer-major
-    (i = layer * H + head). Clark et al. 2019, "What Does BERT Look At?", section 6, cluster heads by this
-    distance. Symmetric, zero diagonal, in [0, 1]. Cost is N^2/2 * Q * K operations (half that for causal
+    (i = layer * H + head). Clark et al. 2019, "What Does BERT Look At?", section 6, use this distance
+    (summed over tokens, not averaged) to embed BERT's heads in two dimensions. Symmetric, zero diagonal, in [0, 1]. Cost is N^2/2 * Q * K operations (half that for causal
     patterns; a few seconds for 270 heads at 128 tokens), so cache the result per run.
     """
     att = _attention(att, "att", (4,), "(L, H, Q, K)")
@@ -74,8 +75,8 @@ def similarity_order(dist: torch.Tensor) -> torch.Tensor:
     """A permutation of the N heads that puts heads with similar patterns next to each other -> (N,).
 
     dist: (N, N) symmetric distances, e.g. from `head_distance`. Uses the leaf order of average-linkage
-    agglomerative clustering with optimal leaf ordering (scipy; Bar-Joseph et al. 2001), as Clark et al.
-    2019 group heads by JS distance.
+    agglomerative clustering with optimal leaf ordering (scipy; Bar-Joseph et al. 2001). Clark et al. 2019
+    show the same distances as a two-dimensional map (multidimensional scaling) instead of an order.
     """
     d = _tensor(dist, "dist", (2,), "(N, N)")
     if d.shape[0] != d.shape[1] or d.shape[0] == 0:

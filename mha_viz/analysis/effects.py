@@ -53,7 +53,8 @@ def token_change(out_a: torch.Tensor, out_b: torch.Tensor, relative: bool = Fals
     """Per-token L2 norm of the change in final hidden state, ||out_b[t] - out_a[t]|| -> (T,).
 
     With relative=True each norm is divided by ||out_a[t]||, so out_a must be the baseline run.
-    A per-position view of an ablation effect (Michel, Levy & Neubig 2019).
+    Heads are switched off as in Michel, Levy & Neubig 2019; this per-token view of the effect is the app's
+    own, not theirs.
     """
     a = _tensor(out_a, "out_a", (2,), "(T, D)")
     b = _tensor(out_b, "out_b", (2,), "(T, D)")
@@ -85,7 +86,8 @@ def next_token_kl(logits_a: torch.Tensor, logits_b: torch.Tensor, position: int 
 
     p = softmax(logits). logits_a is the baseline, logits_b the ablated run; both (V,) or both (T, V),
     in which case `position` picks the row (default: the last token, whose prediction is the next token).
-    KL divergence: Kullback & Leibler 1951; as an ablation effect: Michel, Levy & Neubig 2019.
+    KL divergence: Kullback & Leibler 1951. Michel, Levy & Neubig 2019 measure an ablation by the change in a
+    task score; KL of the prediction needs no label.
     """
     a = _tensor(logits_a, "logits_a", (1, 2), "(V,) or (T, V)")
     b = _tensor(logits_b, "logits_b", (1, 2), "(V,) or (T, V)")

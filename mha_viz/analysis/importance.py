@@ -28,8 +28,9 @@ def head_importance(
 ) -> torch.Tensor:
     """Ablate each head alone (on top of `base_off`) and measure the output change -> (L, H).
 
-    For models with an LM head: KL(p_before || p_after) of the prediction at `position` (Michel et al. 2019
-    use the loss change; KL needs no label). For encoders: 1 - cosine similarity of the mean-pooled sentence
+    For models with an LM head: KL(p_before || p_after) of the prediction at `position`. Michel et al. 2019
+    switch heads off one at a time and measure the change in a task score (BLEU, accuracy), and rank heads by
+    the loss's sensitivity to a head mask; KL needs no label. For encoders: 1 - cosine similarity of the mean-pooled sentence
     embedding. Heads already in `base_off` score 0. The single-head ablations go through the model as a
     batch of keep masks, `chunk` at a time, instead of one forward per head. `ablation="mean"` replaces each
     switched-off head's output (those in `base_off` too) by its mean over the model's example sentences instead

@@ -22,8 +22,10 @@ def pattern_scores(att: torch.Tensor, token_ids=None, special_mask=None, causal:
     """Where each head's attention went on this input: a dict of (L, H) scores, keys `SCORE_NAMES`.
 
     Each score is a fraction of attention mass in [0, 1], averaged over the query rows where the target
-    exists (Clark et al. 2019, "What Does BERT Look At?", measure attention to the previous/next token,
-    [CLS], [SEP] and punctuation this way; Kovaleva et al. 2019 describe diagonal and vertical patterns):
+    exists. Clark et al. 2019, "What Does BERT Look At?", section 3, measure attention to the previous/next
+    token, [CLS], [SEP] and punctuation this way, and each head's entropy; Kovaleva et al. 2019 describe
+    diagonal and vertical patterns; earlier copies of the current token are where the duplicate-token heads of
+    Wang et al. 2022 attend (Olsson et al. 2022's induction heads attend to the token after such a copy):
       previous    att[q, q-1], mean over queries q = 1..T-1
       next        att[q, q+1], mean over queries q = 0..T-2 (always 0 in a causal model)
       self        att[q, q], mean over all queries

@@ -19,7 +19,8 @@ def hide_positions(att: torch.Tensor, keep_mask) -> torch.Tensor:
     -> (..., T', T'), T' = keep_mask.sum().
 
     Shows how a query's attention divides among the visible tokens, e.g. with [CLS]/[SEP] hidden, since
-    those often take most of the mass (Clark et al. 2019). A row whose kept mass is 0 stays all zeros.
+    those often take a large share of the weight in BERT (Clark et al. 2019, section 3), while the vectors read
+    there are small (Kobayashi et al. 2020). A row whose kept mass is 0 stays all zeros.
     """
     att = _attention(att, "att", range(2, 9), "(..., Q, K)")
     keep = _position_mask(keep_mask, att.shape[-1], "keep_mask")  # (T,)
