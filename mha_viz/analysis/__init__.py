@@ -18,6 +18,6 @@ from mha_viz.analysis.effects import (cosine_change, kl_batch, next_token_kl, on
 from mha_viz.analysis.inside import HeadCombination, combine_heads, update_sizes, value_norms, weighted_values
 from mha_viz.analysis.norms import norm_view, out_proj_per_head, repeat_kv, split_heads
 from mha_viz.analysis.rollout import rollout
-from mha_viz.analysis.scores import (SCORE_NAMES, SHORT_TARGETS, describe_score, pattern_scores, run_scores, top_badges,
+from mha_viz.analysis.scores import (SCORE_NAMES, SCORE_WORDS, describe_score, pattern_scores, run_scores, top_badges,
                                      uniform_baselines, uniform_pattern)
 from mha_viz.analysis.tokens import hide_positions, merge_word_pieces, special_mask, word_groups, word_labels

@@ -5,6 +5,7 @@ head "does".
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -148,33 +149,25 @@ def run_scores(run: AttentionRun, causal: bool) -> tuple[dict[str, torch.Tensor]
     return scores, uniform_baselines(len(run.tokens), causal, ids, special)
 
 
-# What each location score measures: short, for badges and table columns; long, for sentences.
-SHORT_TARGETS = {
-    "previous": "previous token",
-    "next": "next token",
-    "self": "itself",
-    "first": "first token",
-    "special": "special/punct.",
-    "same_token": "same token earlier",
-}
+@dataclass(frozen=True)
+class ScoreWords:
+    """How the page words one score: `short` for badges, `target` inside "N% of attention goes to ...",
+    `unmeasurable` for why it is NaN. `entropy` is a spread, not a location, so it has no target."""
+    short: str
+    target: str | None
+    unmeasurable: str
 
-_TARGETS = {
-    "previous": "the previous token",
-    "next": "the next token",
-    "self": "the token itself",
-    "first": "the first token",
-    "special": "special and punctuation tokens",
-    "same_token": "earlier occurrences of the same token",
-}
 
-_NOT_MEASURABLE = {
-    "previous": "the text has a single token",
-    "next": "the text has a single token",
-    "self": "the text has no tokens",
-    "first": "the text has a single token",
-    "special": "the text has no special or punctuation tokens",
-    "same_token": "no token repeats an earlier one",
-    "entropy": "no token can attend to more than one token",
+SCORE_WORDS = {
+    "previous": ScoreWords("previous token", "the previous token", "the text has a single token"),
+    "next": ScoreWords("next token", "the next token", "the text has a single token"),
+    "self": ScoreWords("itself", "the token itself", "the text has no tokens"),
+    "first": ScoreWords("first token", "the first token", "the text has a single token"),
+    "special": ScoreWords("special/punct.", "special and punctuation tokens",
+                          "the text has no special or punctuation tokens"),
+    "same_token": ScoreWords("same token earlier", "earlier occurrences of the same token",
+                             "no token repeats an earlier one"),
+    "entropy": ScoreWords("spread", None, "no token can attend to more than one token"),
 }
 
 
@@ -185,11 +178,11 @@ def describe_score(name: str, value: float) -> str:
         raise ValueError(f"{name!r} is not a score; use one of: {', '.join(SCORE_NAMES)}")
     value = float(value)
     if math.isnan(value):
-        return f"Not measurable on this input: {_NOT_MEASURABLE[name]}."
+        return f"Not measurable on this input: {SCORE_WORDS[name].unmeasurable}."
     if name == "entropy":
         return (f"Attention spread is {value:.2f} of its maximum on this input "
                 f"(1 = even over all tokens it may attend to, 0 = all on one token).")
-    text = f"{value:.0%} of attention goes to {_TARGETS[name]} on this input"
+    text = f"{value:.0%} of attention goes to {SCORE_WORDS[name].target} on this input"
     if name == "same_token":
         text += " (averaged over tokens that repeat an earlier one)"
     return text + "."

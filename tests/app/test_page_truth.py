@@ -84,7 +84,7 @@ def test_same_token_score_reaches_the_badges_the_table_and_the_spread():
     scores["same_token"] = same_token_reference(run.attentions, run.token_ids)
     uniform = analysis.uniform_pattern(len(run.tokens), model.causal)[None, None]  # (1, 1, T, T)
     baselines["same_token"] = float(same_token_reference(uniform, run.token_ids)[0, 0])
-    expected = {h: f"measured: {v:.0%} → {analysis.SHORT_TARGETS[name]}"
+    expected = {h: f"measured: {v:.0%} → {analysis.SCORE_WORDS[name].short}"
                 for h in range(model.n_heads)
                 for name, v in analysis.top_badges(scores, baselines, 0, h, n=1) if name == "same_token"}
     assert expected, "the default sentence repeats words; some L0 head should lead with the same-token score"

@@ -54,7 +54,7 @@ def badge_text(badges, layer: int, head: int) -> tuple[str, str]:
     top = analysis.top_badges(scores, baselines, layer, head, n=1)
     if top:
         name, value = top[0]
-        return (f"measured: {value:.0%} → {analysis.SHORT_TARGETS[name]}",
+        return (f"measured: {value:.0%} → {analysis.SCORE_WORDS[name].short}",
                 analysis.describe_score(name, value) + " A measurement, not a role.")
     return ("measured: no location stands out",
             "No score is 10 points above what uniform attention would give on this input.")
