@@ -4,10 +4,11 @@
     distance    Jensen-Shannon between patterns, head-to-head distance, an order that groups similar heads
     scores      measured pattern scores per head against uniform attention, and their wording
     rollout     attention rollout (Abnar & Zuidema 2020)
-    norms       the value-weighted norm view (Kobayashi et al. 2020) and per-head slicing
+    norms       the value-weighted norm view (Kobayashi et al. 2020); re-exports the per-head slicing
     tokens      display transforms: hidden special tokens, merged word pieces
     importance  head importance: each head ablated alone, batched through a Model
     inside      one head opened up: value sizes, its weighted sum, how the heads of a layer add up
+    patching    activation and attribution patching and direct effects per head, through a Model
 
 No UI code: every function takes tensors and returns tensors or plain values. Every score is a measurement of
 where attention went on one input; a head's pattern is learned, and a high score is not a label of what it does.
