@@ -1,8 +1,10 @@
 """Tensors + tokens -> plotly figures. No streamlit here, so tests can read `fig.data` directly.
 
 Rendering notes (measured in benchmarks/, results in benchmarks/RESULTS.md): a figure with dozens of subplot
-axes is slow to update, so a layer is drawn as one figure per row of heads and the all-layers view as ONE tiled
-uint8 heatmap. Values are sent as numpy arrays, never `.tolist()`, and figures are built unvalidated.
+axes is slow to update, so heads side by side (Compare, the trained/untrained twins) are one figure per row and
+the all-layers view is ONE tiled uint8 heatmap; the Layer view's grid is a browser component
+(app/components/head_grid), not a figure. Values are sent as numpy arrays, never `.tolist()`, and figures are
+built unvalidated.
 """
 from __future__ import annotations
 
