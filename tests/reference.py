@@ -77,9 +77,13 @@ class HookedReference:
             base = getattr(self.ref, "base_model", self.ref)
             if hasattr(base, "layers"):  # Llama-style
                 self.projs = [layer.self_attn.o_proj for layer in base.layers]
+            elif hasattr(base, "h"):  # GPT-2-style, a Conv1D storing its weight as (in, out)
+                self.projs = [block.attn.c_proj for block in base.h]
             else:  # BERT-style
                 self.projs = [layer.attention.output.dense for layer in base.encoder.layer]
-        self.d_head = self.projs[0].in_features // model.n_heads
+        proj = self.projs[0]
+        width = proj.in_features if isinstance(proj, torch.nn.Linear) else proj.weight.shape[0]  # H * dh
+        self.d_head = width // model.n_heads
         self._torch = torch
 
     def forward(self, text: str, set_heads: dict | None = None):

