@@ -19,6 +19,9 @@ def render(ctx: ViewContext) -> None:
     head = st.columns([1, 3])[0].selectbox("Head", range(model.n_heads), format_func=lambda h: head_name((layer, h)),
                                             key="inside_head")
     query = token_picker(ctx.run, "Query token (click one)")
+    if ctx.heads_off and ctx.ablation != "zero":
+        st.caption("Opened up with the heads that are off set to zero: this view does not apply the sidebar's "
+                   "mean ablation.")
     try:
         heads = cache.inside_layer(ctx.name, ctx.text, layer, tuple(sorted(ctx.heads_off)))
     except UnavailableError as err:

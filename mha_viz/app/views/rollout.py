@@ -23,6 +23,9 @@ def render(ctx: ViewContext) -> None:
         st.caption("Switched-off heads are left out of both panels: the mean of heads and each layer's rollout step "
                    "average only the heads that are on, and a layer with every head off passes the residual "
                    "stream through unchanged.")
+        if ctx.ablation != "zero":
+            st.caption("Rollout uses the patterns of the run with those heads mean-ablated, as the sidebar says; the "
+                       "norm view below is computed with them zeroed (it does not apply mean ablation).")
     c1, c2 = st.columns(2)
     if on.any():
         raw = run.attentions[layer][on].mean(0)  # (Q, K)  mean over the heads that are on
