@@ -1,14 +1,16 @@
 """Many people at once: 30 browser sessions typing and toggling against 1 app process, then against N, both behind
 nginx as `make serve` runs them (deploy/serve.py). Loopback only; bounded in count and in time.
 
-Each session (its own browser context: own cookies, own Streamlit session) opens the page, types its own sentence
+Each session (its own tab, so its own websocket and Streamlit session) opens the page, types its own sentence
 with its own marker word, then switches heads of layer 0 off and on (4 toggles, a short think time between them).
 A toggle is timed from the click until the page shows exactly the heads this session has switched off and Streamlit
 is idle again (waits poll every POLL_MS). At the end each session must show its own marker's tokens and no other
 session's, and exactly its own heads off: anything else counts as "mixed". A wait that runs past the configuration's
 time budget, a Streamlit exception on the page or a JavaScript error counts as an error. Sessions start RAMP_S
-apart (people do not click at the same millisecond), spread over a few Chromium processes (several pages each,
-to fit RAM and two cores). nginx's access log shows whether every request reached the process its cookie names.
+apart (people do not click at the same millisecond), spread over a few Chromium processes. Tabs are grouped
+PAGES_PER_CONTEXT to a browser context: a context is one visitor's cookie jar (so one nginx pin) and one HTTP and
+code cache, which spares these two cores compiling Streamlit's frontend 30 times; every tab is still its own
+Streamlit session, so tabs sharing a process and a cookie are the hardest case for "nothing mixed". nginx's access log shows whether every request reached the process its cookie names.
 
     python benchmarks/bench_load.py                      # 30 sessions, 1 process then 2, <= 180 s each
     python benchmarks/bench_load.py --sessions 6 --procs 1,2 --budget 90
@@ -76,17 +78,16 @@ async def _wait(page, js: str, budget: Budget, arg=None) -> None:
     await page.wait_for_function(js, arg=arg, timeout=budget.ms(), polling=POLL_MS)
 
 
-async def _toggle(page, head: int) -> None:
-    await harness.grid_switch(page, f"L0 H{head}").click()
+async def _toggle(page, head: int, budget: Budget) -> None:
+    await harness.grid_switch(page, f"L0 H{head}").click(timeout=budget.ms())
 
 
-async def session(i: int, browser, url: str, budget: Budget, result: dict) -> None:
+async def session(i: int, context, url: str, budget: Budget, result: dict) -> None:
     """One visitor. Fills `result` as it goes, so a session cut off by the budget still reports what it did."""
     rng = random.Random(i)
     marker = WORDS[i]
     result.update(marker=marker, toggles=[], error=None, mixed=None)
     await asyncio.sleep(i * RAMP_S)
-    context = await browser.new_context(viewport={"width": 1300, "height": 900})
     page = await context.new_page()
     js_errors: list[str] = []
     page.on("pageerror", lambda exc: js_errors.append(str(exc)))
@@ -97,6 +98,7 @@ async def session(i: int, browser, url: str, budget: Budget, result: dict) -> No
         await _wait(page, DRAWN, budget)
         await _wait(page, harness.IDLE, budget)
         result["open_s"] = time.monotonic() - t0
+        result["route"] = {c["name"]: c["value"] for c in await context.cookies()}.get(serve.COOKIE)
 
         step = "type"
         t0 = time.monotonic()
@@ -114,7 +116,7 @@ async def session(i: int, browser, url: str, budget: Budget, result: dict) -> No
             off ^= {head}
             want = [f"L0 H{h}" for h in sorted(off)]
             t0 = time.monotonic()
-            await _toggle(page, head)
+            await _toggle(page, head, budget)
             await _wait(page, SHOWS_OFF, budget, arg=want)
             await _wait(page, harness.IDLE, budget)
             result["toggles"].append(time.monotonic() - t0)
@@ -128,12 +130,10 @@ async def session(i: int, browser, url: str, budget: Budget, result: dict) -> No
             result["error"] = "a Streamlit exception on the page"
         elif js_errors:
             result["error"] = f"JavaScript error: {js_errors[0][:200]}"
-        cookies = {c["name"]: c["value"] for c in await context.cookies()}
-        result["route"] = cookies.get(serve.COOKIE)
     except Exception as err:  # a timeout or a lost page: this session's error, not the benchmark's
         result["error"] = f"{step}: {type(err).__name__}: {str(err).splitlines()[0][:160]}"
     finally:
-        await context.close()
+        await page.close()
 
 
 @contextlib.contextmanager
@@ -151,7 +151,8 @@ def niced(increment: int):
             pass
 
 
-async def drive(url: str, n_sessions: int, n_browsers: int, budget_s: float, nice: int) -> list[dict]:
+async def drive(url: str, n_sessions: int, n_browsers: int, per_context: int, budget_s: float,
+                nice: int) -> list[dict]:
     from playwright.async_api import async_playwright
 
     results = [dict() for _ in range(n_sessions)]
@@ -161,9 +162,13 @@ async def drive(url: str, n_sessions: int, n_browsers: int, budget_s: float, nic
     try:
         browsers = [await pw.chromium.launch(executable_path=harness.CHROMIUM, headless=True,
                                              args=harness.CHROMIUM_ARGS) for _ in range(n_browsers)]
+        n_contexts = math.ceil(n_sessions / per_context)
+        contexts = [await browsers[c % n_browsers].new_context(viewport={"width": 1300, "height": 900})
+                    for c in range(n_contexts)]
         try:
             budget = Budget(budget_s)
-            await asyncio.gather(*(session(i, browsers[i % n_browsers], url, budget, results[i])
+            # Session i is in context i % n_contexts, so the first tabs to open are in different contexts (cookies).
+            await asyncio.gather(*(session(i, contexts[i % n_contexts], url, budget, results[i])
                                    for i in range(n_sessions)))
         finally:
             for b in browsers:
@@ -214,7 +219,8 @@ def run_config(procs: int, args) -> dict:
         asyncio.run(warm([b.url for b in d.backends]))
         load_before = load_avg()
         t0 = time.monotonic()
-        results = asyncio.run(drive(d.url, args.sessions, args.browsers, args.budget, args.nice_browsers))
+        results = asyncio.run(drive(d.url, args.sessions, args.browsers, args.per_context, args.budget,
+                                     args.nice_browsers))
         wall = time.monotonic() - t0
         load_after = load_avg()
         time.sleep(1)  # nginx logs a websocket when it closes
@@ -246,7 +252,8 @@ def main() -> None:
     parser.add_argument("--procs", default="1,2", help="app process counts to compare, e.g. 1,2")
     parser.add_argument("--browsers", type=int, default=3, help="Chromium processes the sessions are spread over")
     parser.add_argument("--budget", type=float, default=180, help="seconds per configuration, a hard bound")
-    parser.add_argument("--nice-browsers", type=int, default=10,
+    parser.add_argument("--per-context", type=int, default=5, help="tabs (sessions) per browser context")
+    parser.add_argument("--nice-browsers", type=int, default=5,
                         help="run Chromium this much nicer than the app processes (0: compete as equals)")
     args = parser.parse_args()
     if args.sessions > len(WORDS):
@@ -271,7 +278,8 @@ def main() -> None:
                      ", ".join(f"{k}:{v}" for k, v in sorted(r["sessions_per_process"].items())),
                      f"{r['wall_s']:.0f}", f"{r['load_before']} -> {r['load_after']}"])
     print()
-    print(f"{args.sessions} sessions over {args.browsers} Chromium processes, sessions {RAMP_S} s apart, 4 toggles each "
+    print(f"{args.sessions} sessions (tabs) in {math.ceil(args.sessions / args.per_context)} browser contexts over "
+          f"{args.browsers} Chromium processes, sessions {RAMP_S} s apart, 4 toggles each "
           f"with {THINK_S[0]}-{THINK_S[1]} s think time, waits polled every {POLL_MS} ms, budget {args.budget:.0f} s "
           f"per configuration; MiniLM, layer 0; Chromium niced by {args.nice_browsers}.")
     pooled = defaultdict(list)
