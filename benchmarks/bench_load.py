@@ -41,7 +41,7 @@ WORDS = MARKERS + ("bottle", "candle", "rabbit", "pencil", "tiger", "ocean", "ca
                    "mirror", "needle", "orange", "pepper", "rocket", "saddle", "tunnel", "wagon")
 N_HEADS = 12  # all-MiniLM-L6-v2, the default model
 POLL_MS = 100
-RAMP_S = 0.5
+RAMP_S = 1.0
 THINK_S = (0.5, 1.5)
 
 STRIP = "() => document.querySelector('[data-testid=\"token-strip\"]')?.innerText ?? ''"
@@ -198,6 +198,42 @@ async def warm(urls: list[str]) -> None:
             await browser.close()
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> tuple[int, list[str]] | None:
+    """(parent pid, fields after the command name) of a live process, or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[1]), fields
+
+
+def cpu_seconds(roots: list[int], exclude: set[int] = frozenset()) -> float:
+    """CPU time of `roots` and every live descendant (not under `exclude`), plus their reaped children's: user +
+    system, from /proc. Only this script's own processes are counted, never another user's on the machine."""
+    table_ = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            st = _stat(int(entry))
+            if st:
+                table_[int(entry)] = st
+    children = defaultdict(list)
+    for pid, (ppid, _) in table_.items():
+        children[ppid].append(pid)
+    total, todo = 0.0, [r for r in roots if r in table_]
+    while todo:
+        pid = todo.pop()
+        if pid in exclude:
+            continue
+        f = table_[pid][1]
+        total += sum(int(x) for x in f[11:15]) / _TICK  # utime, stime, cutime, cstime
+        todo += children[pid]
+    return total
+
+
 def percentile(xs: list[float], q: float) -> float:
     """Nearest-rank percentile; nan for no samples."""
     if not xs:
@@ -218,10 +254,15 @@ def run_config(procs: int, args) -> dict:
     with serve.Deployment(procs, log_dir=OUT / f"load-{procs}") as d:
         asyncio.run(warm([b.url for b in d.backends]))
         load_before = load_avg()
+        apps = [b.proc.pid for b in d.backends]
+        app_cpu0, ours0 = cpu_seconds(apps), cpu_seconds([os.getpid()], exclude=set(apps) | {d.nginx.pid})
         t0 = time.monotonic()
         results = asyncio.run(drive(d.url, args.sessions, args.browsers, args.per_context, args.budget,
                                      args.nice_browsers))
         wall = time.monotonic() - t0
+        # Browsers (and this script) vs the app processes: who had the cores during the run.
+        app_cpu = cpu_seconds(apps) - app_cpu0
+        client_cpu = cpu_seconds([os.getpid()], exclude=set(apps) | {d.nginx.pid}) - ours0
         load_after = load_avg()
         time.sleep(1)  # nginx logs a websocket when it closes
         with_cookie, wrong = misrouted(d)
@@ -238,6 +279,7 @@ def run_config(procs: int, args) -> dict:
         "toggles": toggles, "open_s": [r["open_s"] for r in results if "open_s" in r],
         "type_s": [r["type_s"] for r in results if "type_s" in r],
         "sessions_per_process": dict(per_route), "requests_with_cookie": with_cookie, "misrouted": wrong,
+        "app_cpu_s": app_cpu, "client_cpu_s": client_cpu,
     }
     for err in summary["errors"][:5]:
         print(f"   error: {err}")
@@ -276,6 +318,7 @@ def main() -> None:
                      f"{percentile(r['open_s'], 50):.1f} / {percentile(r['open_s'], 95):.1f}",
                      len(r["errors"]), len(r["mixed"]), f"{r['misrouted']}/{r['requests_with_cookie']}",
                      ", ".join(f"{k}:{v}" for k, v in sorted(r["sessions_per_process"].items())),
+                     f"{r['app_cpu_s']:.0f} / {r['client_cpu_s']:.0f}",
                      f"{r['wall_s']:.0f}", f"{r['load_before']} -> {r['load_after']}"])
     print()
     print(f"{args.sessions} sessions (tabs) in {math.ceil(args.sessions / args.per_context)} browser contexts over "
@@ -301,7 +344,7 @@ def main() -> None:
         print()
     print(table(["app procs", "sessions done", "toggles", "toggle p50 s", "toggle p95 s", "p50 speed-up vs 1st",
                  "type p50/p95 s", "open p50/p95 s", "errors", "mixed", "misrouted/with cookie",
-                 "sessions per process", "wall s", "load avg before -> after"], rows))
+                 "sessions per process", "CPU s apps / browsers", "wall s", "load avg before -> after"], rows))
 
 
 if __name__ == "__main__":
