@@ -281,6 +281,8 @@ def run_config(procs: int, args) -> dict:
         "sessions_per_process": dict(per_route), "requests_with_cookie": with_cookie, "misrouted": wrong,
         "app_cpu_s": app_cpu, "client_cpu_s": client_cpu,
     }
+    # Every step that reached the server and finished: opens, sentences, toggles.
+    summary["steps"] = len(summary["open_s"]) + len(summary["type_s"]) + len(toggles)
     for err in summary["errors"][:5]:
         print(f"   error: {err}")
     for mix in summary["mixed"][:5]:
@@ -319,6 +321,7 @@ def main() -> None:
                      len(r["errors"]), len(r["mixed"]), f"{r['misrouted']}/{r['requests_with_cookie']}",
                      ", ".join(f"{k}:{v}" for k, v in sorted(r["sessions_per_process"].items())),
                      f"{r['app_cpu_s']:.0f} / {r['client_cpu_s']:.0f}",
+                     f"{1000 * r['app_cpu_s'] / r['steps']:.0f}" if r["steps"] else "-",
                      f"{r['wall_s']:.0f}", f"{r['load_before']} -> {r['load_after']}"])
     print()
     print(f"{args.sessions} sessions (tabs) in {math.ceil(args.sessions / args.per_context)} browser contexts over "
@@ -344,7 +347,7 @@ def main() -> None:
         print()
     print(table(["app procs", "sessions done", "toggles", "toggle p50 s", "toggle p95 s", "p50 speed-up vs 1st",
                  "type p50/p95 s", "open p50/p95 s", "errors", "mixed", "misrouted/with cookie",
-                 "sessions per process", "CPU s apps / browsers", "wall s", "load avg before -> after"], rows))
+                 "sessions per process", "CPU s apps / browsers", "app CPU ms per step", "wall s", "load avg before -> after"], rows))
 
 
 if __name__ == "__main__":
