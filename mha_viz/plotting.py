@@ -520,6 +520,26 @@ def pattern_pick_figure(pattern: torch.Tensor, tokens: list[str], title: str, qu
     return fig
 
 
+def vectors_figure(vectors: torch.Tensor, tokens: list[str], title: str, *, row: int | None = None,
+                   height: int = 360) -> go.Figure:
+    """One vector per token as a row, (T, dh), on a symmetric red-blue scale: a head's queries, keys or values.
+    `row` (e.g. the query token) is outlined."""
+    z = _as_np(vectors)  # (T, dh)
+    labels = axis_labels(tokens)
+    if z.ndim != 2 or z.shape[0] != len(labels):
+        raise ValueError(f"vectors must be ({len(labels)}, dh), one row per token; got {z.shape}")
+    bound = max(float(np.nanmax(np.abs(z))) if z.size else 0.0, 1e-6)
+    trace = dict(type="heatmap", z=z, y=labels, zmin=-bound, zmax=bound, zmid=0.0, colorscale=DIFF_SCALE,
+                 showscale=False, hovertemplate="%{y}<br>dim %{x}: %{z:+.3f}<extra></extra>")
+    shapes = [] if row is None else [dict(type="rect", xref="paper", x0=0, x1=1, yref="y", y0=row - 0.5,
+                                          y1=row + 0.5, line=dict(color="#222", width=2))]
+    layout = dict(template=NO_TEMPLATE, title=dict(text=html.escape(title, quote=False), font=dict(size=12)),
+                  height=height, font=_FONT, margin=dict(l=70, r=6, t=34, b=24), shapes=shapes,
+                  yaxis=dict(autorange="reversed", tickfont=dict(size=max(6, min(9, int(500 / max(len(labels), 1)))))),
+                  xaxis=dict(title="dimension"))
+    return _fast_figure(trace, layout)
+
+
 def signed_layer_head_map(values: torch.Tensor, title: str, colorbar_title: str, *, fmt: str = ".3f",
                           marked=frozenset()) -> go.Figure:
     """`layer_head_map` for numbers with a sign (patching effects, direct effects): blue below 0, red above,

@@ -58,6 +58,9 @@ def test_inside_a_head_follows_the_clicked_token_and_writes_it_to_the_url():
     weights = _values(steps["data"][1]["y"])
     assert abs(sum(weights) - 1) < 1e-4  # a softmax over the keys, read back from the page's figure
     assert any("Weighted sum" in md.value for md in at.markdown)
+    for key in ("inside_q", "inside_k", "inside_v"):  # every token's vector, one row each: (9 tokens, 32 dims)
+        z = _chart(at, key)["data"][0]["z"]
+        assert z["shape"].replace(" ", "") == "9,32" and len(_values(z)) == 9 * 32
     combine = _chart(at, "inside_combine")
     assert len(combine["data"][0]["x"]) == 12  # one bar per head of the layer
     assert combine["data"][1]["x"][-2:] == ["bias", "total"]

@@ -91,6 +91,14 @@ def steps(ctx: ViewContext, h, query: int, token: str) -> None:
     st.plotly_chart(plotting.inside_steps_figure(h.tokens, scores, weights, norms, query,
                                                  f"{name}: query {visible(h.tokens[query], 20)}"),
                     width="stretch", key="inside_steps")
+    with st.expander(f"{name}'s queries, keys and values: one row per token, the vectors the steps use"):
+        st.caption("q of the outlined token is dotted with every k to make the scores; the values are mixed by "
+                   "the weights.")
+        for col, (letter, vectors, key) in zip(st.columns(3), (("q", h.q, "inside_q"), ("k", h.k, "inside_k"),
+                                                               ("v", h.v, "inside_v"))):
+            col.plotly_chart(plotting.vectors_figure(vectors, h.tokens, f"{letter} ({vectors.shape[0]} x {dh})",
+                                                     row=query if letter == "q" else None),
+                             width="stretch", key=key)
     with st.expander("The weighted sum, row by row (αⱼ vⱼ and their sum z)"):
         st.plotly_chart(plotting.weighted_sum_figure(h.tokens, weighted, z, f"{name}: αⱼ vⱼ for each key, and z"),
                         width="stretch", key="inside_sum")
