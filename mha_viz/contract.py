@@ -65,6 +65,7 @@ class HeadInside:
         weights       float32 (Q, K)               softmax(scores) == run(text, ablate).attentions[layer, head]
         contribution  float32 (T, D)               this head's share of the attention output: (weights @ v) through
                                                    its slice of the output projection; zero when the head is ablated
+                                                   (its mean output through that slice under mean ablation)
         bias          float32 (D,) or None         the output projection's bias, added once per layer, not per head
         resid         float32 (T, D)               the residual stream entering this layer (the block's input)
 
@@ -319,17 +320,29 @@ class Model(ABC):
         (values (L, H, K, dh), w_o (L, H, dh, D)) with ablated heads' values zero; None when unavailable."""
         return None
 
-    def inside(self, text: str, layer: int, head: int, ablate: Iterable[Head] = ()) -> HeadInside:
-        """One head opened up (see `HeadInside`), with the heads in `ablate` switched off in the same run.
-        Raises UnavailableError when this architecture's projections cannot be found."""
-        return self.inside_layer(text, layer, ablate)[_index(head, self.n_heads, "head")]
+    def inside(self, text: str, layer: int, head: int, ablate: Iterable[Head] = (), ablation: str = "zero",
+               reference: Iterable[str] | None = None) -> HeadInside:
+        """One head opened up (see `HeadInside`), with the heads in `ablate` switched off in the same run, as
+        `run` switches them off (`ablation`, `reference`). Raises UnavailableError when this architecture's
+        projections cannot be found."""
+        return self.inside_layer(text, layer, ablate, ablation, reference)[_index(head, self.n_heads, "head")]
 
-    def inside_layer(self, text: str, layer: int, ablate: Iterable[Head] = ()) -> list[HeadInside]:
+    def inside_layer(self, text: str, layer: int, ablate: Iterable[Head] = (), ablation: str = "zero",
+                     reference: Iterable[str] | None = None) -> list[HeadInside]:
         """`inside` for every head of `layer` from one forward: what "how heads combine" needs."""
         layer = _index(layer, self.n_layers, "layer")
-        return self._inside_layer(check_text(text), layer, check_ablate(ablate, self.n_layers, self.n_heads))
+        text = check_text(text)
+        ablate = check_ablate(ablate, self.n_layers, self.n_heads)
+        if ablation not in ABLATIONS:
+            raise InputError(f"ablation must be one of {', '.join(map(repr, ABLATIONS))}; got {str(ablation)[:30]!r}")
+        replace = None
+        if ablation != "zero" and ablate:
+            replace = self.replacement(text, ablate, ablation, reference, frozenset(), None)  # (1, L, H, 1, dh)
+        return self._inside_layer(text, layer, ablate, replace)
 
-    def _inside_layer(self, text: str, layer: int, ablate: frozenset[Head]) -> list[HeadInside]:
+    def _inside_layer(self, text: str, layer: int, ablate: frozenset[Head],
+                      replace: torch.Tensor | None = None) -> list[HeadInside]:
+        """Every head of `layer` opened up; the heads in `ablate` output 0, or `replace` (1, L, H, T or 1, dh)."""
         raise UnavailableError(
             f"{self.info.title}: opening a head (its queries, keys, values and contribution) is not available for "
             "this architecture. It works for the tiny model and transformers models whose attention uses "

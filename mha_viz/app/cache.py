@@ -87,9 +87,9 @@ def norm_inputs(name: str, text: str, heads_off: tuple[Head, ...]):
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
-def inside_layer(name: str, text: str, layer: int, heads_off: tuple[Head, ...]):
+def inside_layer(name: str, text: str, layer: int, heads_off: tuple[Head, ...], ablation: str = "zero"):
     """Every head of `layer` opened up (`Model.inside_layer`), shared by sessions; small (a layer's q, k, v)."""
-    return get_model(name).inside_layer(text, layer, heads_off)
+    return get_model(name).inside_layer(text, layer, heads_off, ablation)
 
 
 # -- patching view: metrics, maps and direct effects, shared by every session ------------------------------------

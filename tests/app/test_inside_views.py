@@ -133,3 +133,14 @@ def test_a_click_on_the_pattern_is_read_as_its_query_row():
     assert _clicked_row(state) == 2
     assert _clicked_row({"selection": {"points": []}}) is None
     assert _clicked_row(None) is None
+
+
+def test_under_mean_ablation_a_switched_off_head_shows_its_mean_output():
+    at = _view(_app(off="L0H3", ablation="mean"), "Inside a head")
+    at.selectbox(key="inside_head").set_value(3).run()
+    assert not at.exception, at.exception
+    assert any("mean ablation" in md.value for md in at.markdown)
+    assert any("replaced by its mean output" in c.value for c in at.caption)
+    combine = _chart(at, "inside_combine")
+    off = combine["data"][0]["x"].index("L0 H3 (off)")
+    assert _values(combine["data"][0]["y"])[off] > 0  # its mean output, not zero

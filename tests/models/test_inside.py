@@ -98,19 +98,20 @@ def test_scores_are_scaled_dot_products_and_minus_inf_where_masked(models, kind)
     assert torch.allclose(h.scores[~forbidden], expected[~forbidden], atol=1e-5)
 
 
-@pytest.mark.parametrize("ablate", [(), ((1, 0),)], ids=["all-on", "head-0-off"])
+@pytest.mark.parametrize("ablate,ablation", [((), "zero"), (((1, 0),), "zero"), (((0, 2), (1, 0)), "mean")],
+                         ids=["all-on", "head-0-off", "mean-ablated"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_contributions_plus_bias_equal_the_output_projection(models, kind, ablate):
+def test_contributions_plus_bias_equal_the_output_projection(models, kind, ablate, ablation):
     model = models(kind)
     layer = 1
     seen = []
     handle = _out_layer(kind, model, layer).register_forward_hook(lambda mod, args, out: seen.append(out))
     try:
-        model.run(_text(kind), ablate=ablate)
+        model.run(_text(kind), ablate=ablate, ablation=ablation)
     finally:
         handle.remove()
-    hooked = seen[0][0].float()  # (T, D)
-    heads = model.inside_layer(_text(kind), layer, ablate)
+    hooked = seen[-1][0].float()  # (T, D): the last forward (mean ablation first runs the reference texts)
+    heads = model.inside_layer(_text(kind), layer, ablate, ablation)
     total = torch.stack([h.contribution for h in heads]).sum(0)  # (T, D)
     if heads[0].bias is not None:
         total = total + heads[0].bias  # once per layer, not per head
@@ -118,6 +119,24 @@ def test_contributions_plus_bias_equal_the_output_projection(models, kind, ablat
     assert torch.allclose(total, hooked, atol=1e-4), float((total - hooked).abs().max())
     # The residual stream entering the layer is the block's input: a (T, D) vector per token.
     assert heads[0].resid.shape == hooked.shape and torch.isfinite(heads[0].resid).all()
+
+
+@pytest.mark.parametrize("kind", ["tiny", "minilm", "smollm2"])
+def test_a_mean_ablated_head_contributes_its_mean_output_and_keeps_its_pattern(models, kind):
+    model = models(kind)
+    text, off = _text(kind), {(0, 1), (1, 0)}
+    run = model.run(text, ablate=off, ablation="mean")
+    heads = model.inside_layer(text, 1, off, "mean")
+    mean = model.head_means()[1, 0]  # (dh,): its output averaged over the example sentences
+    w_o = _out_layer(kind, model, 1).weight.detach().float()
+    w_o = w_o if isinstance(_out_layer(kind, model, 1), torch.nn.Linear) else w_o.T  # (D, H * dh)
+    dh = mean.shape[0]
+    expected = mean @ w_o[:, :dh].T  # (D,): head 0's slice of the output projection
+    assert heads[0].ablated and torch.allclose(heads[0].contribution, expected.expand_as(heads[0].contribution),
+                                               atol=1e-5)
+    assert expected.abs().max() > 0  # not zero: mean ablation is not zero ablation
+    for h in heads:
+        assert torch.allclose(h.weights, run.attentions[1, h.head], atol=1e-5)
 
 
 @pytest.mark.parametrize("kind", ["smollm2", "llama"])

@@ -9,7 +9,10 @@ from mha_viz import analysis, plotting
 from mha_viz.app import cache
 from mha_viz.app.common import TOKEN_KEY, head_name, md_safe, token_picker, visible
 from mha_viz.app.context import ViewContext
-from mha_viz.contract import UnavailableError
+from mha_viz.contract import InputError, UnavailableError
+
+
+OFF_WORDS = {"zero": ", zero because the head is off", "mean": ", its mean output: the head is off (mean ablation)"}
 
 
 def render(ctx: ViewContext) -> None:
@@ -19,13 +22,13 @@ def render(ctx: ViewContext) -> None:
     head = st.columns([1, 3])[0].selectbox("Head", range(model.n_heads), format_func=lambda h: head_name((layer, h)),
                                             key="inside_head")
     query = token_picker(ctx.run, "Query token (click one)")
-    if ctx.heads_off and ctx.ablation != "zero":
-        st.caption("Opened up with the heads that are off set to zero: this view does not apply the sidebar's "
-                   "mean ablation.")
     try:
-        heads = cache.inside_layer(ctx.name, ctx.text, layer, tuple(sorted(ctx.heads_off)))
+        heads = cache.inside_layer(ctx.name, ctx.text, layer, tuple(sorted(ctx.heads_off)), ctx.ablation)
     except UnavailableError as err:
         st.info(md_safe(str(err)))
+        return
+    except InputError as err:  # e.g. mean ablation for a model with no example sentences
+        st.warning(md_safe(str(err)))
         return
     h = heads[head]
     token = md_safe(visible(h.tokens[query], 30))
@@ -86,7 +89,7 @@ def steps(ctx: ViewContext, h, query: int, token: str) -> None:
         f"($\\lVert z \\rVert = {float(z.norm()):.3f}$).\n"
         f"5. **Contribution** $c = z\\,W_O^{{h}}$ through this head's slice of the output projection "
         f"($\\lVert c \\rVert = {float(h.contribution[query].norm()):.3f}$"
-        + (", zero because the head is off" if h.ablated else "") + ")."
+        + (OFF_WORDS.get(ctx.ablation, ", the head is off") if h.ablated else "") + ")."
     )
     st.plotly_chart(plotting.inside_steps_figure(h.tokens, scores, weights, norms, query,
                                                  f"{name}: query {visible(h.tokens[query], 20)}"),
@@ -104,7 +107,9 @@ def steps(ctx: ViewContext, h, query: int, token: str) -> None:
                         width="stretch", key="inside_sum")
     if h.ablated:
         st.caption("This head is switched off: its weights are still computed (above), but its output z is "
-                   "replaced by zero before the output projection, so it adds nothing to the layer.")
+                   + ("replaced by zero before the output projection, so it adds nothing to the layer."
+                      if ctx.ablation == "zero" else "replaced by its mean output over the example sentences before "
+                      "the output projection, the same vector at every position, whatever this sentence says."))
 
 
 def combine(ctx: ViewContext, heads, query: int, token: str) -> None:

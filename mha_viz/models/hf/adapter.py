@@ -82,8 +82,10 @@ class HFModel(Model):
     def _attention_module(self, layer: int) -> torch.nn.Module:
         return next(m for m in self._model.modules() if self._layer_of.get(id(m)) == layer)
 
-    def _inside_layer(self, text: str, layer: int, ablate: frozenset[Head]) -> list[HeadInside]:
-        """Every head of `layer` opened up (see `HeadInside`) from one forward with `ablate` applied. q, k, v, the
+    def _inside_layer(self, text: str, layer: int, ablate: frozenset[Head],
+                      replace: torch.Tensor | None = None) -> list[HeadInside]:
+        """Every head of `layer` opened up (see `HeadInside`) from one forward with `ablate` applied (outputs 0, or
+        `replace`, as in `_run`). q, k, v, the
         mask and the weights are what the model's own eager attention received and returned (captured per call in
         ablation.py); scores are recomputed from them and checked against those weights."""
         module = self._attention_module(layer)
@@ -95,9 +97,11 @@ class HFModel(Model):
                 "cannot be computed for this architecture."
             )
         enc, _ = self._encode(text)
-        keep = head_keep_mask(ablate, self.n_layers, self.n_heads)  # (L, H)
+        keep = head_keep_mask(ablate, self.n_layers, self.n_heads)[None].to(self._device)  # (1, L, H)
+        # What each head hands the output projection, after the intervention (0, or `replace`), recorded per layer.
+        edit = HeadEdit(keep, None if replace is None else replace.to(self._device), capture=True)
         with _ablation.inside(module) as found:
-            out = self._forward(enc, self._keep(ablate), want_attentions=False)
+            out = self._forward(enc, None, want_attentions=False, edit=edit)
         if not found:
             raise UnavailableError(f"{self.info.title}: layer {layer}'s attention did not run through "
                                    "transformers' attention interface, so its queries and keys cannot be read.")
@@ -120,8 +124,8 @@ class HFModel(Model):
                 "its attention adds something to the scores (e.g. ALiBi biases or soft-capping), so showing plain "
                 "scores would be wrong."
             )
-        # Each head's output through its slice of the output projection; an ablated head adds nothing.
-        ctx = (weights @ v) * keep[layer, :, None, None]  # (H, T, dh)
+        # Each head's output, as the output projection sees it (weights @ v, or what replaced it), through its slice.
+        ctx = edit.outputs[layer][0].float().cpu()  # (H, T, dh)
         weight, bias = _out_weight(out_layer)  # (D, H * dh), (D,) or None
         contribution = ctx @ out_proj_per_head(weight, H)  # (H, T, D)
         resid = out.hidden_states[layer][0].float().cpu()  # (T, D): the input of this layer's block

@@ -5,6 +5,7 @@ shown as typed, fed to the model as <unk>, and its position is listed in `run.un
 """
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 
@@ -89,20 +90,23 @@ class TinyModel(Model):
         values = torch.stack(values).float() * keep[0, :, :, None, None]  # (L, H, K, dh): an ablated head adds 0
         return values, torch.stack(w_o).float()  # (L, H, K, dh), (L, H, dh, D)
 
-    def _inside_layer(self, text: str, layer: int, ablate: frozenset[Head]) -> list[HeadInside]:
+    def _inside_layer(self, text: str, layer: int, ablate: frozenset[Head],
+                      replace: torch.Tensor | None = None) -> list[HeadInside]:
         """Every head of `layer` opened up (see `HeadInside`). The blocks before it run as the model runs them, with
         `ablate` applied; the target block's attention is written out step by step, as `MultiHeadSelfAttention`
         does it, so q, k, v and the scores exist. Stepped through, not hooked: nothing is registered on the shared
         model."""
         labels, ids, _ = self.encode(text)
         keep = head_keep_mask(ablate, self.n_layers, self.n_heads)  # (L, H)
+        # What each head hands the output projection, after the intervention (0, or `replace`), recorded per layer.
+        edit = HeadEdit(keep[None], replace, capture=True)
         H, D = self.n_heads, self.config.d_model
         dh = D // H
         T = len(ids)
         with torch.no_grad():
             x = self.lm.tok(torch.tensor([ids])) + self.lm.pos(torch.arange(T))  # (1, T, D)
             for before in range(layer):
-                x, _ = self.lm.blocks[before](x, keep[None, before])  # (1, T, D)
+                x, _ = self.lm.blocks[before](x, None, functools.partial(edit, before))  # (1, T, D)
             block = self.lm.blocks[layer]
             attn = block.attn
             resid = x[0].float()  # (T, D)
@@ -115,10 +119,11 @@ class TinyModel(Model):
             if attn.causal:
                 scores = scores.masked_fill(~attn.tril[:T, :T], float("-inf"))  # (H, Q, K)
             # The block's own weights, so they are exactly the run's; the tests check softmax(scores) against them.
-            _, weights = attn(block.ln1(x), keep[None, layer])  # (1, H, Q, K)
+            _, weights = attn(block.ln1(x), None, functools.partial(edit, layer))  # (1, H, Q, K)
             weights = weights[0]  # (H, Q, K)
-            # 3. Each head's output through its slice of the output projection; an ablated head adds nothing.
-            ctx = (weights @ v) * keep[layer, :, None, None]  # (H, T, dh)
+            # 3. Each head's output, as the output projection sees it (weights @ v, or what replaced it), through
+            # its slice of the output projection.
+            ctx = edit.outputs[layer][0]  # (H, T, dh)
             w_o = out_proj_per_head(attn.out.weight, H)  # (H, dh, D)
             contribution = ctx @ w_o  # (H, T, D)
         bias = None if attn.out.bias is None else attn.out.bias.detach().float()  # (D,)
