@@ -49,8 +49,14 @@ test: setup setup-browser setup-nginx
 test-fast: setup
 	$(PY) -m pytest -q tests/unit tests/models tests/app
 
+# Retrains the tiny model bit for bit (weights, checkpoints, loss log in assets/tiny/), then measures every saved
+# step (assets/tiny/probes.json, which the notes and the Training view read).
 train: setup
 	$(PY) -m mha_viz.models.tiny.train
+	$(PY) -m mha_viz.models.tiny.probes
+
+probe: setup
+	$(PY) -m mha_viz.models.tiny.probes
 
 bench: setup setup-browser
 	$(PY) benchmarks/bench_compute.py

@@ -548,3 +548,65 @@ def signed_layer_head_map(values: torch.Tensor, title: str, colorbar_title: str,
     bound = float(values.abs().max()) or 1.0
     fig.update_traces(zmid=0.0, zmin=-bound, zmax=bound)
     return fig
+
+
+
+def timeline_figure(
+    log_steps: list[int], log_loss: list[float], steps: list[int], scores: dict[str, np.ndarray],
+    baselines: dict[str, float], layer: int, current: int, *, height: int = 640,
+) -> go.Figure:
+    """The training loss and each head's measured scores against the training step, one panel each, with the
+    shown step marked. scores: {panel title: (S, L, H)} for the S saved `steps`; the heads of `layer` are drawn in
+    colour, every other head in light grey, and each panel's uniform baseline as a dotted line.
+    The step axis is logarithmic (patterns form early and fast); step 0 is drawn at step 1."""
+    panels = ["training loss (nats)", *scores]
+    n = len(panels)
+    gap = 0.06
+    h = (1 - gap * (n - 1)) / n
+    x_steps = [max(s, 1) for s in steps]  # a log axis has no 0: the initialisation sits at 1, labelled 0
+    top = max([*steps, *log_steps, 10])
+    tickvals = [v for v in (1, 10, 100, 1_000, 10_000, 100_000) if v <= 10 * top]
+    xaxis = dict(type="log", tickvals=tickvals, ticktext=["0" if v == 1 else f"{v:,}" for v in tickvals],
+                 showgrid=True, gridcolor="#eee", zeroline=False)
+    data: list[dict] = []
+    layout = dict(template=NO_TEMPLATE, height=height, font=_FONT, showlegend=True, hovermode="closest",
+                  margin=dict(l=44, r=8, t=20, b=36), legend=dict(orientation="h", y=-0.06, x=0),
+                  annotations=[], shapes=[])
+    for i, title in enumerate(panels):
+        xa, ya = ("x", "y") if i == 0 else (f"x{i + 1}", f"y{i + 1}")
+        y0 = max(0.0, round(1 - (i + 1) * h - i * gap, 6))  # no -5e-17 from rounding: plotly refuses it
+        layout["xaxis" if i == 0 else f"xaxis{i + 1}"] = dict(
+            xaxis, domain=[0, 1], anchor=ya, showticklabels=i == n - 1, matches=None if i == 0 else "x",
+            title=dict(text="training step (log scale)") if i == n - 1 else None)
+        layout["yaxis" if i == 0 else f"yaxis{i + 1}"] = dict(
+            domain=[y0, min(1.0, y0 + h)], anchor=xa, showgrid=True, gridcolor="#eee", zeroline=False,
+            range=None if i == 0 else [0, 1.02], tickformat=None if i == 0 else ".0%")
+        layout["annotations"].append(dict(text=f"<b>{html.escape(title, quote=False)}</b>", x=0, y=y0 + h,
+                                          xref="paper", yref="paper", xanchor="left", yanchor="bottom",
+                                          showarrow=False, font=dict(size=11)))
+        layout["shapes"].append(dict(type="line", xref=xa, yref=f"{ya} domain", x0=max(current, 1),
+                                     x1=max(current, 1), y0=0, y1=1, line=dict(color="#222", width=1.5, dash="dot")))
+        if i == 0:
+            data.append(dict(type="scatter", mode="lines", x=np.asarray(log_steps), y=np.asarray(log_loss),
+                             xaxis=xa, yaxis=ya, line=dict(color="#222", width=1.5), name="training loss",
+                             showlegend=False, hovertemplate="step %{x}<br>loss %{y:.3f}<extra></extra>"))
+            continue
+        z = np.asarray(scores[title], dtype=np.float32)  # (S, L, H)
+        n_layers, n_heads = z.shape[1:]
+        # The chosen layer's heads last, so their coloured lines are drawn over the grey ones.
+        for l in sorted(range(n_layers), key=lambda x: x == layer):
+            for hd in range(n_heads):
+                mine = l == layer
+                name = f"L{l} H{hd}"
+                data.append(dict(
+                    type="scatter", mode="lines+markers" if mine else "lines", x=x_steps, y=z[:, l, hd],
+                    xaxis=xa, yaxis=ya, name=name, legendgroup=name, showlegend=mine and i == 1,
+                    line=dict(color=head_colour(hd) if mine else "#d0d0d0",
+                              width=2 if mine else 1),
+                    marker=dict(size=5), hovertemplate=f"{name}<br>step %{{customdata}}<br>%{{y:.1%}}<extra></extra>",
+                    customdata=steps,
+                ))
+        data.append(dict(type="scatter", mode="lines", x=[x_steps[0], x_steps[-1]], y=[baselines[title]] * 2,
+                         xaxis=xa, yaxis=ya, name="uniform attention", legendgroup="uniform",
+                         showlegend=i == 1, line=dict(color="#999", width=1, dash="dot"), hoverinfo="skip"))
+    return go.Figure(data=data, layout=layout, _validate=False)

@@ -133,3 +133,30 @@ def exact_patching_map(name: str, text: str, source: str, metric_args: tuple, pr
 def direct_effect_map(name: str, text: str, position: int, answer: int, other: int) -> DirectEffects | None:
     readout = get_model(name).readout(text)
     return None if readout is None else direct_effects(readout, position, answer, other)
+
+
+@st.cache_resource(show_spinner=False, max_entries=2)
+def _checkpoint_models(name: str) -> dict:
+    """Every saved training step of `name` at once (the tiny model's are small): a step slider then never
+    reloads a model, and `get_model`'s four slots stay free for the models a user picks."""
+    from mha_viz.models import checkpoints
+
+    models = {step: load_model(f"{name}@{step}") for step in checkpoints(name)}
+    gc.collect()
+    gc.freeze()  # as in get_model
+    return models
+
+
+def checkpoint_run(name: str, step: int, text: str) -> AttentionRun:
+    """`name` at training step `step` on `text`, all heads on; shared by every session like `get_run`."""
+    return RUNS.get((f"{name}@{step}", text, ()), lambda: _checkpoint_models(name)[step].run(text))
+
+
+@st.cache_data(show_spinner=False, ttl=60)
+def tiny_evidence() -> tuple[dict | None, dict]:
+    """(the probe file, the training log) of the tiny model; None / {} when not written yet. Re-read after a
+    minute, so `make probe` on a running server shows up without a restart."""
+    from mha_viz.models.tiny.probes import load_evidence
+    from mha_viz.models.tiny.train import load_log
+
+    return load_evidence(), load_log()

@@ -185,14 +185,7 @@ def test_tiny_model_predictions_examples_and_unknown_words():
     assert _metric(at, "Top prediction after")
 
 
-def test_trained_vs_untrained_twins_side_by_side():
-    at = _app("tiny")
-    at.radio(key="view").set_value("Trained vs untrained").run()
-    assert not at.exception, at.exception
-    assert not at.warning
-    charts = [c.proto.spec for c in at.get("plotly_chart")]
-    twins = [spec for spec in charts if '"L0 H3"' in spec]  # one row figure per model, every head in it
-    assert len(twins) == 2
+# "Trained vs untrained" is now the Training view at its last step over step 0: tests/app/test_training_view.py
 
 
 def test_similarity_pick_opens_compare_with_those_heads():

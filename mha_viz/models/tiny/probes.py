@@ -198,7 +198,7 @@ class ProbeSets:
     loss: list
 
     @classmethod
-    def build(cls, cfg: ProbeConfig, max_len: int, random_share: float) -> "ProbeSets":
+    def build(cls, cfg: ProbeConfig, max_len: int, random_share: float = 0.0) -> "ProbeSets":
         from mha_viz.models.tiny import corpus
 
         return cls(

@@ -1,24 +1,25 @@
-"""The evidence: the trained model's heads learned the three relations (the untrained twin's did not), it gets
-agreement right, and the heads that attend to the subject are the ones the agreement depends on.
+"""The evidence, on held-out inputs: the trained model has a sharp previous-token head on random word sequences,
+a head that copies from a sequence's first occurrence, a subject head, and gets agreement right; the heads that
+attend to the subject are the ones agreement depends on; its initialisation has none of this.
 
-Thresholds were set from measurements of the committed weights on these held-out seeds (see the numbers in each
-test), with room for small changes but far above what the untrained twin or a uniform head gets.
+Thresholds are the ones issue 11 set. The seeds differ from the trainer's (1234) and from the probe file's
+(2024-2027), so these texts were never trained on and are not the ones the notes report.
 """
 import random
 
 import pytest
 import torch
 
+from mha_viz import load_model
 from mha_viz.models.tiny import corpus
 from mha_viz.models.tiny.probes import (
-    agreement_accuracy, copy_score, induction_score, previous_token_score, score_pairs, subject_score,
+    agreement_accuracy, copy_score, forward_batch, induction_score, previous_token_score, score_pairs,
+    subject_score,
 )
-from mha_viz.models.tiny.adapter import load_tiny
 
-# Seeds not used by training (data_seed=1234 there), so these texts are held out.
-NEARBY = corpus.nearby_examples(40, seed=101)
-REPEATS = corpus.repeat_examples(40, seed=102, lists=True)
-AGREEMENT = corpus.agreement_examples(150, seed=103, attractor="opposite")
+RANDOM = corpus.random_sequences(40, seed=3101, length=32)
+REPEATED = corpus.repeated_sequences(40, seed=3102)
+AGREEMENT = corpus.agreement_examples(200, seed=3103, attractor="opposite")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -32,94 +33,109 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def trained():
-    return load_tiny(trained=True)
+    return load_model("tiny")
 
 
 @pytest.fixture(scope="module")
 def untrained():
-    return load_tiny(trained=False)
+    return load_model("tiny-untrained")
 
 
 def _attn(model, examples):
-    return [model.run(ex.text).attentions for ex in examples]
+    # The page's path: one `run` per text, as typed (the generator's tokens round-trip through the tokenizer).
+    runs = [model.run(ex.text) for ex in examples]
+    assert all(list(r.tokens) == list(ex.tokens) for r, ex in zip(runs, examples))
+    return [r.attentions for r in runs]
 
 
 @pytest.fixture(scope="module")
 def scores(trained, untrained):
     out = {}
     for name, model in (("trained", trained), ("untrained", untrained)):
-        rep = _attn(model, REPEATS)
-        agr = _attn(model, AGREEMENT)
+        rep = _attn(model, REPEATED)
+        repeats = [ex.repeats for ex in REPEATED]
         out[name] = {
-            "nearby": previous_token_score(_attn(model, NEARBY)),
-            "repeat": induction_score(rep, [ex.repeats for ex in REPEATS]),
-            "agreement": subject_score(agr, [(ex.subject_pos, ex.verb_pos) for ex in AGREEMENT]),
+            "previous token": previous_token_score(_attn(model, RANDOM)),
+            "induction": induction_score(rep, repeats),
+            "duplicate": copy_score(rep, repeats),
+            "subject": subject_score(_attn(model, AGREEMENT), [(ex.subject_pos, ex.verb_pos) for ex in AGREEMENT]),
             "rep_attn": rep,
         }
+        for key in ("previous token", "induction", "duplicate", "subject"):
+            head, best = out[name][key].best()
+            print(f"{name} {key}: best {head} {best:.3f} (uniform {out[name][key].baseline:.3f})")
     return out
 
 
-# How far above the uniform baseline a head must be to count as having learned a relation, per relation.
-MARGIN = {"nearby": 0.12, "repeat": 0.25, "agreement": 0.5}
-UNTRAINED_SLACK = 0.03  # the untrained twin's heads sit within this of the baseline (near-uniform patterns)
+def test_a_head_attends_to_the_previous_token_of_any_word_sequence(scores):
+    assert scores["trained"]["previous token"].best()[1] >= 0.8
 
 
-@pytest.mark.parametrize("relation", ["nearby", "repeat", "agreement"])
-def test_trained_has_a_head_per_relation_and_untrained_has_none(scores, relation):
-    t, u = scores["trained"][relation], scores["untrained"][relation]
-    (head, best) = t.best()
-    print(f"{relation}: trained best {head} {best:.3f}, baseline {t.baseline:.3f}; "
-          f"untrained best {u.best()[1]:.3f}, baseline {u.baseline:.3f}")
-    assert best > t.baseline + MARGIN[relation]
-    assert float(u.scores.max()) < u.baseline + UNTRAINED_SLACK
+def test_a_head_copies_from_the_first_occurrence_of_a_repeated_sequence(scores):
+    best = max(scores["trained"]["induction"].best()[1], scores["trained"]["duplicate"].best()[1])
+    assert best >= 0.5
 
 
-def test_induction_head_picks_the_right_continuation_not_any_similar_word(scores):
-    # A head could score on induction by attending to every last name (or list word) at once. Compare the best
-    # induction head's attention on the true continuation with its mean attention on same-kind tokens that are
-    # NOT the continuation: a real induction head prefers the right one by far.
-    t = scores["trained"]["repeat"]
-    (layer, head), best = t.best()
+def test_a_head_attends_to_the_subject_where_the_verb_is_predicted(scores):
+    assert scores["trained"]["subject"].best()[1] >= 0.9
+
+
+def test_the_initialisation_is_within_noise_of_uniform(scores):
+    u = scores["untrained"]
+    assert u["previous token"].best()[1] <= 0.3
+    assert u["induction"].best()[1] <= 0.15 and u["duplicate"].best()[1] <= 0.15
+
+
+def test_induction_head_picks_the_right_continuation_not_any_earlier_word(scores):
+    # A head could score on induction by spreading attention over the whole first copy. Compare the best
+    # induction head's attention on the true continuation with its mean on the other words of the first copy.
+    (layer, head), _ = scores["trained"]["induction"].best()
     right, wrong = [], []
-    for ex, a in zip(REPEATS, scores["trained"]["rep_attn"]):
+    for ex, a in zip(REPEATED, scores["trained"]["rep_attn"]):
+        m = (len(ex.tokens) - 1) // 2
         for first, second in ex.repeats:
-            kind = corpus.LAST_NAMES if ex.tokens[second] in corpus.FIRST_NAMES else corpus.LIST_WORDS
-            target = ex.tokens[first + 1]
-            others = [i for i in range(second) if ex.tokens[i] in kind and ex.tokens[i] != target]
-            if others:
-                right.append(float(a[layer, head, second, first + 1]))
-                wrong.append(float(a[layer, head, second, others].mean()))
+            others = [i for i in range(1, m + 1) if i != first + 1]
+            right.append(float(a[layer, head, second, first + 1]))
+            wrong.append(float(a[layer, head, second, others].mean()))
     r, w = sum(right) / len(right), sum(wrong) / len(wrong)
-    print(f"induction head {(layer, head)}: right continuation {r:.3f}, other same-kind tokens {w:.3f}")
-    assert r > 3 * w and r - w > 0.2
+    print(f"induction head {(layer, head)}: right continuation {r:.3f}, other words of the first copy {w:.3f}")
+    assert r > 5 * w
 
 
-def test_trained_predicts_agreement_far_above_chance(trained, untrained):
+def test_trained_predicts_agreement_and_the_initialisation_is_at_chance(trained, untrained):
     acc, acc_u = agreement_accuracy(trained, AGREEMENT), agreement_accuracy(untrained, AGREEMENT)
     print(f"agreement accuracy (attractor of the other number): trained {acc:.3f}, untrained {acc_u:.3f}")
-    assert acc >= 0.9
+    assert acc >= 0.95
     assert 0.3 <= acc_u <= 0.7  # chance is 0.5
 
 
-def test_ablating_subject_heads_hurts_agreement_more_than_other_heads(trained, scores):
-    # Measured on the committed weights: the top subject heads back each other up. Ablating the top 1 or 2 leaves
-    # accuracy at 0.99-1.0 (the logit margin drops from ~10.4 to ~7.0 and ~6.3), ablating the top 3 drops it to
-    # chance (~0.52, margin ~0). So the check uses k = 3, against the 3 lowest-scoring heads and against five
-    # random sets of 3 among the other 9 heads (which keep 0.95-1.0).
-    ranked = scores["trained"]["agreement"].ranked()
-    k = 3
-    top, bottom = ranked[:k], ranked[-k:]
+K = 3  # heads switched off together
+
+
+def test_switching_off_the_subject_heads_hurts_agreement_more_than_other_heads(trained, scores):
+    ranked = scores["trained"]["subject"].ranked()
+    top, bottom = ranked[:K], ranked[-K:]
     base = agreement_accuracy(trained, AGREEMENT)
     acc_top = agreement_accuracy(trained, AGREEMENT, ablate=top)
     acc_bottom = agreement_accuracy(trained, AGREEMENT, ablate=bottom)
-    acc_random = [
-        agreement_accuracy(trained, AGREEMENT, ablate=random.Random(seed).sample(ranked[k:], k)) for seed in range(5)
-    ]
-    print(f"agreement: none ablated {base:.3f}; top-{k} subject heads {top} {acc_top:.3f}; "
-          f"lowest-{k} {bottom} {acc_bottom:.3f}; 5 random sets of {k} other heads {acc_random}")
+    acc_random = [agreement_accuracy(trained, AGREEMENT, ablate=random.Random(seed).sample(ranked[K:], K))
+                  for seed in range(5)]
+    print(f"agreement: none off {base:.3f}; top-{K} subject heads {top} {acc_top:.3f}; lowest-{K} {bottom} "
+          f"{acc_bottom:.3f}; 5 random sets of {K} other heads {acc_random}")
     assert base - acc_top > 0.3
     assert acc_top < acc_bottom - 0.3
     assert acc_top < min(acc_random) - 0.3
+
+
+def test_the_batched_probe_forward_equals_the_page_run(trained):
+    # probes.forward_batch pads texts on the right into one batch; a causal model must give each text's own run.
+    examples = REPEATED[:5] + AGREEMENT[:5]
+    logits, attentions, lengths = forward_batch(trained, examples)
+    for i, ex in enumerate(examples):
+        run = trained.run(ex.text)
+        n = lengths[i]
+        torch.testing.assert_close(attentions[i, :, :, :n, :n], run.attentions, atol=1e-5, rtol=0)
+        torch.testing.assert_close(logits[i, :n], run.logits, atol=1e-4, rtol=0)
 
 
 def test_scores_on_hand_made_patterns():

@@ -61,3 +61,13 @@ def test_committed_assets_exist_are_small_and_load():
     total = sum(p.stat().st_size for p in ALL_ASSETS.rglob("*") if p.is_file())
     print(f"assets/: {total / 1e6:.2f} MB")
     assert total <= 5 * 1024 * 1024, "everything in assets/, weights and checkpoints included, stays under 5 MB"
+
+
+def test_committed_checkpoints_cover_the_run():
+    log = json.loads((ASSETS / LOG).read_text())
+    saved = sorted(int(p.stem.removeprefix("step-")) for p in (ASSETS / "checkpoints").glob("step-*.safetensors"))
+    assert saved == log["checkpoints"]
+    assert len(saved) >= 6 and saved[0] == 0 and saved[-1] == log["train_config"]["steps"] == log["steps"][-1]
+    final = load_file(str(ASSETS / "model.safetensors"))
+    last = load_file(str(checkpoint_path(ASSETS, saved[-1])))
+    assert all(torch.equal(last[k], v.half()) for k, v in final.items())

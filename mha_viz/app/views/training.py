@@ -1,0 +1,139 @@
+"""Training: the in-repo tiny model's heads at each saved training step, beside each head's measured scores and the
+training loss against the step, so a person sees *when* each pattern appears, not only that it exists.
+
+`timeline(ctx, versus_init=True)` is the older "Trained vs untrained" view (views/twins.py): the last step with
+step 0, the initialisation, drawn under it.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import streamlit as st
+
+from mha_viz import checkpoints, plotting
+from mha_viz.app.cache import checkpoint_run, tiny_evidence
+from mha_viz.app.common import head_name, md_safe
+from mha_viz.app.context import ViewContext
+from mha_viz.contract import InputError, ModelLoadError
+
+TINY = "tiny"
+STEP_KEY = "train_step"
+LAYER_KEY = "train_layer"
+PENDING = "_train_step_pending"  # a step to show on the next run (a widget's value cannot change after it is drawn)
+PLAY_SECONDS = 0.7  # per saved step while playing
+PANELS = {"previous_token": "previous token", "induction": "induction", "subject": "subject"}
+
+
+def render(ctx: ViewContext) -> None:
+    timeline(ctx, versus_init=False)
+
+
+def timeline(ctx: ViewContext, versus_init: bool) -> None:
+    steps = checkpoints(TINY)
+    evidence, log = tiny_evidence()
+    if not steps:
+        st.warning("The tiny model has no saved training steps: run `make train` (it saves them in "
+                   "assets/tiny/checkpoints/), then `make probe` for their scores.")
+        return
+    st.subheader("Training: watch the tiny model's heads form")
+    st.caption("The in-repo tiny model saved at several steps of its training, on the same sentence: step 0 is its "
+               "seeded initialisation, the last step is the shipped `tiny`. Move the slider (or press Play) to see "
+               "when each head's pattern appears; the scores beside it were measured at each step on held-out "
+               "inputs. Patterns are learned: nobody assigned a head its role.")
+    pending = st.session_state.pop(PENDING, None)
+    if versus_init and STEP_KEY not in st.session_state:
+        pending = steps[-1]
+    if pending is not None or st.session_state.get(STEP_KEY) not in steps:
+        st.session_state[STEP_KEY] = pending if pending in steps else steps[-1]
+    c1, c2, c3 = st.columns([6, 1, 2])
+    step = c1.select_slider("Training step", options=steps, key=STEP_KEY,
+                            format_func=lambda s: f"{s} (initialisation)" if s == 0 else str(s))
+    play = c2.button("▶ Play", key="train_play", help="Show every saved step in turn, from the first")
+    n_layers = len(evidence["final"]["scores"]["subject"]) if evidence else None
+    layer = _layer(ctx, c3, n_layers)
+    unknown = _unknown_note(ctx.text, steps)
+    if unknown:
+        st.caption(unknown)
+
+    left, right = st.columns([3, 2])
+    with right:
+        chart = st.empty()
+        table = st.empty()
+    with left:
+        heads = st.empty()
+        if versus_init and steps[0] != step:
+            st.markdown(f"**The same heads at step {steps[0]} (the initialisation)**")
+            _heads(ctx.text, steps[0], layer, key="train_init")
+    if play:
+        for shown in steps:
+            _draw(ctx.text, shown, layer, steps, evidence, log, heads, chart, table, key=f"play{shown}")
+            time.sleep(PLAY_SECONDS)
+        st.session_state[PENDING] = steps[-1]
+        return
+    _draw(ctx.text, step, layer, steps, evidence, log, heads, chart, table, key="step")
+
+
+def _layer(ctx: ViewContext, where, n_layers: int | None) -> int:
+    """The sidebar's layer when the page shows a tiny model; otherwise a picker of the tiny model's own layers."""
+    if checkpoints(ctx.name):
+        return min(ctx.layer, (n_layers or ctx.model.n_layers) - 1)
+    options = list(range(n_layers or 1))
+    return where.selectbox("Layer of the tiny model", options, format_func=lambda i: f"L{i}", key=LAYER_KEY)
+
+
+def _unknown_note(text: str, steps: list[int]) -> str | None:
+    try:
+        run = checkpoint_run(TINY, steps[-1], text)
+    except (InputError, ModelLoadError):
+        return None
+    if not run.unknown:
+        return None
+    words = ", ".join(sorted({run.tokens[i] for i in run.unknown}))[:200]
+    return (f"{len(run.unknown)} word(s) of this sentence are not in the tiny model's vocabulary and are read as "
+            f"<unk>: {md_safe(words)}. Its example sentences use only words it knows.")
+
+
+def _heads(text: str, step: int, layer: int, key: str, where=None) -> None:
+    where = where or st
+    try:
+        run = checkpoint_run(TINY, step, text)
+    except (InputError, ModelLoadError) as err:
+        where.warning(md_safe(str(err)))
+        return
+    n_heads = run.attentions.shape[1]
+    fig = plotting.heads_row_figure(run.attentions[layer], run.tokens,
+                                    [f"{head_name((layer, h))} · step {step}" for h in range(n_heads)],
+                                    [False] * n_heads, height=int(900 / max(n_heads, 1)))
+    where.plotly_chart(fig, width="stretch", key=f"{key}|{step}|{layer}", config={"displaylogo": False})
+
+
+def _draw(text, step, layer, steps, evidence, log, heads, chart, table, key: str) -> None:
+    heads.empty()
+    _heads(text, step, layer, key=key, where=heads.container())
+    if evidence is None:
+        chart.info("No measured scores yet: run `make probe` to write assets/tiny/probes.json.")
+        return
+    scores = {PANELS[r]: np.array([s["scores"][r] for s in evidence["per_step"]]) for r in PANELS}  # (S, L, H)
+    baselines = {PANELS[r]: evidence["per_step"][0]["baselines"][r] for r in PANELS}
+    fig = plotting.timeline_figure(log.get("steps", []), log.get("loss", []), evidence["steps"], scores, baselines,
+                                   layer, step, height=560)
+    chart.plotly_chart(fig, width="stretch", key=f"timeline|{key}|{layer}", config={"displaylogo": False})
+    row = next((s for s in evidence["per_step"] if s["step"] == step), None)
+    if row is None:
+        table.caption(f"Step {step} was not measured: run `make probe` again.")
+        return
+    n_heads = len(row["scores"]["subject"][layer])
+    rows = [{"head": head_name((layer, h)),
+             **{PANELS.get(r, r.replace("_", " ")): f"{row['scores'][r][layer][h]:.0%}" for r in
+                ("previous_token", "induction", "duplicate", "subject")}} for h in range(n_heads)]
+    rows.append({"head": "uniform attention",
+                 **{PANELS.get(r, r.replace("_", " ")): f"{row['baselines'][r]:.0%}" for r in
+                    ("previous_token", "induction", "duplicate", "subject")}})
+    with table.container():
+        st.caption(f"Step {step}: held-out loss {row['loss']:.2f} nats, agreement accuracy "
+                   f"{row['agreement_accuracy']:.0%} (chance 50%). Mean attention of each head of layer {layer} on: "
+                   "the previous token of random word sequences; at a word's second occurrence in a random "
+                   "sequence said twice, the word after its first occurrence (induction) and the first occurrence "
+                   "itself (duplicate); the subject where the verb is predicted.")
+        st.table(rows)

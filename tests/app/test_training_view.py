@@ -1,0 +1,141 @@
+"""The Training view through AppTest: a slider over the saved steps, the chosen layer's heads at that step (the
+same numbers `load_model("tiny@N")` gives), the measured scores from the probe file beside them, Play, and the
+older "Trained vs untrained" link."""
+from __future__ import annotations
+
+import base64
+import json
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from helpers import APP
+from mha_viz import checkpoints, load_model
+from mha_viz.models.tiny.probes import load_evidence
+
+TEXT = "the keys to the old cabinet are on the table ."
+STEPS = checkpoints("tiny")
+
+
+def _open(view: str = "Training", model: str = "tiny") -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=240)
+    at.query_params.update({"model": model, "view": view, "text": TEXT, "layer": "0"})
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _z(trace: dict) -> np.ndarray:
+    """A heatmap's z as sent: plotly writes numpy arrays as base64 typed arrays."""
+    z = trace["z"]
+    if isinstance(z, dict) and "bdata" in z:
+        flat = np.frombuffer(base64.b64decode(z["bdata"]), dtype=np.dtype(z["dtype"]))
+        return flat.reshape([int(n) for n in str(z["shape"]).split(",")]) if "shape" in z else flat
+    return np.asarray(z, dtype=np.float64)
+
+
+def _head_rows(at: AppTest) -> dict[int, list[np.ndarray]]:
+    """step -> the heatmaps (one per head) of every row figure the view drew for that step."""
+    rows: dict[int, list[np.ndarray]] = {}
+    for chart in at.get("plotly_chart"):
+        spec = json.loads(chart.proto.spec)
+        heat = [t for t in spec["data"] if t.get("type") == "heatmap" and " · step " in t.get("name", "")]
+        for trace in heat:
+            rows.setdefault(int(trace["name"].rsplit(" ", 1)[1]), []).append(_z(trace))
+    return rows
+
+
+def _timeline(at: AppTest) -> dict:
+    for chart in at.get("plotly_chart"):
+        spec = json.loads(chart.proto.spec)
+        if any(t.get("name") == "training loss" for t in spec["data"]):
+            return spec
+    raise AssertionError("no timeline figure (training loss against the step)")
+
+
+def test_there_are_saved_steps():
+    assert len(STEPS) >= 6 and STEPS[0] == 0
+
+
+def test_slider_shows_the_heads_of_that_step():
+    at = _open()
+    slider = at.select_slider(key="train_step")
+    assert slider.value == STEPS[-1]
+    rows = _head_rows(at)
+    assert list(rows) == [STEPS[-1]] and len(rows[STEPS[-1]]) == 4  # the layer's four heads, at the last step
+    # The numbers drawn are the model's own at that step.
+    want = load_model(f"tiny@{STEPS[-1]}").run(TEXT).attentions[0]  # (H, Q, K)
+    for h, z in enumerate(rows[STEPS[-1]]):
+        np.testing.assert_allclose(z, want[h].numpy(), atol=1e-6)
+
+    slider.set_value(0).run()
+    assert not at.exception, at.exception
+    rows0 = _head_rows(at)
+    assert list(rows0) == [0]
+    init = load_model("tiny@0").run(TEXT).attentions[0]
+    for h, z in enumerate(rows0[0]):
+        np.testing.assert_allclose(z, init[h].numpy(), atol=1e-6)
+        assert not np.allclose(z, rows[STEPS[-1]][h], atol=0.05), "trained and initial patterns should differ"
+    # The step is marked on the timeline (step 0 sits at 1 on the log axis).
+    assert {s["x0"] for s in _timeline(at)["layout"]["shapes"]} == {1}
+
+
+def test_scores_beside_the_heads_come_from_the_probe_file():
+    evidence = load_evidence()
+    assert evidence is not None, "run `make probe`"
+    at = _open()
+    middle = STEPS[len(STEPS) // 2]
+    at.select_slider(key="train_step").set_value(middle).run()
+    row = next(s for s in evidence["per_step"] if s["step"] == middle)
+    table = at.table[0].value
+    assert list(table["head"])[:4] == ["L0 H0", "L0 H1", "L0 H2", "L0 H3"]
+    assert list(table["previous token"])[:4] == [f"{v:.0%}" for v in row["scores"]["previous_token"][0]]
+    assert list(table["induction"])[:4] == [f"{v:.0%}" for v in row["scores"]["induction"][0]]
+    assert list(table["subject"])[:4] == [f"{v:.0%}" for v in row["scores"]["subject"][0]]
+    assert any(f"agreement accuracy {row['agreement_accuracy']:.0%}" in c.value for c in at.caption)
+    # The timeline's lines are the file's scores: L0 H2's previous-token line, step by step.
+    spec = _timeline(at)
+    line = [t for t in spec["data"] if t.get("name") == "L0 H2" and t.get("yaxis") == "y2"]
+    assert len(line) == 1
+    want = [s["scores"]["previous_token"][0][2] for s in evidence["per_step"]]
+    np.testing.assert_allclose(_z({"z": line[0]["y"]}).astype(float), want, atol=1e-6)
+
+
+def test_play_walks_through_every_step_and_ends_on_the_last():
+    at = _open()
+    at.select_slider(key="train_step").set_value(0).run()
+    at.button(key="train_play").click().run()
+    assert not at.exception, at.exception
+    at.run()  # the next run applies the step Play ended on
+    assert at.select_slider(key="train_step").value == STEPS[-1]
+
+
+def test_old_trained_vs_untrained_link_shows_the_last_step_over_the_initialisation():
+    at = _open(view="Trained vs untrained")
+    assert not at.warning, [w.value for w in at.warning]
+    rows = _head_rows(at)
+    assert sorted(rows) == [0, STEPS[-1]]
+    want = load_model("tiny").run(TEXT).attentions[0]
+    np.testing.assert_allclose(rows[STEPS[-1]][3], want[3].numpy(), atol=2e-3)  # float16 checkpoint vs tiny
+
+
+@pytest.mark.parametrize("model", ["minilm"])
+def test_from_another_model_the_view_picks_the_tiny_models_layer_itself(model):
+    at = _open(model=model)
+    picker = at.selectbox(key="train_layer")
+    assert picker.options == ["L0", "L1", "L2"] or len(picker.options) >= 2
+    picker.set_value(1).run()
+    assert not at.exception, at.exception
+    assert len(_head_rows(at)[STEPS[-1]]) == 4
+
+
+def test_the_notes_on_the_page_read_the_probe_file():
+    from mha_viz.models.tiny.probes import evidence_markdown
+
+    at = _open(view="Notes & export")
+    section = evidence_markdown(load_evidence())
+    shown = "\n".join(md.value for md in at.markdown)
+    for line in section.splitlines():
+        if line.startswith("- "):  # every measured line of the section is on the page, as written from the file
+            assert line[2:60] in shown, line

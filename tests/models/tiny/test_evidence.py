@@ -1,0 +1,62 @@
+"""The probe file (assets/tiny/probes.json) that the notes and the Training view read holds the numbers the shipped
+weights give: every figure is recomputed here from the weights and compared, so a retrain without `make probe`
+(or a hand-edited number) fails."""
+import json
+
+import pytest
+
+from mha_viz.models.tiny.adapter import checkpoint_steps
+from mha_viz.models.tiny.probes import EVIDENCE, evidence_markdown, fill_notes, load_evidence, probe
+from mha_viz.models.tiny.train import TINY_ASSETS as ASSETS, sha256
+from mha_viz.settings import ASSETS as ALL_ASSETS
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    evidence = load_evidence()
+    assert evidence is not None, f"no {ASSETS / EVIDENCE}: run `make probe` and commit it"
+    return evidence
+
+
+@pytest.fixture(scope="module")
+def recomputed():
+    return probe(ASSETS)
+
+
+def test_the_file_was_written_from_these_weights(shipped):
+    for name, digest in shipped["weights"].items():
+        assert sha256(ASSETS / name) == digest, f"{name} changed since `make probe`: run it again"
+    assert shipped["steps"] == checkpoint_steps(ASSETS)
+
+
+def test_every_number_matches_a_fresh_measurement(shipped, recomputed):
+    # Scores are rounded to 4 decimals in the file; a fresh measurement agrees to that rounding.
+    def close(a, b, path="") -> None:
+        if isinstance(a, dict):
+            assert a.keys() == b.keys(), path
+            for k in a:
+                close(a[k], b[k], f"{path}.{k}")
+        elif isinstance(a, list):
+            assert len(a) == len(b), path
+            for i, (x, y) in enumerate(zip(a, b)):
+                close(x, y, f"{path}[{i}]")
+        elif isinstance(a, float):
+            assert abs(a - b) <= 2e-4, f"{path}: file {a}, measured {b}"
+        else:
+            assert a == b, f"{path}: file {a!r}, measured {b!r}"
+
+    close(json.loads(json.dumps(recomputed)), shipped)
+
+
+def test_the_notes_show_the_files_numbers(shipped):
+    notes = (ALL_ASSETS / "notes.md").read_text()
+    filled = fill_notes(notes, shipped)
+    section = evidence_markdown(shipped)
+    assert section in filled and "tiny-model-evidence" not in filled
+    final = shipped["final"]
+    assert f"{final['agreement_accuracy']:.0%}" in section
+    best_subject = max(max(row) for row in final["scores"]["subject"])
+    assert f"{best_subject:.0%}" in section
+    assert f"{final['causal']['top_accuracy']:.0%}" in section
+    # Without the file the notes say how to write it instead of showing stale numbers.
+    assert "make probe" in fill_notes(notes, None)
