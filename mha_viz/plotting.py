@@ -570,7 +570,7 @@ def timeline_figure(
                  showgrid=True, gridcolor="#eee", zeroline=False)
     data: list[dict] = []
     layout = dict(template=NO_TEMPLATE, height=height, font=_FONT, showlegend=True, hovermode="closest",
-                  margin=dict(l=44, r=8, t=20, b=36), legend=dict(orientation="h", y=-0.06, x=0),
+                  margin=dict(l=44, r=8, t=20, b=110), legend=dict(orientation="h", y=-0.1, yanchor="top", x=0),
                   annotations=[], shapes=[])
     for i, title in enumerate(panels):
         xa, ya = ("x", "y") if i == 0 else (f"x{i + 1}", f"y{i + 1}")

@@ -22,6 +22,7 @@ STEP_KEY = "train_step"
 LAYER_KEY = "train_layer"
 PENDING = "_train_step_pending"  # a step to show on the next run (a widget's value cannot change after it is drawn)
 PLAY_SECONDS = 0.7  # per saved step while playing
+PER_ROW = 2  # heads per row figure
 PANELS = {"previous_token": "previous token", "induction": "induction", "subject": "subject"}
 
 
@@ -102,10 +103,13 @@ def _heads(text: str, step: int, layer: int, key: str, where=None) -> None:
         where.warning(md_safe(str(err)))
         return
     n_heads = run.attentions.shape[1]
-    fig = plotting.heads_row_figure(run.attentions[layer], run.tokens,
-                                    [f"{head_name((layer, h))} · step {step}" for h in range(n_heads)],
-                                    [False] * n_heads, height=int(900 / max(n_heads, 1)))
-    where.plotly_chart(fig, width="stretch", key=f"{key}|{step}|{layer}", config={"displaylogo": False})
+    # Two heads per row: the heads share the page with the timeline, and four in a row would be too small to read.
+    for start in range(0, n_heads, PER_ROW):
+        heads = list(range(start, min(start + PER_ROW, n_heads)))
+        fig = plotting.heads_row_figure(run.attentions[layer, heads[0]:heads[-1] + 1], run.tokens,
+                                        [f"{head_name((layer, h))} · step {step}" for h in heads],
+                                        [False] * len(heads), columns=PER_ROW, height=330)
+        where.plotly_chart(fig, width="stretch", key=f"{key}|{step}|{layer}|{start}", config={"displaylogo": False})
 
 
 def _draw(text, step, layer, steps, evidence, log, heads, chart, table, key: str) -> None:

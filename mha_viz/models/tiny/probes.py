@@ -364,13 +364,18 @@ def evidence_markdown(evidence: dict) -> str:
         f"({', '.join(_fmt_head(h) for h in causal['top'])}) takes that to {causal['top_accuracy']:.0%}; switching "
         f"off the {causal['k']} lowest-scoring heads leaves {causal['bottom_accuracy']:.0%}, and {len(causal['random'])} "
         f"random sets of {causal['k']} other heads leave {min(causal['random_accuracy']):.0%}-"
-        f"{max(causal['random_accuracy']):.0%}: the agreement depends on those heads, it is not only correlated "
-        "with their attention.",
+        f"{max(causal['random_accuracy']):.0%}"
+        + (": the agreement depends on those heads, it is not only correlated with their attention."
+           if causal["top_accuracy"] < min(causal["bottom_accuracy"], *causal["random_accuracy"]) - 0.3 else
+           ": not far enough apart to say the agreement depends on those heads more than on others."),
         "",
         "**The training timeline** (the Training view) shows the same heads at every saved step. The patterns are "
-        "not there at the start: they appear during training, from an initialisation where every head spreads its "
-        "attention almost evenly. Induction heads often appear suddenly, together with a bump in the loss curve "
-        "(Olsson et al. 2022, *In-context learning and induction heads*). In this model:",
+        "not there at the start: they appear during training"
+        + (", from an initialisation where no head beats uniform attention by more than 5 points on any measure. "
+           if all(best_head(first["scores"][r])[1] <= first["baselines"][r] + 0.05 for r in RELATIONS) else ". ")
+        + "Olsson et al. 2022 (*In-context learning and induction heads*) found that "
+        "induction heads form abruptly, in a phase change early in training that shows as a bump in the training "
+        "loss. In this model, between consecutive saved steps:",
         "",
     ]
     steps = [s["step"] for s in evidence["per_step"]]
@@ -382,8 +387,10 @@ def evidence_markdown(evidence: dict) -> str:
                      f"{steps[i]} and {steps[i + 1]}, from {best[i]:.0%} to {best[i + 1]:.0%} "
                      f"({rise * 100:+.0f} points).")
     losses = [s["loss"] for s in evidence["per_step"]]
+    drop, j = max((losses[i] - losses[i + 1], i) for i in range(len(losses) - 1))
     lines += [
-        f"- Held-out loss: {losses[0]:.2f} nats at step 0, {losses[-1]:.2f} at step {steps[-1]}.",
+        f"- Held-out loss: {losses[0]:.2f} nats at step 0, {losses[-1]:.2f} at step {steps[-1]}; it fell most "
+        f"between steps {steps[j]} and {steps[j + 1]} ({losses[j]:.2f} to {losses[j + 1]:.2f}).",
         "",
         "These are measurements of this model on this corpus's inputs; they do not say what the heads of another "
         "model do, and a high score says where attention went, not what the head is for.",
