@@ -57,6 +57,6 @@ def test_the_notes_show_the_files_numbers(shipped):
     assert f"{final['agreement_accuracy']:.0%}" in section
     best_subject = max(max(row) for row in final["scores"]["subject"])
     assert f"{best_subject:.0%}" in section
-    assert f"{final['causal']['top_accuracy']:.0%}" in section
+    assert f"{final['causal']['heads'][final['causal']['top'][0]][final['causal']['top'][1]]['margin']:.1f}" in section
     # Without the file the notes say how to write it instead of showing stale numbers.
     assert "make probe" in fill_notes(notes, None)

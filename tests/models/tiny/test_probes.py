@@ -5,8 +5,6 @@ attend to the subject are the ones agreement depends on; its initialisation has 
 Thresholds are the ones issue 11 set. The seeds differ from the trainer's (1234) and from the probe file's
 (2024-2027), so these texts were never trained on and are not the ones the notes report.
 """
-import random
-
 import pytest
 import torch
 
@@ -109,22 +107,30 @@ def test_trained_predicts_agreement_and_the_initialisation_is_at_chance(trained,
     assert 0.3 <= acc_u <= 0.7  # chance is 0.5
 
 
-K = 3  # heads switched off together
+def _margin(model, ablate=()) -> float:
+    """Mean logit margin of the agreeing verb form over the other one, where the verb is predicted (page path)."""
+    total = 0.0
+    for ex in AGREEMENT:
+        row = model.run(ex.text, ablate).logits[ex.verb_pos - 1]  # (V,)
+        good, bad = (model.vocab.id(w) for w in (ex.verb_forms[int(ex.plural)], ex.verb_forms[1 - int(ex.plural)]))
+        total += float(row[good] - row[bad])
+    return total / len(AGREEMENT)
 
 
-def test_switching_off_the_subject_heads_hurts_agreement_more_than_other_heads(trained, scores):
-    ranked = scores["trained"]["subject"].ranked()
-    top, bottom = ranked[:K], ranked[-K:]
-    base = agreement_accuracy(trained, AGREEMENT)
-    acc_top = agreement_accuracy(trained, AGREEMENT, ablate=top)
-    acc_bottom = agreement_accuracy(trained, AGREEMENT, ablate=bottom)
-    acc_random = [agreement_accuracy(trained, AGREEMENT, ablate=random.Random(seed).sample(ranked[K:], K))
-                  for seed in range(5)]
-    print(f"agreement: none off {base:.3f}; top-{K} subject heads {top} {acc_top:.3f}; lowest-{K} {bottom} "
-          f"{acc_bottom:.3f}; 5 random sets of {K} other heads {acc_random}")
-    assert base - acc_top > 0.3
-    assert acc_top < acc_bottom - 0.3
-    assert acc_top < min(acc_random) - 0.3
+def test_switching_off_the_subject_head_removes_far_more_agreement_than_any_other_head(trained, scores):
+    # Accuracy only counts the sign of the margin; the margin shows how much of the agreement a head carries.
+    # (probes.json and the notes give the measured figures on other seeds.) Switching off several heads at once
+    # is not compared with random sets of others: layer-0 heads feed every later one, so random sets that hold
+    # them hurt agreement as much, for reasons that have nothing to do with where the verb looks.
+    top = scores["trained"]["subject"].best()[0]
+    base = _margin(trained)
+    margins = {(l, h): _margin(trained, [(l, h)]) for l in range(trained.n_layers) for h in range(trained.n_heads)}
+    others = {head: m for head, m in margins.items() if head != top}
+    nearest = min(others, key=others.get)
+    print(f"agreement margin: all on {base:.2f}; without subject head {top} {margins[top]:.2f}; "
+          f"without any one other head >= {others[nearest]:.2f} ({nearest})")
+    assert margins[top] < 0.25 * base
+    assert margins[top] < 0.5 * others[nearest]
 
 
 def test_the_batched_probe_forward_equals_the_page_run(trained):
