@@ -137,7 +137,9 @@ def test_direct_effects_equal_a_hand_built_projection(tiny):
 
 
 def test_mean_ablation_importance_equals_one_run_per_head(tiny):
-    text = TEXT
+    # The verb comes next: switching heads off moves this prediction (after "table" the retrained tiny model is
+    # sure of "." whatever is off, so zero and mean ablation would both be ~0 there and could not be told apart).
+    text = "the keys to the old cabinet"
     batched = head_importance(tiny, text, ablation="mean", chunk=5)
     base = tiny.run(text).logits[-1].log_softmax(-1)
     for layer, head in [(0, 0), (1, 2), (tiny.n_layers - 1, tiny.n_heads - 1)]:
