@@ -152,7 +152,9 @@ def niced(increment: int):
 
 
 async def drive(url: str, n_sessions: int, n_browsers: int, per_context: int, budget_s: float,
-                nice: int) -> list[dict]:
+                nice: int, on_done=lambda: None) -> list[dict]:
+    """Run the sessions; `on_done()` is called when they end, before the browsers close (their renderers' CPU
+    time is only countable while the browser processes live: on exit, Chromium's zygote is re-parented to init)."""
     from playwright.async_api import async_playwright
 
     results = [dict() for _ in range(n_sessions)]
@@ -170,6 +172,7 @@ async def drive(url: str, n_sessions: int, n_browsers: int, per_context: int, bu
             # Session i is in context i % n_contexts, so the first tabs to open are in different contexts (cookies).
             await asyncio.gather(*(session(i, contexts[i % n_contexts], url, budget, results[i])
                                    for i in range(n_sessions)))
+            on_done()
         finally:
             for b in browsers:
                 await b.close()
@@ -209,6 +212,13 @@ def _stat(pid: int) -> tuple[int, list[str]] | None:
     except OSError:
         return None
     return int(fields[1]), fields
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds every process on the machine has used since boot (all cores; /proc/stat minus idle and iowait)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / _TICK
 
 
 def cpu_seconds(roots: list[int], exclude: set[int] = frozenset()) -> float:
@@ -255,14 +265,17 @@ def run_config(procs: int, args) -> dict:
         asyncio.run(warm([b.url for b in d.backends]))
         load_before = load_avg()
         apps = [b.proc.pid for b in d.backends]
-        app_cpu0, ours0 = cpu_seconds(apps), cpu_seconds([os.getpid()], exclude=set(apps) | {d.nginx.pid})
+        ours = set(apps) | {d.nginx.pid}
+        cpu0 = (cpu_seconds(apps), cpu_seconds([os.getpid()], exclude=ours), machine_busy_seconds())
+        cpu1 = []
         t0 = time.monotonic()
         results = asyncio.run(drive(d.url, args.sessions, args.browsers, args.per_context, args.budget,
-                                     args.nice_browsers))
+                                    args.nice_browsers, on_done=lambda: cpu1.extend(
+                                        (cpu_seconds(apps), cpu_seconds([os.getpid()], exclude=ours),
+                                         machine_busy_seconds()))))
         wall = time.monotonic() - t0
-        # Browsers (and this script) vs the app processes: who had the cores during the run.
-        app_cpu = cpu_seconds(apps) - app_cpu0
-        client_cpu = cpu_seconds([os.getpid()], exclude=set(apps) | {d.nginx.pid}) - ours0
+        # Who had the cores during the run: the app processes, the browsers (with this script), the whole machine.
+        app_cpu, client_cpu, machine_cpu = (b - a for a, b in zip(cpu0, cpu1))
         load_after = load_avg()
         time.sleep(1)  # nginx logs a websocket when it closes
         with_cookie, wrong = misrouted(d)
@@ -279,7 +292,7 @@ def run_config(procs: int, args) -> dict:
         "toggles": toggles, "open_s": [r["open_s"] for r in results if "open_s" in r],
         "type_s": [r["type_s"] for r in results if "type_s" in r],
         "sessions_per_process": dict(per_route), "requests_with_cookie": with_cookie, "misrouted": wrong,
-        "app_cpu_s": app_cpu, "client_cpu_s": client_cpu,
+        "app_cpu_s": app_cpu, "client_cpu_s": client_cpu, "machine_cpu_s": machine_cpu,
     }
     # Every step that reached the server and finished: opens, sentences, toggles.
     summary["steps"] = len(summary["open_s"]) + len(summary["type_s"]) + len(toggles)
@@ -320,7 +333,7 @@ def main() -> None:
                      f"{percentile(r['open_s'], 50):.1f} / {percentile(r['open_s'], 95):.1f}",
                      len(r["errors"]), len(r["mixed"]), f"{r['misrouted']}/{r['requests_with_cookie']}",
                      ", ".join(f"{k}:{v}" for k, v in sorted(r["sessions_per_process"].items())),
-                     f"{r['app_cpu_s']:.0f} / {r['client_cpu_s']:.0f}",
+                     f"{r['app_cpu_s']:.0f} / {r['client_cpu_s']:.0f} / {r['machine_cpu_s']:.0f}",
                      f"{1000 * r['app_cpu_s'] / r['steps']:.0f}" if r["steps"] else "-",
                      f"{r['wall_s']:.0f}", f"{r['load_before']} -> {r['load_after']}"])
     print()
@@ -347,7 +360,7 @@ def main() -> None:
         print()
     print(table(["app procs", "sessions done", "toggles", "toggle p50 s", "toggle p95 s", "p50 speed-up vs 1st",
                  "type p50/p95 s", "open p50/p95 s", "errors", "mixed", "misrouted/with cookie",
-                 "sessions per process", "CPU s apps / browsers", "app CPU ms per step", "wall s", "load avg before -> after"], rows))
+                 "sessions per process", "CPU s apps / browsers / machine", "app CPU ms per step", "wall s", "load avg before -> after"], rows))
 
 
 if __name__ == "__main__":
