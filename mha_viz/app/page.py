@@ -256,8 +256,8 @@ def learned_note() -> None:
 
 def off_summary(heads_off: frozenset, ablation: str = "zero") -> None:
     if heads_off:
-        st.markdown("**Heads off:** " + ", ".join(f"`{head_name(h)}`" for h in sorted(heads_off))
-                    + f" — {ABLATION_LABELS[ablation]}")
+        st.markdown("**Heads off:** " + ", ".join(f"`{head_name(h)}`" for h in sorted(heads_off)))
+        st.caption(f"Off means {ABLATION_LABELS[ablation]} (sidebar: Switching a head off).")
     else:
         st.caption("All heads are on. Switch a head off with the toggle under its heatmap.")
 

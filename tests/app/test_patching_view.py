@@ -115,7 +115,7 @@ def test_mean_ablation_is_selectable_shown_and_in_the_link():
     at.sidebar.radio(key="ablation").set_value("mean").run()
     at.toggle(key="tg|minilm|0|3").set_value(False).run()
     assert not at.exception, at.exception
-    assert any("Heads off" in md.value and "mean" in md.value for md in at.markdown)
+    assert any(c.value.startswith("Off means mean") for c in at.caption)
     assert any("mean-ablated" in h.value for h in at.subheader)
     assert at.query_params.get("ablation") == ["mean"] or at.query_params.get("ablation") == "mean"
     from mha_viz.analysis import cosine_change
@@ -136,4 +136,4 @@ def test_link_carries_the_meaning_of_off(value, ok):
     assert at.sidebar.radio(key="ablation").value == ("mean" if ok else "zero")
     notices = [w.value for w in at.warning if w.value.startswith("Link:")]
     assert bool(notices) != ok
-    assert any("Heads off" in md.value and ("mean" if ok else "zero") in md.value for md in at.markdown)
+    assert any(c.value.startswith(f"Off means {'mean' if ok else 'zero'}") for c in at.caption)

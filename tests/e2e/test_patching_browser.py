@@ -21,7 +21,7 @@ def test_patching_view_from_a_link(page, streamlit_url):
     titles = page.evaluate(_CHART_TITLES)
     assert any(t.startswith("Attribution estimate") for t in titles), titles
     # What "off" means is on the page and stays in the URL.
-    assert "mean" in page.locator("p", has_text="Heads off:").inner_text()
+    assert page.get_by_text("Off means mean").count() == 1
     assert page.get_by_label("Second sentence (the same number of tokens, one detail changed)").input_value() == \
         "Anna met Ben at the park. Later Anna gave the book to"
 
