@@ -12,7 +12,7 @@ import streamlit as st
 
 from mha_viz.app.common import head_name, md_safe
 from mha_viz.contract import ABLATIONS, Head
-from mha_viz.models import BUILTIN
+from mha_viz.models import BUILTIN, is_shipped
 
 MAX_PARAM_CHARS = 4000  # longer values are ignored: nobody shares a link that long on purpose
 MAX_HEADS = 2000
@@ -65,6 +65,9 @@ def read_url_once(views: list[str]) -> list[str]:
     if model:
         if model in BUILTIN:
             st.session_state["model_choice"] = model
+        elif is_shipped(model):  # tiny@N: a saved training step that ships with the app, nothing to confirm
+            st.session_state["model_choice"] = "custom"
+            st.session_state["custom_id"] = model
         elif len(model) <= 300:
             st.session_state["model_choice"] = "custom"
             st.session_state["custom_id"] = model

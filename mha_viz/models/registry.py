@@ -27,6 +27,18 @@ def checkpoints(name: str) -> list[int]:
     return []
 
 
+def is_shipped(name: str) -> bool:
+    """True for a model that ships with the app (a built-in name, or `tiny@N` at a saved step): loading it reads
+    nothing from outside the install, so a link may open it without asking the visitor first."""
+    if not isinstance(name, str):
+        return False
+    name = name.strip()
+    if name in BUILTIN:
+        return True
+    match = _STEP.match(name)
+    return bool(match) and int(match.group(1)) in checkpoints("tiny")
+
+
 def load_model(name: str, progress: Callable[[str], None] | None = None) -> Model:
     """Load a built-in model by name ("tiny@N": the tiny model at training step N, see `checkpoints`), or a
     Hugging Face id / local folder holding a safetensors model.

@@ -186,3 +186,15 @@ def test_notices_quote_link_values_as_text(value):
         _shown_as_text(notice)
     at.run()
     assert not at.exception and len(at.toggle) == N_HEADS
+
+
+def test_link_to_a_saved_tiny_step_opens_it_without_asking():
+    """`tiny@N` is a training step that ships with the app: a link opens it at once; an unsaved step asks first."""
+    from mha_viz import checkpoints, load_model
+
+    step = checkpoints("tiny")[1]  # an early step, whose patterns differ from the last one's
+    at = _open({"model": f"tiny@{step}", "text": "one two three four"})
+    assert not [b for b in at.button if b.key == "link_model_load"], "a shipped step must not ask for confirmation"
+    assert len(at.toggle) == load_model("tiny").n_heads
+    at2 = _open({"model": "tiny@999999"})  # not a saved step: treated as any unknown id, so it asks first
+    assert [b for b in at2.button if b.key == "link_model_load"]
