@@ -48,7 +48,7 @@ class Server(harness.Server):
 
     def __init__(self, log_name: str = "streamlit.log", extra_env: dict | None = None, repo=None):
         # A checkout from before app.py launched itself (it would run the page outside streamlit) starts the old way.
-        old = repo is not None and "streamlit" not in (repo / "app.py").read_text()
+        old = repo is not None and "cli.main" not in (repo / "app.py").read_text()
         super().__init__(OUT / log_name, extra_env, **({"repo": repo} if repo else {}),
                          **({"launcher": ("-m", "streamlit", "run", "app.py")} if old else {}))
 

@@ -112,6 +112,21 @@ class BertVizPage:
         self.pg.settle()
         return t1 - t0, time.monotonic() - t1
 
+    def switch_layer_in_page(self, layer: int) -> float:
+        """ms from the <select>'s change event to the second painted frame with the new layer's lines, timed inside
+        the page (no Playwright round trips in the window)."""
+        return self.pg.page.evaluate("""async ([layer]) => {
+          const frame = () => new Promise(r => requestAnimationFrame(r));
+          document.querySelector('#vis svg').dataset.old = '1';
+          const t0 = performance.now(), sel = document.querySelector('#layer');
+          sel.value = String(layer);
+          sel.dispatchEvent(new Event('change', {bubbles: true}));
+          for (;;) { const s = document.querySelector('#vis svg');
+                     if (s && !s.dataset.old && s.querySelectorAll('line').length > 0) break;
+                     await frame(); }
+          await frame(); await frame();
+          return performance.now() - t0; }""", [layer])
+
     def switch_layer(self, layer: int) -> float:
         self.pg.page.evaluate("() => { document.querySelector('#vis svg').dataset.old = '1'; }")
         t0 = time.monotonic()
@@ -134,10 +149,11 @@ def export(commit: str) -> Path:  # also used by bench_browser
 
 
 def sized_sentence(model, word: str, n_tokens: int) -> str:
-    """`word` followed by filler, as close to n_tokens tokens (specials included) as the words allow."""
+    """`word` after "The " (so a BPE gives it its leading-space piece, one token) and filler, as close to n_tokens
+    tokens (specials included) as the words allow."""
     count = lambda text: len(model._tokenizer(text)["input_ids"])
-    filler = text_of_tokens(lambda t: count(f"{word} {t}"), n_tokens)
-    return f"{word} {filler}"
+    filler = text_of_tokens(lambda t: count(f"The {word} {t}"), n_tokens)
+    return f"The {word} {filler}"
 
 
 class OurApp:
@@ -162,6 +178,21 @@ class OurApp:
     def toggle(self, name: str, off: bool) -> float:
         js, arg = A.toggled(name, off, A.COSINE)
         return self.pg.timed(lambda: A.click_toggle(self.pg.page, name), js, arg)[0]
+
+    def layer_in_page(self, layer: int) -> float:
+        """ms from a click on the grid's layer tab to the second painted frame showing that layer, timed inside the
+        page like head_view's (the plotly app before has no in-page switch: nan)."""
+        if not self.pg.page.evaluate(A.COMPONENT):
+            return float("nan")
+        return self.pg.page.evaluate("""async ([layer]) => {
+          const frame = () => new Promise(r => requestAnimationFrame(r));
+          const t0 = performance.now();
+          document.querySelector(`.mhv-tab[data-layer="${layer}"]`).click();
+          for (;;) { const t = [...document.querySelectorAll('.mhv-grid .mhv-title')].map(e => e.textContent);
+                     if (t.length && t.every(x => x.startsWith('L' + layer + ' '))) break;
+                     await frame(); }
+          await frame(); await frame();
+          return performance.now() - t0; }""", [layer])
 
     def hover_ms(self, q: int) -> float:
         return self.pg.page.evaluate(A.HOVER_MS, [q]) if self.pg.page.evaluate(A.COMPONENT) else float("nan")
@@ -215,6 +246,15 @@ def main() -> None:
                     for app in apps:
                         add(n, app.label, "switch layer", app.layer(layer))
                     add(n, "BertViz head_view", "switch layer", bv.switch_layer(layer))
+                    # The same switch timed inside the page, both sides: what the browser itself takes (ms).
+                    other = 1 + (i + 2) % 5
+                    for app in apps:
+                        ms = app.layer_in_page(other)
+                        if ms == ms:
+                            add(n, app.label, "switch layer, in-page (ms)", ms)
+                    add(n, "BertViz head_view", "switch layer, in-page (ms)", bv.switch_layer_in_page(other))
+                    for app in apps:
+                        app.layer_in_page(layer)  # back to the layer the toggles below are on
                     for app in apps:
                         head = f"L{layer} H{i % 12}"
                         add(n, app.label, "toggle a head off -> updated", app.toggle(head, True))

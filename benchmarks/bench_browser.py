@@ -184,6 +184,8 @@ def main() -> None:
                                         "-o", str(OUT / "pyspy-browser.txt")],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             for name in models:
+                if name != "minilm":
+                    print(report(results, f"(so far) load avg {load_avg()}"), flush=True)  # kept if a later step fails
                 pick_model(pg, name)
                 long_texts = sized_texts(name, 128) if name == "smollm2" else None
                 exercise(pg, name, args.reps, results, list(A.MARKERS), long_texts)
