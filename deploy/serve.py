@@ -8,7 +8,7 @@ goes round-robin, the response sets `mhaviz_backend=bK` for the process that ans
 it go straight there. Pinning by client address (`ip_hash`) would send a whole classroom behind one NAT, or every
 session of a loopback load test, to one process.
 
-Everything runs as children of this script: the app processes on free loopback ports (tests/e2e/harness.py, the
+Everything runs as children of this script: the app processes on free loopback ports (deploy/launch.py, the
 same launcher the browser tests use) and nginx in the foreground with a config generated into a temp dir. Ctrl-C
 (or SIGTERM) stops nginx, then the apps, and removes the temp dir. If any child dies, everything stops and the
 script says which one, with its log's tail.
@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "e2e"))
-import harness  # noqa: E402  (the one app launcher: tests/e2e/harness.py)
+sys.path.insert(0, str(REPO / "deploy"))
+import launch as harness  # noqa: E402  (the one app launcher, shared with the tests and benchmarks)
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 COOKIE = "mhaviz_backend"
@@ -175,8 +175,10 @@ class Deployment:
         errors: list[BaseException] = []
 
         def start(i: int) -> None:
-            try:  # appended as each becomes healthy, so stop() reaches every one that started
-                self.backends.append(harness.Server(self.log_dir / f"app-{i}.log", extra_env=self.env,
+            # Appended as each becomes healthy, so stop() reaches every one that started. offline=False: whether the
+            # apps may reach the hub is the operator's environment's call (custom models are off in public mode).
+            try:
+                self.backends.append(harness.Server(self.log_dir / f"app-{i}.log", extra_env=self.env, offline=False,
                                                     timeout_s=timeout_s))
             except BaseException as err:
                 errors.append(err)
