@@ -109,3 +109,40 @@ def grid_weights(data: dict) -> torch.Tensor:
     codes = codes.view(data["L"], data["H"], data["T"], data["T"]).float()  # (L, H, T, T)
     scale = torch.tensor(data["scale"]).view(data["L"], data["H"], 1, 1)  # (L, H, 1, 1)
     return codes / 255 * scale
+
+
+# -- AppTest: the page as a visitor opens it ------------------------------------------------------------------
+def app_at(model: str = "minilm"):
+    """The page after its first run, with `model` picked in the sidebar."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.run()
+    if model != "minilm":
+        at.sidebar.selectbox(key="model_choice").set_value(model).run()
+    assert not at.exception, at.exception
+    return at
+
+
+def open_link(params: dict):
+    """The page opened from a link carrying `params` as its query string."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params.update(params)
+    at.run()
+    assert not at.exception, f"{params!r} -> {at.exception}"
+    return at
+
+
+def heatmap_z(trace: dict):
+    """A heatmap's z as the page sent it: plotly writes numpy arrays as base64 typed arrays."""
+    import base64
+
+    import numpy as np
+
+    z = trace["z"]
+    if isinstance(z, dict) and "bdata" in z:
+        flat = np.frombuffer(base64.b64decode(z["bdata"]), dtype=np.dtype(z["dtype"]))
+        return flat.reshape([int(n) for n in str(z["shape"]).split(",")]) if "shape" in z else flat
+    return np.asarray(z, dtype=np.float64)

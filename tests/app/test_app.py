@@ -3,17 +3,12 @@ from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
+from helpers import app_at
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
 
-def _app(model: str = "minilm") -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=180)
-    at.run()
-    if model != "minilm":
-        at.sidebar.selectbox(key="model_choice").set_value(model).run()
-    assert not at.exception, at.exception
-    return at
+_app = app_at
 
 
 def _metric(at: AppTest, label_start: str) -> str:

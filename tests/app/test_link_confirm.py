@@ -15,7 +15,7 @@ from markdown_it import MarkdownIt
 from streamlit.testing.v1 import AppTest
 
 from mha_viz.models.hf.policy import estimate_params
-from helpers import APP
+from helpers import open_link
 
 
 @pytest.fixture
@@ -53,12 +53,7 @@ def bert_folder(tmp_path_factory):
     return folder
 
 
-def _open(params: dict) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=180)
-    at.query_params.update(params)
-    at.run()
-    assert not at.exception, f"{params!r} -> {at.exception}"
-    return at
+_open = open_link
 
 
 def _link_info(at: AppTest) -> str:

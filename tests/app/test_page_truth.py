@@ -2,7 +2,6 @@
 and compares what it shows with the analysis run on its own, so each fails if its bug came back."""
 from __future__ import annotations
 
-import base64
 import json
 
 import numpy as np
@@ -11,20 +10,14 @@ import torch
 from streamlit.testing.v1 import AppTest
 from streamlit.testing.v1 import app_test as app_test_module
 
-from helpers import APP, grid_data, loaded, tiny_masked_lm
+from helpers import app_at, grid_data, heatmap_z, loaded, tiny_masked_lm
 from reference import head_importance_loop, same_token_reference
 from mha_viz import analysis, load_model
 from mha_viz.app.page import DEFAULT_TEXT
 from mha_viz.contract import ModelLoadError
 
 
-def _app(model: str = "minilm") -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=180)
-    at.run()
-    if model != "minilm":
-        at.sidebar.selectbox(key="model_choice").set_value(model).run()
-    assert not at.exception, at.exception
-    return at
+_app = app_at
 
 
 def _enter(at: AppTest, text: str) -> None:
@@ -42,13 +35,7 @@ def _chart(at: AppTest, key: str) -> dict:
     raise AssertionError(f"no chart {key!r}; have {[c.proto.id for c in at.get('plotly_chart')]}")
 
 
-def _z(trace: dict) -> np.ndarray:
-    """A heatmap's z as sent: plotly writes numpy arrays as base64 typed arrays."""
-    z = trace["z"]
-    if isinstance(z, dict) and "bdata" in z:
-        flat = np.frombuffer(base64.b64decode(z["bdata"]), dtype=np.dtype(z["dtype"]))
-        return flat.reshape([int(n) for n in str(z["shape"]).split(",")]) if "shape" in z else flat
-    return np.asarray(z, dtype=np.float64)
+_z = heatmap_z
 
 
 @pytest.fixture

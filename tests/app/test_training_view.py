@@ -3,14 +3,13 @@ same numbers `load_model("tiny@N")` gives), the measured scores from the probe f
 older "Trained vs untrained" link."""
 from __future__ import annotations
 
-import base64
 import json
 
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from helpers import APP
+from helpers import APP, heatmap_z
 from mha_viz import checkpoints, load_model
 from mha_viz.models.tiny.probes import load_evidence
 
@@ -26,13 +25,7 @@ def _open(view: str = "Training", model: str = "tiny") -> AppTest:
     return at
 
 
-def _z(trace: dict) -> np.ndarray:
-    """A heatmap's z as sent: plotly writes numpy arrays as base64 typed arrays."""
-    z = trace["z"]
-    if isinstance(z, dict) and "bdata" in z:
-        flat = np.frombuffer(base64.b64decode(z["bdata"]), dtype=np.dtype(z["dtype"]))
-        return flat.reshape([int(n) for n in str(z["shape"]).split(",")]) if "shape" in z else flat
-    return np.asarray(z, dtype=np.float64)
+_z = heatmap_z
 
 
 def _head_rows(at: AppTest) -> dict[int, list[np.ndarray]]:

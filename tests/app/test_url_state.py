@@ -12,17 +12,13 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 from streamlit.testing.v1 import AppTest
+from helpers import open_link
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 N_LAYERS, N_HEADS = 6, 12  # all-MiniLM-L6-v2, the default model
 
 
-def _open(params: dict) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=180)
-    at.query_params.update(params)
-    at.run()
-    assert not at.exception, f"{params!r} -> {at.exception}"
-    return at
+_open = open_link
 
 
 def _notices(at: AppTest) -> list[str]:
