@@ -104,22 +104,29 @@ def test_threads_get_their_own_results(name):
     elapsed = time.monotonic() - t0
     assert not any(t.is_alive() for t in threads), "a thread did not finish within 180 s"
     assert not errors, errors
+    # Not bit equality: matmul kernels may take another path for differently aligned buffers in another thread, and
+    # SmolLM2's logits (tens in size) then move by ~1e-4. What must hold is that each thread got its own run: its
+    # result is at least 100x closer to the single-threaded run of its own heads-off set than any other set is.
+    def gap(a: torch.Tensor, b: torch.Tensor) -> float:
+        return float((a - b).abs().max())
+
+    worst = 0.0
     for i, (want, runs) in enumerate(zip(expected, got)):
+        nearest_other = min(gap(expected[j].output, want.output) for j in range(len(sets)) if j != i)
+        assert nearest_other > 1e-3, f"set {i} barely moves the output, so a mix-up could not be seen"
         assert len(runs) == rounds
         for run in runs:
             assert run.ablated == sets[i]
-            # Close, not bit equal: matmul kernels may pick another path for differently aligned buffers in
-            # another thread. Another thread's ablation moves the output by far more (checked below).
-            assert torch.allclose(run.output, want.output, rtol=1e-4, atol=1e-4), f"thread {i} ({sorted(sets[i])[:3]}...) saw other ablations"
-            assert torch.allclose(run.attentions, want.attentions, atol=1e-5), f"thread {i}: attentions differ"
+            err = gap(run.output, want.output)
+            worst = max(worst, err / nearest_other)
+            assert err * 100 < nearest_other, f"thread {i} ({sorted(sets[i])[:3]}...): {err:.2e} from its own " \
+                f"run, {nearest_other:.2e} between sets: it saw another thread's ablation"
+            assert torch.allclose(run.attentions, want.attentions, atol=1e-4), f"thread {i}: attentions differ"
             if want.logits is not None:
-                assert torch.allclose(run.logits, want.logits, rtol=1e-4, atol=1e-4)
-    # The sets really differ, so a mix-up would have been caught.
-    for i in range(len(sets)):
-        for j in range(i):
-            assert not torch.allclose(expected[i].output, expected[j].output, atol=1e-4), (sets[i], sets[j])
-    print(f"\n[threads] {name}: {len(sets)} threads x {rounds} runs in {elapsed:.1f} s, all bit-identical "
-          "to single-threaded runs")
+                assert gap(run.logits, want.logits) * 100 < min(
+                    gap(expected[j].logits, want.logits) for j in range(len(sets)) if j != i)
+    print(f"\n[threads] {name}: {len(sets)} threads x {rounds} runs in {elapsed:.1f} s; largest difference from "
+          f"the single-threaded run: {worst:.1e} of the nearest other set's")
 
 
 @pytest.mark.parametrize("name", MODELS)
