@@ -10,9 +10,7 @@ same mechanism as the default 512 (MiniLM runs at 512 here).
 from __future__ import annotations
 
 import ast
-import functools
 import json
-import os
 import re
 import socket
 from pathlib import Path
@@ -22,7 +20,6 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from mha_viz import InputError, ModelLoadError, load_model
-from mha_viz.contract import AttentionRun, Model
 from helpers import MODELS, _rss_mb, assert_valid, loaded
 
 REPO = Path(__file__).resolve().parents[2]

@@ -4,10 +4,9 @@ from __future__ import annotations
 import streamlit as st
 import torch
 
-from mha_viz import analysis, plotting
+from mha_viz import plotting
 from mha_viz.app import state
-from mha_viz.app.cache import get_run
-from mha_viz.app.common import display, head_name, md_safe, parse_head
+from mha_viz.app.common import head_name
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import Head, Model
 

@@ -5,7 +5,6 @@ import streamlit as st
 import torch
 
 from mha_viz import analysis, plotting
-from mha_viz.app import state
 from mha_viz.app.cache import get_run
 from mha_viz.app.common import display, head_name, md_safe, parse_head
 from mha_viz.app.context import ViewContext

@@ -7,7 +7,6 @@ import json
 
 import numpy as np
 import streamlit as st
-import torch
 
 from mha_viz import analysis
 from mha_viz.app.common import notes_text

@@ -10,9 +10,13 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mha_viz.contract import ModelLoadError
 from mha_viz.settings import settings
+
+if TYPE_CHECKING:  # loading imports this module's size check, so the adapter is imported lazily at run time
+    from mha_viz.models.hf.adapter import HFModel
 
 MAX_CONFIG_BYTES = 1_000_000  # a config.json is a few kB; a bigger file is not one we parse on a page open
 

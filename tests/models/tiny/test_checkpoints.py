@@ -2,8 +2,8 @@
 step 0 is the seeded initialisation and the last step is the shipped `tiny`."""
 import pytest
 import torch
-
 from helpers import assert_valid
+
 from mha_viz import checkpoints, load_model
 from mha_viz.contract import ModelLoadError
 from mha_viz.models.tiny.adapter import checkpoint_steps, load_tiny
@@ -44,3 +44,19 @@ def test_a_step_that_was_not_saved_says_which_were(short_run):
 def test_models_without_checkpoints_have_none(tmp_path):
     assert checkpoint_steps(tmp_path) == []
     assert checkpoints("minilm") == [] and checkpoints("some/hub-model") == []
+
+
+def test_every_shipped_step_loads_by_name_and_runs():
+    """The registry path the page and links use: `load_model("tiny@N")` for every saved step of the shipped run."""
+    steps = checkpoints("tiny")
+    assert len(steps) >= 6 and steps[0] == 0
+    text = "the keys to the cabinet are on the table"
+    last = load_model("tiny").run(text)
+    for step in steps:
+        model = load_model(f"tiny@{step}")
+        run = model.run(text)
+        assert_valid(model, run)
+        assert model.info.name == f"tiny@{step}"
+    # The last step is the shipped model (stored in float16, so equal to that precision), the first is not.
+    assert torch.allclose(load_model(f"tiny@{steps[-1]}").run(text).attentions, last.attentions, atol=2e-2)
+    assert not torch.allclose(load_model("tiny@0").run(text).attentions, last.attentions, atol=2e-2)
