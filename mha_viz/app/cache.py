@@ -39,24 +39,37 @@ def get_model(name: str) -> Model:
     return model
 
 
-class RunCache:
-    """Runs shared by every session, least recently used first out, bounded by bytes rather than entries: one
-    SmolLM2 run of 512 tokens holds 283 MB of attention, one of 20 tokens 0.4 MB. Not st.cache_data, which
-    would copy the tensors on every hit."""
+def run_bytes(run: AttentionRun) -> int:
+    return sum(t.numel() * t.element_size() for t in (run.attentions, run.output, run.logits) if t is not None)
 
-    def __init__(self, budget_bytes: int):
+
+class RunCache:
+    """Results shared by every session, least recently used first out, bounded by `size` summed over entries:
+    by default the bytes of a run (one SmolLM2 run of 512 tokens holds 283 MB of attention, one of 20 tokens
+    0.4 MB). Not st.cache_data, which would copy the tensors on every hit, nor st.cache_resource, which cannot
+    replay a progress bar."""
+
+    def __init__(self, budget_bytes: int, size=run_bytes):
         self.budget = budget_bytes
-        self._runs: OrderedDict[tuple, AttentionRun] = OrderedDict()
+        self._size = size
+        self._runs: OrderedDict[tuple, object] = OrderedDict()
         self._sizes: dict[tuple, int] = {}
         self._lock = threading.Lock()
 
-    def get(self, key: tuple, make) -> AttentionRun:
+    def peek(self, key: tuple):
+        """The entry for `key`, or None when it has not been made (or was dropped)."""
         with self._lock:
             if key in self._runs:
                 self._runs.move_to_end(key)
                 return self._runs[key]
+        return None
+
+    def get(self, key: tuple, make):
+        found = self.peek(key)
+        if found is not None:
+            return found
         run = make()  # outside the lock: sessions run their forwards in parallel
-        size = sum(t.numel() * t.element_size() for t in (run.attentions, run.output, run.logits) if t is not None)
+        size = self._size(run)
         with self._lock:
             self._runs[key], self._sizes[key] = run, size
             while len(self._runs) > 1 and sum(self._sizes.values()) > self.budget:
@@ -106,8 +119,7 @@ def attribution_map(name: str, text: str, source: str, metric_args: tuple) -> to
     return attribution_patching(get_model(name), text, source, metric_for(name, source, metric_args))
 
 
-_EXACT: OrderedDict[tuple, PatchingMap] = OrderedDict()  # not st.cache_resource: it cannot replay a progress bar
-_EXACT_LOCK = threading.Lock()
+_EXACT = RunCache(8, size=lambda _: 1)  # the last 8 exact maps
 
 
 def exact_patching_map(name: str, text: str, source: str, metric_args: tuple, progress=None,
@@ -115,18 +127,10 @@ def exact_patching_map(name: str, text: str, source: str, metric_args: tuple, pr
     """The exact patching map, shared by every session (the last 8); None when not computed yet and `compute`
     is False."""
     key = (name, text, source, metric_args)
-    with _EXACT_LOCK:
-        if key in _EXACT:
-            _EXACT.move_to_end(key)
-            return _EXACT[key]
     if not compute:
-        return None
-    result = patching_map(get_model(name), text, source, metric_for(name, source, metric_args), progress=progress)
-    with _EXACT_LOCK:
-        _EXACT[key] = result
-        while len(_EXACT) > 8:
-            _EXACT.popitem(last=False)
-    return result
+        return _EXACT.peek(key)
+    return _EXACT.get(key, lambda: patching_map(get_model(name), text, source, metric_for(name, source, metric_args),
+                                                progress=progress))
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
