@@ -1,10 +1,10 @@
 """Head ablation for transformers models, as a registered attention function.
 
 transformers 5.x dropped `head_mask` (it is silently ignored), so we register our own attention function,
-"mha_viz". It calls the model's own eager attention (so the numbers are exactly transformers'), then multiplies
-each head's context by a keep mask before the output projection. The mask travels in a ContextVar that a run
-sets for the duration of one forward: every thread (every Streamlit session) has its own context, so nothing
-per-session is ever stored on the shared model object.
+"mha_viz". It calls the model's own eager attention (so the numbers are exactly transformers'), then hands each
+head's context, before the output projection, to the HeadEdit of this call (models/interventions.py: keep, zero or
+replace it, record it). The edit travels in a ContextVar that a run sets for the duration of one forward: every
+thread (every Streamlit session) has its own context, so nothing per-session is ever stored on the shared model.
 """
 from __future__ import annotations
 
@@ -19,10 +19,6 @@ from mha_viz.contract import ModelLoadError
 
 ATTN_IMPL = "mha_viz"
 
-# (layer index of each attention module by id, keep mask (B, L, H)) for the forward running in this context.
-_ABLATION: contextvars.ContextVar[tuple[dict[int, int], torch.Tensor] | None] = contextvars.ContextVar(
-    "mha_viz_ablation", default=None
-)
 # While loading, records the attention modules in call order, which is their layer order.
 _RECORDER: contextvars.ContextVar[list | None] = contextvars.ContextVar("mha_viz_recorder", default=None)
 # Opening a head (`HFModel.inside`): (id of the one attention module to read, dict it fills), for one forward.
@@ -40,17 +36,12 @@ def _eager_for(module: torch.nn.Module) -> Callable:
 
 
 def _masked_eager_attention(module, query, key, value, attention_mask, **kwargs):
-    """The model's own eager attention, with ablated heads' outputs zeroed before the output projection."""
+    """The model's own eager attention, each head's output then kept, zeroed or replaced by this call's HeadEdit."""
     out, weights = _eager_for(module)(module, query, key, value, attention_mask, **kwargs)  # (B, T, H, dh), (B, H, Q, K)
     _capture_inside(module, query, key, value, attention_mask, weights, kwargs)
     recorder = _RECORDER.get()
     if recorder is not None:
         recorder.append((module, value))  # value (B, H_kv, K, dh), for the norm view
-    state = _ABLATION.get()
-    if state is not None:
-        layer_of, keep = state
-        keep_here = keep[:, layer_of[id(module)]].to(out.dtype)  # (B, H)
-        out = out * keep_here[:, None, :, None]  # (B, T, H, dh)
     out = _apply_edit(module, out)  # (B, T, H, dh)
     return out, weights
 
@@ -84,16 +75,6 @@ def register() -> None:
     AttentionInterface.register(ATTN_IMPL, _masked_eager_attention)
     # Without its own mask entry an unknown implementation gets no causal mask at all: use eager's.
     AttentionMaskInterface.register(ATTN_IMPL, eager_mask)
-
-
-@contextlib.contextmanager
-def ablation(layer_of: dict[int, int], keep: torch.Tensor | None) -> Iterator[None]:
-    token = _ABLATION.set(None if keep is None else (layer_of, keep))
-    try:
-        yield
-    finally:
-        _ABLATION.reset(token)
-
 
 
 # -- interventions: keep or replace each head's output, record outputs and their gradients ------------------------

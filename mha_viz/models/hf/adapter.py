@@ -10,7 +10,7 @@ import torch
 from mha_viz.contract import (AttentionRun, Head, HeadInside, InputError, Model, ModelInfo, ModelLoadError, Readout,
                               UnavailableError, check_text, head_keep_mask)
 from mha_viz.models.hf import ablation as _ablation
-from mha_viz.models.hf.ablation import _RECORDER, ablation, edited, final_norm_io, watch_final_norm
+from mha_viz.models.hf.ablation import _RECORDER, edited, final_norm_io, watch_final_norm
 from mha_viz.models.interventions import HeadEdit
 from mha_viz.models.heads import out_proj_per_head, repeat_kv
 from mha_viz.settings import ASSETS
@@ -188,7 +188,10 @@ class HFModel(Model):
         return head_keep_mask(ablate, self.n_layers, self.n_heads)[None].to(self._device)  # (1, L, H)
 
     def _forward(self, enc: dict, keep: torch.Tensor | None, want_attentions: bool, edit: HeadEdit | None = None):
-        with torch.no_grad(), ablation(self._layer_of, keep), edited(self._layer_of, edit):
+        """One forward; heads are switched off through the same HeadEdit that replaces and records them."""
+        if edit is None and keep is not None:
+            edit = HeadEdit(keep)
+        with torch.no_grad(), edited(self._layer_of, edit):
             return self._model(**enc, output_attentions=want_attentions, output_hidden_states=True)
 
     def _final_hidden(self, out) -> torch.Tensor:
@@ -258,7 +261,7 @@ class HFModel(Model):
         accumulated in the shared model's parameters."""
         enc, _ = self._encode(check_text(text))
         edit = HeadEdit(capture=True, grad=True)
-        with torch.enable_grad(), ablation(self._layer_of, None), edited(self._layer_of, edit):
+        with torch.enable_grad(), edited(self._layer_of, edit):
             out = self._model(**enc, output_hidden_states=True)
             logits = getattr(out, "logits", None)
             value = metric(self._final_hidden(out)[0].float(), None if logits is None else logits[0].float())
