@@ -79,7 +79,7 @@ def register() -> None:
 
 # -- interventions: keep or replace each head's output, record outputs and their gradients ------------------------
 # (layer index of each attention module by id, a HeadEdit (models/interventions.py)) for the forward running in
-# this context. Like the keep mask above, it lives for one call and is never stored on the shared model.
+# this context. It lives for one call and is never stored on the shared model.
 _EDIT: contextvars.ContextVar[tuple[dict[int, int], Callable] | None] = contextvars.ContextVar(
     "mha_viz_edit", default=None
 )
