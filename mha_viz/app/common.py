@@ -50,7 +50,9 @@ def md_safe(text: str) -> str:
 
 def visible(token: str, limit: int = 40) -> str:
     """A token as a short printable label."""
-    text = plotting.visible_text(token) or "∅"
+    text = plotting.visible_text(token)
+    if not text.strip():  # a token of spaces only (or none) would read as nothing, and breaks Markdown emphasis
+        text = text.replace(" ", "␣") or "∅"
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
