@@ -58,5 +58,9 @@ def test_the_notes_show_the_files_numbers(shipped):
     best_subject = max(max(row) for row in final["scores"]["subject"])
     assert f"{best_subject:.0%}" in section
     assert f"{final['causal']['heads'][final['causal']['top'][0]][final['causal']['top'][1]]['margin']:.1f}" in section
+    for entry in final["causal"]["sets"]:  # the set-level causal check, with its own verdict
+        if entry["k"] > 1:
+            assert f"{entry['n_others']} sets of {entry['k']} other heads" in section
+            assert f"agreement accuracy {entry['top_result']['accuracy']:.0%}" in section
     # Without the file the notes say how to write it instead of showing stale numbers.
     assert "make probe" in fill_notes(notes, None)
