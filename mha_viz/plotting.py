@@ -325,17 +325,6 @@ def layer_head_map(values: torch.Tensor, title: str, colorbar_title: str, *, off
     return fig
 
 
-def token_change_figure(tokens: list[str], change: torch.Tensor, title: str) -> go.Figure:
-    """Per-token size of the change in the final hidden states."""
-    y = _as_np(change)  # (T,)
-    labels = axis_labels(tokens)
-    fig = go.Figure(go.Bar(x=labels, y=y, marker_color="#c44e52",
-                           hovertemplate="%{x}<br>change: %{y:.4f}<extra></extra>"))
-    fig.update_layout(template="none", title=dict(text=html.escape(title, quote=False), font=dict(size=13)),
-                      height=260, margin=dict(l=50, r=10, t=40, b=60), xaxis=dict(tickangle=-60), font=_FONT)
-    return fig
-
-
 def predictions_figure(before: list[tuple[str, float]], after: list[tuple[str, float]], title: str) -> go.Figure:
     """Top-k next tokens before and after ablation as grouped horizontal bars."""
     words = []

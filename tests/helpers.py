@@ -96,16 +96,28 @@ def grid_data(at) -> dict:
     AppTest cannot run its JavaScript, but it can read the data every head is drawn from."""
     import json
 
+    import pyarrow as pa
+
     elements = [e for e in at.get("bidi_component") if e.proto.component_name == "mha_viz.head_grid"]
     assert len(elements) == 1, f"expected one head grid on the page, found {len(elements)}"
-    return json.loads(elements[0].proto.json)
+    proto = elements[0].proto
+    if not proto.HasField("mixed"):
+        return json.loads(proto.json)
+    # Top-level Arrow tables travel as blobs beside the JSON, which holds a reference to each.
+    data = json.loads(proto.mixed.json)
+    for key, value in data.items():
+        if isinstance(value, dict) and len(value) == 1:
+            (ref,) = value.values()
+            if ref in proto.mixed.arrow_blobs:
+                data[key] = pa.ipc.open_stream(proto.mixed.arrow_blobs[ref].data).read_all()
+    return data
 
 
 def grid_weights(data: dict) -> torch.Tensor:
     """(L, H, T, T) weights decoded from the grid's bytes, as the browser decodes them."""
-    import base64
+    from mha_viz.app.components.head_grid import unpack
 
-    codes = torch.frombuffer(bytearray(base64.b64decode(data["att"])), dtype=torch.uint8)
+    codes = torch.frombuffer(bytearray(unpack(data["att"])), dtype=torch.uint8)
     codes = codes.view(data["L"], data["H"], data["T"], data["T"]).float()  # (L, H, T, T)
     scale = torch.tensor(data["scale"]).view(data["L"], data["H"], 1, 1)  # (L, H, 1, 1)
     return codes / 255 * scale

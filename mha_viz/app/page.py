@@ -285,6 +285,23 @@ def effect_panel(model: Model, base: AttentionRun, run: AttentionRun) -> None:
                   delta=f"{cos - 1:.5f}", delta_color="inverse" if cos < 1 else "off")
     c2.metric("Largest per-token change of final hidden state", f"{float(change.max()):.2%}")
     with st.expander("Change of each token's final hidden state", expanded=False):
-        st.plotly_chart(plotting.token_change_figure(base.tokens, change,
-                                                     "Relative change of each token's final hidden state"),
-                        width="stretch", key="tok_change_fig")
+        st.markdown(change_strip(base.tokens, change), unsafe_allow_html=True)
+
+
+def change_strip(tokens, change) -> str:
+    """Each token shaded by the relative change of its final hidden state, the value in its label. HTML, not a
+    plotly bar chart: a toggle reruns this panel, and the first plotly chart on a page makes the browser load and
+    start plotly.js (about 0.8 s measured on a head's first toggle, benchmarks/RESULTS.md)."""
+    values = [float(v) for v in change]
+    top = max(values + [1e-12])
+    chips = []
+    for i, (tok, v) in enumerate(zip(tokens, values)):
+        alpha = 0.08 + 0.8 * v / top
+        chips.append(
+            f"<span style='display:inline-block;border:1px solid #ccc;border-radius:4px;padding:0 4px;margin:1px;"
+            f"font-family:monospace;font-size:12px;background:rgba(196,78,82,{alpha:.2f})' "
+            f"title='position {i}: {v:.2%}'>{html.escape(visible(tok))} <small>{v:.1%}</small></span>"
+        )
+    return (f"<div data-testid='change-strip'>{''.join(chips)}</div>"
+            "<small>Relative change ‖after − before‖ / ‖before‖ of each position's final hidden state; darker is "
+            "larger.</small>")

@@ -74,6 +74,23 @@ def test_layer_bulk_controls():
     assert all(t.value for t in at.toggle)
 
 
+def test_effect_panel_shows_each_tokens_measured_change():
+    from helpers import loaded
+    from mha_viz import analysis
+    from mha_viz.app.page import DEFAULT_TEXT
+
+    at = _app()
+    at.toggle(key="tg|minilm|0|3").set_value(False).run()
+    assert not at.exception, at.exception
+    model = loaded("minilm")
+    base, run = model.run(DEFAULT_TEXT), model.run(DEFAULT_TEXT, ablate={(0, 3)})
+    change = analysis.token_change(base.output, run.output, relative=True)  # (T,)
+    strip = next(md.value for md in at.markdown if "change-strip" in md.value)
+    for i, value in enumerate(change):
+        assert f"title='position {i}: {float(value):.2%}'" in strip
+    assert strip.count("position ") == len(base.tokens)
+
+
 def test_only_this_head_keeps_one_head_of_the_layer():
     at = _app()
     at.selectbox(key="only|minilm|0").set_value("H5").run()
@@ -94,7 +111,8 @@ def test_every_view_renders_with_a_head_off(view):
     at.radio(key="view").set_value(view).run()
     assert not at.exception, at.exception
     if view in ("All layers", "Compare", "Ablation effects", "Similarity & scores", "Rollout & norms"):
-        assert len(at.get("plotly_chart")) >= 2  # the effect panel's chart plus the view's own
+        assert len(at.get("plotly_chart")) >= 1  # the view's own
+        assert any("change-strip" in md.value for md in at.markdown)  # the effect panel's per-token change
     if view == "Notes & export":
         assert any("Jain & Wallace 2019" in md.value for md in at.markdown)
         assert len(at.get("download_button")) >= 2

@@ -2,9 +2,9 @@
 // switching layers, hovering a token and opening a head large never ask the server. Only a head switched on or
 // off does (a trigger event): that needs the model.
 //
-// data = {digest, tokens[T], L, H, T, att: base64 of (L, H, T, T) uint8, scale[L*H], off: [[l, h]...], layer,
-//         cols, badges: {"l,h": text}, shared}
-// weight of cell (l, h, q, k) = att[((l*H + h)*T + q)*T + k] / 255 * scale[l*H + h]
+// data = {digest, tokens[T], L, H, T, att: Arrow table whose one binary cell "z" is the zlib-deflated (L, H, T, T)
+//         uint8 codes, scale[L*H], off: [[l, h]...], layer, cols, badges: {"l,h": text}, shared}
+// weight of cell (l, h, q, k) = codes[((l*H + h)*T + q)*T + k] / 255 * scale[l*H + h]
 
 const BLUES = ["#f7fbff", "#deebf7", "#c6dbef", "#9ecae1", "#6baed6", "#4292c6", "#2171b5", "#08519c", "#08306b"];
 const GREYS = ["#ffffff", "#f0f0f0", "#d9d9d9", "#bdbdbd", "#969696", "#737373", "#525252", "#252525"];
@@ -25,10 +25,10 @@ function lut(colors) {  // 256 RGBA entries interpolated along the colour stops
 }
 const LUT_ON = lut(BLUES), LUT_OFF = lut(GREYS);
 
-function decode(b64) {  // base64 -> Uint8Array without a per-character closure
-  const bin = atob(b64), out = new Uint8Array(bin.length);
-  for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
-  return out;
+async function decode(att) {  // the Arrow cell's deflated bytes -> the codes, inflated natively by the browser
+  const z = att.getChild("z").get(0);
+  const stream = new Blob([z]).stream().pipeThrough(new DecompressionStream("deflate"));
+  return new Uint8Array(await new Response(stream).arrayBuffer());
 }
 
 function el(tag, cls, text) {
@@ -48,12 +48,16 @@ export default function (component) {
     STATES.set(parentElement, s);
   }
   s.setTrigger = setTriggerValue;
-  update(s, data);
+  // Updates apply in arrival order; one that a newer update overtook while its bytes were inflating is skipped.
+  s.latest = data;
+  s.chain = s.chain.then(() => update(s, data)).catch((err) => {
+    s.info.textContent = "Could not draw the heads: " + err;
+  });
 }
 
 function build(root, setTrigger) {
-  const s = { root, setTrigger, digest: null, serverLayer: null, layer: 0, hoverQ: null, pinQ: null, focus: null,
-              zoom: 1, pending: new Set() };
+  const s = { root, setTrigger, chain: Promise.resolve(), latest: null, digest: null, serverLayer: null, layer: 0,
+              hoverQ: null, pinQ: null, focus: null, zoom: 1, pending: new Set() };
   const box = el("div", "mhv");
   const bar = el("div", "mhv-bar");
   s.tabs = el("div", "mhv-tabs");
@@ -74,12 +78,17 @@ function build(root, setTrigger) {
   return s;
 }
 
-function update(s, d) {
+async function update(s, d) {
+  if (d !== s.latest) return;
   const fresh = d.digest !== s.digest;
+  if (fresh) {
+    const codes = await decode(d.att);
+    if (d !== s.latest) return;
+    s.codes = codes;
+  }
   s.d = d;
   if (fresh) {
     s.digest = d.digest;
-    s.codes = decode(d.att);
     s.pending.clear();
     s.pinQ = s.pinQ !== null && s.pinQ < d.T ? s.pinQ : null;
     buildStrip(s);

@@ -36,16 +36,12 @@ def grid(ctx: ViewContext) -> None:
                    ctx.n_cols, ctx.shared_scale, labels)
     name = ctx.name
     head_grid(data, key=f"grid|{name}", on_toggle=lambda layer, head, on: state.set_head(name, layer, head, on))
-    # The badges are already under each head in the grid: the switches here come without them, so a toggle's
-    # rerun sends a dozen elements fewer.
+    # The badges are already under each head in the grid, so the switches come without them; one per line, no
+    # columns: a toggle's rerun sends each element again, and columns cost a message apiece (28 messages for
+    # MiniLM's 12 heads in rows of 4, 13 stacked).
     with st.expander(f"Switches for the heads of L{ctx.layer} (the same as in each head's corner above)"):
-        n_cols = ctx.n_cols
-        for start in range(0, ctx.model.n_heads, n_cols):
-            heads = list(range(start, min(start + n_cols, ctx.model.n_heads)))
-            cols = st.columns(n_cols)
-            for head in heads:
-                with cols[head - start]:
-                    switch(ctx.name, ctx.layer, head, None)
+        for head in range(ctx.model.n_heads):
+            switch(ctx.name, ctx.layer, head, None)
 
 
 def badge_text(badges, layer: int, head: int) -> tuple[str, str]:
