@@ -151,7 +151,7 @@ def export(commit: str) -> Path:  # also used by bench_browser
 def sized_sentence(model, word: str, n_tokens: int) -> str:
     """`word` after "The " (so a BPE gives it its leading-space piece, one token) and filler, as close to n_tokens
     tokens (specials included) as the words allow."""
-    count = lambda text: len(model._tokenizer(text)["input_ids"])
+    count = model.token_count  # the contract: any adapter
     filler = text_of_tokens(lambda t: count(f"The {word} {t}"), n_tokens)
     return f"The {word} {filler}"
 
@@ -210,13 +210,15 @@ def main() -> None:
     args = ap.parse_args()
     import copy
 
-    from mha_viz import load_model
+    from mha_viz.models.hf import load_minilm_hf
 
     print(f"# bench_bertviz | {machine()} | reps {args.reps} | tokens {args.tokens} | before {args.before or '-'}",
           flush=True)
     fetch_libs()
     httpd, base = serve(OUT / "bertviz_site")
-    model = load_model("minilm")
+    # MiniLM through transformers (the app runs it on the in-repo encoder, the same numbers): BertViz and the
+    # sentence sizes use transformers' tokenizer and model.
+    model = load_minilm_hf()
     ref = copy.deepcopy(model._model)
     ref.set_attn_implementation("eager")  # BertViz gets transformers' own attentions, none of our hooks
     times: dict[tuple, list[float]] = {}

@@ -50,14 +50,21 @@ def bench_model(name: str, pairs: int, threads: list[int], profile: bool = False
     t0 = time.perf_counter()
     model = load_model(name)
     print(f"[compute] loaded {name} in {time.perf_counter() - t0:.1f} s", flush=True)
-    ref = reference(model)
-    count = lambda s: len(model._encode(s)[0]["input_ids"][0])
+    # The bare forward is transformers' own; MiniLM's app path is the in-repo encoder, so its twin loads for it.
+    if name == "minilm":
+        from mha_viz.models.hf import load_minilm_hf
+
+        twin = load_minilm_hf()
+    else:
+        twin = model
+    ref = reference(twin)
+    count = lambda s: len(twin._encode(s)[0]["input_ids"][0])
     ablate = {(model.n_layers // 2, 1)}
     rows = []
     for target, nthreads in [(t, th) for th in threads for t in LENGTHS]:
         torch.set_num_threads(nthreads)
         text = text_of_tokens(count, target)
-        enc, _ = model._encode(text)
+        enc, _ = twin._encode(text)
         n = enc["input_ids"].shape[1]
 
         def ours():

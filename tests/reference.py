@@ -3,10 +3,25 @@ import copy
 
 
 def eager_copy(model):
-    """A deep copy of an HFModel's transformers model with plain eager attention: none of our mechanism."""
+    """A deep copy of an HFModel's transformers model with plain eager attention: none of our mechanism. For the
+    in-repo BERT encoder (models/bert), transformers' own BertModel loaded from the same folder."""
+    if hasattr(model, "encoder"):
+        import transformers
+
+        return transformers.AutoModel.from_pretrained(str(model.folder), attn_implementation="eager").eval()
     ref = copy.deepcopy(model._model)
     ref.set_attn_implementation("eager")
     return ref
+
+
+def hf_inputs(model, text: str) -> dict:
+    """The inputs transformers' own tokenizer makes of `text` for `model`'s reference (see eager_copy)."""
+    if hasattr(model, "encoder"):
+        import transformers
+
+        tok = transformers.AutoTokenizer.from_pretrained(str(model.folder))
+        return dict(tok(text, return_tensors="pt", truncation=True, max_length=model.info.max_tokens))
+    return model._encode(text)[0]
 
 
 def zero_head_hook(head: int, d_head: int):
@@ -113,7 +128,7 @@ class HookedReference:
                     logits, hidden, _ = self.ref(torch.tensor([ids]))
                     final = logits[0]
                 else:
-                    out = self.ref(**self.model._encode(text)[0])
+                    out = self.ref(**hf_inputs(self.model, text))
                     final = out.logits[0] if getattr(out, "logits", None) is not None else out.last_hidden_state[0]
         finally:
             for handle in handles:

@@ -49,7 +49,7 @@ def load_model(name: str, progress: Callable[[str], None] | None = None) -> Mode
         raise ModelLoadError(f"Model name must be non-empty text; try one of: {', '.join(BUILTIN)}")
     key = name.strip()
     if key == "minilm":
-        from mha_viz.models.hf import load_minilm
+        from mha_viz.models.bert.adapter import load_minilm  # the in-repo encoder: no transformers import
 
         return load_minilm()
     if key == "smollm2":

