@@ -137,3 +137,28 @@ def test_link_carries_the_meaning_of_off(value, ok):
     notices = [w.value for w in at.warning if w.value.startswith("Link:")]
     assert bool(notices) != ok
     assert any(c.value.startswith(f"Off means {'mean' if ok else 'zero'}") for c in at.caption)
+
+
+def test_a_predicted_newline_fills_the_answer_box_as_backslash_n():
+    # A one-line box drops a newline: SmolLM2's top prediction after a list item is "\n", which used to read as an
+    # empty box and a metric on the wrong tokens. The box shows it as \n and the metric uses the newline's id.
+    from mha_viz.app.views.patching import shown_token, typed_token
+
+    for token in ("\n", " Mary", "\n\n", "\t x"):
+        assert "\n" not in shown_token(token) and typed_token(shown_token(token)) == token
+    model = loaded("smollm2")
+    text = "Shopping list:\n- milk\n- eggs\n- bread"
+    run = model.run(text)
+    assert model.decode(int(run.logits[-1].argmax())) == "\n", "precondition: SmolLM2 predicts a newline here"
+    at = _app("smollm2", text)
+    at.radio(key="view").set_value("Patching").run()
+    assert not at.exception, at.exception
+    boxes = {t.label: t.value for t in at.text_input}
+    assert boxes["Answer token"] == "\\n"
+    assert not [w.value for w in at.warning if "tokens for this model" in w.value]
+    other = model.run(swapped(text))
+    against = int(other.logits[-1].argmax())
+    if against == int(run.logits[-1].argmax()):
+        against = int(run.logits[-1].topk(2).indices[1])
+    metric = Metric("logit_diff", position=len(run.tokens) - 1, answer=model.token_id("\n"), other=against)
+    assert _metric(at, "Metric on the first sentence") == pytest.approx(float(metric(None, run.logits)), abs=1e-3)

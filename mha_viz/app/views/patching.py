@@ -71,6 +71,24 @@ def render(ctx: ViewContext) -> None:
     patch_heads(ctx, model, base, source, metric_args, position, patched, direct)
 
 
+_ESCAPES = (("\n", "\\n"), ("\t", "\\t"), ("\r", "\\r"))
+
+
+def shown_token(token: str) -> str:
+    """A token as a one-line text box can hold it: a box drops a newline, so a predicted newline would read as
+    nothing (and the metric would compare the wrong tokens). Newline, tab and return are written as \\n, \\t, \\r."""
+    for char, escaped in _ESCAPES:
+        token = token.replace(char, escaped)
+    return token
+
+
+def typed_token(text: str) -> str:
+    """`shown_token` undone on what the visitor typed or kept."""
+    for char, escaped in _ESCAPES:
+        text = text.replace(escaped, char)
+    return text
+
+
 def _metric(model: Model, base: AttentionRun, other: AttentionRun, position: int | None):
     """("logit_diff", position, answer, other) for LMs, ("cosine",) for encoders, and its wording."""
     if position is None:
@@ -82,10 +100,12 @@ def _metric(model: Model, base: AttentionRun, other: AttentionRun, position: int
     if first == second:
         second = int(base.logits[position].topk(2).indices[1])
     c1, c2 = st.columns(2)
-    answer = c1.text_input("Answer token", value=model.decode(first), key=f"patch_answer|{first}",
+    answer = c1.text_input("Answer token", value=shown_token(model.decode(first)), key=f"patch_answer|{first}",
                            help="The metric is logit(answer) − logit(against) at the prediction position. "
-                                "Include a leading space where the token has one (' Mary').")
-    against = c2.text_input("Against", value=model.decode(second), key=f"patch_against|{second}")
+                                "Include a leading space where the token has one (' Mary'); write a newline "
+                                "as \\n and a tab as \\t.")
+    against = c2.text_input("Against", value=shown_token(model.decode(second)), key=f"patch_against|{second}")
+    answer, against = typed_token(answer), typed_token(against)
     try:
         ids = model.token_id(answer), model.token_id(against)
     except InputError as err:
