@@ -74,9 +74,38 @@ def serve(folder) -> tuple[http.server.ThreadingHTTPServer, str]:
     return httpd, f"http://127.0.0.1:{httpd.server_address[1]}"
 
 
+# From the start of every head_view page: the first animation frame on which it is drawn, on the page's clock
+# (ms since its navigation started). Polled from before any of the page's own scripts run, so it is never late.
+DRAWN_AT = """(() => { const check = () => { const s = document.querySelector('#vis svg');
+  if (s && s.querySelectorAll('line').length > 0) { window.__drawnAt = performance.now(); return; }
+  requestAnimationFrame(check); }; requestAnimationFrame(check); })()"""
+
+# Ours, timed inside the page: put the text in the box, click "Show attention", and poll every animation frame until
+# the grid's token strip holds `word` and Streamlit is idle (no running status, nothing stale). No Playwright round
+# trip in the window, as head_view's in-page time has none.
+TYPE_IN_PAGE = """async ([text, word]) => {
+  const frame = () => new Promise(r => requestAnimationFrame(r));
+  const box = document.querySelector('textarea[aria-label="Sentence"]') || document.querySelector('textarea');
+  Object.getOwnPropertyDescriptor(HTMLTextAreaElement.prototype, 'value').set.call(box, text);
+  box.dispatchEvent(new Event('input', {bubbles: true}));
+  await frame();
+  const button = [...document.querySelectorAll('button')].find(b => b.innerText.trim() === 'Show attention');
+  const t0 = performance.now();
+  button.click();
+  for (;;) {
+    const drawn = [...document.querySelectorAll('.mhv-strip .mhv-tok')].some(t => t.textContent === word);
+    const running = [...document.querySelectorAll('[data-testid="stStatusWidget"]')]
+      .some(el => el.getClientRects().length > 0);
+    if (drawn && !running && document.querySelectorAll('[data-stale="true"]').length === 0) break;
+    await frame();
+  }
+  return performance.now() - t0; }"""
+
+
 class BertVizPage:
     def __init__(self, browser, base_url: str, model, ref):
         self.pg = A.Page(browser)
+        self.pg.page.add_init_script(DRAWN_AT)
         self.base = base_url
         self.model, self.ref = model, ref
         self.n = 0
@@ -111,6 +140,18 @@ class BertVizPage:
             self.pg.wait(HEAD_VIEW_DRAWN)
         self.pg.settle()
         return t1 - t0, time.monotonic() - t1
+
+    def new_sentence_in_page(self, text: str) -> float:
+        """ms: Python (forward + HTML), then the page's own clock from navigation start to head_view drawn."""
+        t0 = time.monotonic()
+        html = self._html(text, "head")
+        self.n += 1
+        name = f"head_view_{self.n}.html"
+        (OUT / "bertviz_site" / name).write_text(html)
+        python_ms = (time.monotonic() - t0) * 1000
+        self.pg.page.goto(f"{self.base}/{name}", wait_until="commit")
+        self.pg.wait("() => window.__drawnAt !== undefined")
+        return python_ms + self.pg.page.evaluate("() => window.__drawnAt")
 
     def switch_layer_in_page(self, layer: int) -> float:
         """ms from the <select>'s change event to the second painted frame with the new layer's lines, timed inside
@@ -179,6 +220,12 @@ class OurApp:
         js, arg = A.toggled(name, off, A.COSINE)
         return self.pg.timed(lambda: A.click_toggle(self.pg.page, name), js, arg)[0]
 
+    def type_in_page(self, text: str, word: str) -> float:
+        """ms from a click on "Show attention" to the new sentence drawn and Streamlit idle, on the page's clock."""
+        if not self.pg.page.evaluate(A.COMPONENT):
+            return float("nan")
+        return self.pg.page.evaluate(TYPE_IN_PAGE, [text, word])
+
     def layer_in_page(self, layer: int) -> float:
         """ms from a click on the grid's layer tab to the second painted frame showing that layer, timed inside the
         page like head_view's (the plotly app before has no in-page switch: nan)."""
@@ -244,6 +291,14 @@ def main() -> None:
                         add(n, "BertViz model_view", "new sentence -> drawn", py + br)
                     py, br = bv.new_sentence(text, "head")
                     add(n, "BertViz head_view", "new sentence -> drawn", py + br)
+                    # The same step on the pages' own clocks (another sentence: a repeated one is a cache hit).
+                    word2 = A.MARKERS[(i + n + 6) % len(A.MARKERS)]
+                    text2 = sized_sentence(model, word2, n)
+                    for app in apps:
+                        ms = app.type_in_page(text2, word2)
+                        if ms == ms:
+                            add(n, app.label, "new sentence, in-page (ms)", ms)
+                    add(n, "BertViz head_view", "new sentence, in-page (ms)", bv.new_sentence_in_page(text2))
                     layer = 1 + i % 5
                     for app in apps:
                         add(n, app.label, "switch layer", app.layer(layer))

@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from mha_viz.models.tiny.attention import MultiHeadSelfAttention
+from mha_viz.models.tiny.attention import MultiHeadSelfAttention, check_stack_inputs
 
 
 @dataclass(frozen=True)
@@ -93,16 +93,7 @@ class BertEncoder(nn.Module):
     def forward(self, ids: torch.Tensor, head_keep: torch.Tensor | None = None,
                 edit: Callable | None = None) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
         cfg = self.cfg
-        if ids.dim() != 2:
-            raise ValueError(f"ids must be (B, T) token ids; got shape {tuple(ids.shape)}; add a batch axis")
-        B, T = ids.shape
-        if T > cfg.max_len:
-            raise ValueError(f"{T} tokens exceed max_len={cfg.max_len}; keep the first {cfg.max_len}")
-        if head_keep is not None and head_keep.shape == (cfg.n_layers, cfg.n_heads):
-            head_keep = head_keep.unsqueeze(0).expand(B, -1, -1)  # (B, L, H)
-        if head_keep is not None and head_keep.shape != (B, cfg.n_layers, cfg.n_heads):
-            raise ValueError(f"head_keep must be ({cfg.n_layers}, {cfg.n_heads}) or ({B}, {cfg.n_layers}, "
-                             f"{cfg.n_heads}) with 1 = keep and 0 = ablate; got {tuple(head_keep.shape)}")
+        head_keep = check_stack_inputs(ids, head_keep, cfg.n_layers, cfg.n_heads, cfg.max_len)  # (B, L, H) or None
         x = self.embed(ids)  # (B, T, D)
         patterns, inputs = [], []
         for layer, block in enumerate(self.layers):

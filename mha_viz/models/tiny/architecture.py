@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from mha_viz.models.tiny.attention import MultiHeadSelfAttention
+from mha_viz.models.tiny.attention import MultiHeadSelfAttention, check_stack_inputs
 
 
 @dataclass(frozen=True)
@@ -94,19 +94,8 @@ class TinyLM(nn.Module):
         self, ids: torch.Tensor, head_keep: torch.Tensor | None = None, edit: Callable | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.cfg
-        if ids.dim() != 2:
-            raise ValueError(f"ids must be (B, T) token ids; got shape {tuple(ids.shape)}; add a batch axis")
-        B, T = ids.shape
-        if T > cfg.max_len:
-            raise ValueError(f"{T} tokens exceed max_len={cfg.max_len}; keep the first {cfg.max_len}")
-        if head_keep is not None:
-            if head_keep.shape == (cfg.n_layers, cfg.n_heads):
-                head_keep = head_keep.unsqueeze(0).expand(B, -1, -1)  # (B, L, H)
-            if head_keep.shape != (B, cfg.n_layers, cfg.n_heads):
-                raise ValueError(
-                    f"head_keep must be ({cfg.n_layers}, {cfg.n_heads}) or ({B}, {cfg.n_layers}, {cfg.n_heads}) "
-                    f"with 1 = keep and 0 = ablate; got {tuple(head_keep.shape)}"
-                )
+        head_keep = check_stack_inputs(ids, head_keep, cfg.n_layers, cfg.n_heads, cfg.max_len)  # (B, L, H) or None
+        T = ids.shape[1]
 
         positions = torch.arange(T, device=ids.device)  # (T,)
         x = self.tok(ids) + self.pos(positions)  # (B, T, D)

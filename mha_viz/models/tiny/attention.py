@@ -46,6 +46,25 @@ def _check_head_keep(head_keep: torch.Tensor, B: int, H: int) -> torch.Tensor:
     return head_keep.view(B, H, 1, 1)  # (B, H, 1, 1)
 
 
+def check_stack_inputs(ids: torch.Tensor, head_keep: torch.Tensor | None, n_layers: int, n_heads: int,
+                       max_len: int) -> torch.Tensor | None:
+    """The checks every stack built on this attention makes of its inputs: ids (B, T) within max_len, and a keep
+    mask (L, H) or (B, L, H). Returns the mask as (B, L, H), or None."""
+    if ids.dim() != 2:
+        raise ValueError(f"ids must be (B, T) token ids; got shape {tuple(ids.shape)}; add a batch axis")
+    B, T = ids.shape
+    if T > max_len:
+        raise ValueError(f"{T} tokens exceed max_len={max_len}; keep the first {max_len}")
+    if head_keep is None:
+        return None
+    if head_keep.shape == (n_layers, n_heads):
+        head_keep = head_keep.unsqueeze(0).expand(B, -1, -1)  # (B, L, H)
+    if head_keep.shape != (B, n_layers, n_heads):
+        raise ValueError(f"head_keep must be ({n_layers}, {n_heads}) or ({B}, {n_layers}, {n_heads}) with 1 = keep "
+                         f"and 0 = ablate; got {tuple(head_keep.shape)}")
+    return head_keep
+
+
 class MultiHeadSelfAttention(nn.Module):
     """Causal multi-head self-attention: one fused qkv projection split into H heads, and an output projection.
 
