@@ -85,6 +85,8 @@ DRAWN_AT = """(() => { const check = () => { const s = document.querySelector('#
 # trip in the window, as head_view's in-page time has none.
 TYPE_IN_PAGE = """async ([text, word]) => {
   const frame = () => new Promise(r => requestAnimationFrame(r));
+  const strip = () => [...document.querySelectorAll('.mhv-strip .mhv-tok')].map(t => t.textContent);
+  const before = strip().join(' ');
   const box = document.querySelector('textarea[aria-label="Sentence"]') || document.querySelector('textarea');
   Object.getOwnPropertyDescriptor(HTMLTextAreaElement.prototype, 'value').set.call(box, text);
   box.dispatchEvent(new Event('input', {bubbles: true}));
@@ -92,11 +94,12 @@ TYPE_IN_PAGE = """async ([text, word]) => {
   const button = [...document.querySelectorAll('button')].find(b => b.innerText.trim() === 'Show attention');
   const t0 = performance.now();
   button.click();
-  for (;;) {
-    const drawn = [...document.querySelectorAll('.mhv-strip .mhv-tok')].some(t => t.textContent === word);
+  for (;;) {  // the strip must have changed (this sentence's run arrived), hold the word, and the page be idle
+    const now = strip();
     const running = [...document.querySelectorAll('[data-testid="stStatusWidget"]')]
       .some(el => el.getClientRects().length > 0);
-    if (drawn && !running && document.querySelectorAll('[data-stale="true"]').length === 0) break;
+    if (now.join(' ') !== before && now.includes(word) && !running
+        && document.querySelectorAll('[data-stale="true"]').length === 0) break;
     await frame();
   }
   return performance.now() - t0; }"""
@@ -291,9 +294,9 @@ def main() -> None:
                         add(n, "BertViz model_view", "new sentence -> drawn", py + br)
                     py, br = bv.new_sentence(text, "head")
                     add(n, "BertViz head_view", "new sentence -> drawn", py + br)
-                    # The same step on the pages' own clocks (another sentence: a repeated one is a cache hit).
-                    word2 = A.MARKERS[(i + n + 6) % len(A.MARKERS)]
-                    text2 = sized_sentence(model, word2, n)
+                    # The same step on the pages' own clocks, on a sentence no step has used (a repeated one would
+                    # be a cache hit): the marker word once more at its end.
+                    text2, word2 = f"{text} {word}", word
                     for app in apps:
                         ms = app.type_in_page(text2, word2)
                         if ms == ms:
