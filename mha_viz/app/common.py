@@ -75,8 +75,9 @@ def where(model: Model, run: AttentionRun, position: int) -> str:
 
 
 def predictions_panel(model: Model, base: AttentionRun, run: AttentionRun, position: int, key: str,
-                      table: bool = False) -> None:
-    """KL between the two runs' predictions at `position` and their top-5 side by side."""
+                      table: bool = False, chart: bool = True) -> None:
+    """KL between the two runs' predictions at `position` and their top-5 side by side: a plotly chart, or
+    (chart=False, the panel every toggle reruns) HTML bars, which need no plotly.js in the browser."""
     kl = analysis.next_token_kl(base.logits, run.logits, position)
     before, after = top_predictions(model, base.logits[position]), top_predictions(model, run.logits[position])
     label = where(model, base, position)
@@ -88,8 +89,33 @@ def predictions_panel(model: Model, base: AttentionRun, run: AttentionRun, posit
         st.table([{"rank": i + 1, "before": f"{w!r} ({p:.1%})", "after": f"{a!r} ({q:.1%})"}
                   for i, ((w, p), (a, q)) in enumerate(zip(before, after))])
     st.caption(f"Predictions at {label}.")
+    if not chart:
+        st.markdown(prediction_bars(before, after), unsafe_allow_html=True)
+        return
     st.plotly_chart(plotting.predictions_figure(before, after, "Top-5 predictions, before and after"),
                     width="stretch", key=key)
+
+
+def prediction_bars(before: list[tuple[str, float]], after: list[tuple[str, float]]) -> str:
+    """The top predictions before and after as two bars per token (every token of either top list), escaped
+    HTML: what `plotting.predictions_figure` draws, without plotly."""
+    import html
+
+    b, a = dict(before), dict(after)
+    words = list(dict.fromkeys([w for w, _ in before] + [w for w, _ in after]))
+    rows = []
+    for w in words:
+        label = html.escape(visible(w, 24))
+        bars = "".join(
+            f"<div style='display:flex;align-items:center;gap:4px'><div style='width:{max(p, 0.002) * 60:.1f}%;"
+            f"height:9px;background:{color}'></div><small>{p:.1%}</small></div>"
+            for p, color in ((b.get(w, 0.0), "#4c72b0"), (a.get(w, 0.0), "#c44e52")))
+        rows.append(f"<div style='display:grid;grid-template-columns:9em 1fr;align-items:center;margin:2px 0' "
+                    f"title='{label}: {b.get(w, 0.0):.2%} before, {a.get(w, 0.0):.2%} after'>"
+                    f"<code>{label}</code><div>{bars}</div></div>")
+    legend = ("<small><span style='color:#4c72b0'>■</span> all heads on &nbsp; "
+              "<span style='color:#c44e52'>■</span> with heads off</small>")
+    return f"<div data-testid='prediction-bars'>{''.join(rows)}{legend}</div>"
 
 
 def display(model: Model, run: AttentionRun, hide_special: bool, merge: bool) -> tuple[list[str], torch.Tensor]:

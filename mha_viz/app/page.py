@@ -273,7 +273,7 @@ def effect_panel(model: Model, base: AttentionRun, run: AttentionRun) -> None:
                    "through the residual stream. The output below is what is left.")
     position = model.prediction_position(base)
     if position is not None:
-        predictions_panel(model, base, run, position, key="pred_fig")
+        predictions_panel(model, base, run, position, key="pred_fig", chart=False)  # no plotly on a toggle
     elif model.info.kind == "masked-lm":
         st.caption(f"Put {md_safe(model.mask_token or 'the mask token')} in the sentence to compare the masked "
                    "word's predictions before and after.")

@@ -256,3 +256,27 @@ def test_custom_masked_lm_folder_compares_predictions_at_the_mask(tmp_path):
     assert not at.exception, at.exception
     assert float(_metric(at, "KL(before").split()[0]) >= 0
     assert any("masked position" in c.value for c in at.caption), [c.value for c in at.caption]
+
+
+def test_effect_panel_shows_the_top_predictions_before_and_after_as_bars():
+    # A causal model's toggle shows its top-5 predictions as HTML bars (no plotly.js to load on a toggle): every
+    # word of either top-5 list, with the probabilities the model gives it.
+    import html
+
+    from helpers import loaded
+    from mha_viz.app.common import top_predictions, visible
+
+    at = _app("tiny")
+    at.sidebar.selectbox(key="layer|tiny").set_value(2).run()
+    at.toggle(key="tg|tiny|2|1").set_value(False).run()
+    assert not at.exception, at.exception
+    model = loaded("tiny")
+    text = at.session_state["text"]
+    base, run = model.run(text), model.run(text, ablate={(2, 1)})
+    bars = next(md.value for md in at.markdown if "prediction-bars" in md.value)
+    before, after = top_predictions(model, base.logits[-1]), top_predictions(model, run.logits[-1])
+    b, a = dict(before), dict(after)
+    for word in dict.fromkeys([w for w, _ in before + after]):
+        label = html.escape(visible(word, 24))
+        assert f"title='{label}: {b.get(word, 0.0):.2%} before, {a.get(word, 0.0):.2%} after'" in bars
+    assert not at.get("plotly_chart"), "the Layer view with a head off draws no plotly chart"

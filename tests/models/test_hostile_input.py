@@ -315,7 +315,8 @@ def test_no_shell_eval_or_pickle_in_the_package():
 
 def test_raw_html_only_where_reviewed():
     """`unsafe_allow_html=True` is allowed only in functions that escape every user string they embed."""
-    reviewed = {"token_strip", "effect_panel"}  # html.escape on each token (effect_panel: via page.change_strip)
+    # html.escape on each token (effect_panel via page.change_strip, predictions_panel via common.prediction_bars)
+    reviewed = {"token_strip", "effect_panel", "predictions_panel"}
     found = []
     for path in _sources():
         tree = ast.parse(path.read_text())
