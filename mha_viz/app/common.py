@@ -83,8 +83,9 @@ def predictions_panel(model: Model, base: AttentionRun, run: AttentionRun, posit
     label = where(model, base, position)
     c1, c2, c3 = st.columns(3)
     c1.metric("KL(before ‖ after) of the prediction", f"{kl:.4f} nats")
-    c2.metric("Top prediction before", before[0][0].strip() or repr(before[0][0]))
-    c3.metric("Top prediction after", after[0][0].strip() or repr(after[0][0]))
+    # As the bars and token strips label tokens: a space-only token reads ␣, a newline ↵ (not a quoted blank).
+    c2.metric("Top prediction before", visible(before[0][0].strip() or before[0][0], 24))
+    c3.metric("Top prediction after", visible(after[0][0].strip() or after[0][0], 24))
     if table:
         st.table([{"rank": i + 1, "before": f"{w!r} ({p:.1%})", "after": f"{a!r} ({q:.1%})"}
                   for i, ((w, p), (a, q)) in enumerate(zip(before, after))])
@@ -103,18 +104,22 @@ def prediction_bars(before: list[tuple[str, float]], after: list[tuple[str, floa
 
     b, a = dict(before), dict(after)
     words = list(dict.fromkeys([w for w, _ in before] + [w for w, _ in after]))
+    # Bars are scaled to the largest probability shown, so a flat distribution (all under 1%) still shows its
+    # shape; each bar carries its number.
+    top = max([p for _, p in before + after] + [1e-9])
     rows = []
     for w in words:
         label = html.escape(visible(w, 24))
         bars = "".join(
-            f"<div style='display:flex;align-items:center;gap:4px'><div style='width:{max(p, 0.002) * 60:.1f}%;"
+            f"<div style='display:flex;align-items:center;gap:4px'><div style='width:{max(p / top, 0.004) * 60:.1f}%;"
             f"height:9px;background:{color}'></div><small>{p:.1%}</small></div>"
             for p, color in ((b.get(w, 0.0), "#4c72b0"), (a.get(w, 0.0), "#c44e52")))
         rows.append(f"<div style='display:grid;grid-template-columns:9em 1fr;align-items:center;margin:2px 0' "
                     f"title='{label}: {b.get(w, 0.0):.2%} before, {a.get(w, 0.0):.2%} after'>"
                     f"<code>{label}</code><div>{bars}</div></div>")
     legend = ("<small><span style='color:#4c72b0'>■</span> all heads on &nbsp; "
-              "<span style='color:#c44e52'>■</span> with heads off</small>")
+              "<span style='color:#c44e52'>■</span> with heads off &nbsp; (bars to scale of the largest shown, "
+              f"{top:.1%})</small>")
     return f"<div data-testid='prediction-bars'>{''.join(rows)}{legend}</div>"
 
 
