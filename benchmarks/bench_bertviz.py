@@ -10,8 +10,9 @@ Measured:
   BertViz "new sentence -> drawn" = forward with output_attentions (Python) + model_view/head_view HTML
       + page load until every thumbnail's lines are in the SVG (model_view) / the layer's lines (head_view);
   BertViz "switch layer" = head_view's layer <select> change until the new SVG is drawn;
-  ours: type -> all heads of the layer drawn, and switch layer (sidebar), interleaved with BertViz's.
-Target: our type -> drawn <= 0.5 x BertViz model_view.
+  ours: type -> all heads of the layer drawn, and switch layer (sidebar), interleaved with BertViz's;
+  "new sentence, in-page (ms)": the same step on the pages' own clocks, without Playwright's round trips (ours:
+      click on "Show attention" -> drawn and idle; head_view: its Python + navigation start -> drawn).
 
     python benchmarks/bench_bertviz.py [--reps 5]
 """
