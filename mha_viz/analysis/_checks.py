@@ -20,7 +20,8 @@ def tensor(x, name: str, ndims: Sequence[int], shape: str) -> torch.Tensor:
         raise ValueError(f"{name} must have shape {shape}; got shape {tuple(x.shape)}")
     if not x.is_floating_point():
         raise TypeError(f"{name} must be a float tensor; got {x.dtype}. Call .float() on it.")
-    if not torch.isfinite(x).all():
+    # One reduction, no tensor-sized temporary: a NaN or inf anywhere makes the sum non-finite.
+    if not torch.isfinite(x.float().sum()):
         raise ValueError(f"{name} contains NaN or inf values; check the model run that produced it")
     return x.float()
 
@@ -31,7 +32,7 @@ def attention(att, name: str, ndims: Sequence[int], shape: str) -> torch.Tensor:
     if att.shape[-1] != att.shape[-2]:
         raise ValueError(f"{name} must be self-attention with as many queries as keys; got "
                          f"Q={att.shape[-2]}, K={att.shape[-1]}")
-    if (att < 0).any():
+    if att.numel() and float(att.amin()) < 0:
         raise ValueError(f"{name} has negative weights: pass attention probabilities (after softmax), "
                          f"not scores")
     sums = att.sum(-1)  # (..., Q)

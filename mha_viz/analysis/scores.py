@@ -65,7 +65,7 @@ def pattern_scores(att: torch.Tensor, token_ids=None, special_mask=None, causal:
     if mask is None or not mask.any():
         scores["special"] = nan.clone()
     else:
-        scores["special"] = (att * mask.float()).sum(-1).mean(-1)  # (L, H)
+        scores["special"] = (att @ mask.float()).mean(-1)  # (L, H): (L, H, Q, K) @ (K,) -> (L, H, Q)
 
     # Plain values: a dict keyed on 0-d tensors would hash each element by identity, so no token would ever
     # match an earlier one.
@@ -82,7 +82,8 @@ def pattern_scores(att: torch.Tensor, token_ids=None, special_mask=None, causal:
         earlier = torch.tril(torch.ones(t, t, dtype=torch.bool), diagonal=-1)  # (Q, K)  k < q
         same = (ids[:, None] == ids[None, :]) & earlier  # (Q, K)
         rows = same.any(-1)  # (Q,)  queries with an earlier occurrence
-        mass = (att * same.float()).sum(-1)  # (L, H, Q)
+        q_idx, k_idx = same.nonzero(as_tuple=True)  # the few (query, key) pairs that match: gathered, not a T x T mask
+        mass = torch.zeros(n_layers, n_heads, t).index_add_(-1, q_idx, att[..., q_idx, k_idx])  # (L, H, Q)
         scores["same_token"] = mean_or_nan(mass[..., rows])  # (L, H)
 
     n_allowed = torch.arange(1, t + 1) if causal else torch.full((t,), t)  # (Q,)

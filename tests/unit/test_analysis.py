@@ -392,3 +392,31 @@ def test_word_groups_keep_punctuation_and_lines_apart():
 def test_special_mask_marks_special_and_punctuation():
     mask = A.special_mask(["[CLS]", "hi", "##!", ",", "x", "▁."], special=[4])
     assert mask.tolist() == [True, False, True, True, True, True]
+
+
+def test_same_token_and_special_equal_their_plain_formulas():
+    # pattern_scores gathers the matching (query, key) pairs and multiplies by the mask (a matmul) instead of
+    # forming T x T masked copies; on random attention with repeated tokens both give the formulas' values.
+    torch.manual_seed(0)
+    for causal in (True, False):
+        t = 40
+        att = torch.rand(3, 4, t, t)  # (L, H, Q, K)
+        att = att.tril() if causal else att
+        att = att / att.sum(-1, keepdim=True)
+        ids = torch.randint(0, 8, (t,)).tolist()  # 8 distinct tokens in 40 positions: many repeats
+        mask = torch.rand(t) > 0.7  # (T,)
+        s = A.pattern_scores(att, ids, mask, causal=causal)
+        idt = torch.tensor(ids)
+        same = (idt[:, None] == idt[None, :]) & torch.tril(torch.ones(t, t, dtype=torch.bool), -1)  # (Q, K)
+        rows = same.any(-1)  # (Q,)
+        torch.testing.assert_close(s["same_token"], (att * same.float()).sum(-1)[..., rows].mean(-1))
+        torch.testing.assert_close(s["special"], (att * mask.float()).sum(-1).mean(-1))
+
+
+def test_checks_still_catch_nan_inf_and_negative_weights():
+    att = A.uniform_pattern(4, False)[None, None].clone()  # (1, 1, T, T)
+    for bad, message in ((float("nan"), "NaN or inf"), (float("inf"), "NaN or inf"), (-0.1, "negative")):
+        broken = att.clone()
+        broken[0, 0, 1, 2] = bad
+        with pytest.raises(ValueError, match=message):
+            A.pattern_scores(broken, causal=False)
