@@ -278,12 +278,15 @@ def effect_panel(model: Model, base: AttentionRun, run: AttentionRun) -> None:
         st.caption(f"Put {md_safe(model.mask_token or 'the mask token')} in the sentence to compare the masked "
                    "word's predictions before and after.")
     change = analysis.token_change(base.output, run.output, relative=True)
-    c1, c2 = st.columns(2)
-    if not model.causal:  # mean-pooled embeddings are an encoder's output; a causal LM's is its prediction
+    largest = ("Largest per-token change of final hidden state", f"{float(change.max()):.2%}")
+    if model.causal:  # mean-pooled embeddings are an encoder's output; a causal LM's is its prediction
+        st.metric(*largest)  # one metric: no empty column beside it
+    else:
+        c1, c2 = st.columns(2)
         cos = analysis.cosine_change(base.output, run.output)
         c1.metric("Cosine similarity of sentence embedding (before vs after)", f"{cos:.5f}",
                   delta=f"{cos - 1:.5f}", delta_color="inverse" if cos < 1 else "off")
-    c2.metric("Largest per-token change of final hidden state", f"{float(change.max()):.2%}")
+        c2.metric(*largest)
     with st.expander("Change of each token's final hidden state", expanded=False):
         st.markdown(change_strip(base.tokens, change), unsafe_allow_html=True)
 
