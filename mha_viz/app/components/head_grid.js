@@ -51,7 +51,10 @@ export default function (component) {
   // Updates apply in arrival order; one that a newer update overtook while its bytes were inflating is skipped.
   s.latest = data;
   s.chain = s.chain.then(() => update(s, data)).catch((err) => {
-    s.info.textContent = "Could not draw the heads: " + err;
+    s.info.textContent = typeof DecompressionStream === "undefined"
+      ? "This browser cannot unpack the heads' weights (it has no DecompressionStream): use Chrome 80, Firefox 113, "
+        + "Safari 16.4 or later."
+      : "Could not draw the heads: " + err;
   });
 }
 
