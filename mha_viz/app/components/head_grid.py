@@ -64,7 +64,8 @@ def unpack(table: pa.Table) -> bytes:
 
 def payload(tokens: list[str], att: torch.Tensor, layer: int, heads_off, n_cols: int, shared_scale: bool,
             badges: dict[Head, str]) -> dict:
-    """Everything the browser draws from, as JSON: see the header of head_grid.js."""
+    """Everything the browser draws from (see the header of head_grid.js): JSON, but for `att`, an Arrow table
+    that travels as a binary blob."""
     codes, scale = encode(att, shared_scale)
     L, H, T = int(att.shape[0]), int(att.shape[1]), int(att.shape[-1])
     if len(tokens) != T:
