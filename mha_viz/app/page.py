@@ -218,16 +218,19 @@ def text_input(model: Model) -> str:
     return text
 
 
+def chip(token: str, title: str, style: str = "", note: str = "") -> str:
+    """One token as an HTML chip (the token strip, the change strip): escaped, `title` on hover, `note` small
+    after it. `title`, `style` and `note` are ours, never user text."""
+    after = f" <small>{note}</small>" if note else ""
+    return (f"<span style='display:inline-block;border:1px solid #ccc;border-radius:4px;padding:0 4px;margin:1px;"
+            f"font-family:monospace;font-size:12px;{style}' title='{title}'>{html.escape(visible(token))}{after}"
+            "</span>")
+
+
 def token_strip(run: AttentionRun, model: Model) -> None:
-    chips = []
     unknown = set(run.unknown)
-    for i, tok in enumerate(run.tokens):
-        style = "background:#fde2e1;border-color:#c44e52" if i in unknown else ""
-        chips.append(
-            f"<span style='display:inline-block;border:1px solid #ccc;border-radius:4px;padding:0 4px;"
-            f"margin:1px;font-family:monospace;font-size:12px;{style}' title='position {i}'>"
-            f"{html.escape(visible(tok))}</span>"
-        )
+    chips = [chip(tok, f"position {i}", "background:#fde2e1;border-color:#c44e52" if i in unknown else "")
+             for i, tok in enumerate(run.tokens)]
     strip = f"<div data-testid='token-strip'>{''.join(chips)}</div>"
     if len(chips) > LONG_STRIP:
         with st.expander(f"Tokens ({len(chips)})"):
@@ -297,14 +300,8 @@ def change_strip(tokens, change) -> str:
     start plotly.js (about 0.8 s measured on a head's first toggle, benchmarks/RESULTS.md)."""
     values = [float(v) for v in change]
     top = max(values + [1e-12])
-    chips = []
-    for i, (tok, v) in enumerate(zip(tokens, values)):
-        alpha = 0.08 + 0.8 * v / top
-        chips.append(
-            f"<span style='display:inline-block;border:1px solid #ccc;border-radius:4px;padding:0 4px;margin:1px;"
-            f"font-family:monospace;font-size:12px;background:rgba(196,78,82,{alpha:.2f})' "
-            f"title='position {i}: {v:.2%}'>{html.escape(visible(tok))} <small>{v:.1%}</small></span>"
-        )
+    chips = [chip(tok, f"position {i}: {v:.2%}", f"background:rgba(196,78,82,{0.08 + 0.8 * v / top:.2f})",
+                  f"{v:.1%}") for i, (tok, v) in enumerate(zip(tokens, values))]
     return (f"<div data-testid='change-strip'>{''.join(chips)}</div>"
             "<small>Relative change ‖after − before‖ / ‖before‖ of each position's final hidden state; darker is "
             "larger.</small>")

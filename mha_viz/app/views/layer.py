@@ -41,7 +41,7 @@ def grid(ctx: ViewContext) -> None:
     # MiniLM's 12 heads in rows of 4, 13 stacked).
     with st.expander(f"Switches for the heads of L{ctx.layer} (the same as in each head's corner above)"):
         for head in range(ctx.model.n_heads):
-            switch(ctx.name, ctx.layer, head, None)
+            switch(ctx.name, ctx.layer, head)
 
 
 def badge_text(badges, layer: int, head: int) -> tuple[str, str]:
@@ -56,15 +56,11 @@ def badge_text(badges, layer: int, head: int) -> tuple[str, str]:
             "No score is 10 points above what uniform attention would give on this input.")
 
 
-def switch(model_name: str, layer: int, head: int, badges) -> None:
+def switch(model_name: str, layer: int, head: int) -> None:
     key = state.toggle_key(model_name, layer, head)
     st.session_state[key] = (layer, head) not in state.off_set(model_name)
     st.toggle(head_name((layer, head)), key=key, on_change=state.on_toggle, args=(model_name, layer, head),
               help="On: the head contributes. Off: its output is zeroed before the output projection.")
-    if badges is None:
-        return
-    caption, help_text = badge_text(badges, layer, head)
-    st.caption(caption, help=help_text)
 
 
 def badges_for(model: Model, run: AttentionRun):
