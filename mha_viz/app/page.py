@@ -7,7 +7,7 @@ import sys
 
 import streamlit as st
 
-from mha_viz import analysis, plotting
+from mha_viz import analysis
 from mha_viz.app import state
 from mha_viz.app.cache import get_model, get_run, set_threads
 from mha_viz.app.common import (ABLATION_LABELS, ABLATION_SHORT, LEARNED_NOTE, display, display_notes, head_name,

@@ -6,7 +6,6 @@ tests/models/bert/ compare the two, method by method.
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 
 import torch
@@ -14,8 +13,9 @@ import torch
 from mha_viz.contract import AttentionRun, Head, HeadInside, InputError, Model, ModelInfo, check_text, head_keep_mask
 from mha_viz.models.bert.architecture import BertEncoder, load_bert
 from mha_viz.models.heads import out_proj_per_head, split_heads
+from mha_viz.models.examples import shipped_examples
 from mha_viz.models.interventions import HeadEdit
-from mha_viz.settings import ASSETS, settings
+from mha_viz.settings import settings
 
 
 class BertModel(Model):
@@ -74,20 +74,17 @@ class BertModel(Model):
         return int(enc.ids[0])
 
     def examples(self) -> list[tuple[str, str, str]]:
-        path = ASSETS / "examples.json"
-        if not path.exists():
-            return []
-        return [(e["label"], e["text"], e["text"]) for e in json.loads(path.read_text())]
+        return shipped_examples()
 
     # -- running -----------------------------------------------------------------------------------------------
     def _run(self, text: str, ablate: frozenset[Head], replace: torch.Tensor | None = None) -> AttentionRun:
         enc, dropped = self._encode(text)
-        keep = head_keep_mask(ablate, self.n_layers, self.n_heads)[None] if ablate else None  # (1, L, H)
+        keep = head_keep_mask(ablate, self.n_layers, self.n_heads)[None]  # (1, L, H)
         edit = None
         if replace is not None:  # the heads in `ablate` output `replace`, not 0
-            keep, edit = None, HeadEdit(head_keep_mask(ablate, self.n_layers, self.n_heads)[None], replace)
+            keep, edit = None, HeadEdit(keep, replace)
         with torch.no_grad():
-            hidden, attentions, _ = self.encoder(torch.tensor([enc.ids]), keep, edit)  # (1,T,D) (1,L,H,T,T) _
+            hidden, attentions = self.encoder(torch.tensor([enc.ids]), keep, edit)  # (1, T, D), (1, L, H, T, T)
         ids = list(enc.ids)
         return AttentionRun(
             tokens=list(enc.tokens),
@@ -111,7 +108,7 @@ class BertModel(Model):
         if replace is not None:
             keep, edit = None, HeadEdit(keep, replace)
         with torch.no_grad():
-            hidden, _, _ = self.encoder(batch, keep, edit)  # (B, T, D)
+            hidden, _ = self.encoder(batch, keep, edit)  # (B, T, D)
         return hidden.float(), None
 
     def head_outputs(self, text: str) -> torch.Tensor:
@@ -124,7 +121,7 @@ class BertModel(Model):
         """(outputs, d metric / d outputs), both (L, H, T, dh); autograd.grad leaves the weights' .grad alone."""
         edit = HeadEdit(capture=True, grad=True)
         with torch.enable_grad():
-            hidden, _, _ = self.encoder(self._ids(check_text(text)), None, edit)  # (1, T, D)
+            hidden, _ = self.encoder(self._ids(check_text(text)), None, edit)  # (1, T, D)
             grads = torch.autograd.grad(metric(hidden[0].float(), None), edit.deltas)  # per layer (1, H, T, dh)
         return edit.stacked(), torch.stack([g[0] for g in grads]).float()  # (L, H, T, dh) twice
 

@@ -71,7 +71,7 @@ class BertEncoder(nn.Module):
     """Embeddings (word + position + token type 0, then LayerNorm) and L post-LN layers; no pooler, no LM head.
 
     forward(ids (B, T), head_keep (B, L, H) or (L, H) or None, edit(layer, z (B, H, T, dh)) -> z or None)
-        -> hidden (B, T, D) after the last layer, attentions (B, L, H, T, T), layer inputs: L tensors (B, T, D).
+        -> hidden (B, T, D) after the last layer, attentions (B, L, H, T, T).
     Dropout is left out: the model is only ever evaluated.
     """
 
@@ -91,17 +91,16 @@ class BertEncoder(nn.Module):
         return self.ln_emb(x)  # (B, T, D)
 
     def forward(self, ids: torch.Tensor, head_keep: torch.Tensor | None = None,
-                edit: Callable | None = None) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+                edit: Callable | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         cfg = self.cfg
         head_keep = check_stack_inputs(ids, head_keep, cfg.n_layers, cfg.n_heads, cfg.max_len)  # (B, L, H) or None
         x = self.embed(ids)  # (B, T, D)
-        patterns, inputs = [], []
+        patterns = []
         for layer, block in enumerate(self.layers):
-            inputs.append(x)
             keep = None if head_keep is None else head_keep[:, layer]  # (B, H)
             x, weights = block(x, keep, None if edit is None else functools.partial(edit, layer))  # (B,T,D) (B,H,T,T)
             patterns.append(weights)
-        return x, torch.stack(patterns, dim=1), inputs  # (B, T, D), (B, L, H, T, T), L x (B, T, D)
+        return x, torch.stack(patterns, dim=1)  # (B, T, D), (B, L, H, T, T)
 
 
 def load_bert(folder: str | Path) -> BertEncoder:

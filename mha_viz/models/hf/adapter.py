@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import codecs
 import functools
-import json
 
 import torch
 
@@ -11,9 +10,9 @@ from mha_viz.contract import (AttentionRun, Head, HeadInside, InputError, Model,
                               UnavailableError, check_text, head_keep_mask)
 from mha_viz.models.hf import ablation as _ablation
 from mha_viz.models.hf.ablation import _RECORDER, edited, final_norm_io, watch_final_norm
+from mha_viz.models.examples import shipped_examples
 from mha_viz.models.interventions import HeadEdit
 from mha_viz.models.heads import out_proj_per_head, repeat_kv
-from mha_viz.settings import ASSETS
 
 
 class HFModel(Model):
@@ -138,10 +137,7 @@ class HFModel(Model):
         ]
 
     def examples(self) -> list[tuple[str, str, str]]:
-        path = ASSETS / "examples.json"
-        if not path.exists():
-            return []
-        return [(e["label"], e["text"], e["text"]) for e in json.loads(path.read_text())]
+        return shipped_examples()
 
     # -- tokenization ------------------------------------------------------------------------------------------
     def _encode(self, text: str) -> tuple[dict, int]:
