@@ -116,6 +116,12 @@ def subject_score(
     return score_pairs(mats, [[(v - 1, s)] for s, v in per_text], "subject")
 
 
+def verb_form_ids(model, ex) -> tuple[int, int]:
+    """(id of the verb form that agrees with the subject, id of the other form) of one agreement example."""
+    agree, other = ex.verb_forms[int(ex.plural)], ex.verb_forms[1 - int(ex.plural)]
+    return model.vocab.id(agree), model.vocab.id(other)
+
+
 def agreement_accuracy(model, examples: Iterable, ablate: Iterable[Head] = ()) -> float:
     """Share of agreement examples where the model's next-token logit at the position before the verb is higher
     for the verb form that agrees with the subject than for the other form (Linzen et al. 2016; chance is 0.5).
@@ -131,7 +137,7 @@ def agreement_accuracy(model, examples: Iterable, ablate: Iterable[Head] = ()) -
         if list(run.tokens) != list(ex.tokens):
             raise ValueError(f"the model tokenized {ex.text!r} differently from the generator; positions would be off")
         row = run.logits[ex.verb_pos - 1]  # (V,)
-        good, bad = (model.vocab.id(w) for w in (ex.verb_forms[int(ex.plural)], ex.verb_forms[1 - int(ex.plural)]))
+        good, bad = verb_form_ids(model, ex)
         correct += int(row[good] > row[bad])
         total += 1
     if total == 0:
@@ -164,10 +170,9 @@ def forward_batch(model, examples, keep: torch.Tensor | None = None,
     for i, ex in enumerate(examples):
         ids[i, : lengths[i]] = torch.tensor(model.vocab.encode(list(ex.tokens)))
     edit = None
-    if replace is not None:
-        if keep is None:
-            raise ValueError("replace needs keep: which heads (0) take the replacement")
-        edit, keep = HeadEdit(keep[None], replace[None, :, :, None]), None  # keep (1, L, H), replace (1, L, H, 1, dh)
+    if replace is not None:  # HeadEdit refuses a replacement without a keep mask
+        edit = HeadEdit(None if keep is None else keep[None], replace[None, :, :, None])  # (1, L, H), (1, L, H, 1, dh)
+        keep = None
     with torch.no_grad():
         logits, _, attentions = model.lm(ids, keep, edit)  # (N, T, V), _, (N, L, H, T, T)
     return logits.float(), attentions.float(), lengths
@@ -182,7 +187,7 @@ def agreement_from_logits(model, examples, logits: torch.Tensor) -> float:
     correct = 0
     for i, ex in enumerate(examples):
         row = logits[i, ex.verb_pos - 1]  # (V,)
-        good, bad = (model.vocab.id(w) for w in (ex.verb_forms[int(ex.plural)], ex.verb_forms[1 - int(ex.plural)]))
+        good, bad = verb_form_ids(model, ex)
         correct += int(row[good] > row[bad])
     return correct / len(examples)
 
@@ -246,7 +251,7 @@ def agreement_margin_from_logits(model, examples, logits: torch.Tensor) -> float
     total = 0.0
     for i, ex in enumerate(examples):
         row = logits[i, ex.verb_pos - 1]  # (V,)
-        good, bad = (model.vocab.id(w) for w in (ex.verb_forms[int(ex.plural)], ex.verb_forms[1 - int(ex.plural)]))
+        good, bad = verb_form_ids(model, ex)
         total += float(row[good] - row[bad])
     return total / len(examples)
 
@@ -262,7 +267,7 @@ def causal_check(model, sets: ProbeSets, subject_scores: torch.Tensor) -> dict:
     same task (`sets.reference`: agreement sentences from another seed), as Wang et al. 2022 (*Interpretability in
     the wild*, the IOI circuit) replace a head by its mean over the task's distribution, rather than by 0. A zeroed
     layer-0 head shifts every later layer's input off the distribution it was trained on, so zeroing *any* layer-0
-    head hurts agreement, whatever it attends to (measured: random sets of 3 zeroed heads left 37-100% accuracy);
+    head hurts agreement, whatever it attends to (measured: 20 random sets of 3 zeroed heads left as little as 37%);
     the mean keeps that typical contribution and removes only what the head says about this sentence.
 
     - "heads": each head switched off alone (as Michel et al. 2019 ablate heads one at a time).
@@ -289,9 +294,10 @@ def causal_check(model, sets: ProbeSets, subject_scores: torch.Tensor) -> dict:
     out_sets = []
     for k in SET_SIZES:
         top = ranked[:k]
-        others = [ablated(c) for c in combinations([lh for lh in every if lh not in top], k)]
+        other_sets = list(combinations([lh for lh in every if lh not in top], k))
+        others = [ablated(c) for c in other_sets]
         worst = min(range(len(others)), key=lambda i: (others[i]["accuracy"], others[i]["margin"]))
-        worst_set = list(combinations([lh for lh in every if lh not in top], k))[worst]
+        worst_set = other_sets[worst]
         out_sets.append({
             "k": k, "top": [list(lh) for lh in top], "top_result": ablated(top), "n_others": len(others),
             "others_mean_accuracy": round(sum(o["accuracy"] for o in others) / len(others), 4),
@@ -307,7 +313,8 @@ def set_verdict(entry: dict, base_accuracy: float) -> bool:
     more than the worst of them."""
     top_drop = base_accuracy - entry["top_result"]["accuracy"]
     mean_drop = base_accuracy - entry["others_mean_accuracy"]
-    return top_drop >= 3 * max(mean_drop, 0.0) and entry["top_result"]["accuracy"] < entry["worst_other_result"]["accuracy"]
+    below_worst = entry["top_result"]["accuracy"] < entry["worst_other_result"]["accuracy"]
+    return top_drop >= 3 * max(mean_drop, 0.0) and below_worst
 
 
 def causal_summary(causal: dict) -> dict:
@@ -425,10 +432,10 @@ def evidence_markdown(evidence: dict) -> str:
         f"- Agreement: the model picks the verb form that agrees with the subject on {final['agreement_accuracy']:.0%} "
         f"of {evidence['probe_config']['n_agreement']} held-out sentences whose attractor noun has the other number; "
         f"at step 0 it did on {first['agreement_accuracy']:.0%} (chance is 50%).",
-        f"- Switching a head off here means mean ablation (its output replaced by its mean over {evidence['probe_config']['n_reference']} "
-        f"other agreement sentences, as Wang et al. 2022 do), since zeroing also takes away the typical contribution every later layer "
-        f"was trained to expect. Switching off {_fmt_head(c['top'])}, the head that attends most to the subject, cuts the mean "
-        f"logit margin of the agreeing verb form from {c['base_margin']:.1f} to {c['top_margin']:.1f} (accuracy "
+        f"- Switching a head off here means mean ablation (its output replaced by its mean over "
+        f"{evidence['probe_config']['n_reference']} other agreement sentences, as Wang et al. 2022 do), since zeroing "
+        f"also takes away the typical contribution every later layer was trained to expect. Switching off "
+        f"{_fmt_head(c['top'])}, the head that attends most to the subject, cuts the mean logit margin of the agreeing verb form from {c['base_margin']:.1f} to {c['top_margin']:.1f} (accuracy "
         f"{c['base_accuracy']:.0%} to {c['top_accuracy']:.0%}); switching off any one other head leaves at least "
         f"{c['next_margin']:.1f} ({_fmt_head(c['next'])}; accuracies {c['min_other_accuracy']:.0%} or more)"
         + (": agreement runs mostly through that head, not only alongside its attention." if far else
