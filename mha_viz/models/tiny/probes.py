@@ -435,7 +435,8 @@ def evidence_markdown(evidence: dict) -> str:
         f"- Switching a head off here means mean ablation (its output replaced by its mean over "
         f"{evidence['probe_config']['n_reference']} other agreement sentences, as Wang et al. 2022 do), since zeroing "
         f"also takes away the typical contribution every later layer was trained to expect. Switching off "
-        f"{_fmt_head(c['top'])}, the head that attends most to the subject, cuts the mean logit margin of the agreeing verb form from {c['base_margin']:.1f} to {c['top_margin']:.1f} (accuracy "
+        f"{_fmt_head(c['top'])}, the head that attends most to the subject, cuts the mean logit margin of the "
+        f"agreeing verb form from {c['base_margin']:.1f} to {c['top_margin']:.1f} (accuracy "
         f"{c['base_accuracy']:.0%} to {c['top_accuracy']:.0%}); switching off any one other head leaves at least "
         f"{c['next_margin']:.1f} ({_fmt_head(c['next'])}; accuracies {c['min_other_accuracy']:.0%} or more)"
         + (": agreement runs mostly through that head, not only alongside its attention." if far else
