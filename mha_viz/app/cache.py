@@ -153,7 +153,8 @@ def _checkpoint_models(name: str) -> dict:
 
 def checkpoint_run(name: str, step: int, text: str) -> AttentionRun:
     """`name` at training step `step` on `text`, all heads on; shared by every session like `get_run`."""
-    return RUNS.get((f"{name}@{step}", text, ()), lambda: _checkpoint_models(name)[step].run(text))
+    # The key has get_run's shape, so get_run(f"{name}@{step}", text) finds this run instead of making it again.
+    return RUNS.get((f"{name}@{step}", text, (), "zero", (), None), lambda: _checkpoint_models(name)[step].run(text))
 
 
 @st.cache_data(show_spinner=False, ttl=60)

@@ -165,11 +165,13 @@ def display_notes(hide_special: bool, merge: bool, run: AttentionRun) -> None:
 
 
 def notes_text() -> None:
-    from mha_viz.models.tiny.probes import fill_notes, load_evidence
+    from mha_viz.app.cache import tiny_evidence
+    from mha_viz.models.tiny.probes import fill_notes
 
     notes = ASSETS / "notes.md"
-    # The tiny model's numbers come from the file `make probe` writes, never typed into notes.md by hand.
-    st.markdown(fill_notes(notes.read_text(), load_evidence()) if notes.exists() else LEARNED_NOTE)
+    # The tiny model's numbers come from the file `make probe` writes, never typed into notes.md by hand; read
+    # through the same cache as the Training view, not again on every rerun of the page.
+    st.markdown(fill_notes(notes.read_text(), tiny_evidence()[0]) if notes.exists() else LEARNED_NOTE)
 
 
 # -- the selected token (Inside a head, Follow a token; in the URL as ?token=) --------------------------------
