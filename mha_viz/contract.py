@@ -132,6 +132,12 @@ class Readout:
     logits: torch.Tensor  # (T, V) the run's logits
 
 
+def check_ablation(ablation: str) -> None:
+    """What "off" means must be one of ABLATIONS; said at the boundary, for `run` and `inside_layer` alike."""
+    if ablation not in ABLATIONS:
+        raise InputError(f"ablation must be one of {', '.join(map(repr, ABLATIONS))}; got {str(ablation)[:30]!r}")
+
+
 def check_ablate(ablate: Iterable[Head], n_layers: int, n_heads: int) -> frozenset[Head]:
     """Validate an ablation set at the boundary, so a bad request fails with a message, not an IndexError."""
     if isinstance(ablate, (str, bytes)):
@@ -214,8 +220,7 @@ class Model(ABC):
         text = check_text(text)
         ablate = check_ablate(ablate, self.n_layers, self.n_heads)
         patch = check_ablate(patch, self.n_layers, self.n_heads)
-        if ablation not in ABLATIONS:
-            raise InputError(f"ablation must be one of {', '.join(map(repr, ABLATIONS))}; got {str(ablation)[:30]!r}")
+        check_ablation(ablation)
         if ablate & patch:
             both = ", ".join(f"({l}, {h})" for l, h in sorted(ablate & patch)[:5])
             raise InputError(f"heads {both} are both ablated and patched; a head's output is one or the other")
@@ -333,8 +338,7 @@ class Model(ABC):
         layer = _index(layer, self.n_layers, "layer")
         text = check_text(text)
         ablate = check_ablate(ablate, self.n_layers, self.n_heads)
-        if ablation not in ABLATIONS:
-            raise InputError(f"ablation must be one of {', '.join(map(repr, ABLATIONS))}; got {str(ablation)[:30]!r}")
+        check_ablation(ablation)
         replace = None
         if ablation != "zero" and ablate:
             replace = self.replacement(text, ablate, ablation, reference, frozenset(), None)  # (1, L, H, 1, dh)
