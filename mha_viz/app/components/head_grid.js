@@ -223,7 +223,8 @@ function drawLayer(s) {
     head.cell.classList.toggle("mhv-pending", pending);
     head.sw.setAttribute("aria-checked", String(!off));
     head.sw.setAttribute("aria-label", name);
-    head.sw.title = off ? "Off: its output is zeroed before the output projection. Click to switch it on."
+    head.sw.title = off ? "Off: its output is replaced (by 0, or by its mean: the sidebar's 'Switching a head off'). "
+                          + "Click to switch it on."
                         : "On: the head contributes. Click to switch it off (the model reruns).";
     head.badge.textContent = d.badges[l + "," + h] || "";
   }

@@ -60,7 +60,8 @@ def switch(model_name: str, layer: int, head: int) -> None:
     key = state.toggle_key(model_name, layer, head)
     st.session_state[key] = (layer, head) not in state.off_set(model_name)
     st.toggle(head_name((layer, head)), key=key, on_change=state.on_toggle, args=(model_name, layer, head),
-              help="On: the head contributes. Off: its output is zeroed before the output projection.")
+              help="On: the head contributes. Off: its output is replaced, by 0 or by its mean (the sidebar's "
+                   "'Switching a head off').")
 
 
 def badges_for(model: Model, run: AttentionRun):
