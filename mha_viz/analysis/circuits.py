@@ -40,13 +40,16 @@ def _check_weights(w: torch.Tensor, name: str, shape: str) -> torch.Tensor:
     if not isinstance(w, torch.Tensor) or w.ndim != 4 or not w.is_floating_point():
         got = tuple(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__
         raise ValueError(f"{name} must be a float tensor of shape {shape}; got {got}")
-    return w.double()
+    return w.float()
 
 
 def r_factor(a: torch.Tensor) -> torch.Tensor:
-    """R of a = QR for a (..., n, k), n >= k -> (..., k, k): ||a @ x||_F == ||R @ x||_F for every x, since Q has
-    orthonormal columns. How a product of thin factors is measured without building it."""
-    return torch.linalg.qr(a, mode="r")[1]  # (..., k, k)
+    """A k x k factor F of a (..., n, k), n >= k, with Fᵀ F = aᵀ a -> (..., k, k): then a = Q F with Q's columns
+    orthonormal, so ||a @ x||_F == ||F @ x||_F for every x. How a product of thin factors is measured without
+    building it. F = S Vᵀ from the eigendecomposition of the k x k Gram matrix (faster than a QR of the tall
+    matrix, and defined for a rank-deficient one)."""
+    e, v = torch.linalg.eigh((a.transpose(-2, -1) @ a).double())  # (..., k), (..., k, k)
+    return e.clamp_min(0).sqrt()[..., :, None] * v.transpose(-2, -1)  # (..., k, k)
 
 
 def factored_norm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -86,12 +89,14 @@ def _packed_gram(u: torch.Tensor, rows: bool) -> torch.Tensor:
     off-diagonal entries times sqrt 2, so a dot product of two packed Grams is the Frobenius inner product."""
     d = u.shape[-1] if rows else u.shape[-2]
     i, j = torch.triu_indices(d, d)
+    flat = i * d + j  # (P,) positions of the upper triangle in a flattened D x D matrix
     weight = torch.where(i == j, 1.0, math.sqrt(2.0)).float()  # (P,)
-    packed = []
-    for chunk in u.float().split(16):  # 16 heads at a time: the full Grams of every head at once can be 700 MB
+    packed = torch.empty(u.shape[0], flat.numel())  # (N, P)
+    for start in range(0, u.shape[0], 16):  # 16 heads at a time: every head's full Gram at once can be 700 MB
+        chunk = u[start:start + 16].float()
         g = chunk.transpose(-2, -1) @ chunk if rows else chunk @ chunk.transpose(-2, -1)  # (n, D, D)
-        packed.append(g[:, i, j] * weight)  # (n, P)
-    return torch.cat(packed)  # (N, P) float32: its dot products sum D(D+1)/2 terms, well within float32
+        torch.mul(g.flatten(1).index_select(1, flat), weight, out=packed[start:start + 16])  # (n, P)
+    return packed  # (N, P) float32: its dot products sum D(D+1)/2 terms, well within float32
 
 
 def composition_scores(w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor, w_o: torch.Tensor
@@ -120,7 +125,7 @@ def composition_scores(w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor, 
             raise ValueError(f"{name} has shape {tuple(w.shape)}; with w_q {tuple(w_q.shape)} it must be {tuple(want)}")
     n = n_layers * n_heads
     # The earlier head's OV map W_V W_O: ||W_V W_O X|| = ||R_V W_O X||, so its output side is U1 = R_V W_O.
-    u1 = (r_factor(w_v) @ w_o).reshape(n, d_head, d_model)  # (N, dh, D)
+    u1 = (r_factor(w_v).float() @ w_o).reshape(n, d_head, d_model)  # (N, dh, D)
     left_norm = factored_norm(w_v, w_o).reshape(n)  # (N,)
     gram = d_model <= d_head * d_head and n * (d_model * (d_model + 1) // 2) * 4 <= _GRAM_BYTES
     g1 = _packed_gram(u1, rows=True) if gram else None  # (N, P)
@@ -128,19 +133,21 @@ def composition_scores(w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor, 
     out = {}
     for mode in MODES:
         a, b = _sides(w_q, w_k, w_v, w_o, mode)  # (L, H, D, dh), (L, H, dh, D)
-        u2 = (a @ r_factor(b.transpose(-2, -1)).transpose(-2, -1)).reshape(n, d_model, d_head)  # (N, D, dh)
+        u2 = (a @ r_factor(b.transpose(-2, -1)).transpose(-2, -1).float()).reshape(n, d_model, d_head)  # (N, D, dh)
         right_norm = factored_norm(a, b).reshape(n)  # (N,)
         num2 = torch.zeros(n, n, dtype=torch.float64)  # (N earlier, N later): ||W_OV^A M^B||_F^2
-        for later in range(1, n_layers):
-            cols = slice(later * n_heads, (later + 1) * n_heads)
-            rows = slice(0, later * n_heads)  # every head of an earlier layer
+        block = max(1, 48 // n_heads)  # later layers at a time: one matmul of ~48 columns, not a vector per layer
+        for first in range(1, n_layers, block):
+            last = min(first + block, n_layers)
+            cols = slice(first * n_heads, last * n_heads)
+            rows = slice(0, (last - 1) * n_heads)  # every head of a layer earlier than some of these (rest masked)
             if gram:
                 # ||U1 U2||^2 = <U1ᵀU1, U2 U2ᵀ>_F: one dot product of D x D Grams per pair, cheaper than the
                 # dh x D x dh product when D < dh^2 (SmolLM2: 166k against 2.4M multiply-adds).
                 num2[rows, cols] = (g1[rows] @ _packed_gram(u2[cols], rows=False).T).double()  # (N1, H)
             else:
-                prod = torch.einsum("aid,bdj->abij", u1[rows], u2[cols])  # (N1, H, dh, dh)
-                num2[rows, cols] = prod.flatten(-2).pow(2).sum(-1)  # (N1, H)
+                prod = torch.einsum("aid,bdj->abij", u1[rows], u2[cols])  # (N1, H', dh, dh)
+                num2[rows, cols] = prod.flatten(-2).pow(2).sum(-1).double()  # (N1, H')
         score = num2.clamp_min(0).sqrt() / (left_norm[:, None] * right_norm[None, :])  # (N, N)
         earlier = layer_of[:, None] < layer_of[None, :]  # (N, N)
         score = torch.where(earlier, score, torch.full_like(score, float("nan")))  # (N, N)
@@ -196,7 +203,7 @@ def copying_scores(w_v: torch.Tensor, w_o: torch.Tensor, tokens: torch.Tensor,
     if e.ndim != 2 or e.shape[1] != w_v.shape[2] or u.shape != e.shape:
         raise ValueError(f"tokens and unembed must be (V, {w_v.shape[2]}); got {tuple(e.shape)}, {tuple(u.shape)}")
     ue = u.T @ e  # (D, D): W_U then W_E, summed over the vocabulary
-    small = w_o @ ue @ w_v  # (L, H, dh, dh)
+    small = w_o.double() @ ue @ w_v.double()  # (L, H, dh, dh)
     lam = torch.linalg.eigvals(small)  # (L, H, dh) complex
     # The sum of a real matrix's eigenvalues is its (real) trace; .real drops a rounding-sized imaginary part.
     return (lam.sum(-1).real / lam.abs().sum(-1).clamp_min(1e-30)).float()  # (L, H)
