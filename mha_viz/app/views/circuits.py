@@ -280,15 +280,15 @@ def over_training(ctx: ViewContext, c: circ.Circuits) -> None:
 def compare_two(ctx: ViewContext, c: circ.Circuits) -> None:
     st.markdown("#### Compare two steps or models")
     base = ctx.name.split("@")[0] if checkpoints(ctx.name.split("@")[0]) else TRAINED
-    options = [f"{base}@{s}" for s in checkpoints(base)]
-    if ctx.name not in options:
-        options.append(ctx.name)
+    steps = [f"{base}@{s}" for s in checkpoints(base)]
+    options = steps + ([ctx.name] if ctx.name not in steps else [])
     if len(options) < 2:
         st.caption("Only one model to compare.")
         return
     a, b = st.columns(2)
     first = a.selectbox("Left", options, index=0, key="circ_cmp_a")
-    second = b.selectbox("Right", options, index=len(options) - 1 if options[-1] != first else 0, key="circ_cmp_b")
+    # By default the first and last saved steps: a model of another shape can be picked, and is refused with a reason.
+    second = b.selectbox("Right", options, index=max(1, len(steps) - 1), key="circ_cmp_b")
     mode = st.radio("Composition through", ["k", "q", "v"], format_func=NAMES.get, horizontal=True,
                     key="circ_cmp_mode")
     try:
