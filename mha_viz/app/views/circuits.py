@@ -67,7 +67,8 @@ def render(ctx: ViewContext) -> None:
         "folded in), as are biases and MLPs: these are the direct paths, an approximation. The causal check below "
         "tests one path by switching the earlier head off.")
     try:
-        c = model_circuits(ctx.name)
+        with st.spinner("Measuring every pair of heads from the weights (once per model; SmolLM2 takes seconds)"):
+            c = model_circuits(ctx.name)
     except UnavailableError as err:
         st.info(f"Circuits are not available for this model: {md_safe(str(err))}")
         return
