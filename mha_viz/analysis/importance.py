@@ -9,7 +9,7 @@ from typing import Callable
 import torch
 
 from mha_viz.analysis.effects import kl_batch, one_minus_cos_batch
-from mha_viz.contract import Head, Model, head_keep_mask
+from mha_viz.contract import Ablation, Head, Model, check_ablate, head_keep_mask
 
 
 def effect_measure(model: Model) -> str:
@@ -32,16 +32,14 @@ def head_importance(
     switch heads off one at a time and measure the change in a task score (BLEU, accuracy), and rank heads by
     the loss's sensitivity to a head mask; KL needs no label. For encoders: 1 - cosine similarity of the mean-pooled sentence
     embedding. Heads already in `base_off` score 0. The single-head ablations go through the model as a
-    batch of keep masks, `chunk` at a time, instead of one forward per head. `ablation="mean"` replaces each
-    switched-off head's output (those in `base_off` too) by its mean over the model's example sentences instead
-    of zero (see `Model.run`).
+    batch of keep masks, `chunk` at a time, instead of one forward per head. `ablation` (an `Ablation` or its key)
+    says what each switched-off head (those in `base_off` too) outputs, as in `Model.run`: "mean" its mean over the
+    model's example sentences instead of zero.
     """
     n_layers, n_heads = model.n_layers, model.n_heads
-    replace = None
-    if ablation == "mean":
-        replace = model.head_means()[None, :, :, None, :]  # (1, L, H, 1, dh): every head's mean, used where keep = 0
-    elif ablation != "zero":
-        raise ValueError(f"ablation must be 'zero' or 'mean'; got {ablation!r}")
+    base_off = check_ablate(base_off, n_layers, n_heads, "base_off")
+    outputs = Ablation.of(ablation).outputs(model, None)  # (L, H, dh): what a switched-off head outputs, or None: 0
+    replace = None if outputs is None else outputs[None, :, :, None, :]  # (1, L, H, 1, dh), used where keep = 0
     base_keep = head_keep_mask(frozenset(base_off), n_layers, n_heads)  # (L, H)
     heads = [(layer, head) for layer in range(n_layers) for head in range(n_heads) if (layer, head) not in base_off]
     base_out, base_logits = model.run_batch_keep(text, base_keep[None], replace)  # (1, T, D), (1, T, V) or None

@@ -14,7 +14,7 @@ import torch
 
 from mha_viz.analysis.patching import (DirectEffects, Metric, PatchingMap, attribution_patching, direct_effects,
                                        patching_map)
-from mha_viz.contract import AttentionRun, Head, Model
+from mha_viz.contract import AttentionRun, Head, Model, TrainingEvidence, UnavailableError
 from mha_viz.models import load_model
 from mha_viz.settings import settings
 
@@ -95,8 +95,10 @@ def get_run(name: str, text: str, off: tuple[Head, ...] | frozenset[Head] = (), 
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
-def norm_inputs(name: str, text: str, heads_off: tuple[Head, ...]):
-    return get_model(name).norm_inputs(text, heads_off)
+def norm_inputs(name: str, text: str, heads_off: tuple[Head, ...], ablation: str = "zero"):
+    """Values and output projections for the norm view, from the same run (same heads off, same meaning of "off")
+    as the weights they are drawn with."""
+    return get_model(name).norm_inputs(text, heads_off, ablation)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
@@ -158,10 +160,10 @@ def checkpoint_run(name: str, step: int, text: str) -> AttentionRun:
 
 
 @st.cache_data(show_spinner=False, ttl=60)
-def tiny_evidence() -> tuple[dict | None, dict]:
-    """(the probe file, the training log) of the tiny model; None / {} when not written yet. Re-read after a
-    minute, so `make probe` on a running server shows up without a restart."""
-    from mha_viz.models.tiny.probes import load_evidence
-    from mha_viz.models.tiny.train import load_log
-
-    return load_evidence(), load_log()
+def training_evidence(name: str) -> TrainingEvidence | None:
+    """The training record of model `name` (`Model.training_evidence`), None for a model trained elsewhere.
+    Re-read after a minute, so `make probe` on a running server shows up without a restart."""
+    try:
+        return get_model(name).training_evidence()
+    except UnavailableError:
+        return None

@@ -7,7 +7,7 @@ import streamlit as st
 import torch
 
 from mha_viz import analysis, plotting
-from mha_viz.contract import AttentionRun, Head, Model
+from mha_viz.contract import Ablation, AttentionRun, Head, Model
 from mha_viz.settings import ASSETS
 
 LEARNED_NOTE = (
@@ -17,11 +17,9 @@ LEARNED_NOTE = (
 )
 
 # What "off" means, worded for the page (Model.run's `ablation`). The mean is over the model's example sentences.
-ABLATION_LABELS = {
-    "zero": "zero: its output set to 0",
-    "mean": "mean: its output set to its average over the example sentences",
-}
-ABLATION_SHORT = {"zero": "zero-ablated", "mean": "mean-ablated"}
+# The wording of each meaning of "off", read from the typed value (contract.Ablation): one class per meaning.
+ABLATION_LABELS = {a.key: f"{a.label}: its output {a.describe}" for a in Ablation.kinds()}
+ABLATION_SHORT = {a.key: a.adjective for a in Ablation.kinds()}
 
 _HEAD_NAME = re.compile(r"^L(\d+) H(\d+)$")
 
@@ -164,14 +162,15 @@ def display_notes(hide_special: bool, merge: bool, run: AttentionRun) -> None:
         st.caption("Display: " + "; ".join(notes) + ".")
 
 
-def notes_text() -> None:
-    from mha_viz.app.cache import tiny_evidence
-    from mha_viz.models.tiny.probes import fill_notes
+def trained_here(name: str) -> str:
+    """The model whose training the Training view and the notes show: the page's model (its family: "tiny" for
+    tiny@400) when it was saved at training steps, otherwise the first built-in that was."""
+    from mha_viz.models import SPECS, checkpoints, spec
 
-    notes = ASSETS / "notes.md"
-    # The tiny model's numbers come from the file `make probe` writes, never typed into notes.md by hand; read
-    # through the same cache as the Training view, not again on every rerun of the page.
-    st.markdown(fill_notes(notes.read_text(), tiny_evidence()[0]) if notes.exists() else LEARNED_NOTE)
+    own = spec(name)
+    if own is not None and own.steps is not None and checkpoints(name):
+        return own.family or own.name
+    return next(s.family or s.name for s in SPECS if s.steps is not None)
 
 
 # -- the selected token (Inside a head, Follow a token; in the URL as ?token=) --------------------------------

@@ -11,7 +11,8 @@ from mha_viz import analysis
 from mha_viz.app import state
 from mha_viz.app.cache import get_model, get_run, set_threads
 from mha_viz.app.common import (ABLATION_LABELS, ABLATION_SHORT, LEARNED_NOTE, display, display_notes, head_name,
-                                md_safe, notes_text, predictions_panel, visible)
+                                md_safe, predictions_panel, visible)
+from mha_viz.app.views.notes import notes_text
 from mha_viz.app.context import ViewContext
 from mha_viz.app.views import VIEWS
 from mha_viz.contract import AttentionRun, InputError, Model, ModelLoadError

@@ -9,10 +9,10 @@ from mha_viz import analysis, plotting
 from mha_viz.app import cache
 from mha_viz.app.common import TOKEN_KEY, head_name, md_safe, token_picker, visible
 from mha_viz.app.context import ViewContext
-from mha_viz.contract import InputError, UnavailableError
+from mha_viz.contract import Ablation, InputError, UnavailableError
 
 
-OFF_WORDS = {"zero": ", zero because the head is off", "mean": ", its mean output: the head is off (mean ablation)"}
+OFF_WORDS = {a.key: f", its output {a.describe}: the head is off ({a.adjective})" for a in Ablation.kinds()}
 
 
 def render(ctx: ViewContext) -> None:

@@ -6,6 +6,7 @@ import torch
 from mha_viz.contract import ModelInfo, ModelLoadError
 from mha_viz.models.hf.ablation import ATTN_IMPL, register
 from mha_viz.models.hf.adapter import HFModel
+from mha_viz.models.hf import policy
 from mha_viz.models.hf.policy import check_size
 from mha_viz.settings import settings
 
@@ -84,11 +85,7 @@ def build_hf_model(name: str, title: str, source: str, *, gguf_file: str | None 
         name=name, title=title, kind=kind, n_layers=n_layers, n_heads=n_heads,
         max_tokens=min(max_pos, settings().max_tokens), n_kv_heads=n_kv if n_kv and n_kv != n_heads else None,
     )
-    hf = HFModel(info, model, tokenizer, device)
-    if len(hf._layer_of) != n_layers:
-        info = ModelInfo(**{**info.__dict__, "n_layers": len(hf._layer_of)})
-        hf.info = info
-    return hf
+    return HFModel(info, model, tokenizer, device)  # counts the layers that really run, see HFModel
 
 
 def _explain_load_failure(name: str, err: Exception) -> str:
@@ -101,3 +98,18 @@ def _explain_load_failure(name: str, err: Exception) -> str:
                 "Use a built-in model or a local folder that holds config.json and *.safetensors.")
     return (f"Could not load '{name}': it is neither a built-in model, a folder holding a model "
             f"(config.json + *.safetensors), nor a model id the hub knows. Details: {text.splitlines()[0][:300]}")
+
+
+def load_custom(name: str) -> HFModel:
+    """A user's model: a local folder or a hub id. Off when MHA_VIZ_ALLOW_CUSTOM=0."""
+    name = name.strip()
+    kind, path = policy._check_name(name)
+    if kind == "folder":
+        return build_hf_model(name, f"{path.name} (local folder)", str(path))
+    if not policy._hub_reachable():  # looked up at call time: tests replace it
+        raise ModelLoadError(
+            f"Could not load '{name}': the Hugging Face hub cannot be reached from here (no network, or "
+            "HF_HUB_OFFLINE is set), and it is not a folder on this machine. Use a built-in model, or download "
+            "the model elsewhere and point to its folder (config.json + *.safetensors)."
+        )
+    return build_hf_model(name, f"{name} (Hugging Face)", name)
