@@ -70,18 +70,28 @@ def effective_rank(s: torch.Tensor) -> torch.Tensor:
     return torch.exp(-torch.xlogy(p, p).sum(-1))  # (...)
 
 
-def _sides(w_q, w_k, w_v, w_o, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """The later head's map the earlier head's output enters, as factors (A (L, H, D, dh), B (L, H, dh, D)):
-    Q-composition reads through W_Q W_Kᵀ, K-composition through (W_Q W_Kᵀ)ᵀ = W_K W_Qᵀ, V-composition through
-    W_V W_O (Elhage et al. 2021, "Composition scores"; TransformerLens `all_composition_scores`: right = QK, QK.T,
-    OV for "Q", "K", "V")."""
+def head_factors(w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor, w_o: torch.Tensor
+                 ) -> dict[str, torch.Tensor]:
+    """The k x k factors (`r_factor`, float64) of every head's W_Q, W_K, W_V and W_Oᵀ -> {"q", "k", "v", "o"}:
+    (L, H, dh, dh) each. Every norm and singular value of a head's QK and OV maps follows from them:
+    ||W_Q W_Kᵀ|| = ||F_q F_kᵀ||, ||W_V W_O|| = ||F_v F_oᵀ||, likewise their singular values."""
+    return {"q": r_factor(w_q), "k": r_factor(w_k), "v": r_factor(w_v), "o": r_factor(w_o.transpose(-2, -1))}
+
+
+def _sides(w_q, w_k, w_v, f: dict, mode: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The later head's map the earlier head's output enters, M = A B with A (L, H, D, dh): Q-composition reads
+    through W_Q W_Kᵀ, K-composition through (W_Q W_Kᵀ)ᵀ = W_K W_Qᵀ, V-composition through W_V W_O (Elhage et al.
+    2021, "Composition scores"; TransformerLens `all_composition_scores`: right = QK, QK.T, OV for "Q", "K", "V").
+    Returns (A, F_B (L, H, dh, dh) with ||X B|| = ||X F_Bᵀ||, ||M||_F (L, H))."""
     if mode == "q":
-        return w_q, w_k.transpose(-2, -1)
-    if mode == "k":
-        return w_k, w_q.transpose(-2, -1)
-    if mode == "v":
-        return w_v, w_o
-    raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
+        a, fa, fb = w_q, f["q"], f["k"]
+    elif mode == "k":
+        a, fa, fb = w_k, f["k"], f["q"]
+    elif mode == "v":
+        a, fa, fb = w_v, f["v"], f["o"]
+    else:
+        raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
+    return a, fb, (fa @ fb.transpose(-2, -1)).flatten(-2).norm(dim=-1)
 
 
 def _packed_gram(u: torch.Tensor, rows: bool) -> torch.Tensor:
@@ -99,8 +109,8 @@ def _packed_gram(u: torch.Tensor, rows: bool) -> torch.Tensor:
     return packed  # (N, P) float32: its dot products sum D(D+1)/2 terms, well within float32
 
 
-def composition_scores(w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor, w_o: torch.Tensor
-                       ) -> dict[str, torch.Tensor]:
+def composition_scores(w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor, w_o: torch.Tensor,
+                       factors: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """Composition scores from every head into every head of a later layer (Elhage et al. 2021, section
     "Composition scores" of "Additional intuition and observations"):
 
@@ -113,6 +123,7 @@ def composition_scores(w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor, 
 
     w_q, w_k, w_v (L, H, D, dh), w_o (L, H, dh, D) -> {"q", "k", "v"}: (L, H, L, H) float32 indexed
     [earlier layer, earlier head, later layer, later head], NaN where the first layer is not earlier.
+    `factors`: `head_factors` of the same weights, when the caller has them already.
     """
     w_q = _check_weights(w_q, "w_q", "(L, H, D, dh)")
     w_k = _check_weights(w_k, "w_k", "(L, H, D, dh)")
@@ -124,17 +135,18 @@ def composition_scores(w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor, 
         if w.shape != want:
             raise ValueError(f"{name} has shape {tuple(w.shape)}; with w_q {tuple(w_q.shape)} it must be {tuple(want)}")
     n = n_layers * n_heads
-    # The earlier head's OV map W_V W_O: ||W_V W_O X|| = ||R_V W_O X||, so its output side is U1 = R_V W_O.
-    u1 = (r_factor(w_v).float() @ w_o).reshape(n, d_head, d_model)  # (N, dh, D)
-    left_norm = factored_norm(w_v, w_o).reshape(n)  # (N,)
+    f = head_factors(w_q, w_k, w_v, w_o) if factors is None else factors  # (L, H, dh, dh) each
+    # The earlier head's OV map W_V W_O: ||W_V W_O X|| = ||F_v W_O X||, so its output side is U1 = F_v W_O.
+    u1 = (f["v"].float() @ w_o).reshape(n, d_head, d_model)  # (N, dh, D)
+    left_norm = (f["v"] @ f["o"].transpose(-2, -1)).flatten(-2).norm(dim=-1).reshape(n)  # (N,)
     gram = d_model <= d_head * d_head and n * (d_model * (d_model + 1) // 2) * 4 <= _GRAM_BYTES
     g1 = _packed_gram(u1, rows=True) if gram else None  # (N, P)
     layer_of = torch.arange(n) // n_heads  # (N,)
     out = {}
     for mode in MODES:
-        a, b = _sides(w_q, w_k, w_v, w_o, mode)  # (L, H, D, dh), (L, H, dh, D)
-        u2 = (a @ r_factor(b.transpose(-2, -1)).transpose(-2, -1).float()).reshape(n, d_model, d_head)  # (N, D, dh)
-        right_norm = factored_norm(a, b).reshape(n)  # (N,)
+        a, fb, right_norm = _sides(w_q, w_k, w_v, f, mode)  # (L, H, D, dh), (L, H, dh, dh), (L, H)
+        u2 = (a @ fb.transpose(-2, -1).float()).reshape(n, d_model, d_head)  # (N, D, dh)
+        right_norm = right_norm.reshape(n)  # (N,)
         num2 = torch.zeros(n, n, dtype=torch.float64)  # (N earlier, N later): ||W_OV^A M^B||_F^2
         block = max(1, 48 // n_heads)  # later layers at a time: one matmul of ~48 columns, not a vector per layer
         for first in range(1, n_layers, block):
@@ -198,12 +210,12 @@ def copying_scores(w_v: torch.Tensor, w_o: torch.Tensor, tokens: torch.Tensor,
     is left out) -> (L, H) float32. Norms are ignored, as everywhere in this module."""
     w_v = _check_weights(w_v, "w_v", "(L, H, D, dh)")
     w_o = _check_weights(w_o, "w_o", "(L, H, dh, D)")
-    e = tokens.double()  # (V, D)
-    u = e if unembed is None else unembed.double()  # (V, D)
+    e = tokens  # (V, D)
+    u = e if unembed is None else unembed  # (V, D)
     if e.ndim != 2 or e.shape[1] != w_v.shape[2] or u.shape != e.shape:
         raise ValueError(f"tokens and unembed must be (V, {w_v.shape[2]}); got {tuple(e.shape)}, {tuple(u.shape)}")
-    ue = u.T @ e  # (D, D): W_U then W_E, summed over the vocabulary
-    small = w_o.double() @ ue @ w_v.double()  # (L, H, dh, dh)
+    ue = u.float().T @ e.float()  # (D, D): W_U then W_E, summed over the vocabulary (float32: V x D x D)
+    small = (w_o @ ue @ w_v).double()  # (L, H, dh, dh)
     lam = torch.linalg.eigvals(small)  # (L, H, dh) complex
     # The sum of a real matrix's eigenvalues is its (real) trace; .real drops a rounding-sized imaginary part.
     return (lam.sum(-1).real / lam.abs().sum(-1).clamp_min(1e-30)).float()  # (L, H)
@@ -325,15 +337,16 @@ def circuits(model) -> Circuits:
         return cache["all"]
     w_q, w_k, w_v, w_o, layers = head_weights(model)  # (L, H, D, dh) x 3, (L, H, dh, D)
     n_layers, n_heads, d_model, d_head = w_q.shape
-    composition = composition_scores(w_q, w_k, w_v, w_o)
+    f = head_factors(w_q, w_k, w_v, w_o)  # (L, H, dh, dh) each
+    composition = composition_scores(w_q, w_k, w_v, w_o, factors=f)
     baseline = random_baselines(d_model, d_head)
     try:
         emb = model.embeddings()
         copying = copying_scores(w_v, w_o, emb.tokens.detach(), None if emb.unembed is None else emb.unembed.detach())
     except UnavailableError:
         copying = None
-    qk_s = factored_singular_values(w_q.double(), w_k.double().transpose(-2, -1)).float()  # (L, H, dh)
-    ov_s = factored_singular_values(w_v.double(), w_o.double()).float()  # (L, H, dh)
+    qk_s = torch.linalg.svdvals(f["q"] @ f["k"].transpose(-2, -1)).float()  # (L, H, dh) those of W_Q W_Kᵀ
+    ov_s = torch.linalg.svdvals(f["v"] @ f["o"].transpose(-2, -1)).float()  # (L, H, dh) those of W_V W_O
     result = Circuits(
         name=model.name, n_layers=n_layers, n_heads=n_heads, d_model=d_model, d_head=d_head,
         composition=composition, baseline=baseline, copying=copying, qk_singular=qk_s, ov_singular=ov_s,

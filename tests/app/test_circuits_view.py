@@ -16,18 +16,6 @@ from mha_viz.analysis.circuits import causal_check, qk_position_map
 TEXT = "the keys to the old cabinet are on the table ."
 
 
-@pytest.fixture(autouse=True)
-def _weights(monkeypatch):
-    """Until the tiny adapter has the contract's head_weights / embeddings: the test-only stand-in, on the class."""
-    from weights_stub import tiny_embeddings, tiny_head_weights
-
-    from mha_viz.models.tiny.adapter import TinyModel
-
-    if "head_weights" not in TinyModel.__dict__:
-        monkeypatch.setattr(TinyModel, "head_weights", tiny_head_weights, raising=False)
-        monkeypatch.setattr(TinyModel, "embeddings", tiny_embeddings, raising=False)
-
-
 def _open(model: str = "tiny") -> AppTest:
     at = AppTest.from_file(APP, default_timeout=300)
     at.query_params.update({"model": model, "view": "Circuits", "text": TEXT, "layer": "1"})
@@ -49,9 +37,8 @@ def _heatmap(at: AppTest, title_part: str) -> dict:
 
 
 def test_tiny_the_page_shows_the_weights_own_numbers():
-    from weights_stub import with_weights
-
-    model = with_weights(load_model("tiny"))
+    
+    model = load_model("tiny")
     c = circuits(model)
     at = _open()
     # The default head is the later head of the highest K-composition pair; the composition map is that tensor.
@@ -66,7 +53,7 @@ def test_tiny_the_page_shows_the_weights_own_numbers():
     assert list(table["score"])[0] == f"{score:.3f}"
     # The full token maps: tiny's whole vocabulary on both axes.
     ov = _heatmap(at, "OV map W_E W_V W_O W_U")
-    assert heatmap_z(ov["data"][0]).shape == (len(model.vocab), len(model.vocab))
+    assert heatmap_z(ov["data"][0]).shape == (len(model.embeddings().labels), len(model.embeddings().labels))
     pos = _heatmap(at, "QK map of positions")
     w = model.head_weights(later[0])
     want = qk_position_map(model.embeddings().positions, w.w_q[later[1]], w.w_k[later[1]], causal=True)
@@ -74,11 +61,10 @@ def test_tiny_the_page_shows_the_weights_own_numbers():
 
 
 def test_tiny_causal_check_is_the_measured_one():
-    from weights_stub import with_weights
-
+    
     at = _open()
     off, later = at.selectbox(key="circ_off").value, at.selectbox(key="circ_later").value
-    check = causal_check(with_weights(load_model("tiny")), off)
+    check = causal_check(load_model("tiny"), off)
     text = " ".join(m.value for m in at.markdown)
     assert (f"induction score: {float(check.induction_on[later]):.1%} with every head on, "
             f"{float(check.induction_off[later]):.1%}") in text
@@ -92,9 +78,8 @@ def test_tiny_timeline_and_comparison():
     assert spec is not None, "no timeline figure"
     k_line = next(t for t in spec["data"] if t.get("name", "").startswith("K-composition"))
     earlier, later = at.selectbox(key="circ_t_from").value, at.selectbox(key="circ_t_into").value
-    from weights_stub import with_weights
-
-    want = [float(circuits(with_weights(load_model(f"tiny@{s}"))).composition["k"][earlier + later]) for s in steps]
+    
+    want = [float(circuits(load_model(f"tiny@{s}")).composition["k"][earlier + later]) for s in steps]
     np.testing.assert_allclose(heatmap_z({"z": k_line["y"]}).astype(float), want, atol=1e-6)
     # Compare: first and last step side by side, and their difference.
     assert at.selectbox(key="circ_cmp_a").value == f"tiny@{steps[0]}"

@@ -8,7 +8,6 @@ import math
 import pytest
 import torch
 from helpers import loaded
-from weights_stub import with_weights
 
 import mha_viz
 from mha_viz.analysis.circuits import MODES, causal_check, composition_scores, copying_scores, head_weights
@@ -17,13 +16,10 @@ TEXT = "the keys to the old cabinet are on the table ."
 
 
 def _model(name: str):
-    model = with_weights(loaded(name))
-    if not hasattr(model, "head_weights"):
-        pytest.skip(f"{name}'s adapter does not give weights per head in this branch yet (the lead's capability)")
-    return model
+    return loaded(name)
 
 
-@pytest.mark.parametrize("name", ["tiny", "minilm"])
+@pytest.mark.parametrize("name", ["tiny", "minilm", "smollm2"])
 def test_circuits_shapes_nan_and_baseline(name):
     model = _model(name)
     c = mha_viz.circuits(model)
@@ -59,7 +55,7 @@ def test_tiny_the_previous_token_head_feeds_the_induction_heads_keys():
 
 
 def test_tiny_untrained_scores_sit_at_the_baseline():
-    model = with_weights(loaded("tiny-untrained"))
+    model = loaded("tiny-untrained")
     c = mha_viz.circuits(model)
     k = c.composition["k"][c.composition["k"].isfinite()]
     assert abs(float(k.mean()) - c.baseline["k"].mean) < 3 * c.baseline["k"].std

@@ -11,14 +11,13 @@ import torch
 
 from mha_viz import checkpoints, load_model, plotting
 from mha_viz.analysis import circuits as circ
-from mha_viz.app.cache import get_model, tiny_evidence
-from mha_viz.app.common import head_name, md_safe
+from mha_viz.app.cache import get_model, training_evidence
+from mha_viz.app.common import head_name, md_safe, trained_here
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import Head, InputError, ModelLoadError, UnavailableError
 
 FULL_MAP_VOCAB = 512  # vocabularies up to this size get the full token x token maps; larger ones a chosen row
 TOP_TOKENS = 15
-TRAINED = "tiny"  # the model whose saved training steps the over-training panel reads (registry name)
 NAMES = {"q": "queries", "k": "keys", "v": "values"}
 
 
@@ -47,7 +46,7 @@ def head_maps(name: str, layer: int, head: int) -> dict:
     model = get_model(name)
     w = model.head_weights(layer)
     emb = model.embeddings()
-    out = {"vocab": emb.vocab, "rotary": w.rotary, "kv_head": w.kv_head[head], "full": len(emb.vocab) <= FULL_MAP_VOCAB}
+    out = {"vocab": emb.labels, "rotary": w.rotary, "kv_head": w.kv_head[head], "full": len(emb.labels) <= FULL_MAP_VOCAB}
     wq, wk, wv, wo = w.w_q[head], w.w_k[head], w.w_v[head], w.w_o[head]  # (D, dh) x 3, (dh, D)
     if out["full"]:
         out["ov"] = circ.ov_token_map(emb.tokens, wv, wo, emb.unembed)  # (V, V)
@@ -229,12 +228,12 @@ def causal_panel(ctx: ViewContext, c: circ.Circuits, top) -> None:
 # -- over training --------------------------------------------------------------------------------------------------
 def over_training(ctx: ViewContext, c: circ.Circuits) -> None:
     st.markdown("#### Over training")
-    base = ctx.name.split("@")[0] if checkpoints(ctx.name.split("@")[0]) else TRAINED
+    base = trained_here(ctx.name)
     steps = checkpoints(base)
     if not steps:
         st.caption("No saved training steps to show (run `make train`).")
         return
-    if base != ctx.name.split("@")[0]:
+    if not checkpoints(ctx.name):
         st.caption(f"This model has no saved training steps; shown for the in-repo `{base}` model.")
     try:
         per_step = [step_circuits(f"{base}@{s}") for s in steps]
@@ -256,12 +255,13 @@ def over_training(ctx: ViewContext, c: circ.Circuits) -> None:
              np.array([float(x.composition[m][earlier + later]) for x in per_step]) for m in ("k", "q", "v")}
     copying = np.stack([x.copying.numpy() for x in per_step]) if last.copying is not None else None
     pattern = None
-    evidence, _ = tiny_evidence() if base == TRAINED else (None, None)
-    if evidence and evidence.get("steps") == steps:
+    evidence = training_evidence(base)
+    if evidence is not None and evidence.steps == steps and all(
+            r in s.scores for s in evidence.per_step for r in ("induction", "previous_token")):
         pattern = {f"{head_name(later)} induction (probe file)":
-                   np.array([s["scores"]["induction"][later[0]][later[1]] for s in evidence["per_step"]]),
+                   np.array([s.scores["induction"][later[0]][later[1]] for s in evidence.per_step]),
                    f"{head_name(earlier)} previous token (probe file)":
-                   np.array([s["scores"]["previous_token"][earlier[0]][earlier[1]] for s in evidence["per_step"]])}
+                   np.array([s.scores["previous_token"][earlier[0]][earlier[1]] for s in evidence.per_step])}
     st.plotly_chart(plotting.circuits_timeline_figure(
         steps, pairs, last.baseline["k"].mean,
         copying if copying is not None else np.zeros((len(steps), last.n_layers, last.n_heads)), pattern),
@@ -280,7 +280,7 @@ def over_training(ctx: ViewContext, c: circ.Circuits) -> None:
 # -- compare two ----------------------------------------------------------------------------------------------------
 def compare_two(ctx: ViewContext, c: circ.Circuits) -> None:
     st.markdown("#### Compare two steps or models")
-    base = ctx.name.split("@")[0] if checkpoints(ctx.name.split("@")[0]) else TRAINED
+    base = trained_here(ctx.name)
     steps = [f"{base}@{s}" for s in checkpoints(base)]
     options = steps + ([ctx.name] if ctx.name not in steps else [])
     if len(options) < 2:
