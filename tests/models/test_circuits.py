@@ -74,9 +74,11 @@ def test_circuits_equal_the_scores_of_the_stacked_weights():
 
 def _projection_input(model, name: str, layer: int, resid: torch.Tensor) -> torch.Tensor:
     """x of HeadWeights: tiny's ln1 output (pre-LN), BERT's block input."""
-    if name.startswith("tiny"):
-        with torch.no_grad():
+    with torch.no_grad():
+        if name.startswith("tiny"):
             return model.lm.blocks[layer].ln1(resid)
+        if name == "smollm2":  # Llama-style: the decoder layer's input RMSNorm
+            return model._model.model.layers[layer].input_layernorm(resid)
     return resid
 
 
@@ -97,3 +99,35 @@ def test_weights_parity_with_inside(name, layer):
     out = torch.einsum("htd,hde->te", z, w.w_o) + (0 if w.b_o is None else w.b_o)  # (T, D)
     assert torch.allclose(out, total + (0 if inside[0].bias is None else inside[0].bias), atol=1e-4)
     assert math.isclose(inside[0].scale, 1 / math.sqrt(w.w_q.shape[-1]))
+
+
+@pytest.mark.parametrize("layer", [0, 3])
+def test_weights_parity_with_inside_rotary_grouped_query(layer):
+    """SmolLM2 rotates q and k by position after the projection and shares each key/value head among 3 query heads:
+    v is x @ W_V + b_V exactly; a rotation keeps each q's and k's length and, at one position, their dot product."""
+    model = _model("smollm2")
+    w = model.head_weights(layer)
+    assert w.rotary and len(set(w.kv_head)) == 3 and w.w_k.shape[0] == model.n_heads
+    inside = model.inside_layer(TEXT, layer)
+    x = _projection_input(model, "smollm2", layer, inside[0].resid)  # (T, D)
+    for h, hi in enumerate(inside):
+        assert hi.kv_head == w.kv_head[h]
+        q, k, v = (x @ getattr(w, f"w_{n}")[h] + (0 if getattr(w, f"b_{n}") is None else getattr(w, f"b_{n}")[h])
+                   for n in "qkv")  # (T, dh) each, q and k before the rotation
+        assert torch.allclose(v, hi.v, atol=1e-4)
+        assert torch.allclose(q.norm(dim=-1), hi.q.norm(dim=-1), rtol=1e-4, atol=1e-4)
+        assert torch.allclose(k.norm(dim=-1), hi.k.norm(dim=-1), rtol=1e-4, atol=1e-4)
+        assert torch.allclose((q * k).sum(-1), (hi.q * hi.k).sum(-1), rtol=1e-3, atol=1e-3)
+
+
+def test_smollm2_a_previous_token_head_feeds_an_induction_head():
+    """Measured on SmolLM2: the top K-composition pair runs from a head that attends to the previous token on
+    repeated random words into one with a high induction score there, and switching the first off (mean) takes the
+    second's induction score away. The heads are found, not typed."""
+    model = _model("smollm2")
+    c = mha_viz.circuits(model)
+    earlier, later, score = c.top_pairs("k", 1)[0]
+    assert score > 3 * c.baseline["k"].p99
+    check = causal_check(model, earlier)
+    assert float(check.previous_on[earlier]) > 0.5
+    assert float(check.induction_on[later]) > 0.5 > 0.1 > float(check.induction_off[later])
