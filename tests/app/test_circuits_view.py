@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from helpers import APP, heatmap_z
 from streamlit.testing.v1 import AppTest
 
@@ -37,7 +38,7 @@ def _heatmap(at: AppTest, title_part: str) -> dict:
 
 
 def test_tiny_the_page_shows_the_weights_own_numbers():
-    
+
     model = load_model("tiny")
     c = circuits(model)
     at = _open()
@@ -61,7 +62,7 @@ def test_tiny_the_page_shows_the_weights_own_numbers():
 
 
 def test_tiny_causal_check_is_the_measured_one():
-    
+
     at = _open()
     off, later = at.selectbox(key="circ_off").value, at.selectbox(key="circ_later").value
     check = causal_check(load_model("tiny"), off)
@@ -78,7 +79,7 @@ def test_tiny_timeline_and_comparison():
     assert spec is not None, "no timeline figure"
     k_line = next(t for t in spec["data"] if t.get("name", "").startswith("K-composition"))
     earlier, later = at.selectbox(key="circ_t_from").value, at.selectbox(key="circ_t_into").value
-    
+
     want = [float(circuits(load_model(f"tiny@{s}")).composition["k"][earlier + later]) for s in steps]
     np.testing.assert_allclose(heatmap_z({"z": k_line["y"]}).astype(float), want, atol=1e-6)
     # Compare: first and last step side by side, and their difference.
@@ -100,3 +101,27 @@ def test_a_model_without_head_weights_says_so(monkeypatch):
     at.run()
     assert not at.exception, at.exception
     assert any("no weights per head" in i.value for i in at.info)
+
+
+def test_minilm_big_vocabulary_shows_a_row_of_the_ov_map():
+    from mha_viz.analysis.circuits import ov_token_map
+
+    at = _open("minilm")
+    layer, head = at.selectbox(key="circ_head").value
+    position = at.selectbox(key="circ_token").value
+    model = load_model("minilm")
+    ids = model.run(TEXT).token_ids
+    w, emb = model.head_weights(layer), model.embeddings()
+    row = ov_token_map(emb.tokens, w.w_v[head], w.w_o[head], emb.unembed, rows=torch.tensor([ids[position]]))[0]
+    bars = next(s for s in _figures(at) if s["data"][0].get("type") == "bar" and "raises most" in
+                s["layout"]["title"]["text"])
+    shown = heatmap_z({"z": bars["data"][0]["x"]}).astype(float)
+    np.testing.assert_allclose(shown, row.topk(len(shown)).values.numpy(), rtol=1e-4)
+    titles = [s["layout"].get("title", {}).get("text", "") for s in _figures(at)]
+    assert not any(t.endswith("OV map W_E W_V W_O W_U") for t in titles)  # no V x V map of 30k tokens
+
+
+def test_smollm2_says_why_there_is_no_position_map():
+    at = _open("smollm2")
+    assert any("rotary embeddings" in c.value for c in at.caption)
+    assert not any("QK map of positions" in s["layout"].get("title", {}).get("text", "") for s in _figures(at))
