@@ -603,6 +603,9 @@ def timeline_figure(
 
 # -- circuits in the weights (analysis/circuits.py) ----------------------------------------------------------------
 COMPOSITION_TITLES = {"q": "Q-composition", "k": "K-composition", "v": "V-composition"}
+# Spelled out, as ATTN_SCALE: the fast path hands a name straight to plotly.js, whose named scales can run the other
+# way from plotly.py's. White = at or below the random baseline, dark red = the largest score.
+COMPOSITION_SCALE = _scale(["#ffffff", "#fee0d2", "#fcbba1", "#fc9272", "#fb6a4a", "#ef3b2c", "#cb181d", "#99000d"])
 
 
 def composition_map_figure(scores: torch.Tensor, baseline: float, title: str, *, marked=None,
@@ -619,7 +622,7 @@ def composition_map_figure(scores: torch.Tensor, baseline: float, title: str, *,
     top = float(np.nanmax(grid)) if np.isfinite(grid).any() else baseline + 1e-6
     ratio = grid / baseline  # (N, N)
     trace = dict(type="heatmap", z=grid, x=labels, y=labels, customdata=ratio, zmin=baseline,
-                 zmax=max(top, baseline + 1e-6), colorscale="Reds", hoverongaps=False,
+                 zmax=max(top, baseline + 1e-6), colorscale=COMPOSITION_SCALE, hoverongaps=False,
                  colorbar=dict(title=dict(text="score"), tickformat=".2f"),
                  hovertemplate="from %{x} into %{y}<br>score %{z:.3f} (%{customdata:.2f} x random)<extra></extra>")
     shapes = []
@@ -647,8 +650,8 @@ def difference_map_figure(a: torch.Tensor, b: torch.Tensor, title: str, *, heigh
     grid = d.reshape(n, n).T  # (N later, N earlier)
     labels = [f"L{layer} H{head}" for layer in range(n_layers) for head in range(n_heads)]
     bound = float(np.nanmax(np.abs(grid))) if np.isfinite(grid).any() else 1.0
-    trace = dict(type="heatmap", z=grid, x=labels, y=labels, zmid=0.0, zmin=-bound, zmax=bound, colorscale="RdBu",
-                 reversescale=True, hoverongaps=False, colorbar=dict(title=dict(text="change")),
+    trace = dict(type="heatmap", z=grid, x=labels, y=labels, zmid=0.0, zmin=-bound, zmax=bound, colorscale=DIFF_SCALE,
+                 hoverongaps=False, colorbar=dict(title=dict(text="change")),
                  hovertemplate="from %{x} into %{y}<br>change %{z:+.3f}<extra></extra>")
     layout = dict(template=NO_TEMPLATE, height=height, font=_FONT,
                   title=dict(text=html.escape(title, quote=False), font=dict(size=12)),
@@ -664,7 +667,7 @@ def weight_map_figure(values: torch.Tensor, row_labels: list[str], col_labels: l
     z = _as_np(values)  # (R, C)
     bound = float(np.nanmax(np.abs(z))) if np.isfinite(z).any() else 1.0
     trace = dict(type="heatmap", z=z, x=[safe_label(t) for t in col_labels], y=[safe_label(t) for t in row_labels],
-                 zmid=0.0, zmin=-bound, zmax=bound, colorscale="RdBu", reversescale=True, hoverongaps=False, name=name,
+                 zmid=0.0, zmin=-bound, zmax=bound, colorscale=DIFF_SCALE, hoverongaps=False, name=name,
                  colorbar=dict(title=dict(text="value")),
                  hovertemplate=f"{y_title} %{{y}}<br>{x_title} %{{x}}<br>%{{z:+.3f}}<extra></extra>")
     tick = max(5, min(9, int(700 / max(len(row_labels), 1))))
