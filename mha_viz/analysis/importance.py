@@ -30,7 +30,8 @@ def head_importance(
 
     For models with an LM head: KL(p_before || p_after) of the prediction at `position`. Michel et al. 2019
     switch heads off one at a time and measure the change in a task score (BLEU, accuracy), and rank heads by
-    the loss's sensitivity to a head mask; KL needs no label. For encoders: 1 - cosine similarity of the mean-pooled sentence
+    the loss's sensitivity to a head mask; KL needs no label. For encoders: 1 - cosine similarity of the mean-pooled
+    sentence
     embedding. Heads already in `base_off` score 0. The single-head ablations go through the model as a
     batch of keep masks, `chunk` at a time, instead of one forward per head. `ablation` (an `Ablation` or its key)
     says what each switched-off head (those in `base_off` too) outputs, as in `Model.run`: "mean" its mean over the

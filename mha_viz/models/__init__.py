@@ -3,5 +3,5 @@
 from mha_viz.models.hf.policy import CustomPreview, preview_custom
 from mha_viz.models.registry import BUILTIN, SPECS, ModelSpec, checkpoints, is_shipped, load_model, spec, step_of
 
-__all__ = ["BUILTIN", "SPECS", "CustomPreview", "ModelSpec", "checkpoints", "is_shipped", "load_model", "preview_custom",
-           "spec", "step_of"]
+__all__ = ["BUILTIN", "SPECS", "CustomPreview", "ModelSpec", "checkpoints", "is_shipped", "load_model",
+           "preview_custom", "spec", "step_of"]

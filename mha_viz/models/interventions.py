@@ -35,8 +35,21 @@ from typing import Callable, Iterable
 
 import torch
 
-from mha_viz.contract import (Ablation, AttentionRun, Head, HeadInside, InputError, Metric, Model, Readout,
-                              UnavailableError, _index, check_ablate, check_text, head_keep_mask)
+from mha_viz.contract import (
+    Ablation,
+    AttentionRun,
+    Head,
+    HeadInside,
+    InputError,
+    Metric,
+    Model,
+    Readout,
+    UnavailableError,
+    _index,
+    check_ablate,
+    check_text,
+    head_keep_mask,
+)
 from mha_viz.models.heads import out_proj_per_head, repeat_kv
 
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+
 import torch
 from torch import nn
 
-from mha_viz.models.interventions import HeadEdit
 from mha_viz.models.attention import MultiHeadSelfAttention, check_stack_inputs
+from mha_viz.models.interventions import HeadEdit
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,8 @@ class BertLayer(nn.Module):
         self.down = nn.Linear(cfg.d_mlp, cfg.d_model)
         self.ln2 = nn.LayerNorm(cfg.d_model, eps=cfg.eps)
 
-    def forward(self, x: torch.Tensor, edit: HeadEdit | None = None, layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, edit: HeadEdit | None = None,
+                layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         if edit is not None:
             edit.entering(layer, x)
         a, weights = self.attn(x, None, edit, layer)  # (B, T, D), (B, H, T, T)

@@ -10,8 +10,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from mha_viz.contract import (Embeddings, HeadWeights, InputError, ModelInfo, ModelLoadError, TrainingEvidence,
-                              _index)
+from mha_viz.contract import Embeddings, HeadWeights, InputError, ModelInfo, ModelLoadError, TrainingEvidence, _index
 from mha_viz.models.interventions import EditableModel, Encoded, FinalParts, Forward, HeadEdit
 from mha_viz.models.tiny.architecture import TinyConfig, TinyLM, build_model
 from mha_viz.models.tiny.corpus import BOS, Vocab, build_vocab, example_sentences, ground_truth, tokenize

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, fields
+
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from mha_viz.models.interventions import HeadEdit
 from mha_viz.models.attention import MultiHeadSelfAttention, check_stack_inputs
+from mha_viz.models.interventions import HeadEdit
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,8 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(cfg.d_model)
         self.mlp = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_mlp), nn.GELU(), nn.Linear(cfg.d_mlp, cfg.d_model))
 
-    def forward(self, x: torch.Tensor, edit: HeadEdit | None = None, layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, edit: HeadEdit | None = None,
+                layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         if edit is not None:
             edit.entering(layer, x)
         a, weights = self.attn(self.ln1(x), None, edit, layer)  # (B, T, D), (B, H, T, T)

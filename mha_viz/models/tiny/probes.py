@@ -15,9 +15,16 @@ from typing import Iterable, Sequence
 import torch
 
 from mha_viz.contract import Head
-from mha_viz.models.tiny.evidence import (EVIDENCE, RELATION_WORDS, RELATIONS, causal_summary,  # noqa: F401
-                                          load_evidence, set_verdict, typed_evidence)
 from mha_viz.models.interventions import HeadEdit
+from mha_viz.models.tiny.evidence import (  # noqa: F401
+    EVIDENCE,
+    RELATION_WORDS,
+    RELATIONS,
+    causal_summary,
+    load_evidence,
+    set_verdict,
+    typed_evidence,
+)
 
 Pair = tuple[int, int]  # (query position, key position)
 
@@ -134,7 +141,8 @@ def agreement_accuracy(model, examples: Iterable, ablate: Iterable[Head] = ()) -
     correct = total = 0
     for ex in examples:
         if ex.verb_pos is None or ex.verb_forms is None:
-            raise ValueError("agreement_accuracy needs examples with verb_pos and verb_forms (corpus.agreement_examples)")
+            raise ValueError("agreement_accuracy needs examples with verb_pos and verb_forms "
+                             "(corpus.agreement_examples)")
         run = model.run(ex.text, ablate)
         if list(run.tokens) != list(ex.tokens):
             raise ValueError(f"the model tokenized {ex.text!r} differently from the generator; positions would be off")
