@@ -99,12 +99,18 @@ class BertEncoder(nn.Module):
             if edit is not None:
                 raise ValueError("pass either head_keep or an edit (whose keep mask says which heads are off)")
             edit = HeadEdit.keeping(head_keep)
-        x = self.embed(ids)  # (B, T, D)
+        start = edit.start if edit is not None else 0
+        # Layers before `start` are as in the unedited run: resume from its state.
+        x = edit.resumed(ids.shape[0]) if start else self.embed(ids)  # (B, T, D)
         patterns = []
         for layer, block in enumerate(self.layers):
+            if layer < start:
+                continue
             x, weights = block(x, edit, layer)  # (B, T, D), (B, H, T, T)
+            if edit is not None:
+                edit.block_done(layer, x)
             patterns.append(weights)
-        return x, torch.stack(patterns, dim=1)  # (B, T, D), (B, L, H, T, T)
+        return x, torch.stack(patterns, dim=1) if not start else None  # (B, T, D), (B, L, H, T, T)
 
 
 def load_bert(folder: str | Path) -> BertEncoder:

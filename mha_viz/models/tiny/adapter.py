@@ -54,6 +54,8 @@ class TinyModel(EditableModel):
         return Encoded(ids=ids, labels=labels, dropped=cut, special=(0,),  # only <bos>: nothing else is added
                        unknown=tuple(i for i, t in enumerate(ids) if t == self.vocab.unk_id))
 
+    can_resume = True  # TinyLM.forward resumes at edit.start
+
     def forward(self, ids: torch.Tensor, edit: HeadEdit, attentions: bool = False) -> Forward:
         logits, hidden, att = self.lm(ids, None, edit)  # (B, T, V), (B, T, D), (B, L, H, T, T)
         return Forward(hidden=hidden, logits=logits, attentions=att)

@@ -103,17 +103,27 @@ class TinyLM(nn.Module):
             edit = HeadEdit.keeping(head_keep)
         T = ids.shape[1]
 
-        positions = torch.arange(T, device=ids.device)  # (T,)
-        x = self.tok(ids) + self.pos(positions)  # (B, T, D)
+        start = edit.start if edit is not None else 0
+        if start:  # layers before `start` are as in the unedited run: resume from its state
+            x = edit.resumed(ids.shape[0])  # (B, T, D)
+        else:
+            positions = torch.arange(T, device=ids.device)  # (T,)
+            x = self.tok(ids) + self.pos(positions)  # (B, T, D)
         patterns = []
         for layer, block in enumerate(self.blocks):
+            if layer < start:
+                continue
             x, weights = block(x, edit, layer)  # (B, T, D), (B, H, T, T)
+            if edit is not None:
+                edit.block_done(layer, x)
             patterns.append(weights)
         hidden = self.ln_f(x)  # (B, T, D)
         if edit is not None:
             edit.finished(x, hidden)
-        logits = self.head(hidden)  # (B, T, V)
-        attentions = torch.stack(patterns, dim=1)  # (B, L, H, T, T)
+        at = edit.logits_at if edit is not None else None
+        logits = self.head(hidden if at is None else hidden[:, at])  # (B, T, V), or (B, P, V) at those positions
+        # Skipped layers have no pattern here; callers that skip ask for none.
+        attentions = torch.stack(patterns, dim=1) if not start else None  # (B, L, H, T, T)
         return logits, hidden, attentions
 
     def loss(self, ids: torch.Tensor, ignore_index: int) -> torch.Tensor:
