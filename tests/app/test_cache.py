@@ -1,8 +1,13 @@
-"""The shared run cache is bounded by bytes, keeps recent runs, and never returns another key's run."""
+"""The shared run cache is bounded by bytes, keeps recent runs, and never returns another key's run; runs in
+flight count against the same budget."""
+import threading
+
+import pytest
 import torch
 
-from mha_viz.contract import AttentionRun
+from mha_viz.app.cache import RunBudgetError, attention_bytes
 from mha_viz.app.cache import RunCache as _RunCache
+from mha_viz.contract import AttentionRun
 
 
 def _run(n_tokens: int) -> AttentionRun:
@@ -34,3 +39,90 @@ def test_a_run_larger_than_the_budget_is_still_returned():
     cache = _RunCache(budget_bytes=10)
     run = cache.get(("big",), lambda: _run(50))
     assert run.attentions.shape == (1, 1, 50, 50)
+
+
+# -- runs in flight share the budget ---------------------------------------------------------------------------
+
+
+def test_a_run_that_alone_exceeds_the_budget_is_refused_before_it_starts():
+    cache = _RunCache(budget_bytes=1000)
+    made = []
+    with pytest.raises(RunBudgetError, match="shorter text"):
+        cache.get(("big",), lambda: made.append(1), need=40_000)
+    assert made == [] and cache.flight_bytes() == 0
+
+
+def test_a_run_waits_for_others_in_flight_then_starts_and_keeps_within_the_budget():
+    """Two runs of 30 kB under a 50 kB budget: the second waits (on_wait says so) until the first is done, so at
+    no time do the runs in flight and the kept runs together hold more than the budget."""
+    cache = _RunCache(budget_bytes=50_000, wait_s=30)
+    first_started, release = threading.Event(), threading.Event()
+    held, waited = [], []
+
+    def slow():
+        first_started.set()
+        release.wait(10)
+        held.append(cache.flight_bytes())
+        return _run(50)  # 10 kB of attention kept
+
+    t = threading.Thread(target=lambda: cache.get(("a",), slow, need=30_000))
+    t.start()
+    first_started.wait(10)
+    second = threading.Thread(target=lambda: cache.get(("b",), lambda: held.append(cache.flight_bytes())
+                                                       or _run(50), need=30_000,
+                                                       on_wait=lambda flight, n: waited.append((flight, n))))
+    second.start()
+    second.join(0.3)
+    assert second.is_alive() and waited == [(30_000, 1)], "the second run should be queued behind the first"
+    release.set()
+    t.join(10)
+    second.join(10)
+    assert not second.is_alive() and held == [30_000, 30_000]
+    assert cache.kept_bytes() + cache.flight_bytes() <= 50_000
+
+
+def test_a_run_that_cannot_fit_in_time_is_refused_with_a_busy_message():
+    cache = _RunCache(budget_bytes=50_000, wait_s=0.2)
+    release = threading.Event()
+    t = threading.Thread(target=lambda: cache.get(("a",), lambda: release.wait(10) and _run(5), need=40_000))
+    t.start()
+    try:
+        while cache.flight_bytes() == 0:
+            release.wait(0.01)
+        with pytest.raises(RunBudgetError, match="busy"):
+            cache.get(("b",), lambda: _run(5), need=40_000)
+    finally:
+        release.set()
+        t.join(10)
+
+
+def test_sessions_asking_for_the_same_run_at_once_share_one_forward_pass():
+    cache = _RunCache(budget_bytes=10**6)
+    started, release, made = threading.Event(), threading.Event(), []
+
+    def make():
+        made.append(1)
+        started.set()
+        release.wait(10)
+        return _run(10)
+
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(cache.get(("same",), make, need=400)))
+               for _ in range(3)]
+    threads[0].start()
+    started.wait(10)
+    for t in threads[1:]:
+        t.start()
+    release.set()
+    for t in threads:
+        t.join(10)
+    assert made == [1] and len(results) == 3 and all(r is results[0] for r in results)
+
+
+def test_the_estimate_is_the_attention_the_run_holds():
+    from helpers import loaded
+
+    model = loaded("tiny")
+    text = "the cat sat on the mat"
+    run = model.run(text)
+    assert attention_bytes(model, text) == run.attentions.numel() * run.attentions.element_size()
