@@ -8,7 +8,7 @@ import sys
 import streamlit as st
 
 from mha_viz import analysis
-from mha_viz.app import state
+from mha_viz.app import reconnect, state
 from mha_viz.app.cache import get_model, get_run, set_threads
 from mha_viz.app.common import (ABLATION_LABELS, ABLATION_SHORT, LEARNED_NOTE, display, display_notes, head_name,
                                 md_safe, notes_text, predictions_panel, visible)
@@ -48,6 +48,7 @@ def main() -> None:
     notices = state.read_url_once(list(VIEWS))
     st.title("mha-viz")
     st.caption("Every attention head as its own heatmap. Compare heads, switch them off, watch what changes.")
+    reconnect.say_if_rebuilt()  # a session its server process lost, rebuilt from the link: say so
     for notice in notices:  # before loading: a link naming a model that fails to load still explains itself
         st.warning(f"Link: {notice}")
     name = sidebar_model()
