@@ -126,3 +126,28 @@ def test_the_estimate_is_the_attention_the_run_holds():
     text = "the cat sat on the mat"
     run = model.run(text)
     assert attention_bytes(model, text) == run.attentions.numel() * run.attentions.element_size()
+
+
+def test_the_page_refuses_a_run_over_the_budget_with_what_to_do(monkeypatch):
+    """Through the page: a text whose attention alone exceeds MHA_VIZ_RUN_CACHE_MB is refused before its
+    forward pass, with the page's warning (a shorter text), not an exception; a short text still runs."""
+    from helpers import APP
+    from streamlit.testing.v1 import AppTest
+
+    import mha_viz.app.cache as cache
+
+    monkeypatch.setenv("MHA_VIZ_RUN_CACHE_MB", "1")
+    cache.runs.cache_clear()
+    try:
+        at = AppTest.from_file(APP, default_timeout=180).run()
+        assert not at.exception and len(at.toggle) == 12, at.exception  # MiniLM's default sentence: 0.1 MB
+        words = " ".join(["the cat sat on the mat"] * 40)  # 240 words: 6 x 12 x 242² x 4 B = 16 MB of attention
+        at.text_area(key="text_box").input(words)
+        at.button[0].click()
+        at.run()
+        assert not at.exception, at.exception
+        warnings = [w.value for w in at.warning]
+        assert any("shorter text" in w and "MHA_VIZ_RUN_CACHE_MB" in w for w in warnings), warnings
+        assert cache.runs().flight_bytes() == 0 and cache.runs().kept_bytes() <= 2**20
+    finally:
+        cache.runs.cache_clear()
