@@ -30,7 +30,8 @@ dies, or a process cannot start at all, everything stops and the script says whi
     python deploy/serve.py --procs 3 --port 8080 --host 0.0.0.0  # the classroom's network
 
 Public-server settings are applied unless the environment sets them already: custom models off
-(MHA_VIZ_ALLOW_CUSTOM=0), runs of at most 256 tokens (MHA_VIZ_MAX_TOKENS) and Streamlit's viewer toolbar.
+(MHA_VIZ_ALLOW_CUSTOM=0), runs of at most 256 tokens (MHA_VIZ_MAX_TOKENS), 1536 MB per process for runs kept and
+in the making (MHA_VIZ_RUN_CACHE_MB) and Streamlit's viewer toolbar.
 """
 from __future__ import annotations
 
@@ -56,11 +57,14 @@ NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 COOKIE = "mhaviz_backend"
 # What a public demo needs unless the operator says otherwise: nobody's link or sidebar makes the server download
 # or load a model of their choosing, runs stay short enough that a classroom's long texts do not exhaust a
-# process's memory (SmolLM2 at 256 tokens holds 71 MB of attention per run, at 512 tokens 283 MB), and visitors
-# get no developer menu (rerun, clear cache, settings).
+# process's memory (SmolLM2 at 256 tokens holds 71 MB of attention per run, at 512 tokens 283 MB) and wait their
+# turn within a budget, and visitors get no developer menu (rerun, clear cache, settings).
 PUBLIC_ENV = {
     "MHA_VIZ_ALLOW_CUSTOM": "0",
     "MHA_VIZ_MAX_TOKENS": "256",
+    # Runs kept and work in flight together (a page counts 4 x its run's attention): with the model and Python, a
+    # process stays near 3 GB (benchmarks/bench_serve_memory.py).
+    "MHA_VIZ_RUN_CACHE_MB": "1536",
     "STREAMLIT_CLIENT_TOOLBAR_MODE": "viewer",
 }
 # Every app process, public or not: glibc gives each thread that allocates its own malloc arena, and Streamlit

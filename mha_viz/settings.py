@@ -143,9 +143,10 @@ class Settings:
                             "the most tokens a run shows (attention memory grows with layers x heads x tokens²)"})
     cache: Path = field(default=Path("~/.cache/mha-viz").expanduser(), metadata={"env": "MHA_VIZ_CACHE", "help":
                         "where SmolLM2's converted weights are kept"})
-    run_cache_mb: int = field(default=1024, metadata={"env": "MHA_VIZ_RUN_CACHE_MB", "help":
-                              "memory for runs, kept for reuse and being computed, shared by all sessions of a "
-                              "process (least recently used go first; a run that does not fit waits, then is refused)"})
+    run_cache_mb: int = field(default=2048, metadata={"env": "MHA_VIZ_RUN_CACHE_MB", "help":
+                              "memory for runs, kept for reuse and in the making (a page's work counts 4 x its "
+                              "run's attention), shared by all sessions of a process; kept runs go first, least "
+                              "recently used first; work that does not fit waits, then is refused"})
     torch_threads: int = field(default=1, metadata={"env": "MHA_VIZ_TORCH_THREADS", "help":
                                "torch threads per forward in the app; one keeps sessions from stalling each other"})
     warnings: tuple[str, ...] = field(default=(), compare=False)
@@ -161,11 +162,11 @@ class Settings:
                               f"{cores} (e.g. MHA_VIZ_TORCH_THREADS=1, the default, keeps sessions from stalling "
                               "each other).")
             threads = cores
-        run_mb = r.whole("MHA_VIZ_RUN_CACHE_MB", 1024, 1, 1024)
+        run_mb = r.whole("MHA_VIZ_RUN_CACHE_MB", 2048, 1, 2048)
         if ram and run_mb > ram:
             r.warnings.append(f"MHA_VIZ_RUN_CACHE_MB={run_mb} is more than this machine's {ram} MB of memory; a "
                               f"process can be killed for lack of memory before the budget stops it (e.g. "
-                              f"MHA_VIZ_RUN_CACHE_MB={min(1024, max(ram // 4, 1))}).")
+                              f"MHA_VIZ_RUN_CACHE_MB={min(2048, max(ram // 4, 1))}).")
         values = dict(
             allow_custom=r.flag("MHA_VIZ_ALLOW_CUSTOM", True),
             max_params=r.whole("MHA_VIZ_MAX_PARAMS", None, 1, 200_000_000),

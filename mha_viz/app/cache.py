@@ -5,6 +5,7 @@ serve every browser session.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import threading
@@ -62,14 +63,15 @@ class RunCache:
     0.4 MB). Not st.cache_data, which would copy the tensors on every hit, nor st.cache_resource, which cannot
     replay a progress bar.
 
-    The same budget covers runs being computed: `get(..., need=bytes)` (the attention a run will hold, known
-    before the forward pass) first drops kept runs to make room, then waits up to `wait_s` for other sessions'
-    runs in flight to finish, calling `on_wait` once when it starts waiting, and raises RunBudgetError when the
-    run alone exceeds the budget or the wait runs out. Two sessions asking for the same key at once share one
-    forward pass."""
+    The same budget covers work in flight: `get(..., need=bytes)` (the attention a run will hold, known before
+    the forward pass) and `reserve(bytes)` (a page's whole work on a text, `memory_bounded`) first drop kept runs
+    to make room, then wait up to `wait_s` for other sessions' work to finish, calling `on_wait` once when they
+    start waiting, and raise RunBudgetError when the need alone exceeds the budget or the wait runs out. Two
+    sessions asking for the same key at once share one forward pass."""
 
-    def __init__(self, budget_bytes: int, size=run_bytes, wait_s: float = 60.0):
+    def __init__(self, budget_bytes: int, size=run_bytes, wait_s: float = 180.0):
         self.budget = budget_bytes
+        self._local = threading.local()  # .covered: this thread's work is already reserved (`reserve`)
         self.wait_s = wait_s
         self._size = size
         self._runs: OrderedDict[tuple, object] = OrderedDict()
@@ -97,13 +99,13 @@ class RunCache:
             oldest, _ = self._runs.popitem(last=False)
             del self._sizes[oldest]
 
-    def _admit(self, key: tuple, need: int, on_wait) -> bool:
+    def _admit(self, key: tuple, need: int, on_wait, what: str = "This run would hold") -> bool:
         """Reserve `need` bytes for `key`; False when another session is already making `key` (wait for it)."""
         if need > self.budget:
             raise RunBudgetError(
-                f"This run would hold about {need / 2**20:,.0f} MB of attention, more than this server allows for "
-                f"all runs of a process ({self.budget / 2**20:,.0f} MB, MHA_VIZ_RUN_CACHE_MB). Use a shorter text: "
-                "attention memory grows with the square of the number of tokens.")
+                f"{what} about {need / 2**20:,.0f} MB, more than this server allows for the runs of one process "
+                f"({self.budget / 2**20:,.0f} MB, MHA_VIZ_RUN_CACHE_MB). Use a shorter text: attention memory grows "
+                "with the square of the number of tokens.")
         deadline = time.monotonic() + self.wait_s
         told = False
         while True:
@@ -130,10 +132,31 @@ class RunCache:
             f"the {self.budget / 2**20:,.0f} MB this process has for runs, and yours (about {need / 2**20:,.0f} "
             f"MB) waited {self.wait_s:.0f} s without fitting. Try again in a moment, or use a shorter text.")
 
+    @contextlib.contextmanager
+    def reserve(self, need: int, on_wait=None, what: str = "This page would need"):
+        """Hold `need` bytes of the budget while the block runs (a page's whole work on one text: its runs and
+        the copies its views make); runs made inside it, in this thread, are covered and reserve nothing more."""
+        if getattr(self._local, "covered", False):
+            yield
+            return
+        key = ("reserved", object())
+        with self._changed:
+            self._admit(key, need, on_wait, what)
+        self._local.covered = True
+        try:
+            yield
+        finally:
+            self._local.covered = False
+            with self._changed:
+                self._flight.pop(key, None)
+                self._changed.notify_all()
+
     def get(self, key: tuple, make, need: int = 0, on_wait=None):
         found = self.peek(key)
         if found is not None:
             return found
+        if getattr(self._local, "covered", False):
+            need = 0  # reserved with the page's work
         if need:
             with self._changed:
                 mine = self._admit(key, need, on_wait)
@@ -176,6 +199,35 @@ def attention_bytes(model: Model, text: str) -> int:
 def _queued(flight: int, n: int) -> None:
     st.toast(f"Queued: {n} run(s) of other visitors hold {flight / 2**20:,.0f} MB of this server process's memory "
              "for runs; yours starts when they finish.", icon="⏳")
+
+
+# What a page's work on one text holds at its peak, in units of its run's attention: the run itself, the copies
+# the page makes from it (display, the head grid's bytes) and the forward pass's own. Measured with
+# benchmarks/bench_serve_memory.py: four 512-token SmolLM2 pages at once took 4.8 GB over the idle process,
+# 4.2 x their 283 MB of attention each.
+PAGE_FACTOR = 4
+
+
+def memory_bounded(work):
+    """For page functions called as `work(model, name, text, ...)`: the call holds PAGE_FACTOR x the attention of
+    a run of `text` from the budget while it runs, waiting its turn (the "Queued" notice) when other sessions'
+    work fills it; refused with the page's warning when it cannot fit. Runs it makes reserve nothing more."""
+    @functools.wraps(work)
+    def bounded(model: Model, name: str, text: str, *args, **kwargs):
+        try:
+            reservation = runs().reserve(PAGE_FACTOR * attention_bytes(model, text), on_wait=_queued)
+            reservation.__enter__()
+        except RunBudgetError as err:
+            st.warning(str(err))  # our numbers only, no user text
+            return None
+        except InputError:
+            reservation = contextlib.nullcontext()  # e.g. text the tokenizer refuses: the work says why
+        try:
+            return work(model, name, text, *args, **kwargs)
+        finally:
+            reservation.__exit__(None, None, None)
+
+    return bounded
 
 
 def get_run(name: str, text: str, off: tuple[Head, ...] | frozenset[Head] = (), ablation: str = "zero",

@@ -9,7 +9,7 @@ import streamlit as st
 
 from mha_viz import analysis
 from mha_viz.app import reconnect, state
-from mha_viz.app.cache import get_model, get_run, set_threads
+from mha_viz.app.cache import get_model, get_run, memory_bounded, set_threads
 from mha_viz.app.common import (ABLATION_LABELS, ABLATION_SHORT, LEARNED_NOTE, display, display_notes, head_name,
                                 md_safe, notes_text, predictions_panel, visible)
 from mha_viz.app.context import ViewContext
@@ -75,6 +75,7 @@ def main() -> None:
 
 
 @st.fragment
+@memory_bounded  # the page's work on this text holds its share of the process's memory budget while it runs
 def heads_and_views(model: Model, name: str, text: str, layer: int, n_cols: int, shared_scale: bool,
                     hide_special: bool, merge: bool, ablation: str = "zero") -> None:
     """Everything a head toggle changes. A fragment, so a toggle reruns this part only, not the whole page."""

@@ -151,3 +151,20 @@ def test_the_page_refuses_a_run_over_the_budget_with_what_to_do(monkeypatch):
         assert cache.runs().flight_bytes() == 0 and cache.runs().kept_bytes() <= 2**20
     finally:
         cache.runs.cache_clear()
+
+
+def test_a_reservation_covers_the_runs_made_inside_it_and_holds_back_other_work():
+    cache = _RunCache(budget_bytes=100_000, wait_s=0.2)
+    with cache.reserve(80_000):
+        assert cache.flight_bytes() == 80_000
+        cache.get(("inside",), lambda: _run(10), need=80_000)  # covered: no second reservation, no refusal
+        other = []
+        t = threading.Thread(target=lambda: other.append(pytest.raises(RunBudgetError, cache.get, ("x",),
+                                                                       lambda: _run(10), need=40_000)))
+        t.start()
+        t.join(10)
+        assert other and "busy" in str(other[0].value)  # another thread's work does not fit beside it
+    assert cache.flight_bytes() == 0
+    with pytest.raises(RunBudgetError, match="This page would need about"):
+        with cache.reserve(200_000):
+            pass
