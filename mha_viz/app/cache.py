@@ -99,7 +99,7 @@ class RunCache:
             oldest, _ = self._runs.popitem(last=False)
             del self._sizes[oldest]
 
-    def _admit(self, key: tuple, need: int, on_wait, what: str = "This run would hold") -> bool:
+    def _admit(self, key: tuple, need: int, on_wait, what: str = "This run would need") -> bool:
         """Reserve `need` bytes for `key`; False when another session is already making `key` (wait for it)."""
         if need > self.budget:
             raise RunBudgetError(
@@ -196,16 +196,23 @@ def attention_bytes(model: Model, text: str) -> int:
     return model.n_layers * model.n_heads * n * n * 4
 
 
+# What a page's work on one text holds at its peak, in units of its run's attention: the run itself, the copies
+# the page makes from it (display, the head grid's bytes) and the forward pass's own. Measured with
+# benchmarks/bench_serve_memory.py: one 512-token SmolLM2 page took 1.0-1.2 GB over the idle process, 3.5-4.2 x
+# its 283 MB of attention (four at once: 4.7 GB).
+PAGE_FACTOR = 4
+
+
+def work_bytes(model: Model, text: str) -> int:
+    """What work on `text` holds at its peak, before it starts: PAGE_FACTOR x its run's attention. A forward pass
+    alone counts as much as a page (its own copies: the per-layer attentions and their stack, the logits), so four
+    sessions' first forwards cannot all start at once beside each other's pages."""
+    return PAGE_FACTOR * attention_bytes(model, text)
+
+
 def _queued(flight: int, n: int) -> None:
     st.toast(f"Queued: {n} run(s) of other visitors hold {flight / 2**20:,.0f} MB of this server process's memory "
              "for runs; yours starts when they finish.", icon="⏳")
-
-
-# What a page's work on one text holds at its peak, in units of its run's attention: the run itself, the copies
-# the page makes from it (display, the head grid's bytes) and the forward pass's own. Measured with
-# benchmarks/bench_serve_memory.py: four 512-token SmolLM2 pages at once took 4.8 GB over the idle process,
-# 4.2 x their 283 MB of attention each.
-PAGE_FACTOR = 4
 
 
 def memory_bounded(work):
@@ -215,7 +222,7 @@ def memory_bounded(work):
     @functools.wraps(work)
     def bounded(model: Model, name: str, text: str, *args, **kwargs):
         try:
-            reservation = runs().reserve(PAGE_FACTOR * attention_bytes(model, text), on_wait=_queued)
+            reservation = runs().reserve(work_bytes(model, text), on_wait=_queued)
             reservation.__enter__()
         except RunBudgetError as err:
             st.warning(str(err))  # our numbers only, no user text
@@ -242,7 +249,7 @@ def get_run(name: str, text: str, off: tuple[Head, ...] | frozenset[Head] = (), 
     model = get_model(name)
     return runs().get((name, text, off, ablation, patch, source),
                       lambda: model.run(text, ablate=off, ablation=ablation, patch=patch, source=source),
-                      need=attention_bytes(model, text), on_wait=_queued)
+                      need=work_bytes(model, text), on_wait=_queued)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
@@ -307,7 +314,7 @@ def checkpoint_run(name: str, step: int, text: str) -> AttentionRun:
     # The key has get_run's shape, so get_run(f"{name}@{step}", text) finds this run instead of making it again.
     model = _checkpoint_models(name)[step]
     return runs().get((f"{name}@{step}", text, (), "zero", (), None), lambda: model.run(text),
-                      need=attention_bytes(model, text), on_wait=_queued)
+                      need=work_bytes(model, text), on_wait=_queued)
 
 
 @st.cache_data(show_spinner=False, ttl=60)

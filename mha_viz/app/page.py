@@ -171,6 +171,10 @@ def explain_link_model(name: str) -> None:
     if not settings().allow_custom:  # refused from the settings alone, before asking
         st.error("Custom models are turned off on this server (MHA_VIZ_ALLOW_CUSTOM=0). Pick a built-in model.")
         return
+    if ".." in name or name.startswith(("http://", "https://")):  # refused from the name alone, as the loader would
+        st.error("A link cannot name a model by a URL or a path with '..': use a Hugging Face id like "
+                 "'owner/name', or open the page and type a folder in the sidebar.")
+        return
     st.info(f"This link asks for a model that is not built in: **{md_safe(name)}**, a folder on this server or a "
             "Hugging Face id (downloaded from the hub when loaded, if this server can reach it). Nothing is looked "
             "up or loaded unless you confirm; then its size is estimated from its config and checked against this "
