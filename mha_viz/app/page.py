@@ -8,15 +8,15 @@ import sys
 import streamlit as st
 
 from mha_viz import analysis
-from mha_viz.app import state
-from mha_viz.app.cache import get_model, get_run, set_threads
+from mha_viz.app import reconnect, state
+from mha_viz.app.cache import get_model, get_run, memory_bounded, set_threads
 from mha_viz.app.common import (ABLATION_LABELS, ABLATION_SHORT, LEARNED_NOTE, display, display_notes, head_name,
                                 md_safe, predictions_panel, visible)
 from mha_viz.app.views.notes import notes_text
 from mha_viz.app.context import ViewContext
 from mha_viz.app.views import VIEWS
 from mha_viz.contract import AttentionRun, InputError, Model, ModelLoadError
-from mha_viz.models import BUILTIN, preview_custom
+from mha_viz.models import BUILTIN
 from mha_viz.settings import SettingsError, settings
 
 CUSTOM = "custom"
@@ -49,6 +49,7 @@ def main() -> None:
     notices = state.read_url_once(list(VIEWS))
     st.title("mha-viz")
     st.caption("Every attention head as its own heatmap. Compare heads, switch them off, watch what changes.")
+    reconnect.say_if_rebuilt()  # a session its server process lost, rebuilt from the link: say so
     for notice in notices:  # before loading: a link naming a model that fails to load still explains itself
         st.warning(f"Link: {notice}")
     name = sidebar_model()
@@ -75,6 +76,7 @@ def main() -> None:
 
 
 @st.fragment
+@memory_bounded  # the page's work on this text holds its share of the process's memory budget while it runs
 def heads_and_views(model: Model, name: str, text: str, layer: int, n_cols: int, shared_scale: bool,
                     hide_special: bool, merge: bool, ablation: str = "zero") -> None:
     """Everything a head toggle changes. A fragment, so a toggle reruns this part only, not the whole page."""
@@ -162,20 +164,22 @@ def load_or_explain(name: str) -> Model | None:
 
 
 def explain_link_model(name: str) -> None:
-    """A link named a model that is not built in: say what it asks for, found offline (the id, a folder or a hub
-    id, its size from a config already on this machine), and offer to load it. Opening a link must never make
-    the server download or load a model the visitor did not choose."""
-    try:
-        preview = preview_custom(name)
-    except ModelLoadError as err:  # refused before anything loads: custom models off, a bad name, over the cap
-        st.error(md_safe(str(err)))
+    """A link named a model that is not built in: say what it asks for and offer to load it. Opening a link must
+    never make the server download or load a model the visitor did not choose, nor look anything up for it: a
+    preview that said whether a path exists ("exists but is not a model folder") would let any link probe this
+    server's files, so the wording is the same for every name until the visitor confirms. Then the loader checks
+    the name, the folder and the size cap (MHA_VIZ_MAX_PARAMS) before any weights load."""
+    if not settings().allow_custom:  # refused from the settings alone, before asking
+        st.error("Custom models are turned off on this server (MHA_VIZ_ALLOW_CUSTOM=0). Pick a built-in model.")
         return
-    where = ("a folder on this server" if preview.kind == "folder"
-             else "a Hugging Face id, downloaded from the hub when loaded (if this server can reach it)")
-    size = (f"about {preview.params / 1e6:,.1f}M parameters, {preview.where}" if preview.params
-            else f"size unknown: {preview.where}")
-    st.info(f"This link asks for a model that is not built in: **{md_safe(name)}**, {where}; {size}. "
-            "It is loaded only if you confirm.", icon="🔗")
+    if ".." in name or name.startswith(("http://", "https://")):  # refused from the name alone, as the loader would
+        st.error("A link cannot name a model by a URL or a path with '..': use a Hugging Face id like "
+                 "'owner/name', or open the page and type a folder in the sidebar.")
+        return
+    st.info(f"This link asks for a model that is not built in: **{md_safe(name)}**, a folder on this server or a "
+            "Hugging Face id (downloaded from the hub when loaded, if this server can reach it). Nothing is looked "
+            "up or loaded unless you confirm; then its size is estimated from its config and checked against this "
+            "server's limits before any weights load.", icon="🔗")
     c1, c2 = st.columns(2)
     c1.button("Load this model", type="primary", key="link_model_load", on_click=_confirm_link_model)
     c2.button(f"Use {next(iter(BUILTIN))} instead", key="link_model_decline", on_click=_decline_link_model)

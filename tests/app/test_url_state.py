@@ -158,9 +158,19 @@ def test_unknown_model_is_a_clear_error_and_the_page_recovers():
     _works(at)
 
 
-@pytest.mark.parametrize("model", ["../../etc", "/etc/passwd", "https://example.com/x", "~root"])
-def test_path_like_model_in_a_link_is_refused(model):
+@pytest.mark.parametrize("model", ["../../etc", "https://example.com/x", "a/../../b"])
+def test_a_link_naming_a_url_or_dotdot_path_is_refused_from_the_name_alone(model):
     at = _open({"model": model})
+    errors = [e.value for e in at.error]
+    assert errors and "cannot name a model by a URL or a path with '..'" in errors[0], errors
+
+
+@pytest.mark.parametrize("model", ["/etc/passwd", "~root"])
+def test_a_path_in_a_link_is_checked_only_after_the_visitor_confirms(model):
+    """The preview does not say whether the path exists (issue 23); the loader refuses it once confirmed."""
+    at = _open({"model": model})
+    assert not at.error and any("This link asks for a model" in i.value for i in at.info)
+    at.button(key="link_model_load").click().run()
     errors = [e.value for e in at.error]
     assert errors and ("not a folder" in errors[0] or "not a model" in errors[0]
                        or "no config.json" in errors[0] or "hub" in errors[0]), errors
