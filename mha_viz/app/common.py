@@ -1,13 +1,12 @@
 """Helpers any view may use: head names, Markdown escaping, predictions, display transforms, the KL panel."""
 from __future__ import annotations
 
-import re
-
 import streamlit as st
 import torch
 
 from mha_viz import analysis, plotting
-from mha_viz.contract import AttentionRun, Head, Model
+from mha_viz.app.names import distinct_labels, head_name, parse_head, token_label
+from mha_viz.contract import AttentionRun, Model
 from mha_viz.settings import ASSETS
 
 LEARNED_NOTE = (
@@ -23,22 +22,6 @@ ABLATION_LABELS = {
 }
 ABLATION_SHORT = {"zero": "zero-ablated", "mean": "mean-ablated"}
 
-_HEAD_NAME = re.compile(r"^L(\d+) H(\d+)$")
-
-
-def head_name(head: Head) -> str:
-    """(2, 11) -> "L2 H11", the one spelling of a head on the page."""
-    return f"L{head[0]} H{head[1]}"
-
-
-def parse_head(name: str) -> Head:
-    """"L2 H11" -> (2, 11); the inverse of `head_name`."""
-    match = _HEAD_NAME.match(name)
-    if not match:
-        raise ValueError(f"{name!r} is not a head name like 'L2 H11'")
-    return int(match.group(1)), int(match.group(2))
-
-
 def md_safe(text: str) -> str:
     """Text shown as typed inside Markdown: the characters that can make links, images, code, maths, HTML, tables
     or emphasis are backslash-escaped (CommonMark allows it for any ASCII punctuation; remark-math honours `\\$`);
@@ -48,12 +31,8 @@ def md_safe(text: str) -> str:
     return text
 
 
-def visible(token: str, limit: int = 40) -> str:
-    """A token as a short printable label."""
-    text = plotting.visible_text(token)
-    if not text.strip():  # a token of spaces only (or none) would read as nothing, and breaks Markdown emphasis
-        text = text.replace(" ", "␣") or "∅"
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+visible = token_label  # the one way to write a token (names.py); the short name every view already uses
+__all__ = ["distinct_labels", "head_name", "parse_head", "visible"]
 
 
 def top_predictions(model: Model, logits: torch.Tensor, k: int = 5) -> list[tuple[str, float]]:
@@ -209,9 +188,12 @@ def token_picker(run: AttentionRun, label: str) -> int:
     if st.query_params.get("token") != str(token):  # the URL was written before this view chose its default
         st.query_params["token"] = str(token)
     options = list(range(n))
-    fmt = lambda i: f"{visible(run.tokens[i], 24)}"  # noqa: E731
+    # Streamlit's pills find the option clicked by its label: equal labels would all pick the last of them, so a
+    # repeated token carries its position ("the₁", "the₄").
+    labels = distinct_labels(run.tokens)
     if n <= PILLS_UP_TO:
-        st.pills(label, options, format_func=fmt, selection_mode="single", key="token_pick", on_change=_picked)
+        st.pills(label, options, format_func=labels.__getitem__, selection_mode="single", key="token_pick",
+                 on_change=_picked)
     else:
-        st.selectbox(label, options, format_func=lambda i: f"{i}: {fmt(i)}", key="token_pick", on_change=_picked)
+        st.selectbox(label, options, format_func=lambda i: f"{i}: {labels[i]}", key="token_pick", on_change=_picked)
     return token

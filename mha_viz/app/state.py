@@ -6,19 +6,16 @@ URL that does not parse or is out of range is dropped with a notice, never a tra
 """
 from __future__ import annotations
 
-import re
-
 import streamlit as st
 
-from mha_viz.app.common import head_name, md_safe
+from mha_viz.app.common import md_safe
+from mha_viz.app.names import head_name, link_heads, parse_link_heads
 from mha_viz.contract import ABLATIONS, Head
 from mha_viz.models import BUILTIN, is_shipped
 
 MAX_PARAM_CHARS = 4000  # longer values are ignored: nobody shares a link that long on purpose
-MAX_HEADS = 2000
 MAX_TEXT_IN_URL = 1500
 LINK_MODEL = "_link_model"  # a custom model named by the link, not yet confirmed by the visitor
-_HEAD = re.compile(r"^\s*L?(\d{1,4})[\s.:_-]*H?(\d{1,4})\s*$", re.IGNORECASE)
 
 
 def _quoted(value: str, limit: int = 30) -> str:
@@ -30,20 +27,6 @@ def _first(value) -> str:
     if isinstance(value, (list, tuple)):
         value = value[0] if value else ""
     return str(value)
-
-
-def parse_heads(raw: str) -> tuple[list[tuple[int, int]], list[str]]:
-    """"0.3,2.11" or "L0H3,L2H11" -> [(0, 3), (2, 11)], plus the items that did not parse."""
-    heads, bad = [], []
-    for item in raw.split(",")[:MAX_HEADS]:
-        if not item.strip():
-            continue
-        match = _HEAD.match(item)
-        if match:
-            heads.append((int(match.group(1)), int(match.group(2))))
-        else:
-            bad.append(item[:20])
-    return heads, bad
 
 
 def read_url_once(views: list[str]) -> list[str]:
@@ -85,7 +68,7 @@ def read_url_once(views: list[str]) -> list[str]:
             notices.append(f"layer={_quoted(get['layer'], 20)} in the link is not a number and was ignored.")
     for key in ("off", "compare"):
         if key in get:
-            heads, bad = parse_heads(get[key])
+            heads, bad = parse_link_heads(get[key])
             if bad:
                 notices.append(f"{key}: {', '.join(_quoted(b, 20) for b in bad[:5])} in the link are not heads like "
                                "'L0H3' and were ignored.")
@@ -143,10 +126,10 @@ def write_url(model_name: str, text: str, layer: int, off: set, view: str) -> No
     if len(text) <= MAX_TEXT_IN_URL:
         state["text"] = text
     if off:
-        state["off"] = ",".join(f"L{layer_}H{head}" for layer_, head in sorted(off))
+        state["off"] = link_heads(off)
     compare = st.session_state.get("compare")
     if compare:
-        state["compare"] = ",".join(c.replace(" ", "") for c in compare)
+        state["compare"] = ",".join(c.replace(" ", "") for c in compare)  # head_name()s without the space
     token = st.session_state.get("token")
     if isinstance(token, int):
         state["token"] = str(token)
