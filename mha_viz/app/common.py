@@ -184,9 +184,7 @@ def token_picker(run: AttentionRun, label: str) -> int:
                        f"{default_token(run)}.")
         token = default_token(run)
         st.session_state[TOKEN_KEY] = token
-    st.session_state["token_pick"] = token
-    if st.query_params.get("token") != str(token):  # the URL was written before this view chose its default
-        st.query_params["token"] = str(token)
+    st.session_state["token_pick"] = token  # the page writes it to the URL after the view (state.write_url)
     options = list(range(n))
     # Streamlit's pills find the option clicked by its label: equal labels would all pick the last of them, so a
     # repeated token carries its position ("the₁", "the₄").
@@ -197,3 +195,20 @@ def token_picker(run: AttentionRun, label: str) -> int:
     else:
         st.selectbox(label, options, format_func=lambda i: f"{i}: {labels[i]}", key="token_pick", on_change=_picked)
     return token
+
+
+# -- the layer, for the views that show one layer (the Layer view's grid has its own tabs, on the same state) ------
+def _layer_picked(model_name: str) -> None:
+    from mha_viz.app import state
+
+    state.set_layer(model_name, st.session_state[f"layer_pick|{model_name}"])
+
+
+def layer_picker(model: Model, model_name: str, layer: int, where=st) -> int:
+    """A layer select on the page's one layer state (state.current_layer); returns the layer shown."""
+    from mha_viz.app.names import layer_name
+
+    key = f"layer_pick|{model_name}"
+    st.session_state[key] = layer
+    return where.selectbox("Layer", range(model.n_layers), format_func=layer_name, key=key,
+                           on_change=_layer_picked, args=(model_name,))

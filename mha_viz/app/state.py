@@ -16,6 +16,7 @@ from mha_viz.models import BUILTIN, is_shipped
 MAX_PARAM_CHARS = 4000  # longer values are ignored: nobody shares a link that long on purpose
 MAX_TEXT_IN_URL = 1500
 LINK_MODEL = "_link_model"  # a custom model named by the link, not yet confirmed by the visitor
+EXTRA_MODELS = "_extra_models"  # shipped models a link opened that the picker does not list (a saved training step)
 
 
 def _quoted(value: str, limit: int = 30) -> str:
@@ -49,8 +50,8 @@ def read_url_once(views: list[str]) -> list[str]:
         if model in BUILTIN:
             st.session_state["model_choice"] = model
         elif is_shipped(model):  # tiny@N: a saved training step that ships with the app, nothing to confirm
-            st.session_state["model_choice"] = "custom"
-            st.session_state["custom_id"] = model
+            st.session_state[EXTRA_MODELS] = [model]  # the picker lists it under its own name, not as "your own"
+            st.session_state["model_choice"] = model
         elif len(model) <= 300:
             st.session_state["model_choice"] = "custom"
             st.session_state["custom_id"] = model
@@ -102,7 +103,7 @@ def apply_pending(model_name: str, n_layers: int, n_heads: int) -> list[str]:
     if "layer" in pending:
         layer = pending["layer"]
         if 0 <= layer < n_layers:
-            st.session_state[f"layer|{model_name}"] = layer
+            set_layer(model_name, layer)
         else:
             notices.append(f"layer {layer} does not exist in this model (0–{n_layers - 1}); showing layer 0.")
     for key in ("off", "compare"):
@@ -122,6 +123,8 @@ def apply_pending(model_name: str, n_layers: int, n_heads: int) -> list[str]:
 
 
 def write_url(model_name: str, text: str, layer: int, off: set, view: str) -> None:
+    """The one place the URL is written: once per run of the page, after the view has drawn (so a view's default,
+    such as the selected token, is in it). The browser components never write it themselves."""
     state = {"model": model_name, "layer": str(layer), "view": view}
     if len(text) <= MAX_TEXT_IN_URL:
         state["text"] = text
@@ -138,6 +141,41 @@ def write_url(model_name: str, text: str, layer: int, off: set, view: str) -> No
     current = {key: st.query_params.get(key) for key in st.query_params.keys()}
     if current != state:
         st.query_params.from_dict(state)
+
+
+# -- the layer shown, per model: one state for the grid's tabs, the heading, the bulk switches, the views' layer
+# picker and the URL. A plain session key, not a widget's: a widget's state is dropped on a run that does not draw
+# it, and the Layer view draws no layer widget (its tabs are in the browser grid).
+def layer_key(model_name: str) -> str:
+    return f"layer|{model_name}"
+
+
+def current_layer(model_name: str, n_layers: int) -> int:
+    layer = st.session_state.get(layer_key(model_name), 0)
+    if not isinstance(layer, int) or not 0 <= layer < n_layers:
+        layer = 0
+    st.session_state[layer_key(model_name)] = layer
+    return layer
+
+
+def set_layer(model_name: str, layer: int) -> None:
+    st.session_state[layer_key(model_name)] = int(layer)
+
+
+# -- the open view -------------------------------------------------------------------------------------------
+VIEW_KEY = "view"
+
+
+def current_view(views: list[str]) -> str:
+    view = st.session_state.get(VIEW_KEY)
+    if view not in views:
+        view = views[0]
+        st.session_state[VIEW_KEY] = view
+    return view
+
+
+def set_view(view: str) -> None:
+    st.session_state[VIEW_KEY] = view
 
 
 # -- heads off, per model, in this session -------------------------------------------------------------------

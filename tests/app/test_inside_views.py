@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from page_steps import open_view
 from streamlit.testing.v1 import AppTest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,7 +26,7 @@ def _app(model: str = "minilm", **params) -> AppTest:
 
 
 def _view(at: AppTest, view: str) -> AppTest:
-    at.radio(key="view").set_value(view).run()
+    open_view(at, view)
     assert not at.exception, at.exception
     return at
 
