@@ -11,11 +11,12 @@ import json
 import shutil
 
 import pytest
+from helpers import open_link
 from markdown_it import MarkdownIt
+from page_steps import layer_of
 from streamlit.testing.v1 import AppTest
 
 from mha_viz.models.hf.policy import estimate_params
-from helpers import open_link
 
 
 @pytest.fixture
@@ -78,7 +79,7 @@ def test_folder_link_shows_the_id_and_loads_only_on_confirm(bert_folder, loads):
     assert loads == [str(bert_folder)]
     assert len(at.toggle) == 4  # the folder's 4 heads per layer
     # The rest of the link (layer, heads off) waited for the model and applies now.
-    assert at.sidebar.selectbox(key=f"layer|{bert_folder}").value == 1
+    assert layer_of(at, bert_folder) == 1
     assert at.toggle(key=f"tg|{bert_folder}|1|2").value is False
     assert not _buttons(at) & {"link_model_load", "link_model_decline"}
 
