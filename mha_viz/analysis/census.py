@@ -11,6 +11,9 @@ Measures and where they come from:
     nearby                     attention mass on the keys 1..w positions away (either side), a windowed version of
                                `previous`; ours (Voita et al. 2019 call heads that attend to adjacent tokens
                                "positional"; they count only the +-1 neighbour)
+    distance                   attention-weighted mean distance to the keys over uniform attention's (ours; Vig &
+                               Belinkov 2019 plot the mean attention distance per layer): below 1, a band near the
+                               diagonal that `previous` and `nearby` may miss
     induction, duplicate       on repeated random tokens, Olsson et al. 2022 ("In-context learning and induction
                                heads"): at a token's second occurrence, attention to the token after its first
                                occurrence (induction) or to the first occurrence itself (duplicate; Wang et al. 2022)
@@ -124,6 +127,30 @@ def nearby_score(att: torch.Tensor, content: Sequence[bool], window: int = 2) ->
     return mask_mass(att, nearby_mask(t, window, content, causal))
 
 
+def distance_score(att: torch.Tensor, content: Sequence[bool]) -> tuple[torch.Tensor, float]:
+    """How far a head looks: the attention-weighted mean distance |q - k| to the non-special keys (the weights
+    renormalised over them, as the page's "hide special tokens" does), divided by the same mean under uniform
+    attention, averaged over the queries that see at least two non-special keys -> ((L, H), 1.0). Below 1: a band
+    near the diagonal (0 would be attention on the query itself); above 1: far keys. Special positions are left
+    out because [CLS]/[SEP] would count as far away wherever the query is."""
+    att = _att(att)
+    n_layers, n_heads, t, _ = att.shape
+    causal = bool(att.triu(diagonal=1).amax() <= 1e-6) and t > 1
+    c = torch.as_tensor(list(content), dtype=torch.bool)  # (T,)
+    keys = allowed_keys(t, causal) & c[None, :]  # (Q, K)
+    rows = c & (keys.sum(-1) >= 2)  # (Q,)
+    if not rows.any():
+        return torch.full((n_layers, n_heads), float("nan")), float("nan")
+    pos = torch.arange(t)
+    dist = (pos[:, None] - pos[None, :]).abs().float() * keys  # (Q, K)
+    uniform = dist.sum(-1) / keys.sum(-1).clamp_min(1)  # (Q,)
+    w = att * keys  # (L, H, Q, K)
+    mass = w.sum(-1)  # (L, H, Q)
+    mean = (w * dist).sum(-1) / mass.clamp_min(1e-12)  # (L, H, Q)
+    ratio = (mean / uniform.clamp_min(1e-12))[..., rows]  # (L, H, R)
+    return ratio.mean(-1), 1.0
+
+
 def special_score(att: torch.Tensor, special: Sequence[int]) -> tuple[torch.Tensor, float]:
     """Mass on the tokenizer-added special positions, averaged over every query -> ((L, H), uniform); NaN when the
     input has none (SmolLM2 adds no <bos>: its sink is position 0, the `first` score)."""
@@ -138,7 +165,7 @@ def special_score(att: torch.Tensor, special: Sequence[int]) -> tuple[torch.Tens
 
 def text_scores(att: torch.Tensor, causal: bool, content: Sequence[bool], special: Sequence[int],
                 window: int = 2) -> dict[str, tuple[torch.Tensor, float]]:
-    """The scores any input has: previous, nearby, first, special, entropy -> {name: ((L, H), uniform)}.
+    """The scores any input has: previous, nearby, distance, first, special, entropy -> {name: ((L, H), uniform)}.
     previous, first and entropy are `pattern_scores`' own."""
     att = _att(att)
     t = att.shape[-1]
@@ -146,6 +173,7 @@ def text_scores(att: torch.Tensor, causal: bool, content: Sequence[bool], specia
     uni = pattern_scores(uniform_pattern(t, causal)[None, None], causal=causal)
     out = {name: (page[name], float(uni[name][0, 0])) for name in ("previous", "first", "entropy")}
     out["nearby"] = nearby_score(att, content, window)
+    out["distance"] = distance_score(att, content)
     out["special"] = special_score(att, special)
     return out
 

@@ -6,8 +6,8 @@ single-token words (`models.lexicon`). Memory stays bounded: every input is redu
 and only those are kept (per input, for the bootstrap and the top examples), never an attention matrix.
 
 Scores (each an (L, H) tensor in `HeadCensus.scores`, with its uniform baseline, bootstrap interval and control):
-    previous, nearby                 random word sequences (no grammar: only position tells where the previous is)
-    previous (text), nearby (text)   natural text (`texts`, default the model's example sentences)
+    previous, nearby, distance       random word sequences (no grammar: only position tells where the previous is)
+    the same with " (text)"          natural text (`texts`, default the model's example sentences)
     first, special, entropy          natural text: sinks and spread
     induction, duplicate             repeated random word sequences (Olsson et al. 2022)
     the relations of census_inputs   template sentences, Clark et al. 2019's most-attended-word accuracy, against
@@ -109,6 +109,11 @@ class HeadCensus:
     def names(self) -> list[str]:
         return list(self.scores)
 
+    @staticmethod
+    def lower_is_notable(name: str) -> bool:
+        """Scores whose notable heads are the lowest: distance (a band near the diagonal) and entropy (focus)."""
+        return name.startswith("distance") or name == "entropy"
+
     def baseline(self, name: str) -> float:
         """The stronger of the uniform and fixed-offset baselines: what a head must beat."""
         base = self.uniform[name]
@@ -117,9 +122,10 @@ class HeadCensus:
         return base
 
     def top(self, name: str, n: int = 3) -> list[tuple[Head, float]]:
-        """The n heads with the highest score (NaN last); ties (a relation's accuracy saturates at 1) go to the head
-        with more attention on the gold word, then to the lower (layer, head)."""
-        s = self.scores[name]
+        """The n heads with the highest score (the lowest for `lower_is_notable` scores; NaN last); ties (a
+        relation's accuracy saturates at 1) go to the head with more attention on the gold word, then to the lower
+        (layer, head)."""
+        s = -self.scores[name] if self.lower_is_notable(name) else self.scores[name]
         tie = self.mass.get(name, torch.zeros_like(s))
         heads = [(l, h) for l in range(self.n_layers) for h in range(self.n_heads)]
 
@@ -127,7 +133,7 @@ class HeadCensus:
             v = float(s[lh])
             return (math.isnan(v), 0.0 if math.isnan(v) else -v, -float(tie[lh]), lh)
 
-        return [(lh, float(s[lh])) for lh in sorted(heads, key=key)[:n]]
+        return [(lh, float(self.scores[name][lh])) for lh in sorted(heads, key=key)[:n]]
 
     def rows(self) -> list[dict]:
         """One row per head with every score, its interval and its control: for the CSV download."""
@@ -222,7 +228,7 @@ class _Acc:
 
 
 def _text_names(suffix: str) -> dict[str, str]:
-    return {"previous": "previous" + suffix, "nearby": "nearby" + suffix}
+    return {"previous": "previous" + suffix, "nearby": "nearby" + suffix, "distance": "distance" + suffix}
 
 
 def _measure(model: Model, sets: dict, cfg: CensusConfig, tick: Callable[[str], None]) -> tuple[_Acc, dict, int, list]:
@@ -469,10 +475,11 @@ def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | 
         "repeated": f"{len(sets['repeated'])} random sequences said twice",
         "templates": f"{len(sets['templates'])} template sentences",
     }
-    where = {"previous": "random", "nearby": "random", "previous (text)": "texts", "nearby (text)": "texts",
+    where = {"previous": "random", "nearby": "random", "distance": "random", "previous (text)": "texts",
+             "nearby (text)": "texts", "distance (text)": "texts",
              "first": "texts", "special": "texts", "entropy": "texts", "induction": "repeated",
              "duplicate": "repeated"}
-    text_names = ("previous (text)", "nearby (text)", "first", "special", "entropy")
+    text_names = ("previous (text)", "nearby (text)", "distance (text)", "first", "special", "entropy")
     return HeadCensus(
         model=model.name, seed=seed, n_layers=model.n_layers, n_heads=model.n_heads, causal=model.causal,
         scores={n: p.mean for n, p in pooled.items()}, uniform={n: p.uniform for n, p in pooled.items()},

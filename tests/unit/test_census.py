@@ -216,3 +216,33 @@ def test_template_arcs_point_at_the_right_words(causal):
     shuffled = I.shuffled(items, 0)
     assert [sorted(s.words) for s in shuffled] == [sorted(i.words) for i in items]
     assert any(s.words != i.words for s, i in zip(shuffled, items))
+
+
+def test_distance_is_one_for_uniform_and_small_for_a_band():
+    t = 10
+    content = [False] + [True] * (t - 1)
+    band = torch.zeros(t, t)
+    for q in range(t):
+        keys = [k for k in (q - 1, q, q + 1) if 0 <= k < t]
+        band[q, keys] = 1 / len(keys)
+    att = torch.stack([uniform_pattern(t, False), band])[None]  # (1, 2, T, T)
+    value, base = C.distance_score(att, content)
+    assert base == 1.0
+    assert value[0, 0] == pytest.approx(1.0, abs=1e-6)  # [CLS] left out and the rest renormalised: still uniform
+    assert value[0, 1] < 0.3
+    # by a plain loop over rows, for random causal attention
+    att = random_att(seed=6)
+    t = att.shape[-1]
+    content = [i != 0 for i in range(t)]
+    value, _ = C.distance_score(att, content)
+    for l in range(2):
+        for h in range(3):
+            ratios = []
+            for q in range(t):
+                keys = [k for k in range(1, q + 1)]
+                if not content[q] or len(keys) < 2:
+                    continue
+                w = [float(att[l, h, q, k]) for k in keys]
+                mean = sum(wk * (q - k) for wk, k in zip(w, keys)) / sum(w)
+                ratios.append(mean / (sum(q - k for k in keys) / len(keys)))
+            assert float(value[l, h]) == pytest.approx(sum(ratios) / len(ratios), abs=1e-5)
