@@ -159,8 +159,9 @@ class HeadCensus:
         if self.in_context is not None:
             c = self.in_context
             ic = {"loss_first": c.loss_first, "loss_second": c.loss_second, "drop": c.drop, "k": c.k,
-                  "top_heads": [list(h) for h in c.top_heads], "other_sets": [[list(h) for h in s] for s in c.other_sets],
-                  "lost": c.lost, "others_lost": {k: list(v) for k, v in c.others_lost.items()}, "n_inputs": c.n_inputs,
+                  "top_heads": [list(h) for h in c.top_heads],
+                  "other_sets": [[list(h) for h in s] for s in c.other_sets], "lost": c.lost,
+                  "others_lost": {k: list(v) for k, v in c.others_lost.items()}, "n_inputs": c.n_inputs,
                   "mean_over": c.mean_over}
         return {"model": self.model, "seed": self.seed, "layers": self.n_layers, "heads": self.n_heads,
                 "causal": self.causal, "scores": lists(self.scores), "uniform": self.uniform, "low": lists(self.low),
@@ -491,3 +492,63 @@ def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | 
         texts=tuple(sets["texts"]), text_values={n: torch.stack(acc.values[n]) for n in text_names if n in acc.values},
         lexicon_source=sets["lexicon"], mass=mass, skipped=skipped,
     )
+
+
+def _role_scores(causal: bool) -> dict[str, str]:
+    return {"previous token": "previous", "induction": "induction",
+            "subject": "pre-verb→subject" if causal else "verb→subject"}
+
+
+def holders(census: HeadCensus, score: str, share: float = 0.5, min_excess: float = 0.2) -> list[tuple[Head, float]]:
+    """The heads that hold a pattern: the leader and every head with at least `share` of the leader's excess over
+    the stronger baseline (`HeadCensus.baseline`), when the leader beats it by `min_excess`; [] when none does."""
+    base = census.baseline(score)
+    ranked = census.top(score, census.n_layers * census.n_heads)
+    if not ranked or math.isnan(ranked[0][1]) or ranked[0][1] - base < min_excess:
+        return []
+    lead = ranked[0][1] - base
+    return [(lh, v) for lh, v in ranked if not math.isnan(v) and v - base >= share * lead]
+
+
+def seed_roles(censuses: list[HeadCensus]) -> dict:
+    """Which head holds the previous-token, induction and subject patterns in each census (e.g. one per training
+    seed of the same recipe), worded from the measurement: {"scores": role -> score name, "rows": one table row per
+    census, "sentences": what is true across them (a role on the same or another head index, split over heads, a
+    head holding two roles)}."""
+    if not censuses:
+        return {"scores": {}, "rows": [], "sentences": []}
+    scores = _role_scores(censuses[0].causal)
+    rows, sentences, leaders = [], [], {role: [] for role in scores}
+    fmt = lambda lh: f"L{lh[0]} H{lh[1]}"  # noqa: E731
+    for c in censuses:
+        row = {"model": c.model}
+        held: dict[Head, list[str]] = {}
+        for role, score in scores.items():
+            hs = holders(c, score)
+            leaders[role].append(hs[0][0] if hs else None)
+            row[role] = ", ".join(f"{fmt(lh)} {v:.2f}" for lh, v in hs) or f"none above {c.baseline(score):.2f} + 0.2"
+            for lh, _ in hs:
+                held.setdefault(lh, []).append(role)
+            if len(hs) > 1:
+                sentences.append(f"{c.model}: the {role} pattern is split over {len(hs)} heads "
+                                 f"({', '.join(fmt(lh) for lh, _ in hs)}), each with at least half the leader's "
+                                 f"excess over its baseline ({c.baseline(score):.2f}).")
+        for lh, roles in held.items():
+            if len(roles) > 1:
+                sentences.append(f"{c.model}: {fmt(lh)} holds more than one pattern ({', '.join(roles)}).")
+        rows.append(row)
+    for role, heads in leaders.items():
+        found = [(c.model, h) for c, h in zip(censuses, heads) if h is not None]
+        if not found:
+            sentences.insert(0, f"No census has a head holding the {role} pattern.")
+            continue
+        where = "; ".join(f"{m}: {fmt(h)}" for m, h in found)
+        same = len({h for _, h in found}) == 1
+        same_layer = len({h[0] for _, h in found}) == 1
+        sentences.insert(0, f"The {role} pattern leads on "
+                         + ("the same head index in every census" if same else
+                            "another head index from census to census" + (", always in the same layer" if same_layer
+                                                                          else ""))
+                         + f" ({where})" + ("" if len(found) == len(censuses) else
+                                             f"; {len(censuses) - len(found)} census(es) have no such head") + ".")
+    return {"scores": scores, "rows": rows, "sentences": sentences}

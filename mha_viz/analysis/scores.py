@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 import torch
 
+from mha_viz.analysis._checks import attention as _attention
+from mha_viz.analysis._checks import position_mask as _position_mask
 from mha_viz.analysis.tokens import special_mask
 from mha_viz.contract import AttentionRun
-from mha_viz.analysis._checks import attention as _attention, position_mask as _position_mask
-
 
 # Keys of the dict returned by `pattern_scores`, in display order.
 SCORE_NAMES = ("previous", "next", "self", "first", "special", "same_token", "entropy")

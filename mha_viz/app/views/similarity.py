@@ -8,11 +8,11 @@ import streamlit as st
 import torch
 
 from mha_viz import analysis
+from mha_viz.analysis import pairs
 from mha_viz.app.cache import get_run
 from mha_viz.app.common import head_name, md_safe
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import AttentionRun, Model
-from mha_viz.analysis import pairs
 
 
 def render(ctx: ViewContext) -> None:

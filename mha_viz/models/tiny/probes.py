@@ -14,13 +14,22 @@ from typing import Iterable
 
 import torch
 
-from mha_viz.contract import Head
-from mha_viz.models.interventions import HeadEdit
 # The pair scorers are the page's (one definition of each score, shared with the Similarity view and the census).
 # The probe command is a consumer of analysis/ that lives here until issue 18 moves it: the one exception to the
 # models -> analysis rule in tests/unit/test_layers.py.
-from mha_viz.analysis.pairs import (HeadScores, Pair, copy_score, induction_score, previous_token_pairs,  # noqa: F401
-                                    previous_token_score, score_pairs, subject_score)
+from mha_viz.analysis.pairs import (  # noqa: F401
+    HeadScores,
+    Pair,
+    copy_score,
+    induction_score,
+    previous_token_pairs,
+    previous_token_score,
+    score_pairs,
+    subject_score,
+)
+from mha_viz.contract import Head
+from mha_viz.models.interventions import HeadEdit
+
 
 def verb_form_ids(model, ex) -> tuple[int, int]:
     """(id of the verb form that agrees with the subject, id of the other form) of one agreement example."""

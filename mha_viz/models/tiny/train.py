@@ -23,9 +23,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from mha_viz.settings import ASSETS
-from mha_viz.models.tiny.corpus import build_vocab, training_texts
 from mha_viz.models.tiny.architecture import TinyConfig, build_model
+from mha_viz.models.tiny.corpus import build_vocab, training_texts
+from mha_viz.settings import ASSETS
 
 TINY_ASSETS = ASSETS / "tiny"
 THREADS = 1  # fixed, so the result does not depend on how many cores the machine has
