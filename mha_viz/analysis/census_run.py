@@ -43,7 +43,7 @@ class CensusConfig:
     repeated_lengths: tuple[int, int] = (6, 16)
     n_templates: int = 48
     n_loss: int = 8  # repeated inputs for the in-context loss and its ablation check (causal LMs)
-    k: int | None = None  # induction heads switched off together; None: max(2, heads // 50)
+    k: int | None = None  # induction heads switched off together; None: as many as hold the pattern (see _in_context)
     n_other_sets: int = 4  # sets of k other heads to compare with
     window: int = 2  # nearby: keys within this many positions
     n_boot: int = 200  # bootstrap resamples
@@ -65,8 +65,10 @@ class InContext:
     loss_second: float
     k: int
     top_heads: tuple[Head, ...]
+    partners: tuple[Head, ...]  # the previous-token heads, switched off on their own
     other_sets: tuple[tuple[Head, ...], ...]
-    lost: dict[str, float]  # "top k, zero", "top k, mean", "other k, zero", "other k, mean" (mean over the sets)
+    # "top k induction, zero|mean", "previous-token heads ..., zero|mean", "other k, zero|mean" (mean over the sets)
+    lost: dict[str, float]
     others_lost: dict[str, tuple[float, ...]]  # per other set: "zero", "mean"
     n_inputs: int
     mean_over: str  # what the mean-ablation mean was taken over, or why there is none
@@ -159,7 +161,7 @@ class HeadCensus:
         if self.in_context is not None:
             c = self.in_context
             ic = {"loss_first": c.loss_first, "loss_second": c.loss_second, "drop": c.drop, "k": c.k,
-                  "top_heads": [list(h) for h in c.top_heads],
+                  "top_heads": [list(h) for h in c.top_heads], "partners": [list(h) for h in c.partners],
                   "other_sets": [[list(h) for h in s] for s in c.other_sets], "lost": c.lost,
                   "others_lost": {k: list(v) for k, v in c.others_lost.items()}, "n_inputs": c.n_inputs,
                   "mean_over": c.mean_over}
@@ -309,19 +311,36 @@ def _losses(logits: torch.Tensor, ids: torch.Tensor, word_pos: tuple[int, ...], 
     return mean_loss(range(1, m)), mean_loss(range(m + 1, 2 * m))
 
 
-def _in_context(model: Model, repeats: list, induction: torch.Tensor, cfg: CensusConfig, reference: list[str],
-                seed: int, tick: Callable[[str], None]) -> InContext | None:
+def _leaders(scores: torch.Tensor, uniform: float, cap: int) -> list[Head]:
+    """The heads with at least half the leading head's excess over uniform, best first, at most `cap`."""
+    ranked = sorted(((l, h) for l in range(scores.shape[0]) for h in range(scores.shape[1])),
+                    key=lambda lh: (-float(scores[lh]), lh))
+    lead = float(scores[ranked[0]]) - uniform
+    if not lead > 0:
+        return ranked[:1]
+    return [lh for lh in ranked if float(scores[lh]) - uniform >= 0.5 * lead][:cap]
+
+
+def _in_context(model: Model, repeats: list, induction: torch.Tensor, uniform: float, previous: torch.Tensor,
+                previous_uniform: float, cfg: CensusConfig, reference: list[str], seed: int,
+                tick: Callable[[str], None]) -> InContext | None:
     if not repeats:
         return None
     L, H = model.n_layers, model.n_heads
-    k = cfg.k or max(2, (L * H) // 50)
-    k = min(k, L * H // 2)
-    ranked = sorted(((l, h) for l in range(L) for h in range(H)), key=lambda lh: (-float(induction[lh]), lh))
-    top = tuple(ranked[:k])
-    rest = [lh for lh in ranked if lh not in top]
+    cap = max(4, (L * H) // 20)
+    # As many heads as hold the pattern (at least half the leader's excess over uniform): switching off fewer leaves
+    # a twin head to carry it (the tiny model's induction is split over three or four heads of layer 1).
+    top = tuple(_leaders(induction, uniform, cap)) if cfg.k is None else tuple(
+        sorted(((l, h) for l in range(L) for h in range(H)), key=lambda lh: (-float(induction[lh]), lh))[:cfg.k])
+    k = len(top)
+    # The previous-token heads an induction head reads from (Olsson et al. 2022's two-head circuit) are switched off
+    # on their own, and left out of the "other" sets: a random set holding one would cost as much as the induction
+    # heads, and say nothing about them.
+    partners = tuple(lh for lh in _leaders(previous, previous_uniform, cap) if lh not in top)
+    rest = [(l, h) for l in range(L) for h in range(H) if (l, h) not in top and (l, h) not in partners]
     rng = random.Random(seed)
-    others = tuple(tuple(sorted(rng.sample(rest, k))) for _ in range(cfg.n_other_sets))
-    configs = [()] + [top] + list(others)
+    others = tuple(tuple(sorted(rng.sample(rest, min(k, len(rest))))) for _ in range(cfg.n_other_sets))
+    configs = [()] + [top] + ([partners] if partners else []) + list(others)
     try:
         means = model.head_means(reference)  # (L, H, dh)
         mean_over = f"every position of {len(reference)} natural texts, each run with all heads on"
@@ -354,13 +373,20 @@ def _in_context(model: Model, repeats: list, induction: torch.Tensor, cfg: Censu
     n = len(configs)
     lost_zero = [C.drop_lost(drop, float(drops[i])) for i in range(1, n)]
     lost_mean = [C.drop_lost(drop, float(drops[n - 1 + i])) for i in range(1, n)] if replace is not None else []
-    lost = {f"top {k}, zero": lost_zero[0], f"other {k}, zero": sum(lost_zero[1:]) / len(lost_zero[1:])}
-    others_lost = {"zero": tuple(lost_zero[1:])}
-    if lost_mean:
-        lost[f"top {k}, mean"] = lost_mean[0]
-        lost[f"other {k}, mean"] = sum(lost_mean[1:]) / len(lost_mean[1:])
-        others_lost["mean"] = tuple(lost_mean[1:])
-    return InContext(float(first[0]), float(second[0]), k, top, others, lost, others_lost, len(repeats), mean_over)
+    first_other = 2 if partners else 1
+    prev_name = "previous-token heads " + ", ".join(f"L{a} H{b}" for a, b in partners)
+    lost, others_lost = {}, {}
+    for meaning, values in (("zero", lost_zero), ("mean", lost_mean)):
+        if not values:
+            continue
+        lost[f"top {k} induction, {meaning}"] = values[0]
+        if partners:
+            lost[f"{prev_name}, {meaning}"] = values[1]
+        rest_values = values[first_other:]
+        lost[f"other {k}, {meaning}"] = sum(rest_values) / len(rest_values)
+        others_lost[meaning] = tuple(rest_values)
+    return InContext(float(first[0]), float(second[0]), k, top, partners, others, lost, others_lost, len(repeats),
+                     mean_over)
 
 
 def _check_texts(texts) -> tuple[str, ...]:
@@ -469,7 +495,8 @@ def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | 
         no_control = {n: "no control asked for" for n in pooled}
     ic = None
     if model.causal and repeats:
-        ic = _in_context(model, repeats, pooled["induction"].mean, cfg, list(sets["texts"]), seed + 1, tick)
+        ic = _in_context(model, repeats, pooled["induction"].mean, pooled["induction"].uniform,
+                         pooled["previous"].mean, pooled["previous"].uniform, cfg, list(sets["texts"]), seed + 1, tick)
     inputs_words = {
         "random": f"{len(sets['random'])} random sequences of {len(sets['random'][0].words)} words",
         "texts": f"{len(sets['texts'])} natural texts",

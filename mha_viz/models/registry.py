@@ -44,9 +44,11 @@ def untrained_name(name: str) -> str | None:
     """The name of `name`'s untrained twin (the same architecture at the initialisation its training started
     from), or None where none ships: only the tiny model and its seeds keep their initialisation."""
     key = name.strip() if isinstance(name, str) else ""
-    if key in ("tiny", "tiny-untrained") or _STEP.match(key):
+    step, seed = _STEP.match(key), _SEED.match(key)
+    if key == "tiny-untrained" or (step and int(step.group(1)) == 0) or (seed and seed.group(2) == "0"):
+        return None  # already the initialisation
+    if key == "tiny" or step:
         return "tiny-untrained"
-    seed = _SEED.match(key)
     if seed:
         return f"tiny#seed{seed.group(1)}@0"
     return None
