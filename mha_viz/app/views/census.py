@@ -232,9 +232,10 @@ def _in_context(c: HeadCensus) -> None:
               for k, v in ic.lost.items()])
     st.caption(f"Other heads: the mean over {len(ic.other_sets)} random sets of {ic.k} other heads ("
                + "; ".join(", ".join(head_name(h) for h in s) for s in ic.other_sets)
-               + f"), none of them an induction or previous-token head. The previous-token heads are switched off on "
+               + "), none of them an induction or previous-token head. The previous-token heads are switched off on "
                  "their own: an induction head reads from them (Olsson et al. 2022's two-head circuit), so they can "
-                 f"cost as much as the induction heads. Mean ablation uses each head's mean output over {ic.mean_over}.")
+                 "cost as much as the induction heads. Mean ablation uses each head's mean output over "
+                 f"{ic.mean_over}.")
 
 
 def _downloads(c: HeadCensus) -> None:
