@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PORT ?= 8501
 STAMP := $(VENV)/.installed
 
-.PHONY: setup setup-browser setup-nginx run serve test test-fast train probe bench
+.PHONY: setup setup-browser setup-nginx run serve test test-fast train train-seeds probe bench
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,12 @@ test-fast: setup
 train: setup
 	$(PY) -m mha_viz.models.tiny.train
 	$(PY) -m mha_viz.models.tiny.probes
+	$(MAKE) train-seeds
+
+# The same recipe from seeds 1 and 2 (assets/tiny/seeds/seedN: float16 weights and 4 steps; ~7 min of one core each).
+train-seeds: setup
+	$(PY) -m mha_viz.models.tiny.train --seed 1 --quiet
+	$(PY) -m mha_viz.models.tiny.train --seed 2 --quiet
 
 probe: setup
 	$(PY) -m mha_viz.models.tiny.probes
