@@ -20,6 +20,14 @@ $(STAMP): requirements.txt requirements-nodeps.txt | $(PY)
 
 setup: $(STAMP)
 
+# The tests' own references and the linter (requirements-test.txt), on top of the app's requirements.
+TEST_STAMP := $(VENV)/.installed-test
+$(TEST_STAMP): requirements-test.txt $(STAMP)
+	$(PY) -m pip install -q -r requirements-test.txt
+	touch $(TEST_STAMP)
+
+setup-test: $(TEST_STAMP)
+
 # Debian's chromium for the real-browser tests (playwright cannot download its own browser here).
 setup-browser:
 	@command -v chromium >/dev/null 2>&1 || { \
@@ -42,11 +50,14 @@ HOST ?= 127.0.0.1
 serve: setup setup-nginx
 	$(PY) deploy/serve.py --procs $(N) --port $(PORT) --host $(HOST)
 
-test: setup setup-browser setup-nginx
+lint: setup-test
+	$(VENV)/bin/ruff check .
+
+test: setup-test setup-browser setup-nginx lint
 	$(PY) -m pytest -q tests --durations=15
 
 # Everything but the real browser and the soak: the quick loop while coding.
-test-fast: setup
+test-fast: setup-test
 	$(PY) -m pytest -q tests/unit tests/models tests/app
 
 # Retrains the tiny model bit for bit (weights, checkpoints, loss log in assets/tiny/), then measures every saved

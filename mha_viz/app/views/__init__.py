@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Callable
 
 from mha_viz.app.context import ViewContext
-from mha_viz.app.views import (all_layers, compare, effects, follow, inside, layer, notes, patching, rollout,
-                               similarity, training, twins)
+from mha_viz.app.views import (all_layers, circuits, compare, effects, follow, inside, layer, notes, patching,
+                               rollout, similarity, training, twins)
 from mha_viz.app.views import census as census_view
 
 VIEWS: dict[str, Callable[[ViewContext], None]] = {
@@ -23,6 +23,7 @@ VIEWS: dict[str, Callable[[ViewContext], None]] = {
     "Similarity & scores": similarity.render,
     "Census": census_view.render,
     "Rollout & norms": rollout.render,
+    "Circuits": circuits.render,
     "Training": training.render,
     "Trained vs untrained": twins.render,  # older links: the Training view, last step over step 0
     "Notes & export": notes.render,
