@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PORT ?= 8501
 STAMP := $(VENV)/.installed
 
-.PHONY: setup setup-browser setup-nginx run serve test test-fast train train-seeds probe bench
+.PHONY: setup setup-test setup-browser setup-nginx lint run serve test test-fast train train-seeds probe bench
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
