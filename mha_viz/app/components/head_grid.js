@@ -3,7 +3,8 @@
 // off does (a trigger event): that needs the model.
 //
 // data = {digest, tokens[T], L, H, T, att: Arrow table whose one binary cell "z" is the zlib-deflated (L, H, T, T)
-//         uint8 codes, scale[L*H], off: [[l, h]...], layer, cols, badges: {"l,h": text}, shared}
+//         uint8 codes, scale[L*H], off: [[l, h]...], layer, cols, badges: {"l,h": text}, shared,
+//         url (optional; false: the layer tabs leave the page's address alone, as in the notebook widget)}
 // weight of cell (l, h, q, k) = codes[((l*H + h)*T + q)*T + k] / 255 * scale[l*H + h]
 
 const BLUES = ["#f7fbff", "#deebf7", "#c6dbef", "#9ecae1", "#6baed6", "#4292c6", "#2171b5", "#08519c", "#08306b"];
@@ -132,8 +133,8 @@ function setLayer(s, l) {
   [...s.tabs.children].forEach((b, i) => b.setAttribute("aria-selected", String(i === l)));
   drawLayer(s);
   if (s.focus) openFocus(s, l, s.focus[1]);
-  // Keep a copied link on the layer shown (the server writes the other parameters).
-  try {
+  // Keep a copied link on the layer shown (the server writes the other parameters); not in a notebook (url: false).
+  if (s.d.url !== false) try {
     const url = new URL(window.location.href);
     url.searchParams.set("layer", String(l));
     window.history.replaceState(window.history.state, "", url);
