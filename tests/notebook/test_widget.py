@@ -132,7 +132,7 @@ def test_an_error_in_a_callback_reaches_the_page_not_the_log(tiny):
 def test_mean_ablation_is_passed_through(tiny):
     w = mha_viz.show(tiny, TINY_TEXT, ablation="mean", heads_off={(0, 1)}, display=False)
     want = tiny.run(TINY_TEXT, ablate={(0, 1)}, ablation="mean")
-    assert torch.equal(w.run.attentions, want.attentions) and w.run.ablation == "mean"
+    assert torch.equal(w.run.attentions, want.attentions) and w.run.ablation == want.ablation
 
 
 def test_encoder_readout_is_the_sentence_embedding_cosine(minilm):
