@@ -3,7 +3,8 @@ from .analysis.census_run import CensusConfig, HeadCensus, head_census
 from .analysis.circuits import Circuits, circuits
 from .contract import AttentionRun, HeadInside, InputError, Model, ModelInfo, ModelLoadError, UnavailableError
 from .models import BUILTIN, checkpoints, load_model, seeds
+from .notebook import show  # the notebook widget; imports anywidget only when called
 
 __all__ = ["AttentionRun", "BUILTIN", "CensusConfig", "Circuits", "HeadCensus", "HeadInside", "InputError", "Model",
            "ModelInfo", "ModelLoadError", "UnavailableError", "checkpoints", "circuits", "head_census", "load_model",
-           "seeds"]
+           "seeds", "show"]

@@ -17,6 +17,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
+# An installed wheel carries its own copy of the run-time assets inside the package (setup.py); a checkout and an
+# editable install read the repository's assets/ above.
+if (Path(__file__).resolve().parent / "_checkout" / "assets").is_dir():
+    ASSETS = Path(__file__).resolve().parent / "_checkout" / "assets"
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")

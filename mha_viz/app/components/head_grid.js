@@ -7,6 +7,7 @@
 //         uint8 codes, scale[L*H], off: [[l, h]...], layer, cols, badges: {"l,h": text}, shared,
 //         names: {layers: ["L0", ...], heads: [["L0 H0", ...], ...]}, unknown: [positions],
 //         colours: {on: [stops], off: [stops]}}   (names and colours come from Python: one spelling, one scale)
+// The host (the Streamlit component, or the notebook widget's wrapper) receives the triggers "toggle" and "layer".
 // weight of cell (l, h, q, k) = codes[((l*H + h)*T + q)*T + k] / 255 * scale[l*H + h]
 const HINT = "Hover a heatmap or a token: its row lights up in every head. Click a head to open it large.";
 const MIN_CELL = 3;       // px per token in a grid tile: below this the columns of the grid fold into fewer
