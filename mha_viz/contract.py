@@ -383,11 +383,12 @@ class Model(ABC):
         tokens as `text`. Their own patterns are still computed."""
 
     @abstractmethod
-    def run_batch_keep(self, text: str, keep: torch.Tensor,
-                       replace: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def run_batch_keep(self, text: str, keep: torch.Tensor, replace: torch.Tensor | None = None,
+                       positions: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One forward over a batch of head masks `keep` (B, L, H) on the same text; a head with keep 0 outputs
         0, or `replace` (B or 1, L, H, T or 1, dh) at its (layer, head) when given.
-        Returns (output (B, T, D), logits (B, T, V) or None). Used to ablate or patch many heads in one pass."""
+        Returns (output (B, T, D), logits (B, T, V), or (B, P, V) at `positions` when given, or None). Used to
+        ablate or patch many heads in one pass."""
 
     @abstractmethod
     def head_outputs(self, text: str) -> torch.Tensor:
@@ -400,9 +401,11 @@ class Model(ABC):
         ablation sets a head to. Which positions and how texts are weighted: see the implementation."""
 
     @abstractmethod
-    def head_gradients(self, text: str, metric: Metric) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """Head outputs on `text` and the gradient of `metric(output (T, D), logits (T, V) or None) -> scalar`
-        with respect to them: (outputs (L, H, T, dh), grads (L, H, T, dh)); None when unavailable."""
+    def head_gradients(self, text: str, metric: Metric, ablate: Iterable[Head] = (), ablation: str = "zero",
+                       reference: Iterable[str] | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Head outputs on `text` (with `ablate` switched off as `run` does it) and the gradient of
+        `metric(output (T, D), logits (T, V) or None) -> scalar` with respect to them: (outputs (L, H, T, dh),
+        grads (L, H, T, dh)); None when unavailable."""
 
     @abstractmethod
     def inside_layer(self, text: str, layer: int, ablate: Iterable[Head] = (), ablation: str = "zero",

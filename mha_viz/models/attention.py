@@ -11,6 +11,7 @@ the whole point of this app. The parity tests check this explicit path against i
 from __future__ import annotations
 
 import math
+
 import torch
 from torch import nn
 

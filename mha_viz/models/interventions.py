@@ -35,8 +35,21 @@ from typing import Callable, Iterable
 
 import torch
 
-from mha_viz.contract import (Ablation, AttentionRun, Head, HeadInside, InputError, Metric, Model, Readout,
-                              UnavailableError, _index, check_ablate, check_text, head_keep_mask)
+from mha_viz.contract import (
+    Ablation,
+    AttentionRun,
+    Head,
+    HeadInside,
+    InputError,
+    Metric,
+    Model,
+    Readout,
+    UnavailableError,
+    _index,
+    check_ablate,
+    check_text,
+    head_keep_mask,
+)
 from mha_viz.models.heads import out_proj_per_head, repeat_kv
 
 
@@ -63,14 +76,20 @@ class HeadEdit:
         capture  every layer's (edited) outputs, in `outputs`       grad     a zero leaf per layer, in `deltas`
         inspect  the layers whose q, k, v, weights are kept, in `seen` (layer -> Attended)
         values   every layer's values, in `values`                 inputs   the residual entering each layer
-        final    the final norm's (input, output), in `final_io`
+        final    the final norm's (input, output), in `final_io`   states   each block's output, in `states`
+
+    and what it asks the forward to skip: `start` > 0 says layers 0..start-1 are exactly as in the unedited run,
+    whose block output at start-1 is `prefix` (batch 1; an adapter that can skip feeds it to layer `start`, one
+    that cannot runs every layer: the numbers are the same); `logits_at` (positions) says only those positions'
+    logits are read.
 
     Not frozen: the records fill up during the one call this object is made for.
     """
 
     def __init__(self, keep: torch.Tensor | None = None, replace: torch.Tensor | None = None,
                  capture: bool = False, grad: bool = False, inspect: Iterable[int] = (), values: bool = False,
-                 inputs: bool = False, final: bool = False):
+                 inputs: bool = False, final: bool = False, states: bool = False, start: int = 0,
+                 prefix=None, logits_at: list[int] | None = None):
         if replace is not None and keep is None:
             raise ValueError("replace needs a keep mask saying which heads take it (0 = replace)")
         if keep is not None and keep.ndim != 3:
@@ -80,6 +99,10 @@ class HeadEdit:
                              f"got {tuple(replace.shape)}")
         self.keep, self.replace, self.capture, self.grad = keep, replace, capture, grad
         self.inspect, self.want_values, self.want_inputs, self.want_final = frozenset(inspect), values, inputs, final
+        self.want_states, self.start, self.prefix, self.logits_at = states, start, prefix, logits_at
+        if start and prefix is None:
+            raise ValueError("start > 0 needs the prefix: the unedited run's block output at layer start - 1")
+        self.states: dict[int, object] = {}  # layer -> that block's output, as the block returned it
         self.outputs: list[torch.Tensor] = []  # per layer (B, H, T, dh)
         self.deltas: list[torch.Tensor] = []  # per layer (B, H, T, dh), leaves with requires_grad
         self.seen: dict[int, Attended] = {}
@@ -127,6 +150,20 @@ class HeadEdit:
         if self.want_inputs:
             self.inputs[layer] = x
 
+    def skips(self, layer: int) -> bool:
+        """Whether block `layer` is left out of this forward (it is as in the unedited run)."""
+        return layer < self.start
+
+    def resumed(self, batch: int):
+        """The block output to continue from at layer `start`, repeated over the batch (a tensor (B, T, D), or the
+        tuple a transformers block returns, its first item repeated)."""
+        return _repeat_batch(self.prefix, batch)
+
+    def block_done(self, layer: int, out) -> None:
+        """A block's output (B, T, D), or the block's own return value, for a later run to resume from."""
+        if self.want_states:
+            self.states[layer] = out
+
     def finished(self, residual: torch.Tensor, normed: torch.Tensor) -> None:
         """The final norm's input (B, T, D) and output (B, T, D), for direct effects."""
         if self.want_final:
@@ -135,6 +172,14 @@ class HeadEdit:
     def stacked(self) -> torch.Tensor:
         """The captured outputs of batch row 0 -> (L, H, T, dh), float32 on the CPU."""
         return torch.stack([z[0] for z in self.outputs]).detach().float().cpu()  # (L, H, T, dh)
+
+
+def _repeat_batch(out, batch: int):
+    if isinstance(out, torch.Tensor):
+        return out.expand(batch, *out.shape[1:]) if out.shape[0] != batch else out  # (B, ...)
+    if isinstance(out, tuple) and out and isinstance(out[0], torch.Tensor):
+        return (_repeat_batch(out[0], batch), *out[1:])
+    return out
 
 
 @dataclass(frozen=True)
@@ -166,9 +211,10 @@ class FinalParts:
     unembed_bias: torch.Tensor | None  # (V,)
 
 
-class _MeanCache:
-    """Each model's head means per reference set: bounded, locked, and held beside the model (weakly), not on it,
-    so the shared model object carries no state and two sessions asking at once compute it once."""
+class _PerModelCache:
+    """Values derived from a model's weights and some texts (head means per reference set, the unedited run's
+    block outputs per text): bounded, locked, and held beside the model (weakly), not on it, so the shared model
+    object carries no state and two sessions asking at once compute each value once."""
 
     def __init__(self, per_model: int = 8):
         self._lock = threading.Lock()
@@ -187,7 +233,8 @@ class _MeanCache:
             return value
 
 
-_MEANS = _MeanCache()
+_MEANS = _PerModelCache()
+_STATES = _PerModelCache(per_model=4)  # a few texts' block outputs: L x T x D floats each (8 MB for SmolLM2 at 120)
 
 
 class EditableModel(Model):
@@ -213,6 +260,10 @@ class EditableModel(Model):
     def final_parts(self) -> FinalParts | None:
         """The final norm and LM head (see `FinalParts`); None for encoders or when they cannot be identified."""
         return None
+
+    # Whether `forward` honours `edit.start` (resumes from the unedited run's state instead of recomputing the
+    # layers before it) and records `edit.states`. An adapter that does not still gives the same numbers.
+    can_resume: bool = False
 
     # -- built once ----------------------------------------------------------------------------------------
     def _ids(self, text: str) -> tuple[Encoded, torch.Tensor]:
@@ -294,19 +345,38 @@ class EditableModel(Model):
             patched=patch,
         )
 
-    def run_batch_keep(self, text: str, keep: torch.Tensor,
-                       replace: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def run_batch_keep(self, text: str, keep: torch.Tensor, replace: torch.Tensor | None = None,
+                       positions: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """See `Model.run_batch_keep`. Two savings that change no number: the layers before the first one any row
+        edits are taken from the unedited run of this text (kept per text), not recomputed for every row; and
+        with `positions`, only those positions' logits are computed -> logits (B, P, V)."""
         text = check_text(text)
         if not isinstance(keep, torch.Tensor) or keep.ndim != 3 or tuple(keep.shape[1:]) != (self.n_layers,
                                                                                                 self.n_heads):
             got = tuple(keep.shape) if isinstance(keep, torch.Tensor) else type(keep).__name__
             raise InputError(f"keep must be (B, {self.n_layers}, {self.n_heads}) with 1 = keep, 0 = switch off; "
                              f"got {got}")
-        _, ids = self._ids(text)
-        edit = HeadEdit(keep.float(), replace)
+        enc, ids = self._ids(text)
+        n = len(enc.ids)
+        at = None if positions is None else [_index(p % n if isinstance(p, int) and -n <= p < 0 else p, n,
+                                                    "position") for p in positions]
+        edited = ((keep < 1).sum(dim=(0, 2)) > 0).nonzero()  # (layers that some row edits, 1)
+        start = int(edited[0]) if self.can_resume and len(edited) else 0
+        prefix = self._states(enc, ids)[start - 1] if start else None
+        edit = HeadEdit(keep.float(), replace, start=start, prefix=prefix, logits_at=at)
         with torch.no_grad():
             out = self.forward(ids.expand(keep.shape[0], -1), edit)  # (B, T) in
         return out.hidden.float().cpu(), None if out.logits is None else out.logits.float().cpu()
+
+    def _states(self, enc: Encoded, ids: torch.Tensor) -> list:
+        """The unedited run's block outputs on these ids, one per layer (kept for a few texts per model)."""
+        def compute():
+            edit = HeadEdit(states=True)
+            with torch.no_grad():
+                self.forward(ids, edit)
+            return [edit.states[layer] for layer in range(self.n_layers)]
+
+        return _STATES.get(self, tuple(enc.ids), compute)
 
     def head_outputs(self, text: str) -> torch.Tensor:
         _, ids = self._ids(text)
@@ -348,11 +418,12 @@ class EditableModel(Model):
             per_text.append(self.head_outputs(text)[:, :, ordinary].mean(dim=2))  # (L, H, dh)
         return torch.stack(per_text).mean(dim=0)  # (L, H, dh)
 
-    def head_gradients(self, text: str, metric: Metric) -> tuple[torch.Tensor, torch.Tensor]:
-        """(outputs, d metric / d outputs), both (L, H, T, dh). torch.autograd.grad, not backward(): nothing is
-        accumulated in the shared model's parameters."""
-        _, ids = self._ids(text)
-        edit = HeadEdit(capture=True, grad=True)
+    def head_gradients(self, text: str, metric: Metric, ablate: Iterable[Head] = (), ablation: str = "zero",
+                       reference: Iterable[str] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(outputs, d metric / d outputs), both (L, H, T, dh), in the run with `ablate` switched off (their
+        outputs are what replaced them). torch.autograd.grad, not backward(): nothing is accumulated in the shared
+        model's parameters."""
+        _, ids, edit, _, _, _ = self._edit_for(text, ablate, ablation, reference, capture=True, grad=True)
         with torch.enable_grad():
             out = self.forward(ids, edit)
             logits = None if out.logits is None else out.logits[0].float()

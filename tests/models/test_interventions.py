@@ -4,8 +4,9 @@ The mechanism under test is the HeadEdit passed per call (models/interventions.p
 import pytest
 import torch
 
-from helpers import loaded
 from mha_viz.contract import InputError
+
+from helpers import loaded
 from reference import HookedReference, reference_means
 
 # Same token count in every model (one name swapped for another that is one token too).

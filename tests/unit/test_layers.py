@@ -18,6 +18,11 @@ FORBIDDEN = {
 }
 
 
+# The tiny model's probe command measures its checkpoints with the page's pair scorers (analysis/pairs.py: one
+# definition of each score); it is a consumer of analysis/ that issue 18 moves out of models/. Only that import.
+EXEMPT = {("models/tiny/probes.py", "mha_viz.analysis.pairs")}
+
+
 def _imports(path: Path) -> list[str]:
     names = []
     for node in ast.walk(ast.parse(path.read_text())):
@@ -34,7 +39,7 @@ def test_imports_point_one_way(layer):
     files = sorted(target.rglob("*.py")) if target.is_dir() else [target]
     assert files, f"{target} is missing"
     bad = [f"{f.relative_to(PKG.parent)} imports {name}" for f in files for name in _imports(f)
-           if name.startswith(FORBIDDEN[layer])]
+           if name.startswith(FORBIDDEN[layer]) and (f.relative_to(PKG).as_posix(), name) not in EXEMPT]
     assert not bad, "\n".join(bad)
 
 

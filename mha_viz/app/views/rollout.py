@@ -5,13 +5,14 @@ import streamlit as st
 
 from mha_viz import analysis, plotting
 from mha_viz.app.cache import norm_inputs
-from mha_viz.app.common import head_name
+from mha_viz.app.common import head_name, layer_picker
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import Ablation, head_keep_mask
 
 
 def render(ctx: ViewContext) -> None:
-    model, run, layer = ctx.model, ctx.run, ctx.layer
+    model, run = ctx.model, ctx.run
+    layer = layer_picker(model, ctx.name, ctx.layer, st.columns([1, 5])[0])
     keep = head_keep_mask(ctx.heads_off, model.n_layers, model.n_heads)  # (L, H)
     rolled = analysis.rollout(run.attentions, keep)  # (L, Q, K)
     on = keep[layer].bool()  # (H,)

@@ -79,6 +79,8 @@ class BertModel(EditableModel):
                        special=tuple(i for i, t in enumerate(ids) if t in self._special),
                        unknown=tuple(i for i, t in enumerate(ids) if t == self._unk))
 
+    can_resume = True  # BertEncoder.forward resumes at edit.start
+
     def forward(self, ids: torch.Tensor, edit: HeadEdit, attentions: bool = False) -> Forward:
         hidden, att = self.encoder(ids, None, edit)  # (B, T, D), (B, L, H, T, T)
         return Forward(hidden=hidden, logits=None, attentions=att)

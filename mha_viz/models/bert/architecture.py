@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+
 import torch
 from torch import nn
 
-from mha_viz.models.interventions import HeadEdit
 from mha_viz.models.attention import MultiHeadSelfAttention, check_stack_inputs
+from mha_viz.models.interventions import HeadEdit
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,8 @@ class BertLayer(nn.Module):
         self.down = nn.Linear(cfg.d_mlp, cfg.d_model)
         self.ln2 = nn.LayerNorm(cfg.d_model, eps=cfg.eps)
 
-    def forward(self, x: torch.Tensor, edit: HeadEdit | None = None, layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, edit: HeadEdit | None = None,
+                layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         if edit is not None:
             edit.entering(layer, x)
         a, weights = self.attn(x, None, edit, layer)  # (B, T, D), (B, H, T, T)
@@ -97,12 +99,18 @@ class BertEncoder(nn.Module):
             if edit is not None:
                 raise ValueError("pass either head_keep or an edit (whose keep mask says which heads are off)")
             edit = HeadEdit.keeping(head_keep)
-        x = self.embed(ids)  # (B, T, D)
+        start = edit.start if edit is not None else 0
+        # Layers before `start` are as in the unedited run: resume from its state.
+        x = edit.resumed(ids.shape[0]) if start else self.embed(ids)  # (B, T, D)
         patterns = []
         for layer, block in enumerate(self.layers):
+            if layer < start:
+                continue
             x, weights = block(x, edit, layer)  # (B, T, D), (B, H, T, T)
+            if edit is not None:
+                edit.block_done(layer, x)
             patterns.append(weights)
-        return x, torch.stack(patterns, dim=1)  # (B, T, D), (B, L, H, T, T)
+        return x, torch.stack(patterns, dim=1) if not start else None  # (B, T, D), (B, L, H, T, T)
 
 
 def load_bert(folder: str | Path) -> BertEncoder:

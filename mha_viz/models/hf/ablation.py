@@ -121,3 +121,28 @@ def watch_final_norm(norm: torch.nn.Module) -> None:
     """Let a call's edit see this module's input and output (`HeadEdit(final=True)`). The hook writes only into
     the calling context's edit, so it holds no state of any session; it is added once, when the model loads."""
     norm.register_forward_hook(_record_final_norm)
+
+
+def make_resumable(blocks: list[torch.nn.Module]) -> None:
+    """Let a call's edit skip the first blocks (`HeadEdit.start`): each block's forward, wrapped once when the model
+    loads, returns the unedited run's state instead of computing while its layer is before `start`, and reports
+    its output to the edit (`HeadEdit.states`). Outside an edited call, or at a layer that runs, the block's own
+    forward runs unchanged; the wrapper reads only the calling context, so it holds no session's state."""
+    for layer, block in enumerate(blocks):
+        block.forward = _resumable(block.forward, layer)
+
+
+def _resumable(forward: Callable, layer: int) -> Callable:
+    def wrapped(*args, **kwargs):
+        call = _CALL.get()
+        if call is None:
+            return forward(*args, **kwargs)
+        edit = call[1]
+        if edit.skips(layer):
+            hidden = args[0] if args else kwargs.get("hidden_states")
+            return edit.resumed(hidden.shape[0])  # the unedited run's output of layer start - 1, over the batch
+        out = forward(*args, **kwargs)
+        edit.block_done(layer, out)
+        return out
+
+    return wrapped

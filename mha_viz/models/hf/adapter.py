@@ -9,7 +9,7 @@ import torch
 
 from mha_viz.contract import Embeddings, HeadWeights, InputError, ModelInfo, ModelLoadError, _index, check_text
 from mha_viz.models.examples import shipped_examples
-from mha_viz.models.hf.ablation import LayerIndex, editing, watch_final_norm
+from mha_viz.models.hf.ablation import LayerIndex, editing, make_resumable, watch_final_norm
 from mha_viz.models.interventions import EditableModel, Encoded, FinalParts, Forward, HeadEdit
 
 
@@ -29,6 +29,11 @@ class HFModel(EditableModel):
             self.info = dataclasses.replace(info, n_layers=len(layers))
         self._out_layers = [_find_out_layer(model, m) for m in self._layers.modules]
         self._final_norm = self._watch_final_norm()
+        blocks = _blocks(model, self._layers.modules)
+        if blocks is not None:
+            make_resumable(blocks)
+        self.can_resume = blocks is not None  # set once, here: which layers a batch may skip
+        self._keeps_logits = "logits_to_keep" in _forward_params(model)
 
     # -- loading helpers -------------------------------------------------------------------------------------
     def _discover_layers(self) -> LayerIndex:
@@ -129,6 +134,8 @@ class HFModel(EditableModel):
         inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
         if "token_type_ids" in getattr(self._tokenizer, "model_input_names", ()):
             inputs["token_type_ids"] = torch.zeros_like(ids)
+        if edit.logits_at is not None and self._keeps_logits:  # only these positions' logits: (B, P, V)
+            inputs["logits_to_keep"] = torch.tensor(edit.logits_at, device=self._device)
         with editing(self._layers, edit):
             out = self._model(**inputs, output_attentions=attentions, output_hidden_states=True)
         if edit.want_inputs:  # the residual stream entering each layer: transformers' hidden_states[l]
@@ -138,6 +145,8 @@ class HFModel(EditableModel):
         if hidden is None:
             hidden = out.hidden_states[-1]  # (B, T, D): a causal LM's last entry is after its final norm
         logits = getattr(out, "logits", None)
+        if logits is not None and edit.logits_at is not None and not self._keeps_logits:
+            logits = logits[:, edit.logits_at]  # (B, P, V)
         att = torch.stack(out.attentions, dim=1) if attentions else None  # (B, L, H, Q, K)
         return Forward(hidden=hidden, logits=logits, attentions=att)
 
@@ -191,6 +200,16 @@ class HFModel(EditableModel):
         labels = self._labels(list(range(weight.shape[0])))
         return Embeddings(tokens=weight, positions=pos,
                           unembed=None if head is None else head.weight.detach().float().cpu(), labels=labels)
+
+
+def _blocks(model, attentions: list[torch.nn.Module]) -> list[torch.nn.Module] | None:
+    """The transformer blocks in layer order: the ModuleList whose i-th child holds the i-th attention module
+    (Llama's model.layers, GPT-2's h, BERT's encoder.layer); None when there is no such list."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) == len(attentions):
+            if all(any(m is a for m in block.modules()) for block, a in zip(module, attentions)):
+                return list(module)
+    return None
 
 
 def _forward_params(module) -> tuple[str, ...]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 import torch
 
 from mha_viz.contract import ModelInfo, ModelLoadError
+from mha_viz.models.hf import policy
 from mha_viz.models.hf.ablation import ATTN_IMPL, register
 from mha_viz.models.hf.adapter import HFModel
-from mha_viz.models.hf import policy
 from mha_viz.models.hf.policy import check_size
 from mha_viz.settings import settings
 
@@ -24,10 +24,12 @@ def _kind_of(config) -> str:
         return "masked-lm"
     if not archs:  # e.g. a config read from GGUF: judge by the model type
         from transformers.models.auto.modeling_auto import (
-            MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+            MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+            MODEL_FOR_MASKED_LM_MAPPING_NAMES,
         )
 
-        if config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        causal, masked = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
+        if config.model_type in causal and config.model_type not in masked:
             return "causal-lm"
     return "encoder"
 
@@ -45,7 +47,8 @@ def _auto_class(kind: str):
 def _heads_of(config) -> tuple[int, int | None]:
     n_heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head", None)
     if not n_heads:
-        raise ModelLoadError(f"'{config.model_type}' config has no attention head count; it has no attention we can read.")
+        raise ModelLoadError(f"'{config.model_type}' config has no attention head count; it has no attention we "
+                             "can read.")
     return int(n_heads), getattr(config, "num_key_value_heads", None)
 
 
@@ -72,7 +75,8 @@ def build_hf_model(name: str, title: str, source: str, *, gguf_file: str | None 
     else:
         load_args["use_safetensors"] = True  # pickle checkpoints can run code when loaded
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(source, trust_remote_code=False, **({"gguf_file": gguf_file} if gguf_file else {}))
+        gguf = {"gguf_file": gguf_file} if gguf_file else {}
+        tokenizer = transformers.AutoTokenizer.from_pretrained(source, trust_remote_code=False, **gguf)
         model = _auto_class(kind).from_pretrained(source, **load_args)
     except (OSError, ValueError, EnvironmentError) as err:
         raise ModelLoadError(_explain_load_failure(name, err)) from None

@@ -14,7 +14,6 @@ from pathlib import Path
 from mha_viz.contract import ModelLoadError
 from mha_viz.settings import settings
 
-
 MAX_CONFIG_BYTES = 1_000_000  # a config.json is a few kB; a bigger file is not one we parse on a page open
 
 

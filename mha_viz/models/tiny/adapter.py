@@ -10,8 +10,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from mha_viz.contract import (Embeddings, HeadWeights, InputError, ModelInfo, ModelLoadError, TrainingEvidence,
-                              _index)
+from mha_viz.contract import Embeddings, HeadWeights, InputError, ModelInfo, ModelLoadError, TrainingEvidence, _index
 from mha_viz.models.interventions import EditableModel, Encoded, FinalParts, Forward, HeadEdit
 from mha_viz.models.tiny.architecture import TinyConfig, TinyLM, build_model
 from mha_viz.models.tiny.corpus import BOS, Vocab, build_vocab, example_sentences, ground_truth, tokenize
@@ -54,6 +53,8 @@ class TinyModel(EditableModel):
         labels, ids, cut = self.encode(text)
         return Encoded(ids=ids, labels=labels, dropped=cut, special=(0,),  # only <bos>: nothing else is added
                        unknown=tuple(i for i, t in enumerate(ids) if t == self.vocab.unk_id))
+
+    can_resume = True  # TinyLM.forward resumes at edit.start
 
     def forward(self, ids: torch.Tensor, edit: HeadEdit, attentions: bool = False) -> Forward:
         logits, hidden, att = self.lm(ids, None, edit)  # (B, T, V), (B, T, D), (B, L, H, T, T)

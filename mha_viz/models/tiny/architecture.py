@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, fields
+
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from mha_viz.models.interventions import HeadEdit
 from mha_viz.models.attention import MultiHeadSelfAttention, check_stack_inputs
+from mha_viz.models.interventions import HeadEdit
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,8 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(cfg.d_model)
         self.mlp = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_mlp), nn.GELU(), nn.Linear(cfg.d_mlp, cfg.d_model))
 
-    def forward(self, x: torch.Tensor, edit: HeadEdit | None = None, layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, edit: HeadEdit | None = None,
+                layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         if edit is not None:
             edit.entering(layer, x)
         a, weights = self.attn(self.ln1(x), None, edit, layer)  # (B, T, D), (B, H, T, T)
@@ -101,17 +103,27 @@ class TinyLM(nn.Module):
             edit = HeadEdit.keeping(head_keep)
         T = ids.shape[1]
 
-        positions = torch.arange(T, device=ids.device)  # (T,)
-        x = self.tok(ids) + self.pos(positions)  # (B, T, D)
+        start = edit.start if edit is not None else 0
+        if start:  # layers before `start` are as in the unedited run: resume from its state
+            x = edit.resumed(ids.shape[0])  # (B, T, D)
+        else:
+            positions = torch.arange(T, device=ids.device)  # (T,)
+            x = self.tok(ids) + self.pos(positions)  # (B, T, D)
         patterns = []
         for layer, block in enumerate(self.blocks):
+            if layer < start:
+                continue
             x, weights = block(x, edit, layer)  # (B, T, D), (B, H, T, T)
+            if edit is not None:
+                edit.block_done(layer, x)
             patterns.append(weights)
         hidden = self.ln_f(x)  # (B, T, D)
         if edit is not None:
             edit.finished(x, hidden)
-        logits = self.head(hidden)  # (B, T, V)
-        attentions = torch.stack(patterns, dim=1)  # (B, L, H, T, T)
+        at = edit.logits_at if edit is not None else None
+        logits = self.head(hidden if at is None else hidden[:, at])  # (B, T, V), or (B, P, V) at those positions
+        # Skipped layers have no pattern here; callers that skip ask for none.
+        attentions = torch.stack(patterns, dim=1) if not start else None  # (B, L, H, T, T)
         return logits, hidden, attentions
 
     def loss(self, ids: torch.Tensor, ignore_index: int) -> torch.Tensor:

@@ -1,0 +1,84 @@
+"""The `mha-viz` command (installed by `pip install .`).
+
+    mha-viz                         the app, as `make run` starts it (http://localhost:8501)
+    mha-viz --port 8600 [--host 0.0.0.0] [any streamlit option, e.g. --server.maxUploadSize 10]
+    mha-viz serve --procs 3 [--port 8080 --host 0.0.0.0 --private]     N app processes behind nginx (README)
+
+`mha-viz` runs this file as the Streamlit script (in a wheel there is no app.py at a repository root) and loads the
+default model while the server starts, as app.py does. `mha-viz serve` runs deploy/serve.py with the arguments as
+given, through its command line: from the checkout this package sits in, or from the copy a wheel carries.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+_PKG = Path(__file__).resolve().parent
+# Where deploy/serve.py is: the copy inside an installed wheel (setup.py), else the checkout above the package.
+CHECKOUTS = (_PKG / "_checkout", _PKG.parent)
+
+USAGE = """mha-viz [--port PORT] [--host HOST] [streamlit options]   start the app (as `make run`)
+       mha-viz serve --procs N [--port PORT] [--host HOST] [--private]   N app processes behind nginx"""
+
+
+def serve_script() -> Path:
+    for root in CHECKOUTS:
+        script = root / "deploy" / "serve.py"
+        if script.is_file():
+            return script
+    raise SystemExit("mha-viz serve needs deploy/serve.py, which is neither in this installation "
+                     f"({CHECKOUTS[0]}) nor in a checkout around it ({CHECKOUTS[1]}): reinstall mha-viz from a "
+                     "full checkout (`pip install .`), or run `make serve` there")
+
+
+def streamlit_argv(port: int, host: str | None, rest: list[str]) -> list[str]:
+    """The command line `make run` gives streamlit (Makefile: python app.py --server.port ... ), for this file."""
+    argv = ["streamlit", "run", str(Path(__file__).resolve()), "--server.port", str(port),
+            "--server.headless", "true", "--browser.gatherUsageStats", "false"]
+    if host:
+        argv += ["--server.address", host]
+    return argv + rest
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["serve"]:
+        # deploy/serve.py parses its own options (and says what it accepts); this only finds and starts it.
+        return subprocess.call([sys.executable, str(serve_script()), *argv[1:]])
+    parser = argparse.ArgumentParser(prog="mha-viz", usage=USAGE, description="See every attention head of a "
+                                     "transformer as its own heatmap. Options not listed go to streamlit.")
+    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", 8501)),
+                        help="the port to listen on (default 8501, or $PORT)")
+    parser.add_argument("--host", default=None, help="the address to listen on (default: streamlit's, all)")
+    args, rest = parser.parse_known_args(argv)
+    if rest and not rest[0].startswith("-"):
+        parser.error(f"unknown command {rest[0]!r}: the commands are `mha-viz` (the app) and `mha-viz serve`")
+    import threading
+
+    def _warm_up() -> None:
+        from mha_viz.app.page import warm_up  # imported here: torch and transformers load beside the server
+
+        warm_up()
+
+    threading.Thread(target=_warm_up, name="mha-viz-warm-up", daemon=True).start()
+    from streamlit.web import cli
+
+    sys.argv = streamlit_argv(args.port, args.host, rest)
+    return cli.main()
+
+
+if __name__ == "__main__":
+    from_streamlit = False
+    if "streamlit" in sys.modules:
+        from streamlit import runtime
+
+        from_streamlit = runtime.exists()
+    if from_streamlit:  # streamlit runs this file as the app's script, on every rerun
+        from mha_viz.app import main as _app_main
+
+        _app_main()
+    else:  # python -m mha_viz.cli
+        sys.exit(main())

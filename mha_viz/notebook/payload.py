@@ -1,0 +1,62 @@
+"""The layer grid's data, as both hosts send it to the same browser code (mha_viz/app/components/head_grid.js):
+the Streamlit component (app/components/head_grid.py) and the notebook widget (notebook/widget.py). No streamlit,
+no Jupyter here: tensors and tokens in, plain Python values and bytes out.
+
+Every layer's attention goes to the page once, as one byte per cell, deflated; the browser inflates it natively
+(DecompressionStream) and draws the heads, the layer tabs, the hovered row and the enlarged head itself.
+"""
+from __future__ import annotations
+
+import hashlib
+import zlib
+
+import numpy as np
+import torch
+
+from mha_viz import plotting
+from mha_viz.app.names import grid_names  # streamlit-free: the one spelling of heads and layers
+from mha_viz.contract import Head
+
+# zlib level 1: at 128 tokens MiniLM's 1.18 MB of codes become 0.43 MB in 11 ms (level 6: 0.37 MB in 56 ms), and
+# the browser inflates them natively (DecompressionStream). Measured in benchmarks/RESULTS.md.
+DEFLATE_LEVEL = 1
+
+
+def encode(att: torch.Tensor, shared_scale: bool) -> tuple[bytes, list[float]]:
+    """(L, H, Q, K) weights -> one byte per cell and each head's scale: weight = code / 255 * scale[l * H + h].
+
+    Each head is scaled to its own maximum unless `shared_scale` (then every head is on 0-1), so a faint head
+    keeps all 256 levels. A quarter of float32's bytes; the browser needs nothing finer for 9 colour stops."""
+    a = att.detach().float().cpu().numpy() if isinstance(att, torch.Tensor) else np.asarray(att, np.float32)
+    if a.ndim != 4 or a.shape[-1] != a.shape[-2]:
+        raise ValueError(f"the head grid wants (layer, head, query, key) attention; got shape {a.shape}")
+    L, H = a.shape[:2]
+    if shared_scale:
+        scale = np.ones((L, H), np.float32)  # (L, H)
+    else:
+        scale = np.maximum(a.reshape(L, H, -1).max(axis=2), 1e-6)  # (L, H)
+    codes = np.rint(np.clip(a / scale[:, :, None, None], 0.0, 1.0) * 255).astype(np.uint8)  # (L, H, Q, K)
+    return codes.tobytes(), [float(x) for x in scale.reshape(-1)]
+
+
+def deflate(codes: bytes) -> bytes:
+    return zlib.compress(codes, DEFLATE_LEVEL)
+
+
+def grid_data(tokens: list[str], att: torch.Tensor, layer: int, heads_off, n_cols: int, shared_scale: bool,
+              badges: dict[Head, str], unknown=()) -> tuple[dict, bytes]:
+    """Everything the browser draws from (see the header of head_grid.js) but the weights, and the weights'
+    codes (not yet deflated), for the host to send its own way: -> (data without "att", codes)."""
+    codes, scale = encode(att, shared_scale)
+    L, H, T = int(att.shape[0]), int(att.shape[1]), int(att.shape[-1])
+    if len(tokens) != T:
+        raise ValueError(f"{len(tokens)} token labels for attention over {T} positions")
+    digest = hashlib.blake2b(codes + "\x00".join(tokens).encode(), digest_size=12).hexdigest()
+    data = {
+        "digest": digest, "tokens": list(tokens), "L": L, "H": H, "T": T, "scale": scale,
+        "off": sorted([int(l), int(h)] for l, h in heads_off), "layer": int(layer), "cols": int(n_cols),
+        "badges": {f"{l},{h}": text for (l, h), text in badges.items()}, "shared": bool(shared_scale),
+        "names": grid_names(L, H), "unknown": sorted(int(i) for i in unknown),
+        "colours": {"on": [c for _, c in plotting.ATTN_SCALE], "off": [c for _, c in plotting.OFF_SCALE]},
+    }
+    return data, codes

@@ -1,0 +1,110 @@
+"""One layer of the head grid as a standalone SVG file: every head a heatmap with its name and measured score, the
+same colours as the browser grid (the colour stops are read from head_grid.js, so the two cannot drift apart).
+
+Each heatmap is an embedded PNG of T x T pixels drawn with `image-rendering: pixelated` (crisp cells at any zoom,
+and a file of kilobytes where T² rectangles would be megabytes). No streamlit, no Jupyter: the notebook widget's
+export and its static fallback (what a saved notebook shows without a kernel) are both this picture.
+"""
+from __future__ import annotations
+
+import base64
+import functools
+import html
+import re
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from mha_viz import plotting
+
+TILE = 160  # px per heatmap in the SVG
+GAP = 14
+TITLE_H = 18
+BADGE_H = 16
+
+
+def colour_stops() -> tuple[list[str], list[str]]:
+    """(on, off) colour stops: the ones the grid receives in its payload (plotting.ATTN_SCALE / OFF_SCALE)."""
+    return [c for _, c in plotting.ATTN_SCALE], [c for _, c in plotting.OFF_SCALE]
+
+
+def lut(colors: list[str]) -> np.ndarray:
+    """256 RGB entries interpolated along the colour stops, as head_grid.js's lut() does -> (256, 3) uint8."""
+    rgb = np.array([[int(c[i:i + 2], 16) for i in (1, 3, 5)] for c in colors], np.float64)  # (S, 3)
+    x = np.arange(256) / 255 * (len(rgb) - 1)  # (256,)
+    i = np.minimum(np.floor(x).astype(int), len(rgb) - 2)  # (256,)
+    f = (x - i)[:, None]  # (256, 1)
+    # JS writes the float into a Uint8ClampedArray, which rounds half to even; np.rint does the same.
+    return np.clip(np.rint(rgb[i] + (rgb[i + 1] - rgb[i]) * f), 0, 255).astype(np.uint8)  # (256, 3)
+
+
+def png(rgb: np.ndarray) -> bytes:
+    """(h, w, 3) uint8 -> a PNG file (8-bit RGB, no filter)."""
+    h, w, _ = rgb.shape
+    raw = b"".join(b"\x00" + rgb[y].tobytes() for y in range(h))
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b""))
+
+
+def _wrap(words: list[str], width: int) -> list[str]:
+    lines, line = [], ""
+    for w in words:
+        if line and len(line) + 1 + len(w) > width:
+            lines.append(line)
+            line = w
+        else:
+            line = f"{line} {w}" if line else w
+    return lines + ([line] if line else [])
+
+
+def layer_svg(codes: np.ndarray, tokens: list[str], layer: int, off: set, badges: dict, cols: int,
+              title: str = "") -> str:
+    """codes: (H, T, T) uint8 of one layer, as the grid receives them (code / 255 of each head's own maximum, or
+    of 1 on a shared scale); off: {(layer, head)}; badges: {(layer, head): text}. -> the SVG document."""
+    if codes.ndim != 3 or codes.shape[1] != codes.shape[2]:
+        raise ValueError(f"layer_svg wants one layer's (head, query, key) codes; got shape {codes.shape}")
+    H = codes.shape[0]
+    on_lut, off_lut = (lut(c) for c in colour_stops())
+    cols = max(1, min(cols, H))
+    rows = -(-H // cols)
+    width = cols * TILE + (cols + 1) * GAP
+    token_lines = _wrap([f"{i}:{t}" for i, t in enumerate(tokens)], max(20, width // 7))
+    top = GAP + 18 * bool(title) + 14 * len(token_lines) + 6
+    cell_h = TITLE_H + TILE + BADGE_H + GAP
+    height = top + rows * cell_h + GAP
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
+           f'<rect width="{width}" height="{height}" fill="#ffffff"/>']
+    y = GAP
+    if title:
+        out.append(f'<text x="{GAP}" y="{y + 12}" font-size="14" font-weight="bold">{html.escape(title)}</text>')
+        y += 18
+    for line in token_lines:
+        out.append(f'<text x="{GAP}" y="{y + 11}" font-family="monospace" font-size="11" fill="#444">'
+                   f'{html.escape(line)}</text>')
+        y += 14
+    for h in range(H):
+        r, c = divmod(h, cols)
+        x0, y0 = GAP + c * (TILE + GAP), top + r * cell_h
+        is_off = (layer, h) in off
+        image = (off_lut if is_off else on_lut)[codes[h]]  # (T, T, 3)
+        href = "data:image/png;base64," + base64.b64encode(png(image)).decode()
+        name = f"L{layer} H{h}" + (" (off)" if is_off else "")
+        fill = "#888" if is_off else "#222"
+        out.append(f'<g data-head="L{layer} H{h}"><text x="{x0}" y="{y0 + 13}" fill="{fill}">{name}</text>')
+        out.append(f'<image x="{x0}" y="{y0 + TITLE_H}" width="{TILE}" height="{TILE}" preserveAspectRatio="none" '
+                   f'style="image-rendering: pixelated" href="{href}"/>')
+        out.append(f'<rect x="{x0}" y="{y0 + TITLE_H}" width="{TILE}" height="{TILE}" fill="none" stroke="#ccc"/>')
+        badge = badges.get((layer, h), "")
+        if badge:
+            out.append(f'<text x="{x0}" y="{y0 + TITLE_H + TILE + 12}" font-size="10" fill="#555">'
+                       f'{html.escape(badge)}</text>')
+        out.append("</g>")
+    out.append("</svg>")
+    return "\n".join(out)

@@ -1,0 +1,155 @@
+// The layer grid as a Jupyter widget (anywidget): the app's own browser code, mha_viz/app/components/head_grid.js,
+// mounted in a notebook output. The widget's model carries what the Streamlit component's `data` carries, split
+// into traits: `grid` (the JSON part), `att` (the deflated uint8 codes, a binary buffer) and `layer`; head_grid.js
+// arrives as the text trait `_grid_js` and is imported from a blob: URL, so nothing comes from a CDN.
+// A head's switch becomes a message to Python ({type: "toggle", layer, head, on}); Python reruns the model and
+// sends back new traits, and a `readout` of what changed (KL and top predictions, or the embedding cosine).
+
+const MODULES = new Map();  // source text -> the imported head_grid module (one import per page)
+const BOXES = new WeakMap();  // model -> the grid's container, moved into a new output when the view is redrawn
+
+function gridModule(source) {
+  if (!MODULES.has(source)) {
+    const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
+    MODULES.set(source, import(/* webpackIgnore: true */ url));
+  }
+  return MODULES.get(source);
+}
+
+function bytesOf(value) {  // a Bytes trait arrives as a DataView (or an ArrayBuffer)
+  if (!value) return new Uint8Array(0);
+  if (value instanceof DataView) return new Uint8Array(value.buffer, value.byteOffset, value.byteLength);
+  if (value instanceof ArrayBuffer) return new Uint8Array(value);
+  return new Uint8Array(value.buffer || value);
+}
+
+// head_grid.js reads the weights as an Arrow table's one binary cell: att.getChild("z").get(0).
+function arrowCell(bytes) {
+  return { getChild: () => ({ get: () => bytes }) };
+}
+
+function node(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function fmt(p) { return (100 * p).toFixed(1) + "%"; }
+
+function drawReadout(box, r) {
+  box.replaceChildren();
+  if (!r || !r.kind) return;
+  box.dataset.kind = r.kind;
+  if (r.note) box.append(node("div", "mhw-note", r.note));
+  if (r.kind === "lm") {
+    box.append(node("div", "mhw-metric",
+      `KL(all on ‖ now) at position ${r.position} (${JSON.stringify(r.token)}): ${r.kl.toFixed(4)} nats`));
+    const table = node("table", "mhw-top");
+    const head = node("tr");
+    head.append(node("th", "", "#"), node("th", "", "all heads on"), node("th", "", r.off ? "now (" + r.off + " off)" : "now"));
+    table.append(head);
+    r.before.forEach((b, i) => {
+      const a = r.after[i], row = node("tr");
+      row.append(node("td", "", String(i + 1)), node("td", "", `${JSON.stringify(b[0])} ${fmt(b[1])}`),
+                 node("td", "", `${JSON.stringify(a[0])} ${fmt(a[1])}`));
+      table.append(row);
+    });
+    box.append(table);
+  } else if (r.kind === "encoder") {
+    box.append(node("div", "mhw-metric",
+      `Sentence embedding, cosine(all on, now): ${r.cosine.toFixed(5)}` + (r.off ? ` (${r.off} heads off)` : "")));
+  }
+}
+
+function download(name, text, type) {
+  const a = document.createElement("a");
+  a.href = URL.createObjectURL(new Blob([text], { type }));
+  a.download = name;
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(a.href), 1000);
+}
+
+function build(model) {
+  const box = node("div", "mhw");
+  const bar = node("div", "mhw-bar");
+  const reset = node("button", "mhv-btn mhw-reset", "all heads on");
+  reset.title = "Switch every head back on (the model reruns)";
+  reset.addEventListener("click", () => model.send({ type: "reset" }));
+  const svg = node("button", "mhv-btn mhw-svg", "SVG");
+  svg.title = "Download this layer's heads as an SVG file (the same picture as widget.to_svg())";
+  svg.addEventListener("click", () => model.send({ type: "svg", layer: model.get("layer") }));
+  const status = node("span", "mhw-status");
+  status.setAttribute("data-testid", "mhw-status");
+  bar.append(reset, svg, status);
+  const grid = node("div", "mhw-grid");
+  const readout = node("div", "mhw-readout");
+  readout.setAttribute("data-testid", "mhw-readout");
+  box.append(bar, grid, readout);
+  const parts = { box, grid, readout, status, draws: 0 };
+  // Every time head_grid.js draws a layer it writes the grid's data-layer: the time of the last draw is kept on
+  // the widget's box (data-drawn-at, ms since the epoch), which is how show()-to-drawn is measured in a browser.
+  new MutationObserver(() => {
+    parts.draws += 1;
+    box.dataset.drawnAt = String(Date.now());
+    box.dataset.draws = String(parts.draws);
+  }).observe(grid, { attributes: true, subtree: true, attributeFilter: ["data-layer"] });
+  // A layer tab clicked in the page: tell Python which layer is shown (the SVG export and widget.layer follow it).
+  grid.addEventListener("click", (ev) => {
+    const tab = ev.target.closest && ev.target.closest(".mhv-tab");
+    if (tab && Number(tab.dataset.layer) !== model.get("layer")) {
+      model.set("layer", Number(tab.dataset.layer));
+      model.save_changes();
+    }
+  });
+  return parts;
+}
+
+async function refresh(model, parts) {
+  const mod = await gridModule(model.get("_grid_js"));
+  const data = { ...model.get("grid"), layer: model.get("layer"), url: false, att: arrowCell(bytesOf(model.get("att"))) };
+  if (!data.tokens) return;
+  mod.default({
+    data, parentElement: parts.grid,
+    setTriggerValue: (name, value) => {
+      if (name === "layer") { model.set("layer", value); model.save_changes(); return; }  // drawn already
+      parts.status.textContent = "rerunning the model…";
+      model.send({ type: name, ...value });
+    },
+  });
+  drawReadout(parts.readout, model.get("readout"));
+  parts.status.textContent = model.get("status") || "";
+}
+
+export default {
+  render({ model, el }) {
+    let parts = BOXES.get(model);
+    if (!parts || parts.box.isConnected) {  // a first view, or a second view of the same widget beside the first
+      parts = build(model);
+      BOXES.set(model, parts);
+    }
+    el.append(parts.box);  // a redrawn output (e.g. update_display) takes over the drawn grid and its state
+    // Python sets several traits at once (grid, att, readout): one redraw for them all.
+    const again = () => {
+      if (parts.queued) return;
+      parts.queued = true;
+      queueMicrotask(() => {
+        parts.queued = false;
+        refresh(model, parts).catch((err) => { parts.status.textContent = "Could not draw: " + err; });
+      });
+    };
+    const onMsg = (msg) => {
+      if (msg && msg.type === "svg") download(msg.name, msg.svg, "image/svg+xml");
+    };
+    const names = ["change:grid", "change:att", "change:layer", "change:readout", "change:status"];
+    names.forEach((n) => model.on(n, again));
+    model.on("msg:custom", onMsg);
+    again();
+    return () => {
+      names.forEach((n) => model.off(n, again));
+      model.off("msg:custom", onMsg);
+    };
+  },
+};

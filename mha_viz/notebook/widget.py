@@ -1,0 +1,285 @@
+"""The layer grid in a Jupyter notebook: `mha_viz.show(model, text)` (or `show(run)`).
+
+The picture is the app's own browser code (app/components/head_grid.js), mounted by a small anywidget wrapper
+(widget.js); the data is the same payload the app sends (notebook/payload.py). A head's switch clicked in the page
+calls back into Python: the model reruns with those heads off (per call, nothing stored on the model), the grid and
+the effect readout update, and `widget.heads_off` / `widget.run` hold the new state for the code in the next cell.
+
+No streamlit here. anywidget ships the JavaScript inside the Python package (a JupyterLab / Notebook 7 extension),
+and our JavaScript travels in the widget's state: nothing is fetched from a CDN.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Iterable
+
+import anywidget
+import numpy as np
+import traitlets
+
+from mha_viz import analysis
+from mha_viz.contract import AttentionRun, Head, InputError, Model, check_ablate, check_ablation
+from mha_viz.notebook import svg as _svg
+from mha_viz.notebook.payload import deflate, grid_data
+
+_HERE = Path(__file__).resolve().parent
+_COMPONENTS = _HERE.parent / "app" / "components"
+TOP_K = 5
+
+_WIDGET_CSS = """
+.mhw { font-family: var(--jp-ui-font-family, sans-serif); color: var(--jp-ui-font-color1, #222); }
+.mhw-bar { display: flex; gap: 6px; align-items: center; margin-bottom: 4px; }
+.mhw-status { font-size: 12px; color: #8a5a00; }
+.mhw-readout { font-size: 12px; margin-top: 6px; }
+.mhw-readout .mhw-metric { font-weight: 600; margin-bottom: 2px; }
+.mhw-readout .mhw-note { color: #666; }
+.mhw-top td, .mhw-top th { padding: 1px 10px 1px 0; text-align: left; font-family: monospace; }
+"""
+
+
+def token_labels(tokens: Iterable[str]) -> list[str]:
+    """Printable labels, as the app's Layer view gives them (control characters made visible, "∅" for empty)."""
+    from mha_viz.plotting import visible_text
+
+    return [visible_text(t) or "∅" for t in tokens]
+
+
+def badge_labels(run: AttentionRun, causal: bool) -> dict[Head, str]:
+    """Each head's strongest measured score on this run, worded as the app's Layer view words it."""
+    try:
+        scores, baselines = analysis.run_scores(run, causal)
+    except Exception:  # badges are an extra; never block the grid
+        return {}
+    L, H = run.attentions.shape[:2]
+    out = {}
+    for layer in range(L):
+        for head in range(H):
+            top = analysis.top_badges(scores, baselines, layer, head, n=1)
+            if top:
+                name, value = top[0]
+                out[(layer, head)] = f"measured: {value:.0%} → {analysis.SCORE_WORDS[name].short}"
+            else:
+                out[(layer, head)] = "measured: no location stands out"
+    return out
+
+
+def effect_readout(model: Model, base: AttentionRun, run: AttentionRun) -> dict:
+    """What switching `run.ablated` off changed, as the app's Ablation effects view measures it: for a model with
+    an LM head, KL(p_all_on || p_now) at the prediction position and the top-5 tokens before and after; for an
+    encoder, the cosine of the sentence embeddings (mean of the final hidden states). -> a dict for the page."""
+    off = len(run.ablated)
+    if base.logits is not None and run.logits is not None:
+        position = model.prediction_position(base)
+        note = ""
+        if position is None:  # a masked LM whose text holds no mask token
+            position = len(base.tokens) - 1
+            note = (f"No {model.mask_token or 'mask token'} in the text: predictions are read at the last position; "
+                    "put the mask token where a word should be predicted.")
+        kl = analysis.next_token_kl(base.logits, run.logits, position)
+
+        def top(logits):
+            probs, ids = analysis.topk_predictions(logits[position], TOP_K)
+            return [[model.decode(int(i)), float(p)] for p, i in zip(probs, ids)]
+
+        return {"kind": "lm", "position": int(position), "token": base.tokens[position], "kl": float(kl),
+                "before": top(base.logits), "after": top(run.logits), "off": off, "note": note}
+    return {"kind": "encoder", "cosine": float(analysis.cosine_change(base.output, run.output)), "off": off,
+            "note": ""}
+
+
+def _shell():
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    return get_ipython()
+
+
+class HeadGrid(anywidget.AnyWidget):
+    """Every head of one layer (tabs for the others), the app's Layer view in a notebook output.
+
+    Readable from Python: `heads_off` (a frozenset of (layer, head), settable), `run` (the AttentionRun drawn,
+    with those heads off), `base` (all heads on), `readout` (what changed), `layer` (the layer shown, following the
+    tabs clicked in the page). `to_svg()` / `save_svg(path)` export the shown layer.
+    """
+
+    _esm = (_HERE / "widget.js").read_text()
+    _css = (_COMPONENTS / "head_grid.css").read_text() + _WIDGET_CSS
+    _grid_js = traitlets.Unicode((_COMPONENTS / "head_grid.js").read_text()).tag(sync=True)
+    grid = traitlets.Dict().tag(sync=True)  # the payload without the weights (notebook/payload.py)
+    att = traitlets.Bytes().tag(sync=True)  # the weights' codes, deflated: (L, H, T, T) uint8
+    layer = traitlets.Int(0).tag(sync=True)
+    readout = traitlets.Dict().tag(sync=True)
+    status = traitlets.Unicode("").tag(sync=True)
+
+    def __init__(self, run: AttentionRun, model: Model | None = None, text: str | None = None, layer: int = 0,
+                 cols: int = 4, ablation: str = "zero", shared_scale: bool = False, base: AttentionRun | None = None):
+        L = int(run.attentions.shape[0])
+        if not 0 <= layer < L:
+            raise InputError(f"layer {layer} does not exist: this model has layers 0 to {L - 1}")
+        if model is not None:
+            check_ablation(ablation)
+        self.t_show = time.time()  # when show() began (the browser tests measure show() -> drawn from it)
+        self._model, self._text, self._ablation = model, text, ablation
+        self._cols, self._shared = int(cols), bool(shared_scale)
+        self._run, self._base = run, base if base is not None else (run if not run.ablated else None)
+        self._handles, self._shown_at = [], None
+        super().__init__(layer=layer)
+        self.on_msg(self._on_msg)
+        self._send_run()
+
+    # -- what Python code reads ------------------------------------------------------------------------------
+    @property
+    def run(self) -> AttentionRun:
+        return self._run
+
+    @property
+    def base(self) -> AttentionRun | None:
+        """The run with every head on (None for `show(run)` of an ablated run without its model)."""
+        return self._base
+
+    @property
+    def model(self) -> Model | None:
+        return self._model
+
+    @property
+    def text(self) -> str | None:
+        return self._text
+
+    @property
+    def heads_off(self) -> frozenset[Head]:
+        return frozenset(self._run.ablated)
+
+    @heads_off.setter
+    def heads_off(self, heads: Iterable[Head]) -> None:
+        self.set_heads_off(heads)
+
+    # -- switching heads --------------------------------------------------------------------------------------
+    def set_heads_off(self, heads: Iterable[Head]) -> AttentionRun:
+        """Rerun the model with exactly `heads` off; the grid and the readout follow. -> the new run."""
+        if self._model is None or self._text is None:
+            raise InputError("this widget shows a run without its model, so it cannot rerun: use "
+                             "mha_viz.show(model, text) (or show(run, model=model, text=text)) to switch heads")
+        L, H = self._run.attentions.shape[:2]
+        off = check_ablate(heads, int(L), int(H))
+        if self._base is None:
+            self._base = self._model.run(self._text)
+        self._run = self._base if not off else self._model.run(self._text, ablate=off, ablation=self._ablation)
+        self._send_run()
+        return self._run
+
+    def toggle(self, layer: int, head: int, on: bool | None = None) -> AttentionRun:
+        """Switch one head on (on=True), off (on=False) or over (None), as its switch in the page does."""
+        key = (int(layer), int(head))
+        off = set(self.heads_off)
+        turn_on = (key in off) if on is None else bool(on)
+        (off.discard if turn_on else off.add)(key)
+        return self.set_heads_off(off)
+
+    def _on_msg(self, _widget, content, _buffers) -> None:
+        kind = content.get("type") if isinstance(content, dict) else None
+        try:
+            if kind == "toggle":
+                self.toggle(content["layer"], content["head"], content.get("on"))
+            elif kind == "reset":
+                self.set_heads_off(())
+            elif kind == "svg":
+                layer = int(content.get("layer", self.layer))
+                self.send({"type": "svg", "name": self._file_name(layer), "svg": self.to_svg(layer)})
+        except Exception as err:  # the page shows it; raising here would only reach the kernel's log
+            self.status = f"{type(err).__name__}: {err}"
+            self.grid = {**self.grid, "rev": self.grid.get("rev", 0) + 1}  # redraw: clears the pending switch
+
+    # -- what goes to the page ----------------------------------------------------------------------------------
+    def _send_run(self) -> None:
+        run = self._run
+        causal = bool(self._model.causal) if self._model is not None else run.logits is not None
+        self._badges = badge_labels(run, causal)
+        data, codes = grid_data(token_labels(run.tokens), run.attentions, self.layer, run.ablated, self._cols,
+                                self._shared, self._badges, run.unknown)
+        self._codes = codes
+        readout = {}
+        if self._model is not None and self._base is not None:
+            readout = effect_readout(self._model, self._base, run)
+        elif self._model is None:
+            readout = {"kind": "none", "note": "A run without its model: switching heads needs "
+                                               "mha_viz.show(model, text)."}
+        with self.hold_sync():  # one message for all of them
+            self.grid = {**data, "rev": self.grid.get("rev", 0) + 1}
+            self.att = deflate(codes)
+            self.readout = readout
+            self.status = ""
+        self._update_fallback()
+
+    def _layer_codes(self, layer: int) -> np.ndarray:
+        L, H, T = self.grid["L"], self.grid["H"], self.grid["T"]
+        if not 0 <= layer < L:
+            raise InputError(f"layer {layer} does not exist: this model has layers 0 to {L - 1}")
+        return np.frombuffer(self._codes, np.uint8).reshape(L, H, T, T)[layer]  # (H, T, T)
+
+    def _title(self, layer: int) -> str:
+        name = self._model.info.name if self._model is not None else "a run"
+        off = sorted(self.heads_off)
+        return f"{name}, layer {layer}" + (f", off: {', '.join(f'L{a} H{b}' for a, b in off)}" if off else "")
+
+    def _file_name(self, layer: int) -> str:
+        name = self._model.info.name if self._model is not None else "run"
+        return f"mha-viz-{name}-L{layer}.svg".replace("/", "_")
+
+    def to_svg(self, layer: int | None = None) -> str:
+        """The shown layer (or `layer`) as an SVG document: every head's heatmap in the grid's colours, its name,
+        whether it is off and its measured score."""
+        layer = self.layer if layer is None else int(layer)
+        return _svg.layer_svg(self._layer_codes(layer), token_labels(self._run.tokens), layer, set(self.heads_off),
+                              self._badges, self._cols, self._title(layer))
+
+    def save_svg(self, path, layer: int | None = None) -> Path:
+        path = Path(path)
+        path.write_text(self.to_svg(layer), encoding="utf-8")
+        return path
+
+    @traitlets.observe("layer")
+    def _layer_changed(self, change) -> None:
+        L = self.grid.get("L")
+        if L is not None and not 0 <= change["new"] < L:
+            self.layer = change["old"]
+            raise InputError(f"layer {change['new']} does not exist: this model has layers 0 to {L - 1}")
+        self._update_fallback()
+
+    # -- display: the live widget, and the last picture for a notebook saved without its kernel --------------------
+    def _bundle(self) -> tuple[dict, dict]:
+        data, metadata = super()._repr_mimebundle_()
+        data = dict(data)
+        data["text/plain"] = f"<mha-viz head grid: {self._title(self.layer)}>"
+        # What a front end without the widget (nbconvert's HTML of a notebook saved without widget state, GitHub)
+        # draws instead: the same layer, as SVG. Updated with every rerun, so it is the last picture shown.
+        data["image/svg+xml"] = self.to_svg()
+        return data, metadata
+
+    def _ipython_display_(self) -> None:
+        shell = _shell()
+        if shell is not None and self._shown_at == shell.execution_count:
+            return  # show() displayed it in this cell already; this is the same widget as the cell's last value
+        self._display()
+
+    def display_once(self) -> None:
+        """Display the widget now if running in IPython (what show() does), and not again as the cell's value."""
+        shell = _shell()
+        if shell is None:
+            return
+        self._shown_at = shell.execution_count
+        self._display()
+
+    def _display(self) -> None:
+        from IPython.display import display
+
+        data, metadata = self._bundle()
+        self._handles.append(display(data, metadata=metadata, raw=True, display_id=True))
+
+    def _update_fallback(self) -> None:
+        if not getattr(self, "_handles", None) or "L" not in self.grid:
+            return
+        data, metadata = self._bundle()
+        for handle in self._handles:
+            handle.update(data, metadata=metadata, raw=True)
