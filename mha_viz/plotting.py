@@ -809,14 +809,16 @@ def causal_check_figure(on: torch.Tensor, off: torch.Tensor, title: str, switche
 
 
 def circuits_timeline_figure(steps: list[int], pairs: dict[str, np.ndarray], baseline: float,
-                             copying: np.ndarray, pattern: dict[str, np.ndarray] | None = None,
+                             copying: np.ndarray | None, pattern: dict[str, np.ndarray] | None = None,
                              current: int | None = None, *, height: int = 620) -> go.Figure:
     """Circuit scores against the training step, one panel each: composition scores of chosen head pairs
-    ({name: (S,)}) with the random baseline dotted; each head's OV copying score ((S, L, H), one line per head);
+    ({name: (S,)}) with the random baseline dotted; each head's OV copying score ((S, L, H), one line per head; None:
+    no such panel);
     and, when given, measured pattern scores ({name: (S,)}, e.g. the later head's induction score from the probe
     file) so a composition can be read against the behaviour it may explain. Logarithmic step axis, step 0 at 1."""
     x = [max(s, 1) for s in steps]
-    panels = ["composition score", "OV copying score"] + (["measured pattern score"] if pattern else [])
+    panels = (["composition score"] + (["OV copying score"] if copying is not None else [])
+              + (["measured pattern score"] if pattern else []))
     n = len(panels)
     gap = 0.08
     h = (1 - gap * (n - 1)) / n
@@ -836,7 +838,8 @@ def circuits_timeline_figure(steps: list[int], pairs: dict[str, np.ndarray], bas
             title=dict(text="training step (log scale)") if i == n - 1 else None)
         layout["yaxis" if i == 0 else f"yaxis{i + 1}"] = dict(
             domain=[y0, min(1.0, y0 + h)], anchor=xa, showgrid=True, gridcolor="#eee",
-            range=[-1.05, 1.05] if i == 1 else None, tickformat=".0%" if i == 2 else None)
+            range=[-1.05, 1.05] if title == "OV copying score" else None,
+            tickformat=".0%" if title == "measured pattern score" else None)
         layout["annotations"].append(dict(text=f"<b>{html.escape(title, quote=False)}</b>", x=0, y=y0 + h,
                                           xref="paper", yref="paper", xanchor="left", yanchor="bottom",
                                           showarrow=False, font=dict(size=11)))
@@ -851,7 +854,7 @@ def circuits_timeline_figure(steps: list[int], pairs: dict[str, np.ndarray], bas
                                                "<extra></extra>"))
             data.append(dict(type="scatter", mode="lines", x=[x[0], x[-1]], y=[baseline] * 2, xaxis=xa, yaxis=ya,
                              name="random matrices", line=dict(color="#999", dash="dot"), hoverinfo="skip"))
-        elif i == 1:
+        elif title == "OV copying score":
             c = np.asarray(copying, dtype=np.float32)  # (S, L, H)
             for layer in range(c.shape[1]):
                 for head in range(c.shape[2]):

@@ -7,10 +7,11 @@ import math
 
 import pytest
 import torch
-from helpers import loaded
 
 import mha_viz
 from mha_viz.analysis.circuits import MODES, causal_check, composition_scores, copying_scores, head_weights
+
+from helpers import loaded
 
 TEXT = "the keys to the old cabinet are on the table ."
 

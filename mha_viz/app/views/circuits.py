@@ -9,7 +9,7 @@ import numpy as np
 import streamlit as st
 import torch
 
-from mha_viz import checkpoints, load_model, plotting
+from mha_viz import checkpoints, load_model, plotting, seeds
 from mha_viz.analysis import circuits as circ
 from mha_viz.app.cache import get_model, training_evidence
 from mha_viz.app.common import head_name, md_safe, trained_here
@@ -269,7 +269,7 @@ def over_training(ctx: ViewContext, c: circ.Circuits) -> None:
                    np.array([s.scores["previous_token"][earlier[0]][earlier[1]] for s in evidence.per_step])}
     st.plotly_chart(plotting.circuits_timeline_figure(
         steps, pairs, last.baseline["k"].mean,
-        copying if copying is not None else np.zeros((len(steps), last.n_layers, last.n_heads)), pattern),
+        copying, pattern),
         width="stretch", key="circ_timeline")
     rows = [{"step": s, "K-composition": f"{float(x.composition['k'][earlier + later]):.3f}",
              f"{head_name(later)} copying": "n/a" if x.copying is None else f"{float(x.copying[later]):+.2f}"}
@@ -280,6 +280,45 @@ def over_training(ctx: ViewContext, c: circ.Circuits) -> None:
     st.table(rows)
     st.caption(f"Random matrices score {last.baseline['k'].mean:.3f}. The induction scores come from the probe file "
                "(`make probe`), measured on held-out repeated sequences at each step.")
+    every_seed(base, last.baseline["k"].mean)
+
+
+def every_seed(base: str, baseline: float) -> None:
+    """The same recipe under every seed: each seed's own top K-composition pair (found at its last step, since a
+    seed puts the roles on other heads) against the step."""
+    names = seeds(base)
+    if len(names) < 2:
+        return
+    st.markdown("**Every seed of the same recipe**: each seed's own top K-composition pair at its last step, "
+                "measured at every saved step")
+    pairs, rows, all_steps = {}, [], []
+    for name in names:
+        steps = checkpoints(name)
+        if not steps:
+            continue
+        try:
+            per_step = [step_circuits(f"{name}@{s}") for s in steps]
+        except (UnavailableError, ModelLoadError) as err:
+            st.caption(f"{name}: {md_safe(str(err))}")
+            continue
+        top = per_step[-1].top_pairs("k", 1)
+        if not top:
+            continue
+        earlier, later, _ = top[0]
+        values = {s: float(x.composition["k"][earlier + later]) for s, x in zip(steps, per_step)}
+        pairs[f"{name}: {head_name(earlier)} → {head_name(later)}"] = values
+        all_steps = sorted(set(all_steps) | set(steps))
+        copy = per_step[-1].copying
+        rows.append({"model": name, "pair": f"{head_name(earlier)} → {head_name(later)}",
+                     "first step": f"{values[steps[0]]:.3f} (step {steps[0]})",
+                     "last step": f"{values[steps[-1]]:.3f} (step {steps[-1]})",
+                     "later head's copying": "n/a" if copy is None else f"{float(copy[later]):+.2f}"})
+    if not pairs:
+        return
+    lines = {k: np.array([v.get(s, np.nan) for s in all_steps]) for k, v in pairs.items()}  # NaN: step not saved
+    st.plotly_chart(plotting.circuits_timeline_figure(all_steps, lines, baseline, None, height=420),
+                    width="stretch", key="circ_seeds")
+    st.table(rows)
 
 
 # -- compare two ----------------------------------------------------------------------------------------------------
