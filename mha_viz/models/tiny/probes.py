@@ -47,7 +47,8 @@ def agreement_accuracy(model, examples: Iterable, ablate: Iterable[Head] = ()) -
     correct = total = 0
     for ex in examples:
         if ex.verb_pos is None or ex.verb_forms is None:
-            raise ValueError("agreement_accuracy needs examples with verb_pos and verb_forms (corpus.agreement_examples)")
+            raise ValueError("agreement_accuracy needs examples with verb_pos and verb_forms "
+                             "(corpus.agreement_examples)")
         run = model.run(ex.text, ablate)
         if list(run.tokens) != list(ex.tokens):
             raise ValueError(f"the model tokenized {ex.text!r} differently from the generator; positions would be off")
