@@ -58,14 +58,15 @@ def ablation() -> str:
         "Sets the head's output to", list(ABLATION_LABELS), format_func=ABLATION_LABELS.get, key="ablation",
         help="A head's output is its slice of the output projection's input. Zero is a value the head never "
              "produces, so zero ablation can overstate its role; the mean over reference text (the example "
-             "sentences) removes what the head says about this input while keeping its typical output. "
+             "sentences: their ordinary tokens, special tokens such as [CLS] and <bos> left out, each sentence "
+             "weighted equally) removes what the head says about this input while keeping its typical output. "
              "See the Patching view's notes.",
     )
 
 
 def learned_note() -> None:
     """What a heatmap is and is not, kept in view without pushing the heads down the page."""
-    from mha_viz.app.common import notes_text
+    from mha_viz.app.views.notes import notes_text
 
     st.sidebar.info(LEARNED_NOTE, icon="ℹ️")
     with st.sidebar.expander("More: what a head is, and what a heatmap can and cannot tell you"):

@@ -266,3 +266,40 @@ def test_norm_inputs_come_from_the_run_they_are_drawn_with(case, ablation):
     if ablation == "mean":
         zeroed, _ = model.norm_inputs(text, heads, "zero")
         assert (zeroed - ours).abs().max() > 1e-4, "zero and mean must give different values to be tested"
+
+
+def test_a_new_meaning_of_off_is_one_class():
+    """Adding a meaning of "off" is one Ablation subclass: run, inside and importance take it by its key with no
+    other change. Here: a head's output set to half its own mean (a made-up meaning, for this test only)."""
+    from mha_viz.analysis.importance import head_importance
+    from mha_viz.contract import Ablation
+
+    class HalfMean(Ablation):
+        key = "half-mean-test"
+        label = "half the mean"
+        describe = "set to half its mean"
+        adjective = "half-mean-ablated"
+        help = "for a test"
+
+        def outputs(self, model, reference):
+            return 0.5 * model.head_means(reference)  # (L, H, dh)
+
+    try:
+        model = loaded("tiny")
+        heads = HEADS["tiny"]
+        run = model.run(TINY_TEXT, ablate=heads, ablation="half-mean-test", reference=REFERENCE)
+        assert run.ablation == "half-mean-test" and isinstance(run.ablation, HalfMean)
+        L, H = model.n_layers, model.n_heads
+        keep = torch.ones(1, L, H)
+        replace = torch.zeros(1, L, H, 1, model.head_means(REFERENCE).shape[-1])
+        for layer, head in heads:
+            keep[0, layer, head] = 0.0
+            replace[0, layer, head, 0] = 0.5 * model.head_means(REFERENCE)[layer, head]
+        _, logits = model.run_batch_keep(TINY_TEXT, keep, replace)
+        assert torch.allclose(run.logits, logits[0], atol=1e-5)
+        inside = model.inside(TINY_TEXT, heads[1][0], heads[1][1], ablate=heads, ablation="half-mean-test",
+                              reference=REFERENCE)
+        assert inside.ablated
+        assert head_importance(model, TINY_TEXT, ablation="half-mean-test").shape == (L, H)
+    finally:
+        Ablation._KINDS.pop("half-mean-test", None)
