@@ -25,9 +25,9 @@ Axis letters: L layer, H head, D d_model, dh head width, V vocabulary, P positio
 from __future__ import annotations
 
 import functools
+import math
 import threading
 import weakref
-import math
 from dataclasses import dataclass
 
 import torch
