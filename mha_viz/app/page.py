@@ -9,7 +9,7 @@ import streamlit as st
 
 from mha_viz import analysis
 from mha_viz.app import reconnect, state
-from mha_viz.app.cache import get_model, get_run, memory_bounded, set_threads
+from mha_viz.app.cache import get_model, get_run, memory_scope, set_threads
 from mha_viz.app.common import (ABLATION_LABELS, ABLATION_SHORT, LEARNED_NOTE, display, display_notes, head_name,
                                 md_safe, notes_text, predictions_panel, visible)
 from mha_viz.app.context import ViewContext
@@ -37,6 +37,7 @@ def warm_up() -> None:
               file=sys.stderr)
 
 
+@memory_scope  # the runs of a page hold their share of the process's memory budget until it is drawn
 def main() -> None:
     st.set_page_config(page_title="mha-viz: attention heads, side by side", layout="wide")
     try:
@@ -75,7 +76,7 @@ def main() -> None:
 
 
 @st.fragment
-@memory_bounded  # the page's work on this text holds its share of the process's memory budget while it runs
+@memory_scope  # a toggle's rerun holds its share of the process's memory budget until it is drawn
 def heads_and_views(model: Model, name: str, text: str, layer: int, n_cols: int, shared_scale: bool,
                     hide_special: bool, merge: bool, ablation: str = "zero") -> None:
     """Everything a head toggle changes. A fragment, so a toggle reruns this part only, not the whole page."""
