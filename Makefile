@@ -44,7 +44,9 @@ setup-nginx:
 run: setup
 	$(PY) app.py --server.port $(PORT) --server.headless true --browser.gatherUsageStats false
 
-# Many people at once: N app processes behind nginx with sticky sessions, public-server settings (README).
+# Many people at once: N app processes under supervisord (restarted when they exit or stop answering their health
+# check) behind nginx with sticky sessions, public-server settings; bad settings stop it before anything starts
+# (README). supervisord and superlance come from requirements.txt (setup), nginx from Debian (setup-nginx).
 N ?= 2
 HOST ?= 127.0.0.1
 serve: setup setup-nginx

@@ -21,6 +21,7 @@ import os
 import signal
 import sys
 import time
+from collections import defaultdict
 
 import _stclient as C
 from _common import OUT, REPO, load_avg, machine, table
@@ -46,14 +47,16 @@ async def visitor(i: int, url: str, stop_at: float, log: list) -> None:
         n += 1
         q = C.query(text=sentence, off=f"L{n % 6}H{(i + n) % N_HEADS}")
         t0 = time.monotonic()
+        first_error = None
         for attempt in range(RETRIES + 1):
             r = await C.visit(url, q, timeout_s=60, cookie=cookie)
             if r["ok"]:
                 break
+            first_error = first_error or r["error"] or "; ".join(r["exceptions"])[:200]
             await asyncio.sleep(1)
         cookie = r.get("cookie") or cookie
         log.append({"visitor": i, "t": t0, "seconds": time.monotonic() - t0, "ok": r["ok"], "attempts": attempt + 1,
-                    "error": r["error"]})
+                    "error": r["error"], "first_error": first_error})
         await asyncio.sleep(0.5)  # a visitor looks at the page before the next toggle
 
 
@@ -110,6 +113,12 @@ def main() -> None:
     print(f"p50 after / before: {after_p50 / before_p50:.2f}")
     for a in [a for a in log if not a["ok"]][:5]:
         print(f"  lost: visitor {a['visitor']}: {a['error']}")
+    why = defaultdict(int)
+    for a in log:
+        if a["first_error"]:
+            why[a["first_error"].split(":")[0]] += 1
+    for reason, n in sorted(why.items(), key=lambda kv: -kv[1]):
+        print(f"  a first attempt failed {n} time(s): {reason}")
 
 
 if __name__ == "__main__":

@@ -560,11 +560,11 @@ class Watch:
             pid, ok, was = p.get("pid") or None, health[w.index], self.pids[w.index]
             if w.index not in self.down_since and (pid != was or not ok):
                 self.down_since[w.index] = time.monotonic()
-                why = (f"exited ({p.get('description') or p.get('statename')}); supervisord restarts it"
-                       if pid != was else
+                why = ("exited; supervisord restarts it" if pid != was else
                        f"does not answer /_stcore/health; restarted if still silent after {HEALTH_TIMEOUT_S} s")
-                lines.append(f"app process {w.index} ({w.url}) is down: it {why}. Its visitors are served by the "
-                             "other processes meanwhile.")
+                others = (" Its visitors are served by the other processes meanwhile." if len(self.d.backends) > 1
+                          else " Visitors get an error page until it is back.")
+                lines.append(f"app process {w.index} ({w.url}) is down: it {why}.{others}")
             elif w.index in self.down_since and ok and pid:
                 took = time.monotonic() - self.down_since.pop(w.index)
                 how = f"restarted as pid {pid}" if pid != was else f"answering again, pid {pid}"
@@ -587,6 +587,7 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupted)
+    signal.signal(signal.SIGINT, interrupted)  # also when started in the background, where SIGINT comes ignored
     print(f"Checking settings, then starting {args.procs} app process(es) under supervisord, and nginx ...",
           flush=True)
     try:
@@ -600,8 +601,8 @@ def main(argv: list[str] | None = None) -> int:
         for warning in deployment.warnings:
             print(f"serve: warning: {warning}", file=sys.stderr, flush=True)
         pids = ", ".join(f"{w.url} (pid {deployment.pid(w.index)})" for w in deployment.backends)
-        print(f"mha-viz: {deployment.url}  ({args.procs} app processes: {pids}; all healthy; files in "
-              f"{deployment.prefix})", flush=True)
+        procs = f"{args.procs} app process{'es' if args.procs != 1 else ''}"
+        print(f"mha-viz: {deployment.url}  ({procs}: {pids}; all healthy; files in {deployment.prefix})", flush=True)
         shown = {**{k: v for k, v in os.environ.items() if k.startswith("MHA_VIZ_")}, **deployment.env}
         print("Settings: " + ", ".join(f"{k}={v}" for k, v in sorted(shown.items())) + ". A process that exits "
               f"is restarted; one that does not answer /_stcore/health within {HEALTH_TIMEOUT_S} s too. "

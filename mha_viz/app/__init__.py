@@ -2,7 +2,8 @@
 
     page.py     the page frame: sidebar, text box, token strip, the effect panel, then the chosen view
     state.py    session keys (which heads are off) and the URL (read once, written on every run)
-    cache.py    shared models and runs (one per server), torch threads
+    cache.py    shared models and runs (one per server, within one memory budget), torch threads
+    reconnect.py  the notice for a session rebuilt from its link after its server process was lost
     common.py   small helpers every view may use: head names, Markdown escaping, predictions, display transforms
     context.py  ViewContext: everything a view may read
     views/      one file per view, each with render(ctx); views/__init__.py is the registry

@@ -57,9 +57,9 @@ class RunCache:
     0.4 MB). Not st.cache_data, which would copy the tensors on every hit, nor st.cache_resource, which cannot
     replay a progress bar.
 
-    The same budget covers work in flight: `get(..., need=bytes)` (the attention a run will hold, known before
-    the forward pass) and `reserve(bytes)` (a page's whole work on a text, `memory_bounded`) first drop kept runs
-    to make room, then wait up to `wait_s` for other sessions' work to finish, calling `on_wait` once when they
+    The same budget covers work in flight: `get(..., need=bytes)` (what a run's work holds, known before the
+    forward pass), `reserve(bytes)` and `hold(bytes)` (a page's whole work on a text, `memory_scope`) drop kept
+    runs to make room, then wait up to `wait_s` for other sessions' work to finish, calling `on_wait` once when they
     start waiting, and raise RunBudgetError when the need alone exceeds the budget or the wait runs out. Two
     sessions asking for the same key at once share one forward pass."""
 
@@ -145,12 +145,33 @@ class RunCache:
                 self._flight.pop(key, None)
                 self._changed.notify_all()
 
-    def get(self, key: tuple, make, need: int = 0, on_wait=None):
+    def hold(self, need: int, on_wait=None, what: str = "This page would need") -> tuple:
+        """Reserve `need` bytes (waiting, or raising RunBudgetError, as a run would) until `release(key)`."""
+        key = ("held", object())
+        with self._changed:
+            self._admit(key, need, on_wait, what)
+        return key
+
+    def release(self, key: tuple) -> None:
+        with self._changed:
+            self._flight.pop(key, None)
+            self._changed.notify_all()
+
+    def get(self, key: tuple, make, need: int = 0, on_wait=None, scope_key=None):
+        """The entry for `key`, made by `make()` if missing. `need` (bytes) is reserved while it is made; inside a
+        `memory_scope` it is instead held by the scope, once per `scope_key` (a page's text), until the scope
+        ends, whether the run is found or made: the page's copies of a found run need the memory too."""
+        scope = getattr(_SCOPE, "open", None)
+        if getattr(self._local, "covered", False):
+            need = 0  # reserved with the page's work
+        elif need and scope is not None:
+            if (self, scope_key) not in scope.texts:
+                scope.held.append((self, self.hold(need, on_wait)))
+                scope.texts.add((self, scope_key))
+            need = 0
         found = self.peek(key)
         if found is not None:
             return found
-        if getattr(self._local, "covered", False):
-            need = 0  # reserved with the page's work
         if need:
             with self._changed:
                 mine = self._admit(key, need, on_wait)
@@ -209,26 +230,43 @@ def _queued(flight: int, n: int) -> None:
              "for runs; yours starts when they finish.", icon="⏳")
 
 
-def memory_bounded(work):
-    """For page functions called as `work(model, name, text, ...)`: the call holds PAGE_FACTOR x the attention of
-    a run of `text` from the budget while it runs, waiting its turn (the "Queued" notice) when other sessions'
-    work fills it; refused with the page's warning when it cannot fit. Runs it makes reserve nothing more."""
-    @functools.wraps(work)
-    def bounded(model: Model, name: str, text: str, *args, **kwargs):
-        try:
-            reservation = runs().reserve(work_bytes(model, text), on_wait=_queued)
-            reservation.__enter__()
-        except RunBudgetError as err:
-            st.warning(str(err))  # our numbers only, no user text
-            return None
-        except InputError:
-            reservation = contextlib.nullcontext()  # e.g. text the tokenizer refuses: the work says why
-        try:
-            return work(model, name, text, *args, **kwargs)
-        finally:
-            reservation.__exit__(None, None, None)
+class _Scope:
+    def __init__(self):
+        self.held: list[tuple[RunCache, tuple]] = []  # reservations to release when the scope ends
+        self.texts: set = set()  # (cache, scope key) already reserved for
 
-    return bounded
+
+_SCOPE = threading.local()  # .open: the scope of the script run in this thread, if any
+
+
+@contextlib.contextmanager
+def memory_scope_of_run():
+    """While the block runs, each run this thread asks for holds its share of the budget (work_bytes) until the
+    block ends, once per text: the page keeps its runs, and the copies it makes of them, until it is drawn. A
+    scope inside a scope is the outer one."""
+    if getattr(_SCOPE, "open", None) is not None:
+        yield
+        return
+    scope = _SCOPE.open = _Scope()
+    try:
+        yield
+    finally:
+        _SCOPE.open = None
+        for cache, key in scope.held:
+            cache.release(key)
+
+
+def memory_scope(page_function):
+    """A page function (page.main, the heads-and-views fragment) whose runs hold their share of the process's
+    memory budget until it returns: a session whose work does not fit waits its turn (the "Queued" notice), or
+    gets the page's warning with what to do. Touches no setting until a run is asked for, so page.main can still
+    show a bad setting as its own message."""
+    @functools.wraps(page_function)
+    def scoped(*args, **kwargs):
+        with memory_scope_of_run():
+            return page_function(*args, **kwargs)
+
+    return scoped
 
 
 def get_run(name: str, text: str, off: tuple[Head, ...] | frozenset[Head] = (), ablation: str = "zero",
@@ -243,7 +281,7 @@ def get_run(name: str, text: str, off: tuple[Head, ...] | frozenset[Head] = (), 
     model = get_model(name)
     return runs().get((name, text, off, ablation, patch, source),
                       lambda: model.run(text, ablate=off, ablation=ablation, patch=patch, source=source),
-                      need=work_bytes(model, text), on_wait=_queued)
+                      need=work_bytes(model, text), on_wait=_queued, scope_key=(name, text))
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
@@ -310,7 +348,7 @@ def checkpoint_run(name: str, step: int, text: str) -> AttentionRun:
     # The key has get_run's shape, so get_run(f"{name}@{step}", text) finds this run instead of making it again.
     model = _checkpoint_models(name)[step]
     return runs().get((f"{name}@{step}", text, (), "zero", (), None), lambda: model.run(text),
-                      need=work_bytes(model, text), on_wait=_queued)
+                      need=work_bytes(model, text), on_wait=_queued, scope_key=(f"{name}@{step}", text))
 
 
 @st.cache_data(show_spinner=False, ttl=60)

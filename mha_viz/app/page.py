@@ -9,7 +9,7 @@ import streamlit as st
 
 from mha_viz.app import heads_off as off_panel
 from mha_viz.app import reconnect, sidebar, state
-from mha_viz.app.cache import get_run, memory_bounded, set_threads
+from mha_viz.app.cache import get_run, memory_scope, set_threads
 from mha_viz.app.common import display, display_notes, md_safe
 from mha_viz.app.components.nav import nav
 from mha_viz.app.context import ViewContext
@@ -47,6 +47,7 @@ def warm_up() -> None:
               file=sys.stderr)
 
 
+@memory_scope  # the runs of a page hold their share of the process's memory budget until it is drawn
 def main() -> None:
     st.set_page_config(page_title="mha-viz: attention heads, side by side", layout="wide")
     try:
@@ -85,7 +86,7 @@ def main() -> None:
 
 
 @st.fragment
-@memory_bounded  # the page's work on this text holds its share of the process's memory budget while it runs
+@memory_scope  # a toggle's rerun holds its share of the process's memory budget until it is drawn
 def heads_and_views(model: Model, name: str, text: str, n_cols: int, shared_scale: bool, hide_special: bool,
                     merge: bool, ablation: str = "zero") -> None:
     """Everything a head toggle, a layer tab or the navigation changes. A fragment, so they rerun this part only,

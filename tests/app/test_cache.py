@@ -168,3 +168,20 @@ def test_a_reservation_covers_the_runs_made_inside_it_and_holds_back_other_work(
     with pytest.raises(RunBudgetError, match="This page would need about"):
         with cache.reserve(200_000):
             pass
+
+
+def test_inside_a_page_scope_each_text_holds_its_share_until_the_page_is_drawn():
+    """page.main and the heads-and-views fragment run in a memory scope: a run found in the cache still holds
+    the page's share (the page copies it), once per text, and the share goes back when the scope ends."""
+    from mha_viz.app.cache import memory_scope_of_run
+
+    cache = _RunCache(budget_bytes=100_000)
+    cache.get(("kept",), lambda: _run(10))
+    with memory_scope_of_run():
+        cache.get(("kept",), lambda: _run(10), need=30_000, scope_key="text a")  # found, still held
+        assert cache.flight_bytes() == 30_000
+        cache.get(("a, head off",), lambda: _run(10), need=30_000, scope_key="text a")  # same text: no more
+        assert cache.flight_bytes() == 30_000
+        cache.get(("b",), lambda: _run(10), need=20_000, scope_key="text b")
+        assert cache.flight_bytes() == 50_000
+    assert cache.flight_bytes() == 0
