@@ -31,9 +31,16 @@ def show(model_or_run, text: str | None = None, layer: int = 0, *, heads_off=(),
     """
     import time
 
-    from mha_viz.notebook.widget import HeadGrid
-
     t_show = time.time()
+    try:
+        from mha_viz.notebook.widget import HeadGrid
+    except ImportError as err:
+        if (err.name or "").split(".")[0] not in ("anywidget", "ipywidgets", "traitlets"):
+            raise
+        raise ImportError(f"mha_viz.show needs {err.name}, which is not installed in this kernel's environment: "
+                          "`pip install 'mha-viz[notebook]'` (or `pip install anywidget`), then restart the "
+                          "kernel") from err
+
     if isinstance(model_or_run, AttentionRun):
         if heads_off:
             raise InputError("show(run) draws the run as it is; to switch heads off, pass the model and the text: "

@@ -74,6 +74,18 @@ def test_switching_a_head_off_in_the_page(browser, server, front_end):
         readout = page.locator("[data-testid=mhw-readout]")
         assert "0.0000 nats" in readout.inner_text()
         induction_before = _pixels(page, "L1 H0")
+        # In the page only: hovering a heatmap reads a weight, clicking it opens the head large.
+        box = page.locator(".mhv-head[data-head='L1 H0'] canvas").bounding_box()
+        page.mouse.move(box["x"] + box["width"] * 0.9, box["y"] + box["height"] * 0.95)
+        page.wait_for_function("document.querySelector('[data-testid=mhv-info]').innerText.includes('L1 H0 · query')")
+        page.click(".mhv-head[data-head='L1 H0'] .mhv-wrap")
+        page.wait_for_selector(".mhv-focus:not([hidden]) .mhv-focus-canvas")
+        assert page.locator(".mhv-focus-title").inner_text() == "L1 H0"
+        # The SVG button asks the kernel for the picture and downloads it.
+        with page.expect_download() as download:
+            page.click(".mhw-svg")
+        svg = Path(download.value.path()).read_text()
+        assert download.value.suggested_filename == "mha-viz-tiny-L1.svg" and 'data-head="L1 H3"' in svg
         # Layer tabs are the page's own; the switch goes to the kernel.
         page.click(".mhv-tab[data-layer='0']")
         page.click(".mhv-head[data-head='L0 H1'] .mhv-switch")

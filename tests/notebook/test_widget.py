@@ -254,3 +254,12 @@ def test_the_notebook_package_imports_no_streamlit_and_no_jupyter_until_show():
             "print(sorted(m for m in ('anywidget', 'ipywidgets', 'streamlit') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_show_without_anywidget_says_how_to_install_it():
+    code = ("import sys; sys.modules['anywidget'] = None\n"
+            "import mha_viz\n"
+            "try:\n    mha_viz.show('tiny', 'one , two .', display=False)\n"
+            "except ImportError as err:\n    print(err)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert "pip install 'mha-viz[notebook]'" in out.stdout
