@@ -5,8 +5,10 @@ rerun the model in the kernel, grey that head, change the pattern of the head it
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
+import nbformat
 import pytest
 from jupyter_harness import CHROMIUM, JupyterServer, Page, write_notebook
 
@@ -19,7 +21,7 @@ CELLS = [
     f"import mha_viz\nw = mha_viz.show('tiny', {TEXT!r}, layer=1)",
     "from mha_viz import analysis\n"
     "kl = analysis.next_token_kl(w.model.run(w.text).logits, w.model.run(w.text, ablate={(0, 1)}).logits)\n"
-    "print('off:', sorted(w.heads_off), 'ablated run:', sorted(w.run.ablated), f'kl: {kl:.4f}')",
+    "print('off:', sorted(w.heads_off), 'ablated run:', sorted(w.run.ablated), f'kl: {kl:.4f}', 'layer:', w.layer)",
 ]
 
 
@@ -96,10 +98,21 @@ def test_switching_a_head_off_in_the_page(browser, server, front_end):
         page.click(".mhv-tab[data-layer='1']")
         page.wait_for_selector(".mhv-grid[data-layer='1']")
         assert _pixels(page, "L1 H0") != induction_before, "the induction head's pattern did not change"
+        page.click(".mhv-tab[data-layer='2']")  # the tab shown is Python's w.layer too
         p.run_cell(1)
         # Python sees what the page switched, and the readout's KL is the one recomputed from the model there.
-        assert f"off: [(0, 1)] ablated run: [(0, 1)] kl: {shown_kl}" in p.output_text(1)
+        assert f"off: [(0, 1)] ablated run: [(0, 1)] kl: {shown_kl} layer: 2" in p.output_text(1)
         assert float(shown_kl) > 0
         assert not p.outside, f"requests left loopback: {p.outside}"
+        # Saved from the front end, the grid's output carries the last picture for viewers without a kernel.
+        page.keyboard.press("Control+s")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            saved = nbformat.read(server.root / name, as_version=4)
+            pictures = [o.get("data", {}).get("image/svg+xml", "") for o in saved.cells[0].outputs]
+            if any("layer 2, off: L0 H1" in pic for pic in pictures):
+                break
+            page.wait_for_timeout(500)
+        assert any("tiny, layer 2, off: L0 H1" in pic for pic in pictures), [pic[:300] for pic in pictures]
     finally:
         p.close()
