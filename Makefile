@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PORT ?= 8501
 STAMP := $(VENV)/.installed
 
-.PHONY: setup setup-browser setup-nginx run serve test test-fast train probe bench
+.PHONY: setup setup-test setup-browser setup-nginx lint run serve test test-fast train train-seeds probe bench
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,14 @@ $(STAMP): requirements.txt requirements-nodeps.txt | $(PY)
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# The tests' own references and the linter (requirements-test.txt), on top of the app's requirements.
+TEST_STAMP := $(VENV)/.installed-test
+$(TEST_STAMP): requirements-test.txt $(STAMP)
+	$(PY) -m pip install -q -r requirements-test.txt
+	touch $(TEST_STAMP)
+
+setup-test: $(TEST_STAMP)
 
 # Debian's chromium for the real-browser tests (playwright cannot download its own browser here).
 setup-browser:
@@ -42,11 +50,14 @@ HOST ?= 127.0.0.1
 serve: setup setup-nginx
 	$(PY) deploy/serve.py --procs $(N) --port $(PORT) --host $(HOST)
 
-test: setup setup-browser setup-nginx
+lint: setup-test
+	$(VENV)/bin/ruff check .
+
+test: setup-test setup-browser setup-nginx lint
 	$(PY) -m pytest -q tests --durations=15
 
 # Everything but the real browser and the soak: the quick loop while coding.
-test-fast: setup
+test-fast: setup-test
 	$(PY) -m pytest -q tests/unit tests/models tests/app
 
 # Retrains the tiny model bit for bit (weights, checkpoints, loss log in assets/tiny/), then measures every saved
@@ -54,6 +65,12 @@ test-fast: setup
 train: setup
 	$(PY) -m mha_viz.models.tiny.train
 	$(PY) -m mha_viz.models.tiny.probes
+	$(MAKE) train-seeds
+
+# The same recipe from seeds 1 and 2 (assets/tiny/seeds/seedN: float16 weights and 4 steps; ~7 min of one core each).
+train-seeds: setup
+	$(PY) -m mha_viz.models.tiny.train --seed 1 --quiet
+	$(PY) -m mha_viz.models.tiny.train --seed 2 --quiet
 
 probe: setup
 	$(PY) -m mha_viz.models.tiny.probes

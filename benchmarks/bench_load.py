@@ -264,8 +264,8 @@ def run_config(procs: int, args) -> dict:
     with serve.Deployment(procs, log_dir=OUT / f"load-{procs}") as d:
         asyncio.run(warm([b.url for b in d.backends]))
         load_before = load_avg()
-        apps = [b.proc.pid for b in d.backends]
-        ours = set(apps) | {d.nginx.pid}
+        apps = [d.pid(b.index) for b in d.backends]
+        ours = set(apps) | {d.nginx.pid, d.supervisord.pid}
         cpu0 = (cpu_seconds(apps), cpu_seconds([os.getpid()], exclude=ours), machine_busy_seconds())
         cpu1 = []
         t0 = time.monotonic()

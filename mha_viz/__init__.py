@@ -1,7 +1,10 @@
 """mha-viz: see, compare and switch off the attention heads of transformers."""
+from .analysis.census_run import CensusConfig, HeadCensus, head_census
+from .analysis.circuits import Circuits, circuits
 from .contract import AttentionRun, HeadInside, InputError, Model, ModelInfo, ModelLoadError, UnavailableError
-from .models import BUILTIN, checkpoints, load_model
+from .models import BUILTIN, checkpoints, load_model, seeds
 from .notebook import show  # the notebook widget; imports anywidget only when called
 
-__all__ = ["AttentionRun", "BUILTIN", "HeadInside", "InputError", "Model", "ModelInfo", "ModelLoadError",
-           "UnavailableError", "checkpoints", "load_model", "show"]
+__all__ = ["AttentionRun", "BUILTIN", "CensusConfig", "Circuits", "HeadCensus", "HeadInside", "InputError", "Model",
+           "ModelInfo", "ModelLoadError", "UnavailableError", "checkpoints", "circuits", "head_census", "load_model",
+           "seeds", "show"]

@@ -8,7 +8,7 @@ A `Model` turns text into an `AttentionRun`:
     run.tokens      list[str]                      one display label per position, len T
     run.attentions  torch.float32 (L, H, Q, K)     each row sums to 1; causal models are lower-triangular
     run.ablated     frozenset[(layer, head)]       heads whose contribution was switched off in this run
-    run.ablation    "zero" or "mean"               what "off" meant for the heads in `ablated`
+    run.ablation    Ablation ("zero" or "mean")    what "off" meant for the heads in `ablated` (a str subclass)
     run.patched     frozenset[(layer, head)]       heads whose output was taken from a run on another text
     run.output      torch.float32 (T, D)           final hidden states
     run.logits      torch.float32 (T, V) or None   where the model has an LM head
@@ -16,19 +16,23 @@ A `Model` turns text into an `AttentionRun`:
 `Model.inside(text, layer, head)` opens one head up as a `HeadInside` (dh = one head's size, see its docstring).
 
 Everything is on the CPU in float32, so views never care which model produced it.
+
+This module holds the data types, the errors, the boundary checks and the abstract `Model`; the implementation
+every adapter shares (run, inside, interventions) is written once in `mha_viz.models.interventions`.
 """
 from __future__ import annotations
 
 import operator
 from abc import ABC, abstractmethod
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import TYPE_CHECKING, Callable, ClassVar, Iterable
 
 import torch
 
+if TYPE_CHECKING:
+    import torch as _torch  # noqa: F401
+
 Head = tuple[int, int]  # (layer, head), both 0-based
-ABLATIONS = ("zero", "mean")  # what switching a head off sets its output to; see Model.run
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,7 @@ class AttentionRun:
     special: tuple[int, ...] = ()
     # What "off" meant for the heads in `ablated`: "zero" (output set to 0) or "mean" (set to its mean over
     # reference texts). See `Model.run`.
-    ablation: str = "zero"
+    ablation: str = "zero"  # an Ablation (a str), "zero" for runs with nothing switched off
     # Heads whose output was taken from a run on another text (activation patching).
     patched: frozenset[Head] = frozenset()
 
@@ -89,29 +93,6 @@ class HeadInside:
     ablated: bool  # this head was switched off in this run: its contribution is zero, its weights still computed
 
 
-class InputError(ValueError):
-    """The text or the ablation request cannot be run; the message says why and what to do."""
-
-
-class ModelLoadError(RuntimeError):
-    """A model could not be loaded; the message names the problem and the fix."""
-
-
-class UnavailableError(RuntimeError):
-    """This model's architecture cannot provide what was asked (an optional capability); the message says why."""
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    name: str  # what load_model was called with
-    title: str  # human-readable, shown in the UI
-    kind: str  # "causal-lm", "masked-lm" or "encoder"
-    n_layers: int
-    n_heads: int
-    max_tokens: int
-    n_kv_heads: int | None = None  # grouped-query attention: heads sharing key/value projections
-
-
 @dataclass(frozen=True)
 class Readout:
     """One run (all heads on) as the sum of its parts, for the direct effect of each head on the logits.
@@ -132,16 +113,196 @@ class Readout:
     logits: torch.Tensor  # (T, V) the run's logits
 
 
-def check_ablation(ablation: str) -> None:
-    """What "off" means must be one of ABLATIONS; said at the boundary, for `run` and `inside_layer` alike."""
-    if ablation not in ABLATIONS:
-        raise InputError(f"ablation must be one of {', '.join(map(repr, ABLATIONS))}; got {str(ablation)[:30]!r}")
+@dataclass(frozen=True)
+class HeadWeights:
+    """One layer's attention weights split per head, in the row-vector convention of the code: for the projections'
+    input x (T, D) — the normalised residual stream in pre-LN models, the block input in post-LN BERT —
+
+        q = x @ w_q[h] + b_q[h]   (then rotary embeddings where `rotary`)      k, v likewise
+        output of the layer's attention = sum_h z_h @ w_o[h] + b_o,  z_h = weights_h @ v_h
+
+    Grouped-query models: w_k, w_v (and their biases) are given per *query* head, each the shared key/value head
+    `kv_head[h]`'s slice, so every per-head formula reads the same for every architecture.
+    """
+
+    layer: int
+    w_q: torch.Tensor  # (H, D, dh)
+    w_k: torch.Tensor  # (H, D, dh)
+    w_v: torch.Tensor  # (H, D, dh)
+    w_o: torch.Tensor  # (H, dh, D)
+    b_q: torch.Tensor | None  # (H, dh)
+    b_k: torch.Tensor | None  # (H, dh)
+    b_v: torch.Tensor | None  # (H, dh)
+    b_o: torch.Tensor | None  # (D,)
+    kv_head: tuple[int, ...]  # which key/value head each query head reads (h itself without grouped-query attention)
+    rotary: bool  # q and k are rotated by their position after the projection (Llama-style models)
 
 
-def check_ablate(ablate: Iterable[Head], n_layers: int, n_heads: int) -> frozenset[Head]:
-    """Validate an ablation set at the boundary, so a bad request fails with a message, not an IndexError."""
+@dataclass(frozen=True)
+class Embeddings:
+    """The maps between tokens and the residual stream, for reading circuits out of the weights.
+
+    tokens: (V, D) the token embedding; positions: (P, D) learned absolute position embeddings (None for rotary
+    or none); unembed: (V, D) the LM head's weight (None for encoders); labels: one display label per token id."""
+
+    tokens: torch.Tensor  # (V, D)
+    positions: torch.Tensor | None  # (P, D)
+    unembed: torch.Tensor | None  # (V, D)
+    labels: list[str]
+
+
+@dataclass(frozen=True)
+class StepScores:
+    """One saved training step measured on held-out inputs (the tiny model's `make probe`)."""
+
+    step: int
+    loss: float  # held-out next-token cross-entropy, nats
+    agreement_accuracy: float  # share of agreement sentences where the agreeing verb form scores higher
+    scores: dict[str, list[list[float]]]  # score name -> (L, H) as nested lists: each head's measured score
+    baselines: dict[str, float]  # score name -> the same score under uniform attention
+
+
+@dataclass(frozen=True)
+class TrainingEvidence:
+    """What a model's training left behind, measured: the training loss log and each saved step's probe scores.
+
+    `relations` names each score in words; `probe_config` the sizes of the probe sets (n_agreement, n_reference,
+    ...); `causal` the last step's causal check as its producer wrote it, `causal_summary` its headline (the top
+    head's effect next to the strongest other single head's), and `set_verdicts` for each set in
+    `causal["sets"]` whether the top-k heads harm far more than k others."""
+
+    log_steps: tuple[int, ...]
+    log_loss: tuple[float, ...]
+    per_step: tuple[StepScores, ...]  # () until the steps have been measured
+    relations: dict[str, str]
+    probe_config: dict
+    causal: dict | None
+    causal_summary: dict | None
+    set_verdicts: tuple[bool, ...] = ()
+
+    @property
+    def steps(self) -> list[int]:
+        return [s.step for s in self.per_step]
+
+    @property
+    def final(self) -> StepScores | None:
+        return self.per_step[-1] if self.per_step else None
+
+    def at(self, step: int) -> StepScores | None:
+        return next((s for s in self.per_step if s.step == step), None)
+
+
+class InputError(ValueError):
+    """The text or the ablation request cannot be run; the message says why and what to do."""
+
+
+class ModelLoadError(RuntimeError):
+    """A model could not be loaded; the message names the problem and the fix."""
+
+
+class UnavailableError(RuntimeError):
+    """This model's architecture cannot provide what was asked (an optional capability); the message says why."""
+
+
+class Ablation(str):
+    """What switching a head off sets its output to (its slice of the output projection's input).
+
+    One subclass per meaning; adding a meaning of "off" is one subclass here: the URL parser, the page's wording
+    and every intervention read from it. An Ablation is a str equal to its `key` (the value of `?ablation=` in a
+    link), so `run.ablation == "mean"` holds and it hashes as that string in caches. `Ablation.of(value)` turns a
+    string (or an Ablation) into one, or raises an InputError listing the meanings there are.
+    """
+
+    key: ClassVar[str]
+    label: ClassVar[str]  # short, for a picker: "zero", "mean"
+    describe: ClassVar[str]  # completes "a head switched off has its output ...": "set to zero"
+    adjective: ClassVar[str]  # "zero-ablated"
+    help: ClassVar[str]  # one or two sentences for the sidebar's help and the notes
+    _KINDS: ClassVar[dict[str, type["Ablation"]]] = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        Ablation._KINDS[cls.key] = cls
+
+    def __new__(cls, value: str | None = None):
+        if cls is Ablation:
+            return Ablation.of(value)
+        return super().__new__(cls, cls.key)
+
+    def __reduce__(self):
+        return (type(self), ())
+
+    @staticmethod
+    def of(value) -> "Ablation":
+        if isinstance(value, Ablation):
+            return value
+        kind = Ablation._KINDS.get(value) if isinstance(value, str) else None
+        if kind is None:
+            raise InputError(f"ablation must be one of {', '.join(map(repr, Ablation._KINDS))}; "
+                             f"got {str(value)[:30]!r}")
+        return kind()
+
+    @staticmethod
+    def kinds() -> tuple["Ablation", ...]:
+        """Every meaning of "off", in the order they were defined (the first is the default)."""
+        return tuple(kind() for kind in Ablation._KINDS.values())
+
+    def outputs(self, model: "Model", reference: Iterable[str] | None) -> torch.Tensor | None:
+        """What a switched-off head outputs instead, the same vector at every position -> (L, H, dh), or None
+        for zero (cheaper than a tensor of zeros: the edit multiplies by 0 and adds nothing)."""
+        raise NotImplementedError
+
+
+class ZeroAblation(Ablation):
+    key = "zero"
+    label = "zero"
+    describe = "set to 0"
+    adjective = "zero-ablated"
+    help = "A head switched off outputs zero: its contribution to the layer's output is removed."
+
+    def outputs(self, model, reference):
+        return None
+
+
+class MeanAblation(Ablation):
+    key = "mean"
+    label = "mean"
+    describe = "set to its average over the example sentences"
+    adjective = "mean-ablated"
+    help = ("A head switched off outputs its average output instead: the mean over the example sentences' ordinary "
+            "tokens (special tokens such as [CLS], [SEP] and <bos> left out, each sentence weighted equally), with "
+            "every head on. It removes what the head says about this input while keeping its typical output.")
+
+    def outputs(self, model, reference):
+        return model.head_means(reference)  # (L, H, dh)
+
+
+ABLATIONS = tuple(Ablation._KINDS)  # the keys, for URL parsing and pickers: ("zero", "mean")
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str  # what load_model was called with
+    title: str  # human-readable, shown in the UI
+    kind: str  # "causal-lm", "masked-lm" or "encoder"
+    n_layers: int
+    n_heads: int
+    max_tokens: int
+    n_kv_heads: int | None = None  # grouped-query attention: heads sharing key/value projections
+    # Said while the model loads for the first time (e.g. SmolLM2 converts its GGUF once); None when loading is quick.
+    load_note: str | None = None
+
+
+def check_ablation(ablation) -> Ablation:
+    """What "off" means, as an Ablation (from its key or itself), or an InputError listing the meanings."""
+    return Ablation.of(ablation)
+
+
+def check_ablate(ablate: Iterable[Head], n_layers: int, n_heads: int, what: str = "ablate") -> frozenset[Head]:
+    """Validate a set of heads at the boundary, so a bad request fails with a message, not an IndexError.
+    `what` is the argument's name (ablate, patch, base_off), so the message says which argument is wrong."""
     if isinstance(ablate, (str, bytes)):
-        raise InputError(f"ablate must be a collection of (layer, head) pairs of ints; got the text {ablate[:40]!r}")
+        raise InputError(f"{what} must be a collection of (layer, head) pairs of ints; got the text {ablate[:40]!r}")
     heads = set()
     for item in ablate:
         # operator.index takes ints (numpy and torch integers too) but not floats, digit strings or bools, which
@@ -151,10 +312,10 @@ def check_ablate(ablate: Iterable[Head], n_layers: int, n_heads: int) -> frozens
                 raise TypeError
             layer, head = operator.index(item[0]), operator.index(item[1])
         except (TypeError, ValueError, IndexError):
-            raise InputError(f"ablate must hold (layer, head) pairs of ints; got {str(item)[:60]!r}") from None
+            raise InputError(f"{what} must hold (layer, head) pairs of ints; got {str(item)[:60]!r}") from None
         if not (0 <= layer < n_layers and 0 <= head < n_heads):
             raise InputError(
-                f"head ({layer}, {head}) does not exist: this model has layers 0-{n_layers - 1} "
+                f"{what}: head ({layer}, {head}) does not exist: this model has layers 0-{n_layers - 1} "
                 f"and heads 0-{n_heads - 1}"
             )
         heads.add((layer, head))
@@ -171,21 +332,23 @@ def clean_text(text: str) -> str:
         return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
-def head_keep_mask(ablate: frozenset[Head], n_layers: int, n_heads: int) -> torch.Tensor:
-    """1 where a head contributes, 0 where it is ablated."""
+def head_keep_mask(ablate: Iterable[Head], n_layers: int, n_heads: int) -> torch.Tensor:
+    """1 where a head contributes, 0 where it is switched off -> (L, H)."""
     keep = torch.ones(n_layers, n_heads)  # (L, H)
     for layer, head in ablate:
         keep[layer, head] = 0.0
     return keep
 
 
-class Model(ABC):
-    """Base class of every adapter: what a view may ask of any model, and what it may ask of some.
+Metric = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]  # (output (T, D), logits (T, V)) -> scalar
 
-    Required (abstract): `info`, `_run` (one forward with heads switched off), `run_batch_keep` (a batch of head
-    masks on one text), `decode` (one token id as text); `decode_ids` (several ids as one text) has a default.
-    Optional capabilities, declared here with their "not available" answer so a view asks the model instead of
-    checking its name: `mask_token`, `norm_inputs`, `ground_truth`, `examples`, `inside` (raises UnavailableError).
+
+class Model(ABC):
+    """What a view may ask of any model (abstract), and what it may ask of some (optional capabilities, declared
+    here with their "not available" answer so a view asks the model instead of checking its name).
+
+    Every adapter in mha-viz derives from `mha_viz.models.interventions.EditableModel`, which implements the
+    abstract methods once on top of the adapter's tokenizer and one forward pass.
     """
 
     info: ModelInfo
@@ -206,94 +369,75 @@ class Model(ABC):
     def causal(self) -> bool:
         return self.info.kind == "causal-lm"
 
+    # -- what every model answers ----------------------------------------------------------------------------
+    @abstractmethod
     def run(self, text: str, ablate: Iterable[Head] = (), ablation: str = "zero",
             reference: Iterable[str] | None = None, patch: Iterable[Head] = (),
             source: str | None = None) -> AttentionRun:
         """One forward of `text` with heads intervened on; every later layer is recomputed.
 
-        A head's output is its slice of the output projection's input. Heads in `ablate` are switched off:
-        `ablation="zero"` sets their output to 0 (the default, and today's behaviour); `"mean"` sets it to its
-        mean over every position of the `reference` texts, each run with all heads on (None: `examples()`).
-        Heads in `patch` take their output, position by position, from a run on `source` with all heads on
-        (activation patching); `source` must have as many tokens as `text`. Their own patterns are still computed.
-        """
-        text = check_text(text)
-        ablate = check_ablate(ablate, self.n_layers, self.n_heads)
-        patch = check_ablate(patch, self.n_layers, self.n_heads)
-        check_ablation(ablation)
-        if ablate & patch:
-            both = ", ".join(f"({l}, {h})" for l, h in sorted(ablate & patch)[:5])
-            raise InputError(f"heads {both} are both ablated and patched; a head's output is one or the other")
-        if patch and source is None:
-            raise InputError("patch needs source=<another text>: the patched heads' outputs come from a run on it")
-        if not patch and (ablation == "zero" or not ablate):
-            return dataclasses.replace(self._run(text, ablate), ablation=ablation)
-        replace_with = self.replacement(text, ablate, ablation, reference, patch, source)  # (1, L, H, T or 1, dh)
-        run = self._run(text, ablate | patch, replace_with)
-        return dataclasses.replace(run, ablated=ablate, ablation=ablation, patched=patch)
-
-    def replacement(self, text: str, ablate: frozenset[Head], ablation: str, reference: Iterable[str] | None,
-                    patch: frozenset[Head], source: str | None) -> torch.Tensor:
-        """What each intervened head outputs instead -> (1, L, H, T or 1, dh): the mean for mean-ablated heads,
-        the source run's outputs for patched heads, 0 elsewhere (zero-ablated heads; kept heads ignore theirs)."""
-        n_tokens = self.token_count(text)
-        src = None
-        if patch:
-            source = check_text(source)
-            n_source = self.token_count(source)
-            if n_source != n_tokens:
-                raise InputError(
-                    f"the source text has {n_source} tokens and the text has {n_tokens}: patching takes each "
-                    "head's output position by position, so both need the same number of tokens. Change the "
-                    "source so it lines up (e.g. swap one name for another of the same length in tokens)."
-                )
-            src = self.head_outputs(source)  # (L, H, T, dh)
-        means = self.head_means(reference) if ablation == "mean" and ablate else None  # (L, H, dh)
-        d_head = (src if src is not None else means).shape[-1]
-        replace = torch.zeros(1, self.n_layers, self.n_heads, n_tokens if patch else 1, d_head)  # (1, L, H, T|1, dh)
-        if means is not None:
-            for layer, head in ablate:
-                replace[0, layer, head] = means[layer, head]  # (dh,), the same at every position
-        for layer, head in patch:
-            replace[0, layer, head] = src[layer, head]  # (T, dh)
-        return replace
-
-    def head_means(self, reference: Iterable[str] | None = None) -> torch.Tensor:
-        """Each head's output averaged over every position of the `reference` texts (None: `examples()`), each
-        run with all heads on -> (L, H, dh). Kept per reference set: it depends only on the weights and texts,
-        so it is the same for every session."""
-        if reference is None:
-            texts = tuple(text for _, text, _ in self.examples())
-            if not texts:
-                raise InputError(f"{self.name} has no example sentences to average head outputs over; pass "
-                                 "reference=[some texts] for mean ablation")
-        else:
-            if isinstance(reference, str):
-                raise InputError("reference must be a list of texts, not one text: wrap it as [text]")
-            texts = tuple(check_text(t) for t in reference)
-            if not texts:
-                raise InputError("reference is empty: give at least one text to average head outputs over")
-        cache = self.__dict__.setdefault("_head_means", {})
-        if texts not in cache:
-            outputs = torch.cat([self.head_outputs(t) for t in texts], dim=2)  # (L, H, sum of T, dh)
-            if len(cache) >= 8:
-                cache.pop(next(iter(cache)))
-            cache[texts] = outputs.mean(dim=2)  # (L, H, dh)
-        return cache[texts]
+        A head's output is its slice of the output projection's input. Heads in `ablate` are switched off as
+        `ablation` says (an `Ablation` or its key: "zero" sets their output to 0, "mean" to its mean over the
+        `reference` texts, None: `examples()`, see `head_means`). Heads in `patch` take their output, position by
+        position, from a run on `source` with all heads on (activation patching); `source` must have as many
+        tokens as `text`. Their own patterns are still computed."""
 
     @abstractmethod
-    def _run(self, text: str, ablate: frozenset[Head], replace: torch.Tensor | None = None) -> AttentionRun:
-        """One forward of valid, non-empty `text` with the heads in `ablate` switched off: their output is 0, or
-        `replace` (1, L, H, T or 1, dh) at their (layer, head) when given."""
-
-    @abstractmethod
-    def run_batch_keep(self, text: str, keep: torch.Tensor,
-                       replace: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def run_batch_keep(self, text: str, keep: torch.Tensor, replace: torch.Tensor | None = None,
+                       positions: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One forward over a batch of head masks `keep` (B, L, H) on the same text; a head with keep 0 outputs
         0, or `replace` (B or 1, L, H, T or 1, dh) at its (layer, head) when given.
+        Returns (output (B, T, D), logits (B, T, V), or (B, P, V) at `positions` when given, or None). Used to
+        ablate or patch many heads in one pass."""
 
-        Returns (output (B, T, D), logits (B, T, V) or None). Used to ablate or patch many heads in one pass.
-        """
+    @abstractmethod
+    def head_outputs(self, text: str) -> torch.Tensor:
+        """Every head's output on `text` with all heads on -> (L, H, T, dh): its slice of the output
+        projection's input."""
+
+    @abstractmethod
+    def head_means(self, reference: Iterable[str] | None = None) -> torch.Tensor:
+        """Each head's mean output over the `reference` texts (None: `examples()`) -> (L, H, dh), what mean
+        ablation sets a head to. Which positions and how texts are weighted: see the implementation."""
+
+    @abstractmethod
+    def head_gradients(self, text: str, metric: Metric, ablate: Iterable[Head] = (), ablation: str = "zero",
+                       reference: Iterable[str] | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Head outputs on `text` (with `ablate` switched off as `run` does it) and the gradient of
+        `metric(output (T, D), logits (T, V) or None) -> scalar` with respect to them: (outputs (L, H, T, dh),
+        grads (L, H, T, dh)); None when unavailable."""
+
+    @abstractmethod
+    def inside_layer(self, text: str, layer: int, ablate: Iterable[Head] = (), ablation: str = "zero",
+                     reference: Iterable[str] | None = None) -> list[HeadInside]:
+        """Every head of `layer` opened up (see `HeadInside`) from one forward, with the heads in `ablate`
+        switched off as `run` switches them off. Raises UnavailableError when this architecture's projections
+        cannot be read."""
+
+    def inside(self, text: str, layer: int, head: int, ablate: Iterable[Head] = (), ablation: str = "zero",
+               reference: Iterable[str] | None = None) -> HeadInside:
+        """One head opened up (see `HeadInside`); `inside_layer` for every head of its layer."""
+        return self.inside_layer(text, layer, ablate, ablation, reference)[_index(head, self.n_heads, "head")]
+
+    @abstractmethod
+    def norm_inputs(self, text: str, ablate: Iterable[Head] = (), ablation: str = "zero",
+                    reference: Iterable[str] | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Per-head value vectors and output-projection slices for the norm view (Kobayashi et al. 2020):
+        (values (L, H, K, dh), w_o (L, H, dh, D)) from the run with `ablate` switched off as `run` does it;
+        switched-off heads' values are zero (what they add does not depend on the keys). None when unavailable."""
+
+    @abstractmethod
+    def readout(self, text: str) -> Readout | None:
+        """What the direct effect of each head on the logits needs (see `Readout`); None for models without an
+        LM head, or whose final norm or unembedding could not be identified."""
+
+    @abstractmethod
+    def token_count(self, text: str) -> int:
+        """How many tokens `text` becomes (after truncation), without running the model."""
+
+    @abstractmethod
+    def token_id(self, piece: str) -> int:
+        """The id of `piece` when it is exactly one token (e.g. " Mary"), or an InputError saying what it is."""
 
     @abstractmethod
     def decode(self, token_id: int) -> str:
@@ -304,7 +448,7 @@ class Model(ABC):
         decode the ids together, so the character is whole again."""
         return "".join(self.decode(i) for i in ids)
 
-    # -- optional capabilities ---------------------------------------------------------------------------------
+    # -- optional capabilities -------------------------------------------------------------------------------
     @property
     def mask_token(self) -> str | None:
         """The token a masked LM predicts at, e.g. "[MASK]"; None for other models."""
@@ -320,61 +464,19 @@ class Model(ABC):
             return masked[0] if masked else None
         return len(run.tokens) - 1
 
-    def norm_inputs(self, text: str, ablate: Iterable[Head] = ()) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """Per-head value vectors and output-projection slices for the norm view (Kobayashi et al. 2020):
-        (values (L, H, K, dh), w_o (L, H, dh, D)) with ablated heads' values zero; None when unavailable."""
-        return None
+    def head_weights(self, layer: int) -> HeadWeights:
+        """One layer's query, key, value and output weights per head (see `HeadWeights`)."""
+        raise UnavailableError(f"{self.info.title}: its attention weights per head could not be identified for "
+                               "this architecture.")
 
-    def inside(self, text: str, layer: int, head: int, ablate: Iterable[Head] = (), ablation: str = "zero",
-               reference: Iterable[str] | None = None) -> HeadInside:
-        """One head opened up (see `HeadInside`), with the heads in `ablate` switched off in the same run, as
-        `run` switches them off (`ablation`, `reference`). Raises UnavailableError when this architecture's
-        projections cannot be found."""
-        return self.inside_layer(text, layer, ablate, ablation, reference)[_index(head, self.n_heads, "head")]
+    def embeddings(self) -> Embeddings:
+        """The token (and position) embedding and the unembedding (see `Embeddings`)."""
+        raise UnavailableError(f"{self.info.title}: its embedding matrices could not be identified for this "
+                               "architecture.")
 
-    def inside_layer(self, text: str, layer: int, ablate: Iterable[Head] = (), ablation: str = "zero",
-                     reference: Iterable[str] | None = None) -> list[HeadInside]:
-        """`inside` for every head of `layer` from one forward: what "how heads combine" needs."""
-        layer = _index(layer, self.n_layers, "layer")
-        text = check_text(text)
-        ablate = check_ablate(ablate, self.n_layers, self.n_heads)
-        check_ablation(ablation)
-        replace = None
-        if ablation != "zero" and ablate:
-            replace = self.replacement(text, ablate, ablation, reference, frozenset(), None)  # (1, L, H, 1, dh)
-        return self._inside_layer(text, layer, ablate, replace)
-
-    def _inside_layer(self, text: str, layer: int, ablate: frozenset[Head],
-                      replace: torch.Tensor | None = None) -> list[HeadInside]:
-        """Every head of `layer` opened up; the heads in `ablate` output 0, or `replace` (1, L, H, T or 1, dh)."""
-        raise UnavailableError(
-            f"{self.info.title}: opening a head (its queries, keys, values and contribution) is not available for "
-            "this architecture. It works for the tiny model and transformers models whose attention uses "
-            "transformers' attention interface with a linear output projection."
-        )
-
-    def token_count(self, text: str) -> int:
-        """How many tokens `text` becomes (after truncation). Adapters answer without running the model."""
-        return len(self._run(check_text(text), frozenset()).tokens)
-
-    def head_outputs(self, text: str) -> torch.Tensor:
-        """Every head's output on `text` with all heads on -> (L, H, T, dh): its slice of the output
-        projection's input. Needed for mean ablation and patching; adapters that cannot give it raise."""
-        raise InputError(f"{self.name} cannot report head outputs, so it supports only zero ablation")
-
-    def head_gradients(self, text: str, metric) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """Head outputs on `text` and the gradient of `metric(output (T, D), logits (T, V) or None) -> scalar`
-        with respect to them: (outputs (L, H, T, dh), grads (L, H, T, dh)); None when unavailable."""
-        return None
-
-    def readout(self, text: str) -> "Readout | None":
-        """What the direct effect of each head on the logits needs (see `Readout`); None for models without an
-        LM head, or whose final norm or unembedding could not be identified."""
-        return None
-
-    def token_id(self, piece: str) -> int:
-        """The id of `piece` when it is exactly one token (e.g. " Mary"), or an InputError saying what it is."""
-        raise InputError(f"{self.name} cannot look up single tokens")
+    def training_evidence(self) -> TrainingEvidence:
+        """The loss log and measured scores of this model's training (see `TrainingEvidence`)."""
+        raise UnavailableError(f"{self.info.title} was not trained here, so it has no training record.")
 
     def ground_truth(self, tokens: list[str]):
         """Where the relations are in this text, when the model's training data defines them (the tiny model's

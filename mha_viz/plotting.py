@@ -599,3 +599,270 @@ def timeline_figure(
                          xaxis=xa, yaxis=ya, name="uniform attention", legendgroup="uniform",
                          showlegend=i == 1, line=dict(color="#999", width=1, dash="dot"), hoverinfo="skip"))
     return go.Figure(data=data, layout=layout, _validate=False)
+
+
+# -- head census (the Census view) ----------------------------------------------------------------------------------
+def census_map(scores: torch.Tensor, title: str, uniform: float, baseline_text: str = "",
+               zmax: float | None = None, reverse: bool = False) -> go.Figure:
+    """One census score as a layers x heads map (rows L0 at the top), its baselines in the colour bar's title.
+
+    scores: (L, H); uniform: what uniform attention scores there; baseline_text: e.g. "best offset -1: 0.51";
+    reverse: for scores whose low values are notable (distance, entropy). An invisible scatter over the cells
+    carries (layer, head) as customdata, since plotly reports no clicks on heatmap cells."""
+    z = np.asarray(scores.detach().float(), dtype=np.float32)  # (L, H)
+    n_layers, n_heads = z.shape
+    finite = z[np.isfinite(z)]
+    top = zmax if zmax is not None else max(1.0, float(finite.max()) if finite.size else 1.0)
+    legend = f"uniform {uniform:.2f}" + (f"<br>{baseline_text}" if baseline_text else "")
+    layers, heads = np.meshgrid(np.arange(n_layers), np.arange(n_heads), indexing="ij")  # (L, H) each
+    data = [
+        dict(type="heatmap", z=z, x=[f"H{h}" for h in range(n_heads)], y=[f"L{l}" for l in range(n_layers)],
+             zmin=0.0, zmax=top, colorscale="Viridis", reversescale=reverse,
+             colorbar=dict(title=dict(text=legend, side="right"), thickness=12),
+             hovertemplate="%{y} %{x}: %{z:.3f}<extra></extra>"),
+        dict(type="scatter", mode="markers", x=[f"H{h}" for h in heads.ravel()],
+             y=[f"L{l}" for l in layers.ravel()], customdata=np.stack([layers.ravel(), heads.ravel()], 1),
+             marker=dict(size=max(4, min(18, 600 // max(n_heads, n_layers))), opacity=0.0), hoverinfo="skip",
+             showlegend=False),
+    ]
+    layout = dict(template=NO_TEMPLATE, font=_FONT,
+                  title=dict(text=html.escape(title, quote=False), font=dict(size=12)),
+                  height=min(900, 120 + 22 * n_layers), margin=dict(l=40, r=10, t=36, b=30),
+                  yaxis=dict(autorange="reversed", type="category"), xaxis=dict(type="category", side="bottom"),
+                  clickmode="event+select")
+    return go.Figure(data=data, layout=layout, _validate=False)
+
+
+def census_scatter(x: torch.Tensor, y: torch.Tensor, x_title: str, y_title: str,
+                   x_base: float | None = None, y_base: float | None = None) -> go.Figure:
+    """Every head as a point at (score x, score y), coloured by layer, with each score's baseline as a dotted line:
+    the continuum between patterns (few heads are "pure"). customdata is (layer, head) for clicks."""
+    xs = np.asarray(x.detach().float(), dtype=np.float32)  # (L, H)
+    ys = np.asarray(y.detach().float(), dtype=np.float32)  # (L, H)
+    n_layers, n_heads = xs.shape
+    layers, heads = np.meshgrid(np.arange(n_layers), np.arange(n_heads), indexing="ij")  # (L, H) each
+    names = [f"L{l} H{h}" for l, h in zip(layers.ravel(), heads.ravel())]
+    data = [dict(type="scatter", mode="markers", x=xs.ravel(), y=ys.ravel(), text=names,
+                 customdata=np.stack([layers.ravel(), heads.ravel()], 1),
+                 marker=dict(color=layers.ravel(), colorscale="Plasma", size=9, line=dict(width=0.5, color="#333"),
+                             colorbar=dict(title=dict(text="layer"), thickness=10)),
+                 hovertemplate="%{text}<br>" + html.escape(x_title) + " %{x:.3f}<br>" + html.escape(y_title)
+                               + " %{y:.3f}<extra></extra>", showlegend=False)]
+    shapes = []
+    if x_base is not None and np.isfinite(x_base):
+        shapes.append(dict(type="line", xref="x", yref="paper", x0=x_base, x1=x_base, y0=0, y1=1,
+                           line=dict(color="#999", dash="dot", width=1)))
+    if y_base is not None and np.isfinite(y_base):
+        shapes.append(dict(type="line", xref="paper", yref="y", x0=0, x1=1, y0=y_base, y1=y_base,
+                           line=dict(color="#999", dash="dot", width=1)))
+    layout = dict(template=NO_TEMPLATE, font=_FONT, height=420, margin=dict(l=50, r=10, t=20, b=40), shapes=shapes,
+                  xaxis=dict(title=dict(text=html.escape(x_title)), zeroline=False, showgrid=True, gridcolor="#eee"),
+                  yaxis=dict(title=dict(text=html.escape(y_title)), zeroline=False, showgrid=True, gridcolor="#eee"),
+                  clickmode="event+select")
+    return go.Figure(data=data, layout=layout, _validate=False)
+
+
+def census_maps_side_by_side(maps: list[torch.Tensor], titles: list[str], zmax: float = 1.0) -> go.Figure:
+    """The same census score of several models of one architecture (e.g. training seeds) as maps side by side on
+    one colour scale: one figure, one heatmap per panel. maps: each (L, H)."""
+    n = len(maps)
+    gap = 0.04
+    w = (1 - gap * (n - 1)) / n
+    data, layout = [], dict(template=NO_TEMPLATE, font=_FONT, height=60 + 26 * maps[0].shape[0] + 40,
+                            margin=dict(l=40, r=10, t=30, b=30), annotations=[])
+    for i, (m, title) in enumerate(zip(maps, titles)):
+        z = np.asarray(m.detach().float(), dtype=np.float32)  # (L, H)
+        xa, ya = ("x", "y") if i == 0 else (f"x{i + 1}", f"y{i + 1}")
+        x0 = i * (w + gap)
+        layout["xaxis" if i == 0 else f"xaxis{i + 1}"] = dict(domain=[x0, x0 + w], anchor=ya, type="category")
+        layout["yaxis" if i == 0 else f"yaxis{i + 1}"] = dict(anchor=xa, autorange="reversed", type="category",
+                                                               showticklabels=i == 0)
+        data.append(dict(type="heatmap", z=z, x=[f"H{h}" for h in range(z.shape[1])],
+                         y=[f"L{l}" for l in range(z.shape[0])], zmin=0.0, zmax=zmax, colorscale="Viridis",
+                         showscale=i == n - 1, xaxis=xa, yaxis=ya,
+                         hovertemplate=html.escape(title, quote=False) + " %{y} %{x}: %{z:.2f}<extra></extra>"))
+        layout["annotations"].append(dict(text=f"<b>{html.escape(title, quote=False)}</b>", x=x0 + w / 2, y=1.0,
+                                          xref="paper", yref="paper", xanchor="center", yanchor="bottom",
+                                          showarrow=False, font=dict(size=11)))
+# -- circuits in the weights (analysis/circuits.py) ----------------------------------------------------------------
+COMPOSITION_TITLES = {"q": "Q-composition", "k": "K-composition", "v": "V-composition"}
+
+
+def composition_map_figure(scores: torch.Tensor, baseline: float, title: str, *, marked=None,
+                           height: int = 520) -> go.Figure:
+    """Composition scores (L, H, L, H) as one map: a row per later head, a column per earlier head, blank where
+    the earlier layer is not earlier. White at or below `baseline` (the random matrices' mean score), dark red
+    at the largest score, so a cell is coloured only as far as it exceeds what unrelated maps would score.
+    `marked` ((l1, h1), (l2, h2)) outlines one pair."""
+    z = _as_np(scores)  # (L, H, L, H)
+    n_layers, n_heads = z.shape[:2]
+    n = n_layers * n_heads
+    grid = z.reshape(n, n).T  # (N later, N earlier)
+    labels = [f"L{layer} H{head}" for layer in range(n_layers) for head in range(n_heads)]
+    top = float(np.nanmax(grid)) if np.isfinite(grid).any() else baseline + 1e-6
+    ratio = grid / baseline  # (N, N)
+    trace = dict(type="heatmap", z=grid, x=labels, y=labels, customdata=ratio, zmin=baseline,
+                 zmax=max(top, baseline + 1e-6), colorscale="Reds", hoverongaps=False,
+                 colorbar=dict(title=dict(text="score"), tickformat=".2f"),
+                 hovertemplate="from %{x} into %{y}<br>score %{z:.3f} (%{customdata:.2f} x random)<extra></extra>")
+    shapes = []
+    if marked is not None:
+        (l1, h1), (l2, h2) = marked
+        x, y = l1 * n_heads + h1, l2 * n_heads + h2
+        shapes.append(dict(type="rect", x0=x - 0.5, x1=x + 0.5, y0=y - 0.5, y1=y + 0.5,
+                           line=dict(color="#222", width=2)))
+    small = max(5, min(10, int(600 / max(n, 1))))
+    layout = dict(template=NO_TEMPLATE, height=height, font=_FONT, shapes=shapes,
+                  title=dict(text=html.escape(title, quote=False), font=dict(size=12)),
+                  margin=dict(l=60, r=10, t=40, b=60),
+                  xaxis=dict(title=dict(text="earlier head (writes)"), tickfont=dict(size=small),
+                             showticklabels=n <= 72),
+                  yaxis=dict(title=dict(text="later head (reads)"), autorange="reversed", tickfont=dict(size=small),
+                             showticklabels=n <= 72))
+    return _fast_figure(trace, layout)
+
+
+def difference_map_figure(a: torch.Tensor, b: torch.Tensor, title: str, *, height: int = 520) -> go.Figure:
+    """b - a of two composition score tensors (L, H, L, H), on a scale symmetric about 0: red where b is higher."""
+    d = _as_np(b) - _as_np(a)  # (L, H, L, H)
+    n_layers, n_heads = d.shape[:2]
+    n = n_layers * n_heads
+    grid = d.reshape(n, n).T  # (N later, N earlier)
+    labels = [f"L{layer} H{head}" for layer in range(n_layers) for head in range(n_heads)]
+    bound = float(np.nanmax(np.abs(grid))) if np.isfinite(grid).any() else 1.0
+    trace = dict(type="heatmap", z=grid, x=labels, y=labels, zmid=0.0, zmin=-bound, zmax=bound, colorscale="RdBu",
+                 reversescale=True, hoverongaps=False, colorbar=dict(title=dict(text="change")),
+                 hovertemplate="from %{x} into %{y}<br>change %{z:+.3f}<extra></extra>")
+    layout = dict(template=NO_TEMPLATE, height=height, font=_FONT,
+                  title=dict(text=html.escape(title, quote=False), font=dict(size=12)),
+                  margin=dict(l=60, r=10, t=40, b=60), xaxis=dict(title=dict(text="earlier head (writes)")),
+                  yaxis=dict(title=dict(text="later head (reads)"), autorange="reversed"))
+    return _fast_figure(trace, layout)
+
+
+def weight_map_figure(values: torch.Tensor, row_labels: list[str], col_labels: list[str], title: str, *,
+                      x_title: str, y_title: str, height: int = 560, name: str = "") -> go.Figure:
+    """One head's QK or OV map (token x token, or position x position), blue below 0 and red above on a scale
+    symmetric about 0; NaN cells (keys a causal query cannot see) blank."""
+    z = _as_np(values)  # (R, C)
+    bound = float(np.nanmax(np.abs(z))) if np.isfinite(z).any() else 1.0
+    trace = dict(type="heatmap", z=z, x=[safe_label(t) for t in col_labels], y=[safe_label(t) for t in row_labels],
+                 zmid=0.0, zmin=-bound, zmax=bound, colorscale="RdBu", reversescale=True, hoverongaps=False, name=name,
+                 colorbar=dict(title=dict(text="value")),
+                 hovertemplate=f"{y_title} %{{y}}<br>{x_title} %{{x}}<br>%{{z:+.3f}}<extra></extra>")
+    tick = max(5, min(9, int(700 / max(len(row_labels), 1))))
+    layout = dict(template=NO_TEMPLATE, height=height, font=_FONT,
+                  title=dict(text=html.escape(title, quote=False), font=dict(size=12)),
+                  margin=dict(l=70, r=10, t=40, b=70),
+                  xaxis=dict(title=dict(text=x_title), tickfont=dict(size=tick)),
+                  yaxis=dict(title=dict(text=y_title), autorange="reversed", tickfont=dict(size=tick)))
+    return _fast_figure(trace, layout)
+
+
+def top_tokens_figure(values: torch.Tensor, labels: list[str], title: str, *, height: int = 360) -> go.Figure:
+    """The tokens one row of an OV map raises most, as horizontal bars, largest on top."""
+    v = _as_np(values)  # (k,)
+    trace = dict(type="bar", orientation="h", x=v, y=[safe_label(t) for t in labels], marker=dict(color="#b2182b"),
+                 hovertemplate="%{y}: %{x:+.3f}<extra></extra>")
+    layout = dict(template=NO_TEMPLATE, height=height, font=_FONT,
+                  title=dict(text=html.escape(title, quote=False), font=dict(size=12)),
+                  margin=dict(l=90, r=10, t=40, b=30), yaxis=dict(autorange="reversed", type="category"),
+                  xaxis=dict(title=dict(text="logit change per unit of attention")))
+    return _fast_figure(trace, layout)
+
+
+def singular_values_figure(qk: torch.Tensor, ov: torch.Tensor, qk_rank: float, ov_rank: float, title: str, *,
+                           height: int = 300) -> go.Figure:
+    """The singular values of one head's QK and OV maps (dh each, descending), each scaled by its largest, with
+    their effective ranks in the legend."""
+    data = []
+    for name, s, rank, colour in (("QK", qk, qk_rank, "#2166ac"), ("OV", ov, ov_rank, "#b2182b")):
+        v = _as_np(s)  # (dh,)
+        data.append(dict(type="scatter", mode="lines+markers", x=np.arange(1, len(v) + 1), y=v / max(v[0], 1e-30),
+                         name=f"{name} (effective rank {rank:.1f} of {len(v)})", line=dict(color=colour),
+                         hovertemplate=f"{name} #%{{x}}: %{{y:.3f}} of the largest<extra></extra>"))
+    layout = dict(template=NO_TEMPLATE, height=height, font=_FONT,
+                  title=dict(text=html.escape(title, quote=False), font=dict(size=12)),
+                  margin=dict(l=50, r=10, t=40, b=40), legend=dict(orientation="h", y=-0.25),
+                  xaxis=dict(title=dict(text="singular value #")), yaxis=dict(range=[0, 1.05], title="of the largest"))
+    return go.Figure(data=data, layout=layout, _validate=False)
+
+
+def causal_check_figure(on: torch.Tensor, off: torch.Tensor, title: str, switched_off: str, *,
+                        height: int = 320) -> go.Figure:
+    """Every head's score with all heads on and with one head switched off, as paired bars (L*H heads)."""
+    a, b = _as_np(on).reshape(-1), _as_np(off).reshape(-1)  # (N,)
+    n_layers, n_heads = _as_np(on).shape
+    labels = [f"L{layer} H{head}" for layer in range(n_layers) for head in range(n_heads)]
+    data = [dict(type="bar", x=labels, y=a, name="all heads on", marker=dict(color="#4292c6"),
+                 hovertemplate="%{x}: %{y:.1%}<extra>all on</extra>"),
+            dict(type="bar", x=labels, y=b, name=f"{switched_off} off", marker=dict(color="#ef8a62"),
+                 hovertemplate="%{x}: %{y:.1%}<extra>" + html.escape(switched_off) + " off</extra>")]
+    layout = dict(template=NO_TEMPLATE, height=height, font=_FONT, barmode="group",
+                  title=dict(text=html.escape(title, quote=False), font=dict(size=12)),
+                  margin=dict(l=50, r=10, t=40, b=60), legend=dict(orientation="h", y=1.12),
+                  yaxis=dict(tickformat=".0%", range=[0, 1.02]), xaxis=dict(type="category"))
+    return go.Figure(data=data, layout=layout, _validate=False)
+
+
+def circuits_timeline_figure(steps: list[int], pairs: dict[str, np.ndarray], baseline: float,
+                             copying: np.ndarray, pattern: dict[str, np.ndarray] | None = None,
+                             current: int | None = None, *, height: int = 620) -> go.Figure:
+    """Circuit scores against the training step, one panel each: composition scores of chosen head pairs
+    ({name: (S,)}) with the random baseline dotted; each head's OV copying score ((S, L, H), one line per head);
+    and, when given, measured pattern scores ({name: (S,)}, e.g. the later head's induction score from the probe
+    file) so a composition can be read against the behaviour it may explain. Logarithmic step axis, step 0 at 1."""
+    x = [max(s, 1) for s in steps]
+    panels = ["composition score", "OV copying score"] + (["measured pattern score"] if pattern else [])
+    n = len(panels)
+    gap = 0.08
+    h = (1 - gap * (n - 1)) / n
+    top = max([*steps, 10])
+    tickvals = [v for v in (1, 10, 100, 1_000, 10_000, 100_000) if v <= 10 * top]
+    base_x = dict(type="log", tickvals=tickvals, ticktext=["0" if v == 1 else f"{v:,}" for v in tickvals],
+                  showgrid=True, gridcolor="#eee")
+    layout = dict(template=NO_TEMPLATE, height=height, font=_FONT, hovermode="closest", showlegend=True,
+                  margin=dict(l=50, r=8, t=20, b=90), legend=dict(orientation="h", y=-0.12, yanchor="top"),
+                  annotations=[], shapes=[])
+    data: list[dict] = []
+    for i, title in enumerate(panels):
+        xa, ya = ("x", "y") if i == 0 else (f"x{i + 1}", f"y{i + 1}")
+        y0 = max(0.0, round(1 - (i + 1) * h - i * gap, 6))
+        layout["xaxis" if i == 0 else f"xaxis{i + 1}"] = dict(
+            base_x, domain=[0, 1], anchor=ya, showticklabels=i == n - 1, matches=None if i == 0 else "x",
+            title=dict(text="training step (log scale)") if i == n - 1 else None)
+        layout["yaxis" if i == 0 else f"yaxis{i + 1}"] = dict(
+            domain=[y0, min(1.0, y0 + h)], anchor=xa, showgrid=True, gridcolor="#eee",
+            range=[-1.05, 1.05] if i == 1 else None, tickformat=".0%" if i == 2 else None)
+        layout["annotations"].append(dict(text=f"<b>{html.escape(title, quote=False)}</b>", x=0, y=y0 + h,
+                                          xref="paper", yref="paper", xanchor="left", yanchor="bottom",
+                                          showarrow=False, font=dict(size=11)))
+        if current is not None:
+            layout["shapes"].append(dict(type="line", xref=xa, yref=f"{ya} domain", x0=max(current, 1),
+                                         x1=max(current, 1), y0=0, y1=1, line=dict(color="#222", width=1, dash="dot")))
+        if i == 0:
+            for j, (name, values) in enumerate(pairs.items()):
+                data.append(dict(type="scatter", mode="lines+markers", x=x, y=np.asarray(values), xaxis=xa, yaxis=ya,
+                                 name=name, line=dict(color=head_colour(j), width=2), customdata=steps,
+                                 hovertemplate=f"{html.escape(name)}<br>step %{{customdata}}: %{{y:.3f}}"
+                                               "<extra></extra>"))
+            data.append(dict(type="scatter", mode="lines", x=[x[0], x[-1]], y=[baseline] * 2, xaxis=xa, yaxis=ya,
+                             name="random matrices", line=dict(color="#999", dash="dot"), hoverinfo="skip"))
+        elif i == 1:
+            c = np.asarray(copying, dtype=np.float32)  # (S, L, H)
+            for layer in range(c.shape[1]):
+                for head in range(c.shape[2]):
+                    name = f"L{layer} H{head}"
+                    data.append(dict(type="scatter", mode="lines", x=x, y=c[:, layer, head], xaxis=xa, yaxis=ya,
+                                     name=name, legendgroup="copying", showlegend=False,
+                                     line=dict(color=head_colour(head), width=1 + (layer == c.shape[1] - 1)),
+                                     customdata=steps,
+                                     hovertemplate=f"{name} copying<br>step %{{customdata}}: %{{y:+.2f}}"
+                                                   "<extra></extra>"))
+        else:
+            for j, (name, values) in enumerate(pattern.items()):
+                data.append(dict(type="scatter", mode="lines+markers", x=x, y=np.asarray(values), xaxis=xa, yaxis=ya,
+                                 name=name, line=dict(color=head_colour(j), width=2, dash="dash"), customdata=steps,
+                                 hovertemplate=f"{html.escape(name)}<br>step %{{customdata}}: %{{y:.1%}}"
+                                               "<extra></extra>"))
+    return go.Figure(data=data, layout=layout, _validate=False)

@@ -73,6 +73,29 @@ def same_token_reference(att, ids):
     return torch.stack(rows).mean(0)  # (L, H)
 
 
+def ordinary_positions(model, text: str) -> list[int]:
+    """The positions of `text` that are not special tokens ([CLS], [SEP], <bos>, ...), found with transformers'
+    own tokenizer (the tiny model: every position but its <bos> at 0), for the reference head means."""
+    if hasattr(model, "lm"):
+        return list(range(1, len(model.encode(text)[1])))
+    import transformers
+
+    folder = str(model.folder) if hasattr(model, "encoder") else model._model.name_or_path
+    tok = transformers.AutoTokenizer.from_pretrained(folder) if hasattr(model, "encoder") else model._tokenizer
+    ids = hf_inputs(model, text)["input_ids"][0].tolist()
+    special = set(tok.all_special_ids)
+    return [i for i, t in enumerate(ids) if t not in special] or list(range(len(ids)))
+
+
+def reference_means(ref, model, texts) -> "torch.Tensor":  # noqa: F821
+    """Each head's mean output over `texts` as mean ablation defines it (Model.head_means): over each text's
+    ordinary positions, then the mean over texts (each text weighted equally) -> (L, H, dh), from the hooks."""
+    import torch
+
+    per_text = [ref.forward(t)[0][:, :, ordinary_positions(model, t)].mean(dim=2) for t in texts]  # (L, H, dh) each
+    return torch.stack(per_text).mean(dim=0)  # (L, H, dh)
+
+
 class HookedReference:
     """An independent copy of a model (transformers' plain eager attention, or a deep copy of the tiny stack)
     whose output projections get forward pre-hooks: they record each layer's input (B, T, H * dh), the heads'
@@ -96,10 +119,39 @@ class HookedReference:
                 self.projs = [block.attn.c_proj for block in base.h]
             else:  # BERT-style
                 self.projs = [layer.attention.output.dense for layer in base.encoder.layer]
+        # The modules whose output holds each layer's values (B, T, H_kv * dh); GPT-2's and tiny's fuse [q; k; v].
+        if hasattr(model, "lm"):
+            self.value_mods, self.fused = [block.attn.qkv for block in self.ref.blocks], True
+        else:
+            base = getattr(self.ref, "base_model", self.ref)
+            if hasattr(base, "layers"):
+                self.value_mods, self.fused = [layer.self_attn.v_proj for layer in base.layers], False
+            elif hasattr(base, "h"):
+                self.value_mods, self.fused = [block.attn.c_attn for block in base.h], True
+            else:
+                self.value_mods, self.fused = [layer.attention.self.value for layer in base.encoder.layer], False
         proj = self.projs[0]
         width = proj.in_features if isinstance(proj, torch.nn.Linear) else proj.weight.shape[0]  # H * dh
         self.d_head = width // model.n_heads
         self._torch = torch
+
+    def values(self, text: str, set_heads: dict | None = None) -> "torch.Tensor":  # noqa: F821
+        """Every layer's value vectors (L, H, K, dh), shared key/value heads repeated per query head, recorded by
+        forward hooks on the value projections while `set_heads` overwrites heads' outputs as in `forward`."""
+        torch, dh, n_heads = self._torch, self.d_head, self.model.n_heads
+        seen, handles = [], []
+
+        def hook(module, args, out):
+            v = out.chunk(3, dim=-1)[2] if self.fused else out  # (B, T, H_kv * dh)
+            seen.append(v[0].view(v.shape[1], -1, dh).transpose(0, 1))  # (H_kv, T, dh)
+
+        try:
+            handles = [m.register_forward_hook(hook) for m in self.value_mods]
+            self.forward(text, set_heads)
+        finally:
+            for handle in handles:
+                handle.remove()
+        return torch.stack([v.repeat_interleave(n_heads // v.shape[0], dim=0) for v in seen]).float()
 
     def forward(self, text: str, set_heads: dict | None = None):
         """-> (head outputs (L, H, T, dh), final tensor (T, V) logits for LMs, else (T, D) hidden states).

@@ -12,6 +12,7 @@ live in the tests.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -95,6 +96,9 @@ def patching_map(model: Model, text: str, source: str, metric: Metric, chunk: in
     every = torch.ones(1, L, H)  # (1, L, H)
     text_value = float(metric(*model.run_batch_keep(text, every)).squeeze())
     source_value = float(metric(*model.run_batch_keep(source, every)).squeeze())
+    at = None
+    if metric.kind == "logit_diff":  # only the logits at the metric's position are computed: (B, 1, V)
+        at, metric = [metric.position], dataclasses.replace(metric, position=0)
     heads = [(layer, head) for layer in range(L) for head in range(H)]
     patched = torch.zeros(L, H)  # (L, H)
     for start in range(0, len(heads), chunk):
@@ -102,7 +106,7 @@ def patching_map(model: Model, text: str, source: str, metric: Metric, chunk: in
         keep = torch.ones(len(part), L, H)  # (B, L, H)
         for row, (layer, head) in enumerate(part):
             keep[row, layer, head] = 0.0  # 0 = take `source_out` here
-        values = metric(*model.run_batch_keep(text, keep, source_out))  # (B,)
+        values = metric(*model.run_batch_keep(text, keep, source_out, at))  # (B,)
         for (layer, head), value in zip(part, values.tolist()):
             patched[layer, head] = value
         if progress is not None:

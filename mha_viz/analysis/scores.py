@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 import torch
 
+from mha_viz.analysis._checks import attention as _attention
+from mha_viz.analysis._checks import position_mask as _position_mask
 from mha_viz.analysis.tokens import special_mask
 from mha_viz.contract import AttentionRun
-from mha_viz.analysis._checks import attention as _attention, position_mask as _position_mask
-
 
 # Keys of the dict returned by `pattern_scores`, in display order.
 SCORE_NAMES = ("previous", "next", "self", "first", "special", "same_token", "entropy")
@@ -27,7 +27,10 @@ def pattern_scores(att: torch.Tensor, token_ids=None, special_mask=None, causal:
     token, [CLS], [SEP] and punctuation this way, and each head's entropy; Kovaleva et al. 2019 describe
     diagonal and vertical patterns; earlier copies of the current token are where the duplicate-token heads of
     Wang et al. 2022 attend (Olsson et al. 2022's induction heads attend to the token after such a copy):
-      previous    att[q, q-1], mean over queries q = 1..T-1
+      previous    att[q, q-1], mean over queries q = 2..T-1 (`previous_pairs`): position 0 is never the target.
+                  It is <bos>/[CLS] in models that add one and the attention sink of most models that do not (see
+                  `first`), so counting query 1 would credit a head that rests on position 0 with reading the
+                  previous token. Clark et al. count every query; the tiny model's probes use this same function
       next        att[q, q+1], mean over queries q = 0..T-2 (always 0 in a causal model)
       self        att[q, q], mean over all queries
       first       att[q, 0], mean over queries q = 1..T-1 (query 0 attending to itself is `self`)
@@ -55,7 +58,8 @@ def pattern_scores(att: torch.Tensor, token_ids=None, special_mask=None, causal:
         return x.mean(-1) if x.shape[-1] > 0 else nan.clone()
 
     scores = {
-        "previous": mean_or_nan(att.diagonal(offset=-1, dim1=-2, dim2=-1)),  # (L, H)  from (L, H, T-1)
+        # previous_pairs: from query 2, so a head resting on position 0 is not counted as reading the previous token
+        "previous": mean_or_nan(att.diagonal(offset=-1, dim1=-2, dim2=-1)[..., 1:]),  # (L, H)  from (L, H, T-2)
         "next": mean_or_nan(att.diagonal(offset=1, dim1=-2, dim2=-1)),  # (L, H)  from (L, H, T-1)
         "self": mean_or_nan(att.diagonal(dim1=-2, dim2=-1)),  # (L, H)  from (L, H, T)
         "first": mean_or_nan(att[..., 1:, 0]),  # (L, H)  from (L, H, T-1)
@@ -92,6 +96,13 @@ def pattern_scores(att: torch.Tensor, token_ids=None, special_mask=None, causal:
     norm_ent = ent[..., rows] / n_allowed[rows].float().log()  # (L, H, R)
     scores["entropy"] = mean_or_nan(norm_ent.clamp(0.0, 1.0))  # (L, H)
     return {name: scores[name] for name in SCORE_NAMES}
+
+
+def previous_pairs(t: int) -> list[tuple[int, int]]:
+    """The (query, key) pairs the previous-token score averages over: (q, q - 1) for q = 2..T-1. The one
+    definition of "previous token" for the page (`pattern_scores`), the census and the tiny model's probes; the
+    <bos>/[CLS] question is decided in `pattern_scores`' docstring."""
+    return [(q, q - 1) for q in range(2, t)]
 
 
 def uniform_pattern(t: int, causal: bool) -> torch.Tensor:
@@ -160,7 +171,7 @@ class ScoreWords:
 
 
 SCORE_WORDS = {
-    "previous": ScoreWords("previous token", "the previous token", "the text has a single token"),
+    "previous": ScoreWords("previous token", "the previous token", "the text has fewer than three tokens"),
     "next": ScoreWords("next token", "the next token", "the text has a single token"),
     "self": ScoreWords("itself", "the token itself", "the text has no tokens"),
     "first": ScoreWords("first token", "the first token", "the text has a single token"),

@@ -7,6 +7,13 @@
     context.py  ViewContext: everything a view may read
     views/      one file per view, each with render(ctx); views/__init__.py is the registry
 """
-from mha_viz.app.page import main
 
 __all__ = ["main"]
+
+
+def main() -> None:
+    """The page (page.main). Imported on call, so the streamlit-free helpers in this package (names.py) can be
+    imported by the notebook widget without streamlit."""
+    from mha_viz.app.page import main as page_main
+
+    page_main()

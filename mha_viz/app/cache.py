@@ -5,8 +5,11 @@ serve every browser session.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import gc
 import threading
+import time
 from collections import OrderedDict
 
 import streamlit as st
@@ -14,7 +17,7 @@ import torch
 
 from mha_viz.analysis.patching import (DirectEffects, Metric, PatchingMap, attribution_patching, direct_effects,
                                        patching_map)
-from mha_viz.contract import AttentionRun, Head, Model
+from mha_viz.contract import AttentionRun, Head, InputError, Model, TrainingEvidence, UnavailableError
 from mha_viz.models import load_model
 from mha_viz.settings import settings
 
@@ -43,42 +46,189 @@ def run_bytes(run: AttentionRun) -> int:
     return sum(t.numel() * t.element_size() for t in (run.attentions, run.output, run.logits) if t is not None)
 
 
+class RunBudgetError(InputError):
+    """A run does not fit this process's memory budget for runs (MHA_VIZ_RUN_CACHE_MB); the message says what to
+    do. An InputError, so the page shows it where it shows any text it cannot run."""
+
+
 class RunCache:
     """Results shared by every session, least recently used first out, bounded by `size` summed over entries:
     by default the bytes of a run (one SmolLM2 run of 512 tokens holds 283 MB of attention, one of 20 tokens
     0.4 MB). Not st.cache_data, which would copy the tensors on every hit, nor st.cache_resource, which cannot
-    replay a progress bar."""
+    replay a progress bar.
 
-    def __init__(self, budget_bytes: int, size=run_bytes):
+    The same budget covers work in flight: `get(..., need=bytes)` (the attention a run will hold, known before
+    the forward pass) and `reserve(bytes)` (a page's whole work on a text, `memory_bounded`) first drop kept runs
+    to make room, then wait up to `wait_s` for other sessions' work to finish, calling `on_wait` once when they
+    start waiting, and raise RunBudgetError when the need alone exceeds the budget or the wait runs out. Two
+    sessions asking for the same key at once share one forward pass."""
+
+    def __init__(self, budget_bytes: int, size=run_bytes, wait_s: float = 180.0):
         self.budget = budget_bytes
+        self._local = threading.local()  # .covered: this thread's work is already reserved (`reserve`)
+        self.wait_s = wait_s
         self._size = size
         self._runs: OrderedDict[tuple, object] = OrderedDict()
         self._sizes: dict[tuple, int] = {}
-        self._lock = threading.Lock()
+        self._flight: dict[tuple, int] = {}  # key -> bytes reserved by the run being made
+        self._changed = threading.Condition(threading.Lock())
+
+    def kept_bytes(self) -> int:
+        return sum(self._sizes.values())
+
+    def flight_bytes(self) -> int:
+        return sum(self._flight.values())
 
     def peek(self, key: tuple):
         """The entry for `key`, or None when it has not been made (or was dropped)."""
-        with self._lock:
+        with self._changed:
             if key in self._runs:
                 self._runs.move_to_end(key)
                 return self._runs[key]
         return None
 
-    def get(self, key: tuple, make):
+    def _evict(self, room: int) -> None:
+        """Drop the least recently used kept runs until `room` more bytes fit (the lock is held)."""
+        while self._runs and self.kept_bytes() + self.flight_bytes() + room > self.budget:
+            oldest, _ = self._runs.popitem(last=False)
+            del self._sizes[oldest]
+
+    def _admit(self, key: tuple, need: int, on_wait, what: str = "This run would need") -> bool:
+        """Reserve `need` bytes for `key`; False when another session is already making `key` (wait for it)."""
+        if need > self.budget:
+            raise RunBudgetError(
+                f"{what} about {need / 2**20:,.0f} MB, more than this server allows for the runs of one process "
+                f"({self.budget / 2**20:,.0f} MB, MHA_VIZ_RUN_CACHE_MB). Use a shorter text: attention memory grows "
+                "with the square of the number of tokens.")
+        deadline = time.monotonic() + self.wait_s
+        told = False
+        while True:
+            if key in self._runs:
+                return False
+            if key in self._flight:  # the same run is being made: wait for it instead of making it twice
+                self._changed.wait(max(deadline - time.monotonic(), 0.01))
+                if time.monotonic() > deadline:
+                    break
+                continue
+            self._evict(need)
+            if self.flight_bytes() + need <= self.budget:
+                self._flight[key] = need
+                return True
+            if not told and on_wait is not None:
+                told = True
+                on_wait(self.flight_bytes(), len(self._flight))
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._changed.wait(left)
+        raise RunBudgetError(
+            f"The server is busy: other visitors' runs in flight hold {self.flight_bytes() / 2**20:,.0f} MB of "
+            f"the {self.budget / 2**20:,.0f} MB this process has for runs, and yours (about {need / 2**20:,.0f} "
+            f"MB) waited {self.wait_s:.0f} s without fitting. Try again in a moment, or use a shorter text.")
+
+    @contextlib.contextmanager
+    def reserve(self, need: int, on_wait=None, what: str = "This page would need"):
+        """Hold `need` bytes of the budget while the block runs (a page's whole work on one text: its runs and
+        the copies its views make); runs made inside it, in this thread, are covered and reserve nothing more."""
+        if getattr(self._local, "covered", False):
+            yield
+            return
+        key = ("reserved", object())
+        with self._changed:
+            self._admit(key, need, on_wait, what)
+        self._local.covered = True
+        try:
+            yield
+        finally:
+            self._local.covered = False
+            with self._changed:
+                self._flight.pop(key, None)
+                self._changed.notify_all()
+
+    def get(self, key: tuple, make, need: int = 0, on_wait=None):
         found = self.peek(key)
         if found is not None:
             return found
-        run = make()  # outside the lock: sessions run their forwards in parallel
+        if getattr(self._local, "covered", False):
+            need = 0  # reserved with the page's work
+        if need:
+            with self._changed:
+                mine = self._admit(key, need, on_wait)
+            if not mine:  # another session made it meanwhile (or was making it and has finished)
+                found = self.peek(key)
+                if found is not None:
+                    return found
+                return self.get(key, make, need, on_wait)  # it failed or was dropped at once: make it here
+        try:
+            run = make()  # outside the lock: sessions run their forwards in parallel
+        finally:
+            if need:
+                with self._changed:
+                    self._flight.pop(key, None)
+                    self._changed.notify_all()
         size = self._size(run)
-        with self._lock:
+        with self._changed:
             self._runs[key], self._sizes[key] = run, size
-            while len(self._runs) > 1 and sum(self._sizes.values()) > self.budget:
+            self._runs.move_to_end(key)
+            while len(self._runs) > 1 and self.kept_bytes() + self.flight_bytes() > self.budget:
                 oldest, _ = self._runs.popitem(last=False)
                 del self._sizes[oldest]
+            self._changed.notify_all()
         return run
 
 
-RUNS = RunCache(settings().run_cache_mb * 2**20)
+@functools.lru_cache(maxsize=1)
+def runs() -> RunCache:
+    """The run cache of this process, made on first use rather than at import: a bad MHA_VIZ_RUN_CACHE_MB then
+    raises SettingsError inside page.main, which shows it as the page's own message, not as a traceback."""
+    return RunCache(settings().run_cache_mb * 2**20)
+
+
+def attention_bytes(model: Model, text: str) -> int:
+    """What a run of `text` will hold, before running it: (L, H, T, T) float32 attention, T from the tokenizer."""
+    n = model.token_count(text)
+    return model.n_layers * model.n_heads * n * n * 4
+
+
+# What a page's work on one text holds at its peak, in units of its run's attention: the run itself, the copies
+# the page makes from it (display, the head grid's bytes) and the forward pass's own. Measured with
+# benchmarks/bench_serve_memory.py: one 512-token SmolLM2 page took 1.0-1.2 GB over the idle process, 3.5-4.2 x
+# its 283 MB of attention (four at once: 4.7 GB).
+PAGE_FACTOR = 4
+
+
+def work_bytes(model: Model, text: str) -> int:
+    """What work on `text` holds at its peak, before it starts: PAGE_FACTOR x its run's attention. A forward pass
+    alone counts as much as a page (its own copies: the per-layer attentions and their stack, the logits), so four
+    sessions' first forwards cannot all start at once beside each other's pages."""
+    return PAGE_FACTOR * attention_bytes(model, text)
+
+
+def _queued(flight: int, n: int) -> None:
+    st.toast(f"Queued: {n} run(s) of other visitors hold {flight / 2**20:,.0f} MB of this server process's memory "
+             "for runs; yours starts when they finish.", icon="⏳")
+
+
+def memory_bounded(work):
+    """For page functions called as `work(model, name, text, ...)`: the call holds PAGE_FACTOR x the attention of
+    a run of `text` from the budget while it runs, waiting its turn (the "Queued" notice) when other sessions'
+    work fills it; refused with the page's warning when it cannot fit. Runs it makes reserve nothing more."""
+    @functools.wraps(work)
+    def bounded(model: Model, name: str, text: str, *args, **kwargs):
+        try:
+            reservation = runs().reserve(work_bytes(model, text), on_wait=_queued)
+            reservation.__enter__()
+        except RunBudgetError as err:
+            st.warning(str(err))  # our numbers only, no user text
+            return None
+        except InputError:
+            reservation = contextlib.nullcontext()  # e.g. text the tokenizer refuses: the work says why
+        try:
+            return work(model, name, text, *args, **kwargs)
+        finally:
+            reservation.__exit__(None, None, None)
+
+    return bounded
 
 
 def get_run(name: str, text: str, off: tuple[Head, ...] | frozenset[Head] = (), ablation: str = "zero",
@@ -90,13 +240,17 @@ def get_run(name: str, text: str, off: tuple[Head, ...] | frozenset[Head] = (), 
         ablation = "zero"  # nothing is off: both meanings give the same run, so share it
     if not patch:
         source = None
-    return RUNS.get((name, text, off, ablation, patch, source),
-                    lambda: get_model(name).run(text, ablate=off, ablation=ablation, patch=patch, source=source))
+    model = get_model(name)
+    return runs().get((name, text, off, ablation, patch, source),
+                      lambda: model.run(text, ablate=off, ablation=ablation, patch=patch, source=source),
+                      need=work_bytes(model, text), on_wait=_queued)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
-def norm_inputs(name: str, text: str, heads_off: tuple[Head, ...]):
-    return get_model(name).norm_inputs(text, heads_off)
+def norm_inputs(name: str, text: str, heads_off: tuple[Head, ...], ablation: str = "zero"):
+    """Values and output projections for the norm view, from the same run (same heads off, same meaning of "off")
+    as the weights they are drawn with."""
+    return get_model(name).norm_inputs(text, heads_off, ablation)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
@@ -154,14 +308,16 @@ def _checkpoint_models(name: str) -> dict:
 def checkpoint_run(name: str, step: int, text: str) -> AttentionRun:
     """`name` at training step `step` on `text`, all heads on; shared by every session like `get_run`."""
     # The key has get_run's shape, so get_run(f"{name}@{step}", text) finds this run instead of making it again.
-    return RUNS.get((f"{name}@{step}", text, (), "zero", (), None), lambda: _checkpoint_models(name)[step].run(text))
+    model = _checkpoint_models(name)[step]
+    return runs().get((f"{name}@{step}", text, (), "zero", (), None), lambda: model.run(text),
+                      need=work_bytes(model, text), on_wait=_queued)
 
 
 @st.cache_data(show_spinner=False, ttl=60)
-def tiny_evidence() -> tuple[dict | None, dict]:
-    """(the probe file, the training log) of the tiny model; None / {} when not written yet. Re-read after a
-    minute, so `make probe` on a running server shows up without a restart."""
-    from mha_viz.models.tiny.probes import load_evidence
-    from mha_viz.models.tiny.train import load_log
-
-    return load_evidence(), load_log()
+def training_evidence(name: str) -> TrainingEvidence | None:
+    """The training record of model `name` (`Model.training_evidence`), None for a model trained elsewhere.
+    Re-read after a minute, so `make probe` on a running server shows up without a restart."""
+    try:
+        return get_model(name).training_evidence()
+    except UnavailableError:
+        return None

@@ -1,13 +1,12 @@
 """Helpers any view may use: head names, Markdown escaping, predictions, display transforms, the KL panel."""
 from __future__ import annotations
 
-import re
-
 import streamlit as st
 import torch
 
 from mha_viz import analysis, plotting
-from mha_viz.contract import AttentionRun, Head, Model
+from mha_viz.app.names import distinct_labels, head_name, parse_head, token_label
+from mha_viz.contract import Ablation, AttentionRun, Model
 from mha_viz.settings import ASSETS
 
 LEARNED_NOTE = (
@@ -17,27 +16,9 @@ LEARNED_NOTE = (
 )
 
 # What "off" means, worded for the page (Model.run's `ablation`). The mean is over the model's example sentences.
-ABLATION_LABELS = {
-    "zero": "zero: its output set to 0",
-    "mean": "mean: its output set to its average over the example sentences",
-}
-ABLATION_SHORT = {"zero": "zero-ablated", "mean": "mean-ablated"}
-
-_HEAD_NAME = re.compile(r"^L(\d+) H(\d+)$")
-
-
-def head_name(head: Head) -> str:
-    """(2, 11) -> "L2 H11", the one spelling of a head on the page."""
-    return f"L{head[0]} H{head[1]}"
-
-
-def parse_head(name: str) -> Head:
-    """"L2 H11" -> (2, 11); the inverse of `head_name`."""
-    match = _HEAD_NAME.match(name)
-    if not match:
-        raise ValueError(f"{name!r} is not a head name like 'L2 H11'")
-    return int(match.group(1)), int(match.group(2))
-
+# The wording of each meaning of "off", read from the typed value (contract.Ablation): one class per meaning.
+ABLATION_LABELS = {a.key: f"{a.label}: its output {a.describe}" for a in Ablation.kinds()}
+ABLATION_SHORT = {a.key: a.adjective for a in Ablation.kinds()}
 
 def md_safe(text: str) -> str:
     """Text shown as typed inside Markdown: the characters that can make links, images, code, maths, HTML, tables
@@ -48,12 +29,8 @@ def md_safe(text: str) -> str:
     return text
 
 
-def visible(token: str, limit: int = 40) -> str:
-    """A token as a short printable label."""
-    text = plotting.visible_text(token)
-    if not text.strip():  # a token of spaces only (or none) would read as nothing, and breaks Markdown emphasis
-        text = text.replace(" ", "␣") or "∅"
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+visible = token_label  # the one way to write a token (names.py); the short name every view already uses
+__all__ = ["distinct_labels", "head_name", "parse_head", "visible"]
 
 
 def top_predictions(model: Model, logits: torch.Tensor, k: int = 5) -> list[tuple[str, float]]:
@@ -164,14 +141,15 @@ def display_notes(hide_special: bool, merge: bool, run: AttentionRun) -> None:
         st.caption("Display: " + "; ".join(notes) + ".")
 
 
-def notes_text() -> None:
-    from mha_viz.app.cache import tiny_evidence
-    from mha_viz.models.tiny.probes import fill_notes
+def trained_here(name: str) -> str:
+    """The model whose training the Training view and the notes show: the page's model (its family: "tiny" for
+    tiny@400) when it was saved at training steps, otherwise the first built-in that was."""
+    from mha_viz.models import SPECS, checkpoints, spec
 
-    notes = ASSETS / "notes.md"
-    # The tiny model's numbers come from the file `make probe` writes, never typed into notes.md by hand; read
-    # through the same cache as the Training view, not again on every rerun of the page.
-    st.markdown(fill_notes(notes.read_text(), tiny_evidence()[0]) if notes.exists() else LEARNED_NOTE)
+    own = spec(name)
+    if own is not None and own.steps is not None and checkpoints(name):
+        return own.family or own.name
+    return next(s.family or s.name for s in SPECS if s.steps is not None)
 
 
 # -- the selected token (Inside a head, Follow a token; in the URL as ?token=) --------------------------------
@@ -205,13 +183,31 @@ def token_picker(run: AttentionRun, label: str) -> int:
                        f"{default_token(run)}.")
         token = default_token(run)
         st.session_state[TOKEN_KEY] = token
-    st.session_state["token_pick"] = token
-    if st.query_params.get("token") != str(token):  # the URL was written before this view chose its default
-        st.query_params["token"] = str(token)
+    st.session_state["token_pick"] = token  # the page writes it to the URL after the view (state.write_url)
     options = list(range(n))
-    fmt = lambda i: f"{visible(run.tokens[i], 24)}"  # noqa: E731
+    # Streamlit's pills find the option clicked by its label: equal labels would all pick the last of them, so a
+    # repeated token carries its position ("the₁", "the₄").
+    labels = distinct_labels(run.tokens)
     if n <= PILLS_UP_TO:
-        st.pills(label, options, format_func=fmt, selection_mode="single", key="token_pick", on_change=_picked)
+        st.pills(label, options, format_func=labels.__getitem__, selection_mode="single", key="token_pick",
+                 on_change=_picked)
     else:
-        st.selectbox(label, options, format_func=lambda i: f"{i}: {fmt(i)}", key="token_pick", on_change=_picked)
+        st.selectbox(label, options, format_func=lambda i: f"{i}: {labels[i]}", key="token_pick", on_change=_picked)
     return token
+
+
+# -- the layer, for the views that show one layer (the Layer view's grid has its own tabs, on the same state) ------
+def _layer_picked(model_name: str) -> None:
+    from mha_viz.app import state
+
+    state.set_layer(model_name, st.session_state[f"layer_pick|{model_name}"])
+
+
+def layer_picker(model: Model, model_name: str, layer: int, where=st) -> int:
+    """A layer select on the page's one layer state (state.current_layer); returns the layer shown."""
+    from mha_viz.app.names import layer_name
+
+    key = f"layer_pick|{model_name}"
+    st.session_state[key] = layer
+    return where.selectbox("Layer", range(model.n_layers), format_func=layer_name, key=key,
+                           on_change=_layer_picked, args=(model_name,))

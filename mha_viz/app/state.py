@@ -6,19 +6,17 @@ URL that does not parse or is out of range is dropped with a notice, never a tra
 """
 from __future__ import annotations
 
-import re
-
 import streamlit as st
 
-from mha_viz.app.common import head_name, md_safe
+from mha_viz.app.common import md_safe
+from mha_viz.app.names import head_name, link_heads, parse_link_heads
 from mha_viz.contract import ABLATIONS, Head
 from mha_viz.models import BUILTIN, is_shipped
 
 MAX_PARAM_CHARS = 4000  # longer values are ignored: nobody shares a link that long on purpose
-MAX_HEADS = 2000
 MAX_TEXT_IN_URL = 1500
 LINK_MODEL = "_link_model"  # a custom model named by the link, not yet confirmed by the visitor
-_HEAD = re.compile(r"^\s*L?(\d{1,4})[\s.:_-]*H?(\d{1,4})\s*$", re.IGNORECASE)
+EXTRA_MODELS = "_extra_models"  # shipped models a link opened that the picker does not list (a saved training step)
 
 
 def _quoted(value: str, limit: int = 30) -> str:
@@ -30,20 +28,6 @@ def _first(value) -> str:
     if isinstance(value, (list, tuple)):
         value = value[0] if value else ""
     return str(value)
-
-
-def parse_heads(raw: str) -> tuple[list[tuple[int, int]], list[str]]:
-    """"0.3,2.11" or "L0H3,L2H11" -> [(0, 3), (2, 11)], plus the items that did not parse."""
-    heads, bad = [], []
-    for item in raw.split(",")[:MAX_HEADS]:
-        if not item.strip():
-            continue
-        match = _HEAD.match(item)
-        if match:
-            heads.append((int(match.group(1)), int(match.group(2))))
-        else:
-            bad.append(item[:20])
-    return heads, bad
 
 
 def read_url_once(views: list[str]) -> list[str]:
@@ -66,8 +50,8 @@ def read_url_once(views: list[str]) -> list[str]:
         if model in BUILTIN:
             st.session_state["model_choice"] = model
         elif is_shipped(model):  # tiny@N: a saved training step that ships with the app, nothing to confirm
-            st.session_state["model_choice"] = "custom"
-            st.session_state["custom_id"] = model
+            st.session_state[EXTRA_MODELS] = [model]  # the picker lists it under its own name, not as "your own"
+            st.session_state["model_choice"] = model
         elif len(model) <= 300:
             st.session_state["model_choice"] = "custom"
             st.session_state["custom_id"] = model
@@ -85,7 +69,7 @@ def read_url_once(views: list[str]) -> list[str]:
             notices.append(f"layer={_quoted(get['layer'], 20)} in the link is not a number and was ignored.")
     for key in ("off", "compare"):
         if key in get:
-            heads, bad = parse_heads(get[key])
+            heads, bad = parse_link_heads(get[key])
             if bad:
                 notices.append(f"{key}: {', '.join(_quoted(b, 20) for b in bad[:5])} in the link are not heads like "
                                "'L0H3' and were ignored.")
@@ -119,7 +103,7 @@ def apply_pending(model_name: str, n_layers: int, n_heads: int) -> list[str]:
     if "layer" in pending:
         layer = pending["layer"]
         if 0 <= layer < n_layers:
-            st.session_state[f"layer|{model_name}"] = layer
+            set_layer(model_name, layer)
         else:
             notices.append(f"layer {layer} does not exist in this model (0–{n_layers - 1}); showing layer 0.")
     for key in ("off", "compare"):
@@ -139,14 +123,16 @@ def apply_pending(model_name: str, n_layers: int, n_heads: int) -> list[str]:
 
 
 def write_url(model_name: str, text: str, layer: int, off: set, view: str) -> None:
+    """The one place the URL is written: once per run of the page, after the view has drawn (so a view's default,
+    such as the selected token, is in it). The browser components never write it themselves."""
     state = {"model": model_name, "layer": str(layer), "view": view}
     if len(text) <= MAX_TEXT_IN_URL:
         state["text"] = text
     if off:
-        state["off"] = ",".join(f"L{layer_}H{head}" for layer_, head in sorted(off))
+        state["off"] = link_heads(off)
     compare = st.session_state.get("compare")
     if compare:
-        state["compare"] = ",".join(c.replace(" ", "") for c in compare)
+        state["compare"] = ",".join(c.replace(" ", "") for c in compare)  # head_name()s without the space
     token = st.session_state.get("token")
     if isinstance(token, int):
         state["token"] = str(token)
@@ -155,6 +141,41 @@ def write_url(model_name: str, text: str, layer: int, off: set, view: str) -> No
     current = {key: st.query_params.get(key) for key in st.query_params.keys()}
     if current != state:
         st.query_params.from_dict(state)
+
+
+# -- the layer shown, per model: one state for the grid's tabs, the heading, the bulk switches, the views' layer
+# picker and the URL. A plain session key, not a widget's: a widget's state is dropped on a run that does not draw
+# it, and the Layer view draws no layer widget (its tabs are in the browser grid).
+def layer_key(model_name: str) -> str:
+    return f"layer|{model_name}"
+
+
+def current_layer(model_name: str, n_layers: int) -> int:
+    layer = st.session_state.get(layer_key(model_name), 0)
+    if not isinstance(layer, int) or not 0 <= layer < n_layers:
+        layer = 0
+    st.session_state[layer_key(model_name)] = layer
+    return layer
+
+
+def set_layer(model_name: str, layer: int) -> None:
+    st.session_state[layer_key(model_name)] = int(layer)
+
+
+# -- the open view -------------------------------------------------------------------------------------------
+VIEW_KEY = "view"
+
+
+def current_view(views: list[str]) -> str:
+    view = st.session_state.get(VIEW_KEY)
+    if view not in views:
+        view = views[0]
+        st.session_state[VIEW_KEY] = view
+    return view
+
+
+def set_view(view: str) -> None:
+    st.session_state[VIEW_KEY] = view
 
 
 # -- heads off, per model, in this session -------------------------------------------------------------------

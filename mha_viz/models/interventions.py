@@ -1,4 +1,4 @@
-"""What happens to each head's output in one forward pass: keep it, or replace it with a given vector.
+"""The intervention engine: everything a model does with its heads, written once on top of an adapter's forward.
 
 A head's *output* is its slice of the output projection's input: the context vector `weights @ v`, before W_O
 mixes the heads. Every intervention mha-viz offers is a choice per head between keeping that output and
@@ -8,29 +8,88 @@ replacing it:
     mean ablation   replace with the head's mean output over reference texts (one vector, every position)
     patching        replace with the head's output in a run on another text (one vector per position)
 
-`HeadEdit` is built for one forward call and handed to the model as an argument (the tiny model) or through a
-ContextVar (transformers, see hf/ablation.py); it is never stored on a model, which every session shares. It is
-applied at the head-combine step of every layer, so every later layer is recomputed from the edited outputs,
-and it can record the outputs (for means, patching sources and direct effects) and add a zero "delta" leaf per
-layer whose gradient is d(metric)/d(head output) (attribution patching).
+An adapter (tiny/, bert/, hf/) derives from `EditableModel` and implements only what is specific to its model:
 
-Axis letters as in mha_viz.contract; dh = one head's width.
+    encoding(text) -> Encoded                      tokens, ids, what was cut, special and unknown positions
+    forward(ids (B, T), edit, attentions) -> Forward   one forward pass with `edit` applied at every layer
+    output_projection(layer) -> (weight (D, H*dh), bias (D,) or None) or None
+    final_parts() -> FinalParts or None              the final norm and LM head, for direct effects
+    decode, token_id, head_weights, embeddings, examples, ...
+
+`HeadEdit` is built for one forward call and handed to the adapter's forward as an argument (the in-repo stacks)
+or through a ContextVar (transformers, see hf/ablation.py); it is never stored on a model, which every session
+shares. It is applied at the head-combine step of every layer, so every later layer is recomputed from the
+edited outputs, and it records what the call asks for: head outputs (for means, patching sources and direct
+effects), a zero "delta" leaf per layer whose gradient is d(metric)/d(head output) (attribution patching), one
+layer's queries, keys, values and weights (opening a head), every layer's values (the norm view), the residual
+stream entering each layer, and the final norm's input and output.
+
+Axis letters as in mha_viz.contract; dh = one head's width, H_kv = key/value heads (grouped-query attention).
 """
 from __future__ import annotations
 
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
 import torch
+
+from mha_viz.contract import (
+    Ablation,
+    AttentionRun,
+    Head,
+    HeadInside,
+    InputError,
+    Metric,
+    Model,
+    Readout,
+    UnavailableError,
+    _index,
+    check_ablate,
+    check_text,
+    head_keep_mask,
+)
+from mha_viz.models.heads import out_proj_per_head, repeat_kv
+
+
+@dataclass(frozen=True)
+class Attended:
+    """What one layer's attention computed with, for one forward (batch row 0 is the one shown).
+
+    q (B, H, Q, dh) and k (B, H_kv, K, dh) as they enter the dot product (after rotary embeddings where the model
+    uses them), v (B, H_kv, K, dh), weights (B, H, Q, K), allowed (Q, K) bool or None (where a query may look),
+    scale: what q . k^T is multiplied by."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    weights: torch.Tensor
+    allowed: torch.Tensor | None
+    scale: float
 
 
 class HeadEdit:
     """keep (B, L, H): 1 keeps a head's output, 0 replaces it with `replace` (B or 1, L, H, T or 1, dh), or with
-    0 when `replace` is None. `capture` records each layer's edited outputs in `outputs`; `grad` adds a zero leaf
-    to each layer's outputs and records it in `deltas`, so autograd gives d(metric)/d(output).
+    0 when `replace` is None. What the call records:
 
-    Not frozen: `outputs` and `deltas` fill up during the one call this object is made for.
+        capture  every layer's (edited) outputs, in `outputs`       grad     a zero leaf per layer, in `deltas`
+        inspect  the layers whose q, k, v, weights are kept, in `seen` (layer -> Attended)
+        values   every layer's values, in `values`                 inputs   the residual entering each layer
+        final    the final norm's (input, output), in `final_io`   states   each block's output, in `states`
+
+    and what it asks the forward to skip: `start` > 0 says layers 0..start-1 are exactly as in the unedited run,
+    whose block output at start-1 is `prefix` (batch 1; an adapter that can skip feeds it to layer `start`, one
+    that cannot runs every layer: the numbers are the same); `logits_at` (positions) says only those positions'
+    logits are read.
+
+    Not frozen: the records fill up during the one call this object is made for.
     """
 
     def __init__(self, keep: torch.Tensor | None = None, replace: torch.Tensor | None = None,
-                 capture: bool = False, grad: bool = False):
+                 capture: bool = False, grad: bool = False, inspect: Iterable[int] = (), values: bool = False,
+                 inputs: bool = False, final: bool = False, states: bool = False, start: int = 0,
+                 prefix=None, logits_at: list[int] | None = None):
         if replace is not None and keep is None:
             raise ValueError("replace needs a keep mask saying which heads take it (0 = replace)")
         if keep is not None and keep.ndim != 3:
@@ -39,16 +98,30 @@ class HeadEdit:
             raise ValueError(f"replace must be (B or 1, L, H, T or 1, dh) matching keep {tuple(keep.shape)}; "
                              f"got {tuple(replace.shape)}")
         self.keep, self.replace, self.capture, self.grad = keep, replace, capture, grad
+        self.inspect, self.want_values, self.want_inputs, self.want_final = frozenset(inspect), values, inputs, final
+        self.want_states, self.start, self.prefix, self.logits_at = states, start, prefix, logits_at
+        if start and prefix is None:
+            raise ValueError("start > 0 needs the prefix: the unedited run's block output at layer start - 1")
+        self.states: dict[int, object] = {}  # layer -> that block's output, as the block returned it
         self.outputs: list[torch.Tensor] = []  # per layer (B, H, T, dh)
         self.deltas: list[torch.Tensor] = []  # per layer (B, H, T, dh), leaves with requires_grad
+        self.seen: dict[int, Attended] = {}
+        self.values: dict[int, torch.Tensor] = {}  # layer -> (B, H_kv, K, dh)
+        self.inputs: dict[int, torch.Tensor] = {}  # layer -> (B, T, D)
+        self.final_io: tuple[torch.Tensor, torch.Tensor] | None = None  # (B, T, D) in, (B, T, D) out
+
+    @classmethod
+    def keeping(cls, head_keep: torch.Tensor) -> "HeadEdit":
+        """The edit that only switches heads off: head_keep (B, L, H), 1 = on, 0 = output set to 0."""
+        return cls(keep=head_keep)
 
     def __call__(self, layer: int, z: torch.Tensor) -> torch.Tensor:
         """z (B, H, T, dh): one layer's head outputs -> the outputs the output projection should see."""
         if self.keep is not None:
-            keep = self.keep[:, layer].to(z.dtype)[:, :, None, None]  # (B, H, 1, 1)
+            keep = self.keep[:, layer].to(device=z.device, dtype=z.dtype)[:, :, None, None]  # (B, H, 1, 1)
             z = z * keep  # (B, H, T, dh)
             if self.replace is not None:
-                z = z + (1.0 - keep) * self.replace[:, layer].to(z.dtype)  # (B, H, T, dh)
+                z = z + (1.0 - keep) * self.replace[:, layer].to(device=z.device, dtype=z.dtype)  # (B, H, T, dh)
         if self.grad:
             delta = torch.zeros_like(z, requires_grad=True)  # (B, H, T, dh)
             self.deltas.append(delta)
@@ -57,7 +130,436 @@ class HeadEdit:
             self.outputs.append(z)
         return z
 
+    def wants(self, layer: int) -> bool:
+        """Whether `attended` keeps anything of this layer (so an adapter can skip converting a mask)."""
+        return layer in self.inspect or self.want_values
+
+    def attended(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, weights: torch.Tensor,
+                 allowed: torch.Tensor | Callable[[], torch.Tensor | None] | None, scale: float) -> None:
+        """Called by every layer's attention with what it computed (see `Attended`); keeps what was asked.
+        `allowed` may be a function, called only when this layer is inspected."""
+        if self.want_values:
+            self.values[layer] = v
+        if layer in self.inspect:
+            if callable(allowed):
+                allowed = allowed()
+            self.seen[layer] = Attended(q=q, k=k, v=v, weights=weights, allowed=allowed, scale=float(scale))
+
+    def entering(self, layer: int, x: torch.Tensor) -> None:
+        """x (B, T, D): the residual stream entering `layer` (the block's input)."""
+        if self.want_inputs:
+            self.inputs[layer] = x
+
+    def skips(self, layer: int) -> bool:
+        """Whether block `layer` is left out of this forward (it is as in the unedited run)."""
+        return layer < self.start
+
+    def resumed(self, batch: int):
+        """The block output to continue from at layer `start`, repeated over the batch (a tensor (B, T, D), or the
+        tuple a transformers block returns, its first item repeated)."""
+        return _repeat_batch(self.prefix, batch)
+
+    def block_done(self, layer: int, out) -> None:
+        """A block's output (B, T, D), or the block's own return value, for a later run to resume from."""
+        if self.want_states:
+            self.states[layer] = out
+
+    def finished(self, residual: torch.Tensor, normed: torch.Tensor) -> None:
+        """The final norm's input (B, T, D) and output (B, T, D), for direct effects."""
+        if self.want_final:
+            self.final_io = (residual, normed)
+
     def stacked(self) -> torch.Tensor:
         """The captured outputs of batch row 0 -> (L, H, T, dh), float32 on the CPU."""
         return torch.stack([z[0] for z in self.outputs]).detach().float().cpu()  # (L, H, T, dh)
+
+
+def _repeat_batch(out, batch: int):
+    if isinstance(out, torch.Tensor):
+        return out.expand(batch, *out.shape[1:]) if out.shape[0] != batch else out  # (B, ...)
+    if isinstance(out, tuple) and out and isinstance(out[0], torch.Tensor):
+        return (_repeat_batch(out[0], batch), *out[1:])
+    return out
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """One text as the model's tokenizer makes it (after truncation to `max_tokens`)."""
+
+    ids: list[int]
+    labels: list[str]  # one display label per position
+    dropped: int  # tokens cut off the end
+    special: tuple[int, ...]  # positions of tokens the tokenizer added ([CLS], [SEP], <bos>, ...)
+    unknown: tuple[int, ...]  # positions of words mapped to the unknown token
+
+
+@dataclass(frozen=True)
+class Forward:
+    hidden: torch.Tensor  # (B, T, D) final hidden states (after the final norm where the model has one)
+    logits: torch.Tensor | None  # (B, T, V)
+    attentions: torch.Tensor | None  # (B, L, H, Q, K), when asked for
+
+
+@dataclass(frozen=True)
+class FinalParts:
+    """The final norm (its gain, bias and whether it centres: LayerNorm yes, RMSNorm no) and the LM head."""
+
+    gain: torch.Tensor  # (D,)
+    bias: torch.Tensor | None  # (D,)
+    centered: bool
+    unembed: torch.Tensor  # (V, D)
+    unembed_bias: torch.Tensor | None  # (V,)
+
+
+class _PerModelCache:
+    """Values derived from a model's weights and some texts (head means per reference set, the unedited run's
+    block outputs per text): bounded, locked, and held beside the model (weakly), not on it, so the shared model
+    object carries no state and two sessions asking at once compute each value once."""
+
+    def __init__(self, per_model: int = 8):
+        self._lock = threading.Lock()
+        self._per_model = per_model
+        self._by_model: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def get(self, model, texts: tuple[str, ...], compute: Callable[[], torch.Tensor]) -> torch.Tensor:
+        with self._lock:
+            table = self._by_model.setdefault(model, {})
+            if texts in table:
+                return table[texts]
+            value = compute()  # under the lock: one computation per reference set, even with sessions racing
+            if len(table) >= self._per_model:
+                table.pop(next(iter(table)))
+            table[texts] = value
+            return value
+
+
+_MEANS = _PerModelCache()
+_STATES = _PerModelCache(per_model=4)  # a few texts' block outputs: L x T x D floats each (8 MB for SmolLM2 at 120)
+
+
+class EditableModel(Model):
+    """The engine: `run`, `run_batch_keep`, `inside_layer`, `norm_inputs`, `head_outputs`, `head_gradients`,
+    `head_means` and `readout`, each written once on the adapter's `encoding` and `forward`. Subclasses are
+    read-only after construction, so one instance serves every session."""
+
+    # -- what an adapter implements --------------------------------------------------------------------------
+    def encoding(self, text: str) -> Encoded:
+        """Valid, non-empty `text` as tokens (see `Encoded`)."""
+        raise NotImplementedError
+
+    def forward(self, ids: torch.Tensor, edit: HeadEdit, attentions: bool = False) -> Forward:
+        """ids (B, T) -> one forward pass with `edit` applied at every layer's head-combine step (see `HeadEdit`
+        for what the adapter must report to it). Gradients follow torch's mode: the engine sets it."""
+        raise NotImplementedError
+
+    def output_projection(self, layer: int) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """The linear map combining layer `layer`'s heads: (weight (D, H * dh) as nn.Linear stores it, bias (D,)
+        or None), float32 on the CPU; None when it cannot be identified."""
+        return None
+
+    def final_parts(self) -> FinalParts | None:
+        """The final norm and LM head (see `FinalParts`); None for encoders or when they cannot be identified."""
+        return None
+
+    # Whether `forward` honours `edit.start` (resumes from the unedited run's state instead of recomputing the
+    # layers before it) and records `edit.states`. An adapter that does not still gives the same numbers.
+    can_resume: bool = False
+
+    # -- built once ----------------------------------------------------------------------------------------
+    def _ids(self, text: str) -> tuple[Encoded, torch.Tensor]:
+        enc = self.encoding(check_text(text))
+        return enc, torch.tensor([enc.ids])  # (1, T)
+
+    def token_count(self, text: str) -> int:
+        return len(self.encoding(check_text(text)).ids)
+
+    def _heads(self, heads: Iterable[Head], what: str) -> frozenset[Head]:
+        return check_ablate(heads, self.n_layers, self.n_heads, what)
+
+    def _intervention(self, n_tokens: int, ablate: frozenset[Head], ablation: Ablation,
+                      reference: Iterable[str] | None, patch: frozenset[Head] = frozenset(),
+                      source: str | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(keep (1, L, H) or None when every head is on, replace (1, L, H, T or 1, dh) or None): what the heads
+        in `ablate` and `patch` output instead of their own output."""
+        if not ablate and not patch:
+            return None, None
+        keep = head_keep_mask(ablate | patch, self.n_layers, self.n_heads)[None]  # (1, L, H)
+        means = ablation.outputs(self, reference) if ablate else None  # (L, H, dh) or None for zero
+        src = None
+        if patch:
+            if source is None:
+                raise InputError("patch needs source=<another text>: the patched heads' outputs come from a run on it")
+            source = check_text(source)
+            n_source = self.token_count(source)
+            if n_source != n_tokens:
+                raise InputError(
+                    f"the source text has {n_source} tokens and the text has {n_tokens}: patching takes each "
+                    "head's output position by position, so both need the same number of tokens. Change the "
+                    "source so it lines up (e.g. swap one name for another of the same length in tokens)."
+                )
+            src = self.head_outputs(source)  # (L, H, T, dh)
+        if means is None and src is None:
+            return keep, None  # zero: keep 0 is enough
+        d_head = (src if src is not None else means).shape[-1]
+        replace = torch.zeros(1, self.n_layers, self.n_heads, n_tokens if patch else 1, d_head)  # (1, L, H, T|1, dh)
+        if means is not None:
+            for layer, head in ablate:
+                replace[0, layer, head] = means[layer, head]  # (dh,), the same at every position
+        for layer, head in patch:
+            replace[0, layer, head] = src[layer, head]  # (T, dh)
+        return keep, replace
+
+    def _edit_for(self, text: str, ablate: Iterable[Head], ablation, reference, patch: Iterable[Head] = (),
+                  source: str | None = None, **record) -> tuple[Encoded, torch.Tensor, HeadEdit,
+                                                                 frozenset[Head], frozenset[Head], Ablation]:
+        """Validate one intervention request and build its HeadEdit (with what `record` asks to be recorded)."""
+        text = check_text(text)
+        ablate, patch = self._heads(ablate, "ablate"), self._heads(patch, "patch")
+        ablation = Ablation.of(ablation)
+        if ablate & patch:
+            both = ", ".join(f"({l}, {h})" for l, h in sorted(ablate & patch)[:5])
+            raise InputError(f"heads {both} are both ablated and patched; a head's output is one or the other")
+        if patch and source is None:
+            raise InputError("patch needs source=<another text>: the patched heads' outputs come from a run on it")
+        enc, ids = self._ids(text)
+        keep, replace = self._intervention(len(enc.ids), ablate, ablation, reference, patch, source)
+        return enc, ids, HeadEdit(keep, replace, **record), ablate, patch, ablation
+
+    def run(self, text: str, ablate: Iterable[Head] = (), ablation: str = "zero",
+            reference: Iterable[str] | None = None, patch: Iterable[Head] = (),
+            source: str | None = None) -> AttentionRun:
+        enc, ids, edit, ablate, patch, ablation = self._edit_for(text, ablate, ablation, reference, patch, source)
+        with torch.no_grad():
+            out = self.forward(ids, edit, attentions=True)
+        return AttentionRun(
+            tokens=enc.labels,
+            attentions=out.attentions[0].float().cpu().contiguous(),  # (L, H, Q, K)
+            ablated=ablate,
+            output=out.hidden[0].float().cpu(),  # (T, D)
+            logits=None if out.logits is None else out.logits[0].float().cpu(),  # (T, V)
+            token_ids=list(enc.ids),
+            truncated=enc.dropped,
+            unknown=enc.unknown,
+            special=enc.special,
+            ablation=ablation,
+            patched=patch,
+        )
+
+    def run_batch_keep(self, text: str, keep: torch.Tensor, replace: torch.Tensor | None = None,
+                       positions: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """See `Model.run_batch_keep`. Two savings that change no number: the layers before the first one any row
+        edits are taken from the unedited run of this text (kept per text), not recomputed for every row; and
+        with `positions`, only those positions' logits are computed -> logits (B, P, V)."""
+        text = check_text(text)
+        if not isinstance(keep, torch.Tensor) or keep.ndim != 3 or tuple(keep.shape[1:]) != (self.n_layers,
+                                                                                                self.n_heads):
+            got = tuple(keep.shape) if isinstance(keep, torch.Tensor) else type(keep).__name__
+            raise InputError(f"keep must be (B, {self.n_layers}, {self.n_heads}) with 1 = keep, 0 = switch off; "
+                             f"got {got}")
+        enc, ids = self._ids(text)
+        n = len(enc.ids)
+        at = None if positions is None else [_index(p % n if isinstance(p, int) and -n <= p < 0 else p, n,
+                                                    "position") for p in positions]
+        edited = ((keep < 1).sum(dim=(0, 2)) > 0).nonzero()  # (layers that some row edits, 1)
+        start = int(edited[0]) if self.can_resume and len(edited) else 0
+        prefix = self._states(enc, ids)[start - 1] if start else None
+        edit = HeadEdit(keep.float(), replace, start=start, prefix=prefix, logits_at=at)
+        with torch.no_grad():
+            out = self.forward(ids.expand(keep.shape[0], -1), edit)  # (B, T) in
+        return out.hidden.float().cpu(), None if out.logits is None else out.logits.float().cpu()
+
+    def _states(self, enc: Encoded, ids: torch.Tensor) -> list:
+        """The unedited run's block outputs on these ids, one per layer (kept for a few texts per model)."""
+        def compute():
+            edit = HeadEdit(states=True)
+            with torch.no_grad():
+                self.forward(ids, edit)
+            return [edit.states[layer] for layer in range(self.n_layers)]
+
+        return _STATES.get(self, tuple(enc.ids), compute)
+
+    def head_outputs(self, text: str) -> torch.Tensor:
+        _, ids = self._ids(text)
+        edit = HeadEdit(capture=True)
+        with torch.no_grad():
+            self.forward(ids, edit)
+        return edit.stacked()  # (L, H, T, dh)
+
+    def head_means(self, reference: Iterable[str] | None = None) -> torch.Tensor:
+        """Each head's output averaged over the `reference` texts (None: `examples()`), each run with all heads on
+        -> (L, H, dh): what mean ablation sets a switched-off head to.
+
+        Which positions: every token but the special ones the tokenizer adds ([CLS], [SEP], <bos>, ...; all of a
+        text's positions if it has nothing else). A model's first position is an attention sink whose head outputs
+        are outliers (Xiao et al. 2023, "Efficient Streaming Language Models with Attention Sinks"), so including it
+        would pull every mean toward it. How texts are weighted: each text's mean first, then the mean of those,
+        so a long text counts as much as a short one. Wang et al. 2022 ("Interpretability in the Wild", IOI) mean-
+        ablate with a head's mean over a templated distribution of sentences, position by position (the texts are
+        aligned); ours is one vector for every position, over sentences of any length, since the page's texts
+        are not aligned to the reference texts."""
+        if reference is None:
+            texts = tuple(text for _, text, _ in self.examples())
+            if not texts:
+                raise InputError(f"{self.name} has no example sentences to average head outputs over; pass "
+                                 "reference=[some texts] for mean ablation")
+        else:
+            if isinstance(reference, str):
+                raise InputError("reference must be a list of texts, not one text: wrap it as [text]")
+            texts = tuple(check_text(t) for t in reference)
+            if not texts:
+                raise InputError("reference is empty: give at least one text to average head outputs over")
+        return _MEANS.get(self, texts, lambda: self._mean_outputs(texts))
+
+    def _mean_outputs(self, texts: tuple[str, ...]) -> torch.Tensor:
+        per_text = []
+        for text in texts:
+            enc = self.encoding(text)
+            ordinary = [i for i in range(len(enc.ids)) if i not in set(enc.special)] or list(range(len(enc.ids)))
+            per_text.append(self.head_outputs(text)[:, :, ordinary].mean(dim=2))  # (L, H, dh)
+        return torch.stack(per_text).mean(dim=0)  # (L, H, dh)
+
+    def head_gradients(self, text: str, metric: Metric, ablate: Iterable[Head] = (), ablation: str = "zero",
+                       reference: Iterable[str] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(outputs, d metric / d outputs), both (L, H, T, dh), in the run with `ablate` switched off (their
+        outputs are what replaced them). torch.autograd.grad, not backward(): nothing is accumulated in the shared
+        model's parameters."""
+        _, ids, edit, _, _, _ = self._edit_for(text, ablate, ablation, reference, capture=True, grad=True)
+        with torch.enable_grad():
+            out = self.forward(ids, edit)
+            logits = None if out.logits is None else out.logits[0].float()
+            grads = torch.autograd.grad(metric(out.hidden[0].float(), logits), edit.deltas)  # per layer (1,H,T,dh)
+        return edit.stacked(), torch.stack([g[0] for g in grads]).float().cpu()  # (L, H, T, dh) twice
+
+    def _w_o(self, layer: int) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        proj = self.output_projection(layer)
+        if proj is None:
+            return None
+        weight, bias = proj
+        return out_proj_per_head(weight, self.n_heads), bias  # (H, dh, D), (D,) or None
+
+    def inside_layer(self, text: str, layer: int, ablate: Iterable[Head] = (), ablation: str = "zero",
+                     reference: Iterable[str] | None = None) -> list[HeadInside]:
+        """Every head of `layer` opened up (see `HeadInside`) from one forward with `ablate` applied as `run`
+        applies it. q, k, v, the mask and the weights are what the layer's attention computed with (reported to
+        the edit by the adapter); the scores are recomputed from them and checked against those weights."""
+        layer = _index(layer, self.n_layers, "layer")
+        proj = self._w_o(layer)
+        if proj is None:
+            raise UnavailableError(
+                f"{self.info.title}: the linear map that combines the heads of layer {layer} was not found (looked "
+                "for o_proj, out_proj, dense, c_proj and a BERT-style output.dense), so a head's contribution "
+                "cannot be computed for this architecture."
+            )
+        enc, ids, edit, ablate, _, _ = self._edit_for(text, ablate, ablation, reference, capture=True,
+                                                      inspect={layer}, inputs=True)
+        with torch.no_grad():
+            self.forward(ids, edit)
+        seen = edit.seen.get(layer)
+        if seen is None or layer not in edit.inputs:
+            raise UnavailableError(f"{self.info.title}: layer {layer}'s attention did not report its queries and "
+                                   "keys, so they cannot be shown.")
+        q = seen.q[0].float().cpu()  # (H, T, dh)
+        k_kv, v_kv = seen.k[0].float().cpu(), seen.v[0].float().cpu()  # (H_kv, T, dh) each
+        weights = seen.weights[0].float().cpu()  # (H, Q, K)
+        H, T, dh = q.shape
+        group = H // k_kv.shape[0]  # query heads per key/value head; 1 without grouped-query attention
+        k, v = repeat_kv(k_kv, H), repeat_kv(v_kv, H)  # (H, K, dh), (H, K, dh)
+        scores = q @ k.transpose(-2, -1) * seen.scale  # (H, Q, K)
+        if seen.allowed is not None:
+            scores = scores.masked_fill(~seen.allowed.cpu(), float("-inf"))  # (H, Q, K)
+        gap = float((torch.softmax(scores, dim=-1) - weights).abs().max())
+        if gap > 1e-4:
+            raise UnavailableError(
+                f"{self.info.title}: softmax(q·kᵀ·scale) differs from this model's attention weights by {gap:.2g}: "
+                "its attention adds something to the scores (e.g. ALiBi biases or soft-capping), so showing plain "
+                "scores would be wrong."
+            )
+        w_o, bias = proj  # (H, dh, D), (D,) or None
+        ctx = edit.outputs[layer][0].float().cpu()  # (H, T, dh): what the output projection saw, after the edit
+        contribution = ctx @ w_o  # (H, T, D)
+        resid = edit.inputs[layer][0].float().cpu()  # (T, D)
+        return [
+            HeadInside(tokens=enc.labels, layer=layer, head=h, q=q[h], k=k[h], v=v[h], scores=scores[h],
+                       weights=weights[h], contribution=contribution[h], scale=seen.scale, bias=bias, resid=resid,
+                       kv_head=h // group, ablated=(layer, h) in ablate)
+            for h in range(H)
+        ]
+
+    def norm_inputs(self, text: str, ablate: Iterable[Head] = (), ablation: str = "zero",
+                    reference: Iterable[str] | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(values (L, H, K, dh), w_o (L, H, dh, D)) for the norm view (Kobayashi et al. 2020), from the same run
+        (same heads off, same meaning of "off") as the weights it is drawn with. A switched-off head's values are
+        zero: what it adds (0, or its mean) does not come from the keys. Key/value heads shared by grouped-query
+        attention are repeated per query head."""
+        w_o = [self._w_o(layer) for layer in range(self.n_layers)]
+        if any(w is None for w in w_o):
+            return None
+        _, ids, edit, ablate, _, _ = self._edit_for(text, ablate, ablation, reference, values=True)
+        with torch.no_grad():
+            self.forward(ids, edit)
+        values = torch.stack([repeat_kv(edit.values[layer][0].float().cpu(), self.n_heads)
+                              for layer in range(self.n_layers)])  # (L, H, K, dh)
+        keep = head_keep_mask(ablate, self.n_layers, self.n_heads)  # (L, H)
+        values = values * keep[:, :, None, None]  # (L, H, K, dh): a switched-off head's keys carry nothing
+        return values, torch.stack([w for w, _ in w_o])  # (L, H, K, dh), (L, H, dh, D)
+
+    def readout(self, text: str) -> Readout | None:
+        """The run on `text` (all heads on) as parts for direct effects (see `Readout`). None when this model has
+        no LM head, no recognised final norm or output projection, or when the frozen-scale norm does not
+        reproduce the model's own output (e.g. logits soft-capped), so no number shown rests on a guess."""
+        parts = self.final_parts()
+        w_o = [self._w_o(layer) for layer in range(self.n_layers)]
+        if parts is None or any(w is None for w in w_o):
+            return None
+        _, ids = self._ids(text)
+        edit = HeadEdit(capture=True, final=True)
+        with torch.no_grad():
+            out = self.forward(ids, edit)
+        if edit.final_io is None or out.logits is None:
+            return None
+        residual, normed = (t[0].detach().float().cpu() for t in edit.final_io)  # (T, D), (T, D)
+        gain, bias = parts.gain, parts.bias  # (D,), (D,) or None
+        centred = residual - residual.mean(-1, keepdim=True) if parts.centered else residual  # (T, D)
+        # The scale the norm divided by, read off its own input and output, so any epsilon convention is honoured.
+        shifted = normed - (0 if bias is None else bias)  # (T, D)
+        scale = (gain * centred).norm(dim=-1) / shifted.norm(dim=-1).clamp_min(1e-12)  # (T,)
+        rebuilt = gain * centred / scale[:, None] + (0 if bias is None else bias)  # (T, D)
+        if not torch.allclose(rebuilt, normed, atol=1e-4 * float(normed.abs().max()) + 1e-6):
+            return None
+        logits = out.logits[0].float().cpu()  # (T, V)
+        again = normed @ parts.unembed.T + (0 if parts.unembed_bias is None else parts.unembed_bias)  # (T, V)
+        if not torch.allclose(again, logits, atol=1e-3 * float(logits.abs().max()) + 1e-5):
+            return None
+        return Readout(outputs=edit.stacked(), w_o=torch.stack([w for w, _ in w_o]), residual=residual, scale=scale,
+                       centered=parts.centered, gain=gain, bias=bias, unembed=parts.unembed,
+                       unembed_bias=parts.unembed_bias, logits=logits)  # w_o (L, H, dh, D)
+
+    def head_weights_from(self, layer: int, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor,
+                          b_q, b_k, b_v, rotary: bool):
+        """A `HeadWeights` from nn.Linear-layout projections: w_q (H * dh, D), w_k and w_v (H_kv * dh, D), their
+        biases (H * dh,) / (H_kv * dh,) or None; the output projection from `output_projection`."""
+        from mha_viz.contract import HeadWeights
+
+        layer = _index(layer, self.n_layers, "layer")
+        proj = self._w_o(layer)
+        if proj is None:
+            raise UnavailableError(f"{self.info.title}: layer {layer}'s output projection was not found.")
+        H = self.n_heads
+        dh = w_q.shape[0] // H
+        h_kv = w_k.shape[0] // dh
+        group = H // h_kv
+        kv_head = tuple(h // group for h in range(H))
+
+        def per_head(w, n):  # (n * dh, D) -> (n, D, dh)
+            return w.detach().float().cpu().reshape(n, dh, -1).transpose(1, 2).contiguous()
+
+        def bias_per_head(b, n):  # (n * dh,) -> (n, dh)
+            return None if b is None else b.detach().float().cpu().reshape(n, dh)
+
+        idx = torch.tensor(kv_head)
+        wk, wv = per_head(w_k, h_kv)[idx], per_head(w_v, h_kv)[idx]  # (H, D, dh) each
+        bk, bv = bias_per_head(b_k, h_kv), bias_per_head(b_v, h_kv)
+        return HeadWeights(layer=layer, w_q=per_head(w_q, H), w_k=wk, w_v=wv, w_o=proj[0],
+                           b_q=bias_per_head(b_q, H), b_k=None if bk is None else bk[idx],
+                           b_v=None if bv is None else bv[idx], b_o=proj[1], kv_head=kv_head, rotary=rotary)
 

@@ -1,29 +1,142 @@
 """`load_model(name)`: the one entry point from a model name to an adapter behind the contract; `checkpoints(name)`:
-the training steps a model was saved at."""
+the training steps a model was saved at; `seeds(name)`: the same recipe trained from other seeds. The built-in
+models are one table of `ModelSpec`s: the page reads titles, load notes and whether a name ships with the app from
+it, never by comparing a name."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Callable
 
 from mha_viz.contract import Model, ModelLoadError
 
-BUILTIN = {
-    "minilm": "all-MiniLM-L6-v2 — encoder, 6 layers x 12 heads",
-    "smollm2": "SmolLM2-135M-Instruct — causal LM, 30 layers x 9 heads",
-    "tiny": "tiny — in-repo stack, trained here",
-    "tiny-untrained": "tiny-untrained — same stack at its seeded initialisation",
-}
+Progress = Callable[[str], None] | None
 
-_STEP = re.compile(r"^tiny@(\d{1,9})$")
+
+def _minilm(progress: Progress) -> Model:
+    from mha_viz.models.bert.adapter import load_minilm  # the in-repo encoder: no transformers import
+
+    return load_minilm()
+
+
+def _smollm2(progress: Progress) -> Model:
+    from mha_viz.models.hf import load_smollm2
+
+    return load_smollm2(progress)
+
+
+def _tiny(progress: Progress) -> Model:
+    from mha_viz.models.tiny.adapter import load_tiny
+
+    return load_tiny(trained=True)
+
+
+def _tiny_untrained(progress: Progress) -> Model:
+    from mha_viz.models.tiny.adapter import load_tiny
+
+    return load_tiny(trained=False)
+
+
+def _tiny_steps() -> list[int]:
+    from mha_viz.models.tiny.adapter import checkpoint_steps
+
+    return checkpoint_steps()
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str  # what load_model takes, and the value of ?model= in links
+    title: str  # the picker's label
+    load: Callable[[Progress], Model]
+    # Said while the model loads the first time on a server; None when loading takes a second or two.
+    load_note: str | None = None
+    # The training steps saved for it (load one as f"{family}@{step}"); None for models saved at no step.
+    steps: Callable[[], list[int]] | None = None
+    family: str | None = None  # the name a saved step is loaded under: "tiny" for tiny and tiny-untrained
+
+
+SPECS: tuple[ModelSpec, ...] = (
+    ModelSpec("minilm", "all-MiniLM-L6-v2 — encoder, 6 layers x 12 heads", _minilm),
+    ModelSpec("smollm2", "SmolLM2-135M-Instruct — causal LM, 30 layers x 9 heads", _smollm2,
+              load_note="Loading SmolLM2 (the first start on a server converts its GGUF to float32, about 20-30 s)"),
+    ModelSpec("tiny", "tiny — in-repo stack, trained here", _tiny, steps=_tiny_steps, family="tiny"),
+    ModelSpec("tiny-untrained", "tiny-untrained — same stack at its seeded initialisation", _tiny_untrained,
+              steps=_tiny_steps, family="tiny"),
+)
+_BY_NAME = {spec.name: spec for spec in SPECS}
+BUILTIN = {spec.name: spec.title for spec in SPECS}  # name -> title, in the picker's order (the first is the default)
+
+_STEP = re.compile(r"^([a-z][a-z0-9-]*)@(\d{1,9})$")
+# Another training seed of the tiny recipe ("tiny#seed1"), optionally at a saved step ("tiny#seed1@600").
+_SEED = re.compile(r"^tiny#seed([1-9]\d{0,3})(?:@(\d{1,9}))?$")
+
+
+def _seed_folder(seed: int):
+    from mha_viz.models.tiny.train import seed_folder
+
+    return seed_folder(seed)
+
+
+def seeds(name: str) -> list[str]:
+    """The names `load_model` accepts for the same training recipe under every seed shipped, `name`'s own first
+    (["tiny", "tiny#seed1", "tiny#seed2"]); [name] for a model trained once, [] for a name that is not a model."""
+    if not isinstance(name, str) or not name.strip():
+        return []
+    key = name.strip()
+    own = spec(key)
+    if (own is not None and own.family == "tiny") or _SEED.match(key):
+        from mha_viz.models.tiny.train import SEEDS_DIR, TINY_ASSETS
+
+        found = sorted(int(p.name.removeprefix("seed")) for p in (TINY_ASSETS / SEEDS_DIR).glob("seed*")
+                       if p.name.removeprefix("seed").isdigit() and (p / "model.safetensors").exists())
+        return ["tiny"] + [f"tiny#seed{s}" for s in found]
+    return [key]
+
+
+def untrained_name(name: str) -> str | None:
+    """The name of `name`'s untrained twin (the same architecture at the initialisation its training started
+    from), or None where none ships: only the tiny model and its seeds keep their initialisation."""
+    key = name.strip() if isinstance(name, str) else ""
+    own, seed = spec(key), _SEED.match(key)
+    step = step_of(key)
+    if key == "tiny-untrained" or step == 0 or (seed and seed.group(2) == "0"):
+        return None  # already the initialisation
+    if own is not None and own.family == "tiny":
+        return "tiny-untrained"
+    if seed:
+        return f"tiny#seed{seed.group(1)}@0"
+    return None
+
+
+def spec(name: str) -> ModelSpec | None:
+    """The built-in model `name` names, also for a saved step ("tiny@400" -> the tiny spec); None otherwise."""
+    if not isinstance(name, str):
+        return None
+    name = name.strip()
+    if name in _BY_NAME:
+        return _BY_NAME[name]
+    match = _STEP.match(name)
+    family = _BY_NAME.get(match.group(1)) if match else None
+    return family if family is not None and family.steps is not None else None
+
+
+def step_of(name: str) -> int | None:
+    """N for "family@N" of a built-in family, whether or not N was saved; None otherwise."""
+    match = _STEP.match(name.strip()) if isinstance(name, str) else None
+    return int(match.group(2)) if match and spec(name) is not None else None
 
 
 def checkpoints(name: str) -> list[int]:
     """The sorted training steps saved for model `name` (load one with `load_model(f"{name}@{step}")`);
     [] for models saved at no step but their last (every model but the in-repo tiny one)."""
-    if isinstance(name, str) and (name.strip() in ("tiny", "tiny-untrained") or _STEP.match(name.strip())):
+    found = spec(name)
+    if found is not None and found.steps is not None:
+        return found.steps()
+    seed = _SEED.match(name.strip()) if isinstance(name, str) else None
+    if seed:
         from mha_viz.models.tiny.adapter import checkpoint_steps
 
-        return checkpoint_steps()
+        return checkpoint_steps(_seed_folder(int(seed.group(1))))
     return []
 
 
@@ -33,10 +146,15 @@ def is_shipped(name: str) -> bool:
     if not isinstance(name, str):
         return False
     name = name.strip()
-    if name in BUILTIN:
+    if name in _BY_NAME:
         return True
-    match = _STEP.match(name)
-    return bool(match) and int(match.group(1)) in checkpoints("tiny")
+    step = step_of(name)
+    if step is not None:
+        return step in checkpoints(name)
+    seed = _SEED.match(name)
+    if not seed or name.split("@")[0] not in seeds("tiny"):
+        return False
+    return seed.group(2) is None or int(seed.group(2)) in checkpoints(name)
 
 
 def load_model(name: str, progress: Callable[[str], None] | None = None) -> Model:
@@ -48,23 +166,34 @@ def load_model(name: str, progress: Callable[[str], None] | None = None) -> Mode
     if not isinstance(name, str) or not name.strip():
         raise ModelLoadError(f"Model name must be non-empty text; try one of: {', '.join(BUILTIN)}")
     key = name.strip()
-    if key == "minilm":
-        from mha_viz.models.bert.adapter import load_minilm  # the in-repo encoder: no transformers import
-
-        return load_minilm()
-    if key == "smollm2":
-        from mha_viz.models.hf import load_smollm2
-
-        return load_smollm2(progress)
-    if key in ("tiny", "tiny-untrained"):
+    if key in _BY_NAME:
+        return _BY_NAME[key].load(progress)
+    step = step_of(key)
+    if step is not None:
         from mha_viz.models.tiny.adapter import load_tiny
 
-        return load_tiny(trained=key == "tiny")
-    step = _STEP.match(key)
-    if step:
-        from mha_viz.models.tiny.adapter import load_tiny
-
-        return load_tiny(step=int(step.group(1)))
+        return load_tiny(step=step)  # a step that was not saved: ModelLoadError listing the saved ones
+    seed = _SEED.match(key)
+    if seed:
+        return _load_seed(int(seed.group(1)), None if seed.group(2) is None else int(seed.group(2)))
     from mha_viz.models.hf import load_custom
 
     return load_custom(key)
+
+
+def _load_seed(seed: int, step: int | None) -> Model:
+    """The tiny recipe trained from `seed` (see `mha_viz.models.tiny.train.seed_recipe`), at `step` if given."""
+    import dataclasses
+
+    from mha_viz.models.tiny.adapter import TinyModel, load_tiny
+
+    folder = _seed_folder(seed)
+    if not (folder / "model.safetensors").exists():
+        shipped = ", ".join(seeds("tiny")) or "none"
+        raise ModelLoadError(f"tiny has no training seed {seed}; shipped: {shipped}. Train it with "
+                             f"`python -m mha_viz.models.tiny.train --seed {seed}`")
+    base = load_tiny(folder=folder, step=step)
+    name = f"tiny#seed{seed}" + ("" if step is None else f"@{step}")
+    title = f"tiny, training seed {seed}" + ("" if step is None else f", at step {step}")
+    # A new adapter around the loaded network with its own name, so caches keyed on the name keep seeds apart.
+    return TinyModel(base.lm, base.vocab, dataclasses.replace(base.info, name=name, title=title), folder)

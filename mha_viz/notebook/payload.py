@@ -13,6 +13,8 @@ import zlib
 import numpy as np
 import torch
 
+from mha_viz import plotting
+from mha_viz.app.names import grid_names  # streamlit-free: the one spelling of heads and layers
 from mha_viz.contract import Head
 
 # zlib level 1: at 128 tokens MiniLM's 1.18 MB of codes become 0.43 MB in 11 ms (level 6: 0.37 MB in 56 ms), and
@@ -42,7 +44,7 @@ def deflate(codes: bytes) -> bytes:
 
 
 def grid_data(tokens: list[str], att: torch.Tensor, layer: int, heads_off, n_cols: int, shared_scale: bool,
-              badges: dict[Head, str]) -> tuple[dict, bytes]:
+              badges: dict[Head, str], unknown=()) -> tuple[dict, bytes]:
     """Everything the browser draws from (see the header of head_grid.js) but the weights, and the weights'
     codes (not yet deflated), for the host to send its own way: -> (data without "att", codes)."""
     codes, scale = encode(att, shared_scale)
@@ -54,5 +56,7 @@ def grid_data(tokens: list[str], att: torch.Tensor, layer: int, heads_off, n_col
         "digest": digest, "tokens": list(tokens), "L": L, "H": H, "T": T, "scale": scale,
         "off": sorted([int(l), int(h)] for l, h in heads_off), "layer": int(layer), "cols": int(n_cols),
         "badges": {f"{l},{h}": text for (l, h), text in badges.items()}, "shared": bool(shared_scale),
+        "names": grid_names(L, H), "unknown": sorted(int(i) for i in unknown),
+        "colours": {"on": [c for _, c in plotting.ATTN_SCALE], "off": [c for _, c in plotting.OFF_SCALE]},
     }
     return data, codes

@@ -17,25 +17,17 @@ from pathlib import Path
 
 import numpy as np
 
-GRID_JS = Path(__file__).resolve().parent.parent / "app" / "components" / "head_grid.js"
+from mha_viz import plotting
+
 TILE = 160  # px per heatmap in the SVG
 GAP = 14
 TITLE_H = 18
 BADGE_H = 16
 
 
-@functools.lru_cache(maxsize=1)
 def colour_stops() -> tuple[list[str], list[str]]:
-    """(on, off) colour stops, as head_grid.js defines them (`const BLUES = [...]`, `const GREYS = [...]`)."""
-    text = GRID_JS.read_text()
-    found = {}
-    for name in ("BLUES", "GREYS"):
-        m = re.search(rf"const {name} = \[([^\]]*)\]", text)
-        if not m:
-            raise RuntimeError(f"{GRID_JS} no longer defines `const {name} = [...]`: the SVG export reads its colour "
-                               "stops from there; update mha_viz/notebook/svg.py to where they moved")
-        found[name] = re.findall(r'"(#[0-9a-fA-F]{6})"', m.group(1))
-    return found["BLUES"], found["GREYS"]
+    """(on, off) colour stops: the ones the grid receives in its payload (plotting.ATTN_SCALE / OFF_SCALE)."""
+    return [c for _, c in plotting.ATTN_SCALE], [c for _, c in plotting.OFF_SCALE]
 
 
 def lut(colors: list[str]) -> np.ndarray:

@@ -114,6 +114,7 @@ async function refresh(model, parts) {
   mod.default({
     data, parentElement: parts.grid,
     setTriggerValue: (name, value) => {
+      if (name === "layer") { model.set("layer", value); model.save_changes(); return; }  // drawn already
       parts.status.textContent = "rerunning the model…";
       model.send({ type: name, ...value });
     },

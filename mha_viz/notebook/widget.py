@@ -197,7 +197,7 @@ class HeadGrid(anywidget.AnyWidget):
         causal = bool(self._model.causal) if self._model is not None else run.logits is not None
         self._badges = badge_labels(run, causal)
         data, codes = grid_data(token_labels(run.tokens), run.attentions, self.layer, run.ablated, self._cols,
-                                self._shared, self._badges)
+                                self._shared, self._badges, run.unknown)
         self._codes = codes
         readout = {}
         if self._model is not None and self._base is not None:

@@ -2,8 +2,9 @@
 from pathlib import Path
 
 import pytest
+from helpers import app_at, grid_data
+from page_steps import layer_of, open_view, set_layer
 from streamlit.testing.v1 import AppTest
-from helpers import app_at
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
@@ -29,7 +30,7 @@ def test_minilm_sentence_toggle_and_change():
     at = _app()
     assert len(at.toggle) == 12 and at.toggle[0].label == "L0 H0"
     _enter(at, "Seven purple giraffes played chess beside the quiet river.")
-    assert any("chess" in md.value for md in at.markdown), "token strip shows the new sentence"
+    assert "chess" in grid_data(at)["tokens"], "the grid (and its token strip) shows the new sentence"
     at.toggle(key="tg|minilm|0|3").set_value(False).run()
     assert not at.exception, at.exception
     cos = float(_metric(at, "Cosine similarity"))
@@ -44,10 +45,10 @@ def test_minilm_sentence_toggle_and_change():
 def test_heads_of_another_layer_keep_their_state():
     at = _app()
     at.toggle(key="tg|minilm|0|0").set_value(False).run()
-    at.sidebar.selectbox(key="layer|minilm").set_value(3).run()
+    set_layer(at, "minilm", 3)
     assert [t.label for t in at.toggle][:1] == ["L3 H0"] and all(t.value for t in at.toggle)
     assert "L0 H0" in " ".join(md.value for md in at.markdown if "Heads off" in md.value)
-    at.sidebar.selectbox(key="layer|minilm").set_value(0).run()
+    set_layer(at, "minilm", 0)
     assert at.toggle(key="tg|minilm|0|0").value is False
 
 
@@ -67,15 +68,16 @@ def test_long_text_says_how_much_was_dropped():
 def test_layer_bulk_controls():
     at = _app()
     labels = [b.label for b in at.button]
-    at.button[labels.index("All heads of L0 off")].click().run()
+    at.button[labels.index("All off")].click().run()
     assert not at.exception and all(t.value is False for t in at.toggle)
     labels = [b.label for b in at.button]
-    at.button[labels.index("Reset: all heads on")].click().run()
+    at.button[labels.index("Reset")].click().run()
     assert all(t.value for t in at.toggle)
 
 
 def test_effect_panel_shows_each_tokens_measured_change():
     from helpers import loaded
+
     from mha_viz import analysis
     from mha_viz.app.page import DEFAULT_TEXT
 
@@ -97,7 +99,7 @@ def test_only_this_head_keeps_one_head_of_the_layer():
     assert not at.exception, at.exception
     on = [t.label for t in at.toggle if t.value]
     assert on == ["L0 H5"]
-    assert at.selectbox(key="only|minilm|0").value == "Only this head on…"
+    assert at.selectbox(key="only|minilm|0").value == "Only one on…"
 
 
 VIEWS = ["All layers", "Compare", "Ablation effects", "Similarity & scores", "Rollout & norms", "Notes & export"]
@@ -106,9 +108,9 @@ VIEWS = ["All layers", "Compare", "Ablation effects", "Similarity & scores", "Ro
 @pytest.mark.parametrize("view", VIEWS)
 def test_every_view_renders_with_a_head_off(view):
     at = _app()
-    at.sidebar.selectbox(key="layer|minilm").set_value(1).run()
+    set_layer(at, "minilm", 1)
     at.toggle(key="tg|minilm|1|2").set_value(False).run()
-    at.radio(key="view").set_value(view).run()
+    open_view(at, view)
     assert not at.exception, at.exception
     if view in ("All layers", "Compare", "Ablation effects", "Similarity & scores", "Rollout & norms"):
         assert len(at.get("plotly_chart")) >= 1  # the view's own
@@ -120,7 +122,7 @@ def test_every_view_renders_with_a_head_off(view):
 
 def test_importance_map_is_computed_on_request():
     at = _app()
-    at.radio(key="view").set_value("Ablation effects").run()
+    open_view(at, "Ablation effects")
     before = len(at.get("plotly_chart"))
     at.button(key="imp_btn").click().run()
     assert not at.exception, at.exception
@@ -129,7 +131,7 @@ def test_importance_map_is_computed_on_request():
 
 def test_compare_view_shows_chosen_heads_and_their_difference():
     at = _app()
-    at.radio(key="view").set_value("Compare").run()
+    open_view(at, "Compare")
     at.multiselect(key="compare_pick").set_value(["L0 H2", "L3 H4", "L5 H0"]).run()
     assert not at.exception, at.exception
     charts = [c.proto.spec for c in at.get("plotly_chart")]
@@ -151,11 +153,11 @@ def test_a_shared_link_restores_the_view():
     at.run()
     assert not at.exception, at.exception
     assert at.text_area(key="text_box").value == "Dogs chase cats in the yard."
-    assert at.sidebar.selectbox(key="layer|minilm").value == 2
+    assert layer_of(at, "minilm") == 2
     assert at.toggle(key="tg|minilm|2|3").value is False
     heads_off = " ".join(md.value for md in at.markdown if "Heads off" in md.value)
     assert "L2 H3" in heads_off and "L4 H0" in heads_off
-    at.radio(key="view").set_value("Compare").run()
+    open_view(at, "Compare")
     assert at.multiselect(key="compare_pick").value == ["L1 H1", "L2 H2"]
 
 
@@ -203,13 +205,13 @@ def test_tiny_model_predictions_examples_and_unknown_words():
 
 def test_similarity_pick_opens_compare_with_those_heads():
     at = _app()
-    at.radio(key="view").set_value("Similarity & scores").run()
+    open_view(at, "Similarity & scores")
     a = at.selectbox(key="sim_a").value
     at.selectbox(key="sim_b").set_value("L5 H11" if a != "L5 H11" else "L0 H0").run()
     b = at.selectbox(key="sim_b").value
     at.button(key="sim_cmp").click().run()
     assert not at.exception, at.exception
-    assert at.radio(key="view").value == "Compare"
+    assert at.session_state["view"] == "Compare"
     assert at.multiselect(key="compare_pick").value == [a, b]
 
 
@@ -217,7 +219,7 @@ def test_tiny_scores_show_ground_truth_beside_the_measure():
     at = _app("tiny")
     agreement = [b for b in at.button if b.label.startswith("agreement")][0]
     agreement.click().run()
-    at.radio(key="view").set_value("Similarity & scores").run()
+    open_view(at, "Similarity & scores")
     assert not at.exception, at.exception
     tables = [t for t in at.table]
     assert tables, "a ground-truth table"
@@ -227,7 +229,7 @@ def test_tiny_scores_show_ground_truth_beside_the_measure():
 
 def test_all_layers_view_focuses_the_picked_head():
     at = _app()
-    at.radio(key="view").set_value("All layers").run()
+    open_view(at, "All layers")
     at.selectbox(key="focus_pick").set_value((4, 7)).run()
     assert not at.exception, at.exception
     titles = [c.proto.spec for c in at.get("plotly_chart")]
@@ -264,10 +266,11 @@ def test_effect_panel_shows_the_top_predictions_before_and_after_as_bars():
     import html
 
     from helpers import loaded
+
     from mha_viz.app.common import top_predictions, visible
 
     at = _app("tiny")
-    at.sidebar.selectbox(key="layer|tiny").set_value(2).run()
+    set_layer(at, "tiny", 2)
     at.toggle(key="tg|tiny|2|1").set_value(False).run()
     assert not at.exception, at.exception
     model = loaded("tiny")

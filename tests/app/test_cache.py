@@ -1,8 +1,13 @@
-"""The shared run cache is bounded by bytes, keeps recent runs, and never returns another key's run."""
+"""The shared run cache is bounded by bytes, keeps recent runs, and never returns another key's run; runs in
+flight count against the same budget."""
+import threading
+
+import pytest
 import torch
 
-from mha_viz.contract import AttentionRun
+from mha_viz.app.cache import RunBudgetError, attention_bytes
 from mha_viz.app.cache import RunCache as _RunCache
+from mha_viz.contract import AttentionRun
 
 
 def _run(n_tokens: int) -> AttentionRun:
@@ -34,3 +39,132 @@ def test_a_run_larger_than_the_budget_is_still_returned():
     cache = _RunCache(budget_bytes=10)
     run = cache.get(("big",), lambda: _run(50))
     assert run.attentions.shape == (1, 1, 50, 50)
+
+
+# -- runs in flight share the budget ---------------------------------------------------------------------------
+
+
+def test_a_run_that_alone_exceeds_the_budget_is_refused_before_it_starts():
+    cache = _RunCache(budget_bytes=1000)
+    made = []
+    with pytest.raises(RunBudgetError, match="shorter text"):
+        cache.get(("big",), lambda: made.append(1), need=40_000)
+    assert made == [] and cache.flight_bytes() == 0
+
+
+def test_a_run_waits_for_others_in_flight_then_starts_and_keeps_within_the_budget():
+    """Two runs of 30 kB under a 50 kB budget: the second waits (on_wait says so) until the first is done, so at
+    no time do the runs in flight and the kept runs together hold more than the budget."""
+    cache = _RunCache(budget_bytes=50_000, wait_s=30)
+    first_started, release = threading.Event(), threading.Event()
+    held, waited = [], []
+
+    def slow():
+        first_started.set()
+        release.wait(10)
+        held.append(cache.flight_bytes())
+        return _run(50)  # 10 kB of attention kept
+
+    t = threading.Thread(target=lambda: cache.get(("a",), slow, need=30_000))
+    t.start()
+    first_started.wait(10)
+    second = threading.Thread(target=lambda: cache.get(("b",), lambda: held.append(cache.flight_bytes())
+                                                       or _run(50), need=30_000,
+                                                       on_wait=lambda flight, n: waited.append((flight, n))))
+    second.start()
+    second.join(0.3)
+    assert second.is_alive() and waited == [(30_000, 1)], "the second run should be queued behind the first"
+    release.set()
+    t.join(10)
+    second.join(10)
+    assert not second.is_alive() and held == [30_000, 30_000]
+    assert cache.kept_bytes() + cache.flight_bytes() <= 50_000
+
+
+def test_a_run_that_cannot_fit_in_time_is_refused_with_a_busy_message():
+    cache = _RunCache(budget_bytes=50_000, wait_s=0.2)
+    release = threading.Event()
+    t = threading.Thread(target=lambda: cache.get(("a",), lambda: release.wait(10) and _run(5), need=40_000))
+    t.start()
+    try:
+        while cache.flight_bytes() == 0:
+            release.wait(0.01)
+        with pytest.raises(RunBudgetError, match="busy"):
+            cache.get(("b",), lambda: _run(5), need=40_000)
+    finally:
+        release.set()
+        t.join(10)
+
+
+def test_sessions_asking_for_the_same_run_at_once_share_one_forward_pass():
+    cache = _RunCache(budget_bytes=10**6)
+    started, release, made = threading.Event(), threading.Event(), []
+
+    def make():
+        made.append(1)
+        started.set()
+        release.wait(10)
+        return _run(10)
+
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(cache.get(("same",), make, need=400)))
+               for _ in range(3)]
+    threads[0].start()
+    started.wait(10)
+    for t in threads[1:]:
+        t.start()
+    release.set()
+    for t in threads:
+        t.join(10)
+    assert made == [1] and len(results) == 3 and all(r is results[0] for r in results)
+
+
+def test_the_estimate_is_the_attention_the_run_holds():
+    from helpers import loaded
+
+    model = loaded("tiny")
+    text = "the cat sat on the mat"
+    run = model.run(text)
+    assert attention_bytes(model, text) == run.attentions.numel() * run.attentions.element_size()
+
+
+def test_the_page_refuses_a_run_over_the_budget_with_what_to_do(monkeypatch):
+    """Through the page: a text whose attention alone exceeds MHA_VIZ_RUN_CACHE_MB is refused before its
+    forward pass, with the page's warning (a shorter text), not an exception; a short text still runs."""
+    from helpers import APP
+    from streamlit.testing.v1 import AppTest
+
+    import mha_viz.app.cache as cache
+
+    monkeypatch.setenv("MHA_VIZ_RUN_CACHE_MB", "1")
+    cache.runs.cache_clear()
+    try:
+        at = AppTest.from_file(APP, default_timeout=180).run()
+        assert not at.exception and len(at.toggle) == 12, at.exception  # MiniLM's default sentence: 0.1 MB
+        words = " ".join(["the cat sat on the mat"] * 40)  # 240 words: 6 x 12 x 242² x 4 B = 16 MB of attention
+        at.text_area(key="text_box").input(words)
+        at.button[0].click()
+        at.run()
+        assert not at.exception, at.exception
+        warnings = [w.value for w in at.warning]
+        assert any("shorter text" in w and "MHA_VIZ_RUN_CACHE_MB" in w for w in warnings), warnings
+        assert cache.runs().flight_bytes() == 0 and cache.runs().kept_bytes() <= 2**20
+    finally:
+        cache.runs.cache_clear()
+
+
+def test_a_reservation_covers_the_runs_made_inside_it_and_holds_back_other_work():
+    cache = _RunCache(budget_bytes=100_000, wait_s=0.2)
+    with cache.reserve(80_000):
+        assert cache.flight_bytes() == 80_000
+        cache.get(("inside",), lambda: _run(10), need=80_000)  # covered: no second reservation, no refusal
+        other = []
+        t = threading.Thread(target=lambda: other.append(pytest.raises(RunBudgetError, cache.get, ("x",),
+                                                                       lambda: _run(10), need=40_000)))
+        t.start()
+        t.join(10)
+        assert other and "busy" in str(other[0].value)  # another thread's work does not fit beside it
+    assert cache.flight_bytes() == 0
+    with pytest.raises(RunBudgetError, match="This page would need about"):
+        with cache.reserve(200_000):
+            pass

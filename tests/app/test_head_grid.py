@@ -3,9 +3,10 @@ every layer; heads switched off, the sidebar's layer and the measured badges arr
 from __future__ import annotations
 
 import torch
+from helpers import APP, grid_data, grid_weights, loaded
+from page_steps import set_layer
 from streamlit.testing.v1 import AppTest
 
-from helpers import APP, grid_data, grid_weights, loaded
 from mha_viz import analysis
 from mha_viz.app.common import display
 from mha_viz.app.page import DEFAULT_TEXT
@@ -15,7 +16,7 @@ def test_grid_is_sent_every_layer_of_the_run_the_page_shows():
     at = AppTest.from_file(APP, default_timeout=180)
     at.run()
     at.toggle(key="tg|minilm|0|3").set_value(False).run()
-    at.sidebar.selectbox(key="layer|minilm").set_value(2).run()
+    set_layer(at, "minilm", 2)
     assert not at.exception, at.exception
     data = grid_data(at)
     model = loaded("minilm")

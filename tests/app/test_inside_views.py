@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from page_steps import open_view
 from streamlit.testing.v1 import AppTest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,7 +26,7 @@ def _app(model: str = "minilm", **params) -> AppTest:
 
 
 def _view(at: AppTest, view: str) -> AppTest:
-    at.radio(key="view").set_value(view).run()
+    open_view(at, view)
     assert not at.exception, at.exception
     return at
 
@@ -144,3 +145,23 @@ def test_under_mean_ablation_a_switched_off_head_shows_its_mean_output():
     combine = _chart(at, "inside_combine")
     off = combine["data"][0]["x"].index("L0 H3 (off)")
     assert _values(combine["data"][0]["y"])[off] > 0  # its mean output, not zero
+
+
+REPEATED = "The keys to the old cabinet were on the table, so she took them."  # "the" at 1, 4 and 9 (MiniLM)
+
+
+@pytest.mark.parametrize("view", ["Inside a head", "Follow a token"])
+def test_a_repeated_token_selects_the_position_clicked(view):
+    """Issue 19, bug 1: picking the first "the" opened the last one, because the picker keyed its options by their
+    label. Each repeated label carries its position, and the position picked is the one selected."""
+    at = _view(_app(text=REPEATED), view)
+    picker = at.pills(key="token_pick")
+    labels = list(picker.options)
+    firsts = [1, 4, 9]
+    assert all(labels[i].startswith("the") for i in firsts), labels
+    for position in firsts:
+        at.pills(key="token_pick").set_value(position).run()
+        assert not at.exception, at.exception
+        assert at.session_state["token"] == position, (position, labels)
+        assert at.pills(key="token_pick").value == position
+    assert len(set(labels)) == len(labels), labels

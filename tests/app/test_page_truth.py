@@ -7,15 +7,15 @@ import json
 import numpy as np
 import pytest
 import torch
+from helpers import app_at, grid_data, heatmap_z, loaded, tiny_masked_lm
+from page_steps import open_view, set_layer
+from reference import head_importance_loop, same_token_reference
 from streamlit.testing.v1 import AppTest
 from streamlit.testing.v1 import app_test as app_test_module
 
-from helpers import app_at, grid_data, heatmap_z, loaded, tiny_masked_lm
-from reference import head_importance_loop, same_token_reference
 from mha_viz import analysis, load_model
 from mha_viz.app.page import DEFAULT_TEXT
 from mha_viz.contract import ModelLoadError
-
 
 _app = app_at
 
@@ -82,7 +82,7 @@ def test_same_token_score_reaches_the_badges_the_table_and_the_spread():
     for head, caption in expected.items():
         assert badges[head] == caption
 
-    at.radio(key="view").set_value("Similarity & scores").run()
+    open_view(at, "Similarity & scores")
     assert not at.exception, at.exception
     table = at.dataframe[0].value
     shown = table["same_token"].iloc[:-1].to_numpy(dtype=float).reshape(model.n_layers, model.n_heads)
@@ -99,9 +99,9 @@ def test_same_token_score_reaches_the_badges_the_table_and_the_spread():
 def test_json_export_carries_the_scores_of_the_run_shown(downloads):
     model = loaded("minilm")
     at = _app()
-    at.sidebar.selectbox(key="layer|minilm").set_value(1).run()
+    set_layer(at, "minilm", 1)
     at.toggle(key="tg|minilm|1|2").set_value(False).run()
-    at.radio(key="view").set_value("Notes & export").run()
+    open_view(at, "Notes & export")
     assert not at.exception, at.exception
     button = [b for b in at.get("download_button") if "JSON" in b.label][0]
     payload = json.loads(downloads(button))
@@ -121,9 +121,14 @@ def test_json_export_carries_the_scores_of_the_run_shown(downloads):
 def test_smollm2_token_strip_shows_decoded_pieces():
     at = _app("smollm2")
     _enter(at, "naïve 日本")
-    strip = [md.value for md in at.markdown if "token-strip" in md.value][0]
-    assert ">ïve<" in strip and "⟨e6⟩" in strip
-    assert "Ã" not in strip and "�" not in strip
+    grid = grid_data(at)["tokens"]  # the Layer view's strip is the grid's own
+    assert "ïve" in grid and "⟨e6⟩" in " ".join(grid)
+    assert not any("Ã" in t or "�" in t for t in grid)
+    open_view(at, "Compare")  # a view without its own strip: the page draws it, once
+    strips = [md.value for md in at.markdown if "token-strip" in md.value]
+    assert len(strips) == 1
+    assert ">ïve<" in strips[0] and "⟨e6⟩" in strips[0]
+    assert "Ã" not in strips[0] and "�" not in strips[0]
 
 
 # -- 3. merged words: punctuation and lines apart, each word's label the decoding of its ids ------------------
@@ -133,7 +138,7 @@ def test_merged_words_are_decoded_and_never_cross_a_line():
     at = _app("smollm2")
     _enter(at, "The naïve café,\nunbelievable 日本語.")
     at.sidebar.checkbox(key="merge").check().run()
-    at.radio(key="view").set_value("Compare").run()  # a plotly view: the Layer grid is drawn in the browser
+    open_view(at, "Compare")  # a plotly view: the Layer grid is drawn in the browser
     assert not at.exception, at.exception
     row = _chart(at, "cmp_row")
     words = ["The", " naïve", " café", ",", "\n", "unbelievable", " 日本語", "."]
@@ -153,9 +158,9 @@ def test_norm_inputs_of_a_switched_off_head_are_zero(name):
 
 def test_norm_view_says_the_head_is_off_and_draws_no_norms_for_it():
     at = _app()
-    at.sidebar.selectbox(key="layer|minilm").set_value(1).run()
+    set_layer(at, "minilm", 1)
     at.toggle(key="tg|minilm|1|2").set_value(False).run()
-    at.radio(key="view").set_value("Rollout & norms").run()
+    open_view(at, "Rollout & norms")
     at.selectbox(key="norm_head").set_value(2).run()
     assert not at.exception, at.exception
     assert any("L1 H2 is switched off" in i.value for i in at.info)
@@ -176,9 +181,9 @@ def test_rollout_raw_mean_leaves_switched_off_heads_out():
     assert not torch.allclose(expected, all_heads, atol=1e-3), "the off head must make a visible difference"
 
     at = _app()
-    at.sidebar.selectbox(key="layer|minilm").set_value(1).run()
+    set_layer(at, "minilm", 1)
     at.toggle(key="tg|minilm|1|2").set_value(False).run()
-    at.radio(key="view").set_value("Rollout & norms").run()
+    open_view(at, "Rollout & norms")
     assert not at.exception, at.exception
     raw = _chart(at, "roll_raw")
     assert f"mean of the {model.n_heads - 1} heads on" in json.dumps(raw["layout"]["title"])
@@ -203,7 +208,7 @@ def test_masked_lm_importance_is_measured_at_the_mask(masked_lm):
     at.sidebar.selectbox(key="model_choice").set_value("custom").run()
     at.sidebar.text_input(key="custom_id").input(str(masked_lm)).run()
     _enter(at, text)
-    at.radio(key="view").set_value("Ablation effects").run()
+    open_view(at, "Ablation effects")
     assert at.selectbox(key="pred_pos").value == mask
     assert any(f"the KL divergence of the prediction at the masked position {mask}" in c.value for c in at.caption)
     at.button(key="imp_btn").click().run()
@@ -223,7 +228,7 @@ def test_causal_model_shows_no_embedding_cosine():
     labels = [m.label for m in at.metric]
     assert any(label.startswith("KL(before") for label in labels)
     assert not any("Cosine similarity" in label for label in labels), labels
-    at.radio(key="view").set_value("Ablation effects").run()
+    open_view(at, "Ablation effects")
     assert not at.exception, at.exception
     assert not any("Cosine similarity" in m.label for m in at.metric)
     assert not any("cosine" in c.value.lower() for c in at.caption)

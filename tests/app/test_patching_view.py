@@ -2,12 +2,14 @@
 the analysis run on its own, so a regression in the wiring cannot hide in the expected value."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+from helpers import loaded
+from page_steps import open_view
 from streamlit.testing.v1 import AppTest
 
-from helpers import loaded
 from mha_viz.analysis.patching import Metric, direct_effects, patching_map
 from mha_viz.app.views.patching import swapped
 
@@ -46,14 +48,17 @@ def test_swapped_names_make_the_second_sentence():
 def test_tiny_patching_view_shows_the_measured_maps():
     model = loaded("tiny")
     at = _app("tiny", TINY_TEXT)
-    at.radio(key="view").set_value("Patching").run()
+    open_view(at, "Patching")
     assert not at.exception, at.exception
     source = swapped(TINY_TEXT)
     assert any(t.value == source for t in at.text_input)
     run, other = model.run(TINY_TEXT), model.run(source)
-    answer, against = int(run.logits[-1].argmax()), int(other.logits[-1].argmax())
-    if answer == against:
-        against = int(run.logits[-1].topk(2).indices[1])
+    # Issue 19, bug 3: the answer tokens are the swapped words ("ben" out, "anna" in), the one the first sentence
+    # prefers as the answer; not the two sentences' top predictions, which the swap need not touch.
+    ben, anna = model.token_id("ben"), model.token_id("anna")
+    answer, against = (ben, anna) if run.logits[-1, ben] >= run.logits[-1, anna] else (anna, ben)
+    boxes = {t.label: t.value for t in at.text_input}
+    assert {boxes["Answer token"].strip().lower(), boxes["Against"].strip().lower()} == {"ben", "anna"}, boxes
     metric = Metric("logit_diff", position=len(run.tokens) - 1, answer=answer, other=against)
     assert _metric(at, "Metric on the first sentence") == pytest.approx(float(metric(None, run.logits)), abs=1e-3)
     assert _metric(at, "Metric on the second sentence") == pytest.approx(float(metric(None, other.logits)), abs=1e-3)
@@ -77,7 +82,7 @@ def test_tiny_patching_view_shows_the_measured_maps():
 
 def test_a_second_sentence_of_another_length_is_explained():
     at = _app("tiny", TINY_TEXT)
-    at.radio(key="view").set_value("Patching").run()
+    open_view(at, "Patching")
     box = [t for t in at.text_input if t.key.startswith("patch_source")][0]
     box.input("Anna met Ben at the big park. Later Ben gave the book to").run()
     assert not at.exception, at.exception
@@ -88,7 +93,7 @@ def test_a_second_sentence_of_another_length_is_explained():
 def test_smollm2_worked_example_direct_effects_add_up():
     model = loaded("smollm2")
     at = _app("smollm2", IOI)
-    at.radio(key="view").set_value("Patching").run()
+    open_view(at, "Patching")
     assert not at.exception, at.exception
     mary, john = model.token_id(" Mary"), model.token_id(" John")
     answers = {t.key.split("|")[0]: t.value for t in at.text_input if t.key.startswith("patch_a")}
@@ -100,7 +105,7 @@ def test_smollm2_worked_example_direct_effects_add_up():
 
 def test_encoder_patching_uses_the_embedding_cosine():
     at = _app("minilm", "The cat sat on the mat.")
-    at.radio(key="view").set_value("Patching").run()
+    open_view(at, "Patching")
     box = [t for t in at.text_input if t.key.startswith("patch_source")][0]
     box.input("The dog sat on the mat.").run()
     assert not at.exception, at.exception
@@ -151,14 +156,48 @@ def test_a_predicted_newline_fills_the_answer_box_as_backslash_n():
     run = model.run(text)
     assert model.decode(int(run.logits[-1].argmax())) == "\n", "precondition: SmolLM2 predicts a newline here"
     at = _app("smollm2", text)
-    at.radio(key="view").set_value("Patching").run()
+    open_view(at, "Patching")
+    assert not at.exception, at.exception
+    # No names to swap: two words changed by hand, so the answer tokens are each sentence's top prediction.
+    source = "Shopping list:\n- tea\n- rice\n- bread"
+    assert model.token_count(source) == model.token_count(text), "precondition: as many tokens"
+    [t for t in at.text_input if t.key.startswith("patch_source")][0].input(source).run()
     assert not at.exception, at.exception
     boxes = {t.label: t.value for t in at.text_input}
     assert boxes["Answer token"] == "\\n"
     assert not [w.value for w in at.warning if "tokens for this model" in w.value]
-    other = model.run(swapped(text))
+    other = model.run(source)
     against = int(other.logits[-1].argmax())
     if against == int(run.logits[-1].argmax()):
         against = int(run.logits[-1].topk(2).indices[1])
     metric = Metric("logit_diff", position=len(run.tokens) - 1, answer=model.token_id("\n"), other=against)
     assert _metric(at, "Metric on the first sentence") == pytest.approx(float(metric(None, run.logits)), abs=1e-3)
+
+
+def _page_text(at: AppTest) -> str:
+    return " ".join(str(e.value) for kind in ("markdown", "caption", "metric", "info", "warning")
+                    for e in getattr(at, kind))
+
+
+@pytest.mark.parametrize("model", ["tiny", "minilm", "smollm2"])
+def test_identical_sentences_say_so_and_the_example_pair_works(model):
+    """Issue 19, bug 3: a sentence without two names got an identical copy, flat maps, "rank correlation nan"
+    and a 270-run button. Now: a clear state with no map and no button; the model's example pair, one click away,
+    moves the metric; `nan` never reaches the page."""
+    at = _app(model, "the keys to the cabinet are on the table .")
+    open_view(at, "Patching")
+    assert any("same as the first" in i.value for i in at.info), [i.value for i in at.info]
+    assert not [b for b in at.button if b.label.startswith("Compute the exact map")]
+    assert not at.get("plotly_chart")
+    at.button(key="patch_pair").click().run()
+    assert not at.exception, at.exception
+    assert at.session_state["view"] == "Patching"
+    first, second = _metric(at, "Metric on the first sentence"), _metric(at, "Metric on the second sentence")
+    assert abs(first - second) > 1e-3, (first, second)  # an encoder's cosine moves by about 0.02
+    if model != "minilm":  # the answer tokens are the swapped words
+        boxes = {t.label: t.value.strip() for t in at.text_input}
+        assert {boxes["Answer token"], boxes["Against"]} in ({"Mary", "John"}, {"cup", "box"}), boxes
+    labels = [b.label for b in at.button]
+    at.button[[i for i, label in enumerate(labels) if label.startswith("Compute the exact map")][0]].click().run()
+    assert not at.exception, at.exception
+    assert not re.search(r"\bnan\b", _page_text(at), re.IGNORECASE)

@@ -124,10 +124,11 @@ def test_from_another_model_the_view_picks_the_tiny_models_layer_itself(model):
 
 
 def test_the_notes_on_the_page_read_the_probe_file():
-    from mha_viz.models.tiny.probes import evidence_markdown
+    from mha_viz.app.views.notes import evidence_markdown
+    from mha_viz.models.tiny.adapter import load_tiny
 
     at = _open(view="Notes & export")
-    section = evidence_markdown(load_evidence())
+    section = evidence_markdown(load_tiny().training_evidence())
     shown = "\n".join(md.value for md in at.markdown)
     for line in section.splitlines():
         if line.startswith("- "):  # every measured line of the section is on the page, as written from the file

@@ -10,9 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from markdown_it import MarkdownIt
-from streamlit.testing.v1 import AppTest
 from helpers import open_link
+from markdown_it import MarkdownIt
+from page_steps import layer_of
+from streamlit.testing.v1 import AppTest
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 N_LAYERS, N_HEADS = 6, 12  # all-MiniLM-L6-v2, the default model
@@ -67,17 +68,17 @@ def test_bad_layer(layer, fragment):
     at = _open({"layer": layer})
     notices = _notices(at)
     if fragment is None:
-        assert notices == [] and at.sidebar.selectbox(key="layer|minilm").value == 3
+        assert notices == [] and layer_of(at, "minilm") == 3
     else:
         assert any(fragment in n for n in notices), notices
-        assert at.sidebar.selectbox(key="layer|minilm").value == 0
+        assert layer_of(at, "minilm") == 0
     assert len(at.toggle) == N_HEADS
 
 
 def test_valid_link_state_is_applied():
     at = _open({"model": "minilm", "layer": "2", "off": "L2H3,0.5", "view": "Layer", "text": "The cat sat."})
     assert _notices(at) == []
-    assert at.sidebar.selectbox(key="layer|minilm").value == 2
+    assert layer_of(at, "minilm") == 2
     assert at.toggle(key="tg|minilm|2|3").value is False
     heads_off = " ".join(md.value for md in at.markdown if "Heads off" in md.value)
     assert "L0 H5" in heads_off and "L2 H3" in heads_off
@@ -133,7 +134,7 @@ def test_repeated_keys_use_the_first_and_say_so():
     notices = _notices(at)
     assert any("layer" in n and "appears 3 times" in n for n in notices), notices
     assert any("model" in n and "appears 2 times" in n for n in notices), notices
-    assert at.sidebar.selectbox(key="layer|minilm").value == 2
+    assert layer_of(at, "minilm") == 2
     _works(at)
 
 
@@ -158,9 +159,19 @@ def test_unknown_model_is_a_clear_error_and_the_page_recovers():
     _works(at)
 
 
-@pytest.mark.parametrize("model", ["../../etc", "/etc/passwd", "https://example.com/x", "~root"])
-def test_path_like_model_in_a_link_is_refused(model):
+@pytest.mark.parametrize("model", ["../../etc", "https://example.com/x", "a/../../b"])
+def test_a_link_naming_a_url_or_dotdot_path_is_refused_from_the_name_alone(model):
     at = _open({"model": model})
+    errors = [e.value for e in at.error]
+    assert errors and "cannot name a model by a URL or a path with '..'" in errors[0], errors
+
+
+@pytest.mark.parametrize("model", ["/etc/passwd", "~root"])
+def test_a_path_in_a_link_is_checked_only_after_the_visitor_confirms(model):
+    """The preview does not say whether the path exists (issue 23); the loader refuses it once confirmed."""
+    at = _open({"model": model})
+    assert not at.error and any("This link asks for a model" in i.value for i in at.info)
+    at.button(key="link_model_load").click().run()
     errors = [e.value for e in at.error]
     assert errors and ("not a folder" in errors[0] or "not a model" in errors[0]
                        or "no config.json" in errors[0] or "hub" in errors[0]), errors
@@ -192,5 +203,14 @@ def test_link_to_a_saved_tiny_step_opens_it_without_asking():
     at = _open({"model": f"tiny@{step}", "text": "one two three four"})
     assert not [b for b in at.button if b.key == "link_model_load"], "a shipped step must not ask for confirmation"
     assert len(at.toggle) == load_model("tiny").n_heads
-    at2 = _open({"model": "tiny@999999"})  # not a saved step: treated as any unknown id, so it asks first
-    assert [b for b in at2.button if b.key == "link_model_load"]
+    # Issue 19, bug 5: the picker names the step, not "your own"; an unsaved step says which steps exist.
+    picker = at.sidebar.selectbox(key="model_choice")
+    assert picker.value == f"tiny@{step}"
+    assert f"tiny at training step {step} (saved with the app)" in picker.options, picker.options
+    at2 = _open({"model": "tiny@999999"})  # not a saved step: nothing loads, and the page says which steps exist
+    assert not [b for b in at2.button if b.key == "link_model_load"]
+    said = " ".join(w.value for w in at2.warning)
+    assert "not saved at training step 999,999" in said and f"{step:,}" in said, said
+    assert "Hugging Face" not in said and not any("Hugging Face" in i.value for i in at2.info)
+    at2.button(key="link_model_decline").click().run()
+    assert not at2.exception and len(at2.toggle) == load_model("tiny").n_heads

@@ -7,10 +7,11 @@ import pytest
 import torch
 import transformers
 
-from helpers import loaded
 from mha_viz import InputError, UnavailableError, load_model
 from mha_viz.contract import HeadInside, Model, ModelInfo
 from mha_viz.models.hf import package_dir
+
+from helpers import loaded
 
 TEXT = "The keys to the old cabinet are on the table, so Anna gave the keys to Ben."
 TINY_TEXT = "the keys to the cabinet are on the table ."
@@ -202,3 +203,59 @@ def test_an_architecture_whose_output_projection_is_missing_says_so(models, monk
     monkeypatch.setattr(adapter, "_find_out_layer", lambda model, attention: None)
     with pytest.raises(UnavailableError, match="was not found"):
         models("bert").inside(TEXT, 0, 0)
+
+
+def _projection_input(kind: str, model, layer: int, resid: torch.Tensor) -> torch.Tensor:
+    """What the query/key/value projections read, found by its path in each architecture: the pre-attention norm
+    of the residual stream, or (post-LN BERT) the block input itself."""
+    if kind == "tiny":
+        return model.lm.blocks[layer].ln1(resid)
+    if kind in ("minilm", "bert"):
+        return resid
+    m = model._model
+    if kind == "gpt2":
+        return m.transformer.h[layer].ln_1(resid)
+    return m.model.layers[layer].input_layernorm(resid)  # smollm2, llama
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_weights_per_head_reproduce_q_k_v_and_the_attention_output(models, kind):
+    """`head_weights`: x @ W_Q + b_Q is the q that `inside` reports (rotary models: at position 0, where the
+    rotation is the identity), likewise k and v; sum_h z_h @ W_O[h] + b_O is the output projection's output,
+    read by a forward hook on the model's own module."""
+    model = models(kind)
+    text, layer = _text(kind), 1
+    heads = model.inside_layer(text, layer)
+    w = model.head_weights(layer)
+    assert w.w_q.shape == (model.n_heads, heads[0].resid.shape[-1], heads[0].q.shape[-1]) == w.w_k.shape
+    assert w.rotary == (kind in ("smollm2", "llama"))
+    with torch.no_grad():
+        x = _projection_input(kind, model, layer, heads[0].resid)  # (T, D)
+        rows = slice(0, 1) if w.rotary else slice(None)
+        for h, inside in enumerate(heads):
+            assert w.kv_head[h] == inside.kv_head
+            for got, weight, bias in ((inside.q, w.w_q, w.b_q), (inside.k, w.w_k, w.b_k), (inside.v, w.w_v, w.b_v)):
+                mine = x @ weight[h] + (0 if bias is None else bias[h])  # (T, dh)
+                target = got if weight is w.w_v else got[rows]
+                torch.testing.assert_close(mine if weight is w.w_v else mine[rows], target, atol=1e-4, rtol=0)
+        seen = []
+        handle = _out_layer(kind, model, layer).register_forward_hook(lambda m, a, out: seen.append(out[0]))
+        try:
+            model.run(text)
+        finally:
+            handle.remove()
+        z = torch.stack([torch.softmax(h.scores, dim=-1) @ h.v for h in heads])  # (H, T, dh)
+        out = torch.einsum("htd,hde->te", z, w.w_o) + (0 if w.b_o is None else w.b_o)  # (T, D)
+    torch.testing.assert_close(out, seen[0].float(), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_embeddings_are_the_models_own_matrices(models, kind):
+    model = models(kind)
+    e = model.embeddings()
+    ids = model.run(_text(kind)).token_ids
+    assert e.tokens.ndim == 2 and len(e.labels) == e.tokens.shape[0] > max(ids)
+    assert (e.unembed is None) == (model.info.kind == "encoder")
+    assert (e.positions is None) == (kind in ("smollm2", "llama"))  # rotary models have no position table
+    if kind == "tiny":
+        assert torch.equal(e.tokens, model.lm.tok.weight) and e.labels[ids[1]] == model.run(_text(kind)).tokens[1]

@@ -4,9 +4,10 @@ The mechanism under test is the HeadEdit passed per call (models/interventions.p
 import pytest
 import torch
 
-from helpers import loaded
 from mha_viz.contract import InputError
-from reference import HookedReference
+
+from helpers import loaded
+from reference import HookedReference, reference_means
 
 # Same token count in every model (one name swapped for another that is one token too).
 TEXT = "When Mary and John went to the store, John gave a drink to"
@@ -45,8 +46,8 @@ def test_head_outputs_equal_the_output_projections_input(case):
 def test_mean_ablation_equals_hooks_setting_the_reference_mean(case):
     name, model, ref = case
     text, _ = _texts(name)
-    # The reference mean, from the hooks: every position of every reference text, all heads on.
-    means = torch.cat([ref.forward(t)[0] for t in REFERENCE], dim=2).mean(dim=2)  # (L, H, dh)
+    # The reference mean, from the hooks: each text's ordinary (non-special) positions, texts weighted equally.
+    means = reference_means(ref, model, REFERENCE)  # (L, H, dh)
     heads = HEADS[name]
     _, expected = ref.forward(text, {h: means[h] for h in heads})
     run = model.run(text, ablate=heads, ablation="mean", reference=REFERENCE)
@@ -72,7 +73,7 @@ def test_patching_combines_with_mean_ablation(case):
     name, model, ref = case
     text, source = _texts(name)
     src_heads, _ = ref.forward(source)
-    means = torch.cat([ref.forward(t)[0] for t in REFERENCE], dim=2).mean(dim=2)  # (L, H, dh)
+    means = reference_means(ref, model, REFERENCE)  # (L, H, dh)
     patched, ablated = HEADS[name]
     _, expected = ref.forward(text, {patched: src_heads[patched], ablated: means[ablated]})
     run = model.run(text, ablate={ablated}, ablation="mean", reference=REFERENCE, patch={patched}, source=source)
@@ -112,6 +113,9 @@ def test_length_mismatch_names_both_counts(case):
 @pytest.mark.parametrize("kwargs, message", [
     (dict(ablate=[(0, 0)], ablation="half"), "ablation must be one of"),
     (dict(patch=[(0, 0)]), "patch needs source"),
+    (dict(patch=[(0.5, 0)], source="x"), "^patch must hold"),
+    (dict(patch=[(9, 0)], source="x"), "^patch: head"),
+    (dict(ablate=[(0, "a")]), "^ablate must hold"),
     (dict(ablate=[(0, 0)], patch=[(0, 0)], source="x"), "both ablated and patched"),
     (dict(ablate=[(0, 0)], ablation="mean", reference="one text"), "list of texts"),
     (dict(ablate=[(0, 0)], ablation="mean", reference=[]), "reference is empty"),
@@ -232,3 +236,70 @@ def test_custom_models_patch_mean_ablate_and_add_up(custom, arch):
     base = model.run(text).logits
     assert parts.total == pytest.approx(float(base[-1, 5] - base[-1, 7]), abs=1e-4)
     assert float(parts.heads.sum()) + parts.rest == pytest.approx(parts.total, abs=1e-3)
+
+
+def test_the_mean_leaves_out_special_positions_and_weighs_texts_equally():
+    """Mean ablation's mean, by hand from head_outputs: a text's <bos> is left out, and a long text weighs as
+    much as a short one (a pooled mean over all positions would differ on both counts)."""
+    model = loaded("tiny")
+    texts = ["the cat sat", "the keys to the old cabinet are on the table and the dog is near the door"]
+    by_hand = torch.stack([model.head_outputs(t)[:, :, 1:].mean(dim=2) for t in texts]).mean(dim=0)  # (L, H, dh)
+    assert torch.allclose(model.head_means(texts), by_hand, atol=1e-6)
+    pooled = torch.cat([model.head_outputs(t) for t in texts], dim=2).mean(dim=2)  # (L, H, dh)
+    assert (pooled - by_hand).abs().max() > 1e-3, "the two definitions must differ for this test to mean anything"
+
+
+@pytest.mark.parametrize("ablation", ["zero", "mean"])
+def test_norm_inputs_come_from_the_run_they_are_drawn_with(case, ablation):
+    """The norm view's values (Kobayashi et al. 2020) against values recorded by a forward hook on an independent
+    copy with the same heads set by hand (0, or the reference mean): weights and values from one run."""
+    name, model, ref = case
+    text, _ = _texts(name)
+    heads = HEADS[name]
+    means = reference_means(ref, model, REFERENCE) if ablation == "mean" else None  # (L, H, dh)
+    setting = {h: (0.0 if means is None else means[h]) for h in heads}
+    values = ref.values(text, setting)  # (L, H, K, dh), repeated per query head
+    ours, _ = model.norm_inputs(text, heads, ablation, REFERENCE)  # (L, H, K, dh)
+    for layer, head in heads:
+        values[layer, head] = 0.0  # a switched-off head's values are zero by definition
+    assert torch.allclose(ours, values, atol=1e-4)
+    if ablation == "mean":
+        zeroed, _ = model.norm_inputs(text, heads, "zero")
+        assert (zeroed - ours).abs().max() > 1e-4, "zero and mean must give different values to be tested"
+
+
+def test_a_new_meaning_of_off_is_one_class():
+    """Adding a meaning of "off" is one Ablation subclass: run, inside and importance take it by its key with no
+    other change. Here: a head's output set to half its own mean (a made-up meaning, for this test only)."""
+    from mha_viz.analysis.importance import head_importance
+    from mha_viz.contract import Ablation
+
+    class HalfMean(Ablation):
+        key = "half-mean-test"
+        label = "half the mean"
+        describe = "set to half its mean"
+        adjective = "half-mean-ablated"
+        help = "for a test"
+
+        def outputs(self, model, reference):
+            return 0.5 * model.head_means(reference)  # (L, H, dh)
+
+    try:
+        model = loaded("tiny")
+        heads = HEADS["tiny"]
+        run = model.run(TINY_TEXT, ablate=heads, ablation="half-mean-test", reference=REFERENCE)
+        assert run.ablation == "half-mean-test" and isinstance(run.ablation, HalfMean)
+        L, H = model.n_layers, model.n_heads
+        keep = torch.ones(1, L, H)
+        replace = torch.zeros(1, L, H, 1, model.head_means(REFERENCE).shape[-1])
+        for layer, head in heads:
+            keep[0, layer, head] = 0.0
+            replace[0, layer, head, 0] = 0.5 * model.head_means(REFERENCE)[layer, head]
+        _, logits = model.run_batch_keep(TINY_TEXT, keep, replace)
+        assert torch.allclose(run.logits, logits[0], atol=1e-5)
+        inside = model.inside(TINY_TEXT, heads[1][0], heads[1][1], ablate=heads, ablation="half-mean-test",
+                              reference=REFERENCE)
+        assert inside.ablated
+        assert head_importance(model, TINY_TEXT, ablation="half-mean-test").shape == (L, H)
+    finally:
+        Ablation._KINDS.pop("half-mean-test", None)

@@ -249,7 +249,7 @@ def test_pattern_scores_validates():
 
 def test_uniform_baselines_by_hand():
     b = A.uniform_baselines(4, causal=True)
-    assert b["previous"] == pytest.approx((1 / 2 + 1 / 3 + 1 / 4) / 3)
+    assert b["previous"] == pytest.approx((1 / 3 + 1 / 4) / 2)  # from query 2: previous_pairs
     assert b["next"] == 0.0 and b["entropy"] == pytest.approx(1.0)
     b = A.uniform_baselines(4, causal=False, token_ids=[1, 2, 1, 2])
     assert b["previous"] == pytest.approx(0.25) and b["same_token"] == pytest.approx(0.25)

@@ -44,3 +44,53 @@ def test_batched_importance_equals_loop_causal_lm():
         kl = next_token_kl(base.logits, smol.run(text, ablate={(layer, head)}).logits)
         assert abs(batched[layer, head].item() - kl) < 1e-4
     assert batched.max() > 1e-3
+
+
+@pytest.mark.parametrize("name", ["tiny", "minilm", "smollm2"])
+def test_resuming_after_the_unedited_layers_changes_no_number(name):
+    """run_batch_keep skips the layers before the first edited one (taken from the unedited run) and computes
+    only the logits asked for: the same numbers as every layer computed, rows edited in different layers."""
+    from helpers import loaded
+
+    model = loaded(name)
+    text = "When Mary and John went to the store, John gave a drink to"
+    L, H = model.n_layers, model.n_heads
+    keep = torch.ones(3, L, H)  # (B, L, H)
+    keep[0, L // 2, 1] = keep[1, L - 1, 0] = keep[2, L - 1, H - 1] = 0.0
+    assert model.can_resume, f"{name} should resume (its stack reports edit.start)"
+    out, logits = model.run_batch_keep(text, keep)
+    at_last = model.run_batch_keep(text, keep, positions=[-1])[1]
+    own = "can_resume" in vars(model)  # the transformers adapter sets it per instance, the in-repo ones per class
+    model.can_resume = False  # for this test only: every layer computed, the reference
+    try:
+        full_out, full_logits = model.run_batch_keep(text, keep)
+    finally:
+        if own:
+            model.can_resume = True
+        else:
+            del model.can_resume
+    assert torch.allclose(out, full_out, atol=1e-5)
+    if logits is not None:
+        assert torch.allclose(logits, full_logits, atol=1e-4)
+        assert at_last.shape == (3, 1, full_logits.shape[-1])
+        assert torch.allclose(at_last[:, 0], full_logits[:, -1], atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["minilm", "smollm2"])
+def test_the_gradient_estimate_ranks_heads_as_the_exact_map_does(name):
+    """The instant estimate (second-order, sampled) against the exact single-head ablation map: it is labelled an
+    estimate; this checks it is a useful one (rank correlation over every head)."""
+    from scipy.stats import spearmanr
+
+    from helpers import loaded
+    from mha_viz.analysis.importance import importance_estimate
+
+    model = loaded(name)
+    text = "The keys to the cabinet are on the table, so Anna gave the keys to Ben."
+    exact = head_importance(model, text)
+    estimate = importance_estimate(model, text, samples=16)
+    rho = spearmanr(exact.flatten(), estimate.flatten())[0]
+    print(f"{name}: Spearman rho {rho:.2f} over {exact.numel()} heads")
+    assert rho > 0.6
+    off = frozenset({(0, 1)})
+    assert importance_estimate(model, text, base_off=off, samples=2)[0, 1] == 0

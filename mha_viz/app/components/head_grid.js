@@ -1,14 +1,15 @@
-// The layer grid, drawn in the browser: every head of every layer arrives once as uint8 codes (base64), so
-// switching layers, hovering a token and opening a head large never ask the server. Only a head switched on or
-// off does (a trigger event): that needs the model.
+// The layer grid, drawn in the browser: every head of every layer arrives once as uint8 codes, so hovering a
+// token, opening a head large, changing the contrast and saving a picture never ask the server. A head switched on
+// or off (that needs the model) and a layer tab (the page's one layer state: heading, bulk switches, other views
+// and the URL follow it) are trigger events; the tab is drawn at once, before the server answers.
 //
 // data = {digest, tokens[T], L, H, T, att: Arrow table whose one binary cell "z" is the zlib-deflated (L, H, T, T)
 //         uint8 codes, scale[L*H], off: [[l, h]...], layer, cols, badges: {"l,h": text}, shared,
-//         url (optional; false: the layer tabs leave the page's address alone, as in the notebook widget)}
+//         names: {layers: ["L0", ...], heads: [["L0 H0", ...], ...]}, unknown: [positions],
+//         colours: {on: [stops], off: [stops]}}   (names and colours come from Python: one spelling, one scale)
+// The host (the Streamlit component, or the notebook widget's wrapper) receives the triggers "toggle" and "layer".
 // weight of cell (l, h, q, k) = codes[((l*H + h)*T + q)*T + k] / 255 * scale[l*H + h]
-
-const BLUES = ["#f7fbff", "#deebf7", "#c6dbef", "#9ecae1", "#6baed6", "#4292c6", "#2171b5", "#08519c", "#08306b"];
-const GREYS = ["#ffffff", "#f0f0f0", "#d9d9d9", "#bdbdbd", "#969696", "#737373", "#525252", "#252525"];
+const HINT = "Hover a heatmap or a token: its row lights up in every head. Click a head to open it large.";
 const MIN_CELL = 3;       // px per token in a grid tile: below this the columns of the grid fold into fewer
 const LABEL_CELL = 14;    // px per token in the focused head: room for an 11 px label on every row and column
 const FOCUS_MAX_CELL = 30;
@@ -24,7 +25,31 @@ function lut(colors) {  // 256 RGBA entries interpolated along the colour stops
   }
   return out;
 }
-const LUT_ON = lut(BLUES), LUT_OFF = lut(GREYS);
+const LUTS = new Map();  // colour stops -> their LUT
+function lutFor(colors) {
+  const key = colors.join();
+  if (!LUTS.has(key)) LUTS.set(key, lut(colors));
+  return LUTS.get(key);
+}
+
+// Contrast: how a weight (as a share of the head's maximum, or of 1 on the shared scale) maps to colour. One
+// outlier cell (a sink column) sets a head's maximum and leaves the rest near white under a linear map.
+const CONTRASTS = {
+  sqrt: { label: "√ square root", f: x => Math.sqrt(x) },
+  linear: { label: "linear", f: x => x },
+  log: { label: "log (1 + 99x)", f: x => Math.log1p(99 * x) / Math.log(100) },
+  row: { label: "each row to its max", f: x => x },
+};
+const DEFAULT_CONTRAST = "sqrt";
+const REMAPS = new Map();
+function remap(name) {  // 256 codes -> 256 colour indices under a contrast
+  if (!REMAPS.has(name)) {
+    const out = new Uint8Array(256), f = CONTRASTS[name].f;
+    for (let v = 0; v < 256; v++) out[v] = Math.round(Math.min(1, Math.max(0, f(v / 255))) * 255);
+    REMAPS.set(name, out);
+  }
+  return REMAPS.get(name);
+}
 
 async function decode(att) {  // the Arrow cell's deflated bytes -> the codes, inflated natively by the browser
   const z = att.getChild("z").get(0);
@@ -60,20 +85,46 @@ export default function (component) {
 }
 
 function build(root, setTrigger) {
-  const s = { root, setTrigger, chain: Promise.resolve(), latest: null, digest: null, serverLayer: null, layer: 0,
+  const s = { root, setTrigger, chain: Promise.resolve(), latest: null, digest: null, layer: 0, askedLayer: null,
               hoverQ: null, pinQ: null, focus: null, zoom: 1, pending: new Set() };
   const box = el("div", "mhv");
   const bar = el("div", "mhv-bar");
   s.tabs = el("div", "mhv-tabs");
   s.tabs.setAttribute("role", "tablist");
-  s.info = el("div", "mhv-info", "Hover a heatmap or a token: its row lights up in every head. Click a head to open it large.");
+  s.info = el("div", "mhv-info", HINT);
   s.info.setAttribute("data-testid", "mhv-info");
-  bar.append(s.tabs, s.info);
+  const tools = el("div", "mhv-tools");
+  const label = el("label", "mhv-control", "Contrast ");
+  s.contrastPick = el("select", "mhv-select");
+  s.contrastPick.setAttribute("data-testid", "mhv-contrast");
+  for (const [key, c] of Object.entries(CONTRASTS)) {
+    const o = el("option", null, c.label);
+    o.value = key;
+    s.contrastPick.append(o);
+  }
+  s.contrast = DEFAULT_CONTRAST;
+  s.contrastPick.value = s.contrast;
+  s.contrastPick.addEventListener("change", () => { s.contrast = s.contrastPick.value; drawLayer(s); if (s.focus) drawFocus(s); });
+  label.append(s.contrastPick);
+  s.legend = el("span", "mhv-legend");
+  s.legend.setAttribute("data-testid", "mhv-legend");
+  s.note = el("span", "mhv-note");
+  s.note.setAttribute("data-testid", "mhv-cols-note");
+  const svg = el("button", "mhv-btn", "SVG"), png = el("button", "mhv-btn", "PNG");
+  svg.dataset.save = "svg"; png.dataset.save = "png";
+  svg.title = "This layer's heads as a vector picture: labels, colour legend, which heads are off";
+  png.title = "This layer's heads as a PNG at twice the screen's size, with labels and legend";
+  svg.addEventListener("click", () => save(s, "svg"));
+  png.addEventListener("click", () => save(s, "png"));
+  const axes = el("span", "mhv-axes", "query ↓ key →");
+  axes.title = "Each heatmap: one row per query token (top to bottom), one column per key token (left to right)";
+  tools.append(label, s.legend, axes, el("span", "mhv-control", "Save"), svg, png);
+  bar.append(s.tabs, tools);
   s.strip = el("div", "mhv-strip");
   s.focusBox = el("div", "mhv-focus");
   s.focusBox.hidden = true;
   s.grid = el("div", "mhv-grid");
-  box.append(bar, s.strip, s.focusBox, s.grid);
+  box.append(bar, s.info, s.note, s.strip, s.focusBox, s.grid);
   root.append(box);
   s.box = box;
   // Column count follows the width the page gives us, and the text length (`cols`).
@@ -97,12 +148,15 @@ async function update(s, d) {
     s.pinQ = s.pinQ !== null && s.pinQ < d.T ? s.pinQ : null;
     buildStrip(s);
   }
-  // The sidebar's layer wins when it changed since the last message; otherwise keep the layer picked here.
-  if (d.layer !== s.serverLayer) {
-    s.serverLayer = d.layer;
-    s.layer = d.layer;
+  // The page's layer is the one state; a tab clicked here is asked of the server and shown at once, so an answer
+  // still on its way from before that click does not take the grid back.
+  if (s.askedLayer === null || d.layer === s.askedLayer) {
+    s.askedLayer = null;
+    s.layer = Math.min(d.layer, d.L - 1);
   }
-  s.layer = Math.min(s.layer, d.L - 1);
+  s.on = lutFor(d.colours.on);
+  s.offLut = lutFor(d.colours.off);
+  legend(s);
   s.off = new Set(d.off.map(([l, h]) => l + "," + h));
   s.pending.clear();
   buildTabs(s);
@@ -116,10 +170,10 @@ function buildTabs(s) {
   if (s.tabs.childElementCount !== d.L) {
     s.tabs.replaceChildren();
     for (let l = 0; l < d.L; l++) {
-      const b = el("button", "mhv-tab", "L" + l);
+      const b = el("button", "mhv-tab", d.names.layers[l]);
       b.setAttribute("role", "tab");
       b.dataset.layer = l;
-      b.title = "Show layer " + l + " (drawn here, no server round trip)";
+      b.title = "Show layer " + l + " (the other views and the link follow)";
       b.addEventListener("click", () => setLayer(s, l));
       s.tabs.append(b);
     }
@@ -133,19 +187,15 @@ function setLayer(s, l) {
   [...s.tabs.children].forEach((b, i) => b.setAttribute("aria-selected", String(i === l)));
   drawLayer(s);
   if (s.focus) openFocus(s, l, s.focus[1]);
-  // Keep a copied link on the layer shown (the server writes the other parameters); not in a notebook (url: false).
-  if (s.d.url !== false) try {
-    const url = new URL(window.location.href);
-    url.searchParams.set("layer", String(l));
-    window.history.replaceState(window.history.state, "", url);
-  } catch (e) { /* a sandboxed page may refuse; the view itself is unaffected */ }
+  s.askedLayer = l;
+  s.setTrigger("layer", l);  // the page's layer state, which writes the link
 }
 
 function buildStrip(s) {
   const d = s.d;
   s.strip.replaceChildren();
   d.tokens.forEach((t, i) => {
-    const chip = el("span", "mhv-tok", t);
+    const chip = el("span", "mhv-tok" + (d.unknown.includes(i) ? " mhv-tok-unk" : ""), t);
     chip.dataset.q = i;
     chip.title = "position " + i + ": hover to light this query's row in every head, click to keep it";
     chip.addEventListener("mouseenter", () => hover(s, i, null, null));
@@ -202,21 +252,48 @@ function layoutGrid(s) {
   s.cols = Math.max(1, Math.min(d.cols, fit, d.H));
   s.grid.style.gridTemplateColumns = `repeat(${s.cols}, minmax(0, 1fr))`;
   s.grid.dataset.cols = s.cols;
+  const asked = Math.min(d.cols, d.H);
+  s.note.textContent = s.cols < asked
+    ? `${s.cols} per row, not ${asked}: at ${d.T} tokens a heatmap needs ${d.T * MIN_CELL} px to give each token ${MIN_CELL} px`
+    : "";
 }
 
-function headName(l, h) { return "L" + l + " H" + h; }
+function headName(s, l, h) { return s.d.names.heads[l][h]; }
+
+// The colours a head is drawn with: code -> RGBA index, under the contrast (row: each row to its own maximum).
+function paint(s, px, base, T, off) {
+  const lutc = off ? s.offLut : s.on, map = remap(s.contrast === "row" ? "linear" : s.contrast);
+  for (let q = 0; q < T; q++) {
+    let top = 255;
+    if (s.contrast === "row") {
+      top = 1;
+      for (let k = 0; k < T; k++) top = Math.max(top, s.codes[base + q * T + k]);
+    }
+    for (let k = 0; k < T; k++) {
+      const i = q * T + k, j = map[Math.min(255, Math.round(s.codes[base + i] * 255 / top))] * 4, o = i * 4;
+      px[o] = lutc[j]; px[o + 1] = lutc[j + 1]; px[o + 2] = lutc[j + 2]; px[o + 3] = 255;
+    }
+  }
+}
+
+function legend(s) {
+  const d = s.d, stops = d.colours.on;
+  const top = s.contrast === "row" ? "its row's max" : d.shared ? "1" : "the head's max";
+  s.legend.replaceChildren();
+  const bar = el("span", "mhv-legend-bar");
+  bar.style.background = `linear-gradient(to right, ${stops.join(", ")})`;
+  s.legend.append(el("span", null, "0"), bar, el("span", null, top));
+  s.legend.title = `Colour: attention weight from 0 (white) to ${top} (dark), ${CONTRASTS[s.contrast].label}. `
+    + "Rows are queries (↓), columns keys (→); grey heads are off. Hover a cell for its weight.";
+}
 
 function drawLayer(s) {
   const d = s.d, T = d.T, l = s.layer, n = T * T;
   for (let h = 0; h < d.H; h++) {
-    const head = s.heads[h], off = s.off.has(l + "," + h), lutc = off ? LUT_OFF : LUT_ON;
-    const base = (l * d.H + h) * n, px = head.img.data;
-    for (let i = 0; i < n; i++) {
-      const j = s.codes[base + i] * 4, o = i * 4;
-      px[o] = lutc[j]; px[o + 1] = lutc[j + 1]; px[o + 2] = lutc[j + 2]; px[o + 3] = 255;
-    }
+    const head = s.heads[h], off = s.off.has(l + "," + h);
+    paint(s, head.img.data, (l * d.H + h) * n, T, off);
     head.ctx.putImageData(head.img, 0, 0);
-    const name = headName(l, h);
+    const name = headName(s, l, h);
     const pending = s.pending.has(l + "," + h);
     head.title.textContent = name + (off ? " (off)" : "");
     head.cell.dataset.head = name;
@@ -230,6 +307,7 @@ function drawLayer(s) {
     head.badge.textContent = d.badges[l + "," + h] || "";
   }
   s.grid.dataset.layer = l;
+  legend(s);
   paintRows(s);
 }
 
@@ -250,11 +328,11 @@ function hover(s, q, k, h) {
   const d = s.d;
   if (q === null) {
     s.info.textContent = s.pinQ !== null ? `query ${JSON.stringify(d.tokens[s.pinQ])} (${s.pinQ}) kept: click it again to let go`
-                                         : "Hover a heatmap or a token: its row lights up in every head. Click a head to open it large.";
+                                         : HINT;
   } else if (k === null) {
     s.info.textContent = `query ${JSON.stringify(d.tokens[q])} (${q}): its row is outlined in every head of L${s.layer}`;
   } else {
-    s.info.textContent = `${headName(s.layer, h)} · query ${JSON.stringify(d.tokens[q])} (${q}) → key ` +
+    s.info.textContent = `${headName(s, s.layer, h)} · query ${JSON.stringify(d.tokens[q])} (${q}) → key ` +
                          `${JSON.stringify(d.tokens[k])} (${k}): ${weight(s, s.layer, h, q, k).toFixed(3)}`;
   }
   paintRows(s);
@@ -311,7 +389,7 @@ function openFocus(s, l, h) {
 
 function drawFocus(s) {
   const d = s.d, [l, h] = s.focus, T = d.T, off = s.off.has(l + "," + h);
-  s.focusTitle.textContent = headName(l, h) + (off ? " (off)" : "");
+  s.focusTitle.textContent = headName(s, l, h) + (off ? " (off)" : "");
   const c = s.focusCanvas, ctx = c.getContext("2d");
   ctx.font = LABEL_FONT;
   let longest = 0;
@@ -325,12 +403,8 @@ function drawFocus(s) {
   c.height = room + T * cell;
   s.focusGeom = { lw: room, lh: room, cell };
   c.dataset.cell = cell;
-  const lutc = off ? LUT_OFF : LUT_ON, base = (l * d.H + h) * T * T;
   const img = new ImageData(T, T);
-  for (let i = 0; i < T * T; i++) {
-    const j = s.codes[base + i] * 4;
-    img.data[i * 4] = lutc[j]; img.data[i * 4 + 1] = lutc[j + 1]; img.data[i * 4 + 2] = lutc[j + 2]; img.data[i * 4 + 3] = 255;
-  }
+  paint(s, img.data, (l * d.H + h) * T * T, T, off);
   const tmp = document.createElement("canvas");
   tmp.width = T; tmp.height = T;
   tmp.getContext("2d").putImageData(img, 0, 0);
@@ -359,4 +433,129 @@ function drawFocus(s) {
     ctx.lineWidth = 2;
     ctx.strokeRect(room, room + q * cell, T * cell, cell);
   }
+}
+
+// -- Save: this layer's heads as SVG (vector labels, legend and cells; cells as an embedded image above 64 tokens)
+// or PNG (the same drawing at 2x). Drawn from one list of shapes, so both files show the same thing.
+const SAVE_VECTOR_UP_TO = 64;
+
+function figure(s) {
+  const d = s.d, T = d.T, l = s.layer, cols = s.cols || Math.min(d.cols, d.H);
+  const tile = Math.max(160, Math.min(320, T * 12)), cell = tile / T, labels = cell >= 8;
+  const gutter = labels ? 70 : 8, top = 58, titleH = 18, pad = 16;
+  const width = pad * 2 + cols * (gutter + tile + pad), rows = Math.ceil(d.H / cols);
+  const height = top + rows * (titleH + (labels ? gutter : 0) + tile + pad) + 20;
+  const ops = [{ rect: [0, 0, width, height, "#ffffff"] }];
+  const offNames = [];
+  for (let h = 0; h < d.H; h++) if (s.off.has(l + "," + h)) offNames.push(headName(s, l, h));
+  const scaleWords = s.contrast === "row" ? "each row to its maximum" : d.shared ? "0 to 1, shared" : "0 to each head's maximum";
+  ops.push({ text: [pad, 20, `${d.names.layers[l]}: ${d.H} heads, ${T} tokens`, 15, "start", "bold"] });
+  ops.push({ text: [pad, 38, `Colour: attention weight, ${scaleWords}, ${CONTRASTS[s.contrast].label}. `
+    + `Rows: queries ↓, columns: keys →. Off (grey): ${offNames.join(", ") || "none"}.`, 11, "start"] });
+  const stops = d.colours.on, lx = width - pad - 160;
+  stops.forEach((c, i) => ops.push({ rect: [lx + i * 160 / stops.length, 44, 160 / stops.length + 0.5, 8, c] }));
+  ops.push({ text: [lx - 4, 52, "0", 10, "end"] });
+  ops.push({ text: [lx + 164, 52, s.contrast === "row" ? "row max" : d.shared ? "1" : "max", 10, "start"] });
+  for (let h = 0; h < d.H; h++) {
+    const r = Math.floor(h / cols), c = h % cols;
+    const x0 = pad + c * (gutter + tile + pad) + gutter, y0 = top + r * (titleH + (labels ? gutter : 0) + tile + pad);
+    const off = s.off.has(l + "," + h), gy = y0 + titleH + (labels ? gutter : 0);
+    ops.push({ text: [x0, y0 + 13, headName(s, l, h) + (off ? " (off)" : ""), 12, "start", "bold"] });
+    ops.push({ head: [h, off, x0, gy, tile] });
+    ops.push({ stroke: [x0, gy, tile, tile] });
+    if (!labels) continue;
+    d.tokens.forEach((t, i) => {
+      ops.push({ text: [x0 - 3, gy + (i + 0.5) * cell + 3, t.slice(0, 10), 9, "end", "normal", "monospace"] });
+      ops.push({ text: [x0 + (i + 0.5) * cell + 3, gy - 3, t.slice(0, 10), 9, "start", "normal", "monospace", -90] });
+    });
+  }
+  return { ops, width, height, T };
+}
+
+function headPixels(s, h, off) {
+  const T = s.d.T, img = new ImageData(T, T);
+  paint(s, img.data, (s.layer * s.d.H + h) * T * T, T, off);
+  return img;
+}
+
+function esc(t) { return String(t).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;"); }
+
+function toSVG(s, f) {
+  const out = [`<svg xmlns="http://www.w3.org/2000/svg" width="${f.width}" height="${f.height}" viewBox="0 0 ${f.width} ${f.height}" font-family="Helvetica, Arial, sans-serif">`];
+  for (const op of f.ops) {
+    if (op.rect) { const [x, y, w, h, c] = op.rect; out.push(`<rect x="${x}" y="${y}" width="${w}" height="${h}" fill="${c}"/>`); }
+    if (op.stroke) { const [x, y, w, h] = op.stroke; out.push(`<rect x="${x}" y="${y}" width="${w}" height="${h}" fill="none" stroke="#cccccc"/>`); }
+    if (op.text) {
+      const [x, y, t, size, anchor, weight = "normal", family = null, rot = 0] = op.text;
+      out.push(`<text x="${x}" y="${y}" font-size="${size}" text-anchor="${anchor}" font-weight="${weight}"`
+        + (family ? ` font-family="${family}"` : "") + (rot ? ` transform="rotate(${rot} ${x} ${y})"` : "") + `>${esc(t)}</text>`);
+    }
+    if (op.head) {
+      const [h, off, x, y, tile] = op.head, img = headPixels(s, h, off), T = f.T, cell = tile / T;
+      if (T <= SAVE_VECTOR_UP_TO) {
+        out.push(`<g class="head" data-head="${esc(headName(s, s.layer, h))}">`);
+        for (let i = 0; i < T * T; i++) {
+          const p = img.data.subarray(i * 4, i * 4 + 3);
+          if (p[0] === 255 && p[1] === 255 && p[2] === 255) continue;  // the white background shows through
+          const hex = "#" + [...p].map(v => v.toString(16).padStart(2, "0")).join("");
+          out.push(`<rect x="${(x + (i % T) * cell).toFixed(2)}" y="${(y + Math.floor(i / T) * cell).toFixed(2)}" width="${cell.toFixed(2)}" height="${cell.toFixed(2)}" fill="${hex}"/>`);
+        }
+        out.push("</g>");
+      } else {
+        const c = document.createElement("canvas");
+        c.width = T; c.height = T;
+        c.getContext("2d").putImageData(img, 0, 0);
+        out.push(`<image x="${x}" y="${y}" width="${tile}" height="${tile}" style="image-rendering:pixelated" href="${c.toDataURL("image/png")}"/>`);
+      }
+    }
+  }
+  out.push("</svg>");
+  return out.join("\n");
+}
+
+function toCanvas(s, f, zoom) {
+  const c = document.createElement("canvas");
+  c.width = f.width * zoom; c.height = f.height * zoom;
+  const ctx = c.getContext("2d");
+  ctx.scale(zoom, zoom);
+  for (const op of f.ops) {
+    if (op.rect) { const [x, y, w, h, col] = op.rect; ctx.fillStyle = col; ctx.fillRect(x, y, w, h); }
+    if (op.stroke) { const [x, y, w, h] = op.stroke; ctx.strokeStyle = "#cccccc"; ctx.strokeRect(x, y, w, h); }
+    if (op.text) {
+      const [x, y, t, size, anchor, weight = "normal", family = null, rot = 0] = op.text;
+      ctx.save();
+      ctx.font = `${weight} ${size}px ${family || "Helvetica, Arial, sans-serif"}`;
+      ctx.fillStyle = "#222";
+      ctx.textAlign = anchor === "end" ? "right" : anchor === "middle" ? "center" : "left";
+      ctx.translate(x, y);
+      if (rot) ctx.rotate(rot * Math.PI / 180);
+      ctx.fillText(t, 0, 0);
+      ctx.restore();
+    }
+    if (op.head) {
+      const [h, off, x, y, tile] = op.head, tmp = document.createElement("canvas");
+      tmp.width = f.T; tmp.height = f.T;
+      tmp.getContext("2d").putImageData(headPixels(s, h, off), 0, 0);
+      ctx.imageSmoothingEnabled = false;
+      ctx.drawImage(tmp, x, y, tile, tile);
+    }
+  }
+  return c;
+}
+
+function download(blob, name) {
+  const a = document.createElement("a");
+  a.href = URL.createObjectURL(blob);
+  a.download = name;
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(a.href), 10000);
+}
+
+function save(s, kind) {
+  if (!s.d) return;
+  const f = figure(s), name = `mha-viz-${s.d.names.layers[s.layer]}-heads.${kind}`;
+  if (kind === "svg") download(new Blob([toSVG(s, f)], { type: "image/svg+xml" }), name);
+  else toCanvas(s, f, 2).toBlob(b => download(b, name), "image/png");
 }

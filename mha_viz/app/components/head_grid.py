@@ -16,6 +16,8 @@ import pyarrow as pa
 import streamlit as st
 import torch
 
+from mha_viz import plotting
+from mha_viz.app.names import grid_names
 from mha_viz.contract import Head
 from mha_viz.notebook.payload import DEFLATE_LEVEL, deflate, encode, grid_data  # noqa: F401  (encode: re-exported)
 
@@ -40,20 +42,28 @@ def unpack(table: pa.Table) -> bytes:
 
 
 def payload(tokens: list[str], att: torch.Tensor, layer: int, heads_off, n_cols: int, shared_scale: bool,
-            badges: dict[Head, str]) -> dict:
+            badges: dict[Head, str], unknown=()) -> dict:
     """Everything the browser draws from (see the header of head_grid.js): JSON, but for `att`, an Arrow table
-    that travels as a binary blob. Built by notebook/payload.py, which the notebook widget shares."""
-    data, codes = grid_data(tokens, att, layer, heads_off, n_cols, shared_scale, badges)
+    that travels as a binary blob. Built by notebook/payload.py, which the notebook widget shares: the head and
+    layer names and the colour stops come from Python (names.py, plotting.ATTN_SCALE / OFF_SCALE), so the grid
+    spells and colours a head as every other figure does."""
+    data, codes = grid_data(tokens, att, layer, heads_off, n_cols, shared_scale, badges, unknown)
     return {**data, "att": pack(codes)}
 
 
-def head_grid(data: dict, key: str, on_toggle: Callable[[int, int, bool], None]) -> None:
+def head_grid(data: dict, key: str, on_toggle: Callable[[int, int, bool], None],
+              on_layer: Callable[[int], None] | None = None) -> None:
     """Mount the grid. `on_toggle(layer, head, on)` runs, before the rerun it causes, when a head's switch is
-    clicked in the browser."""
+    clicked in the browser; `on_layer(layer)` when a layer tab is (the grid has drawn it already)."""
 
     def _toggled() -> None:
         event = (st.session_state.get(key) or {}).get("toggle")
         if isinstance(event, dict) and {"layer", "head", "on"} <= set(event):
             on_toggle(int(event["layer"]), int(event["head"]), bool(event["on"]))
 
-    _COMPONENT(data=data, key=key, on_toggle_change=_toggled)
+    def _layer() -> None:
+        event = (st.session_state.get(key) or {}).get("layer")
+        if on_layer is not None and isinstance(event, int) and 0 <= event < data["L"]:
+            on_layer(event)
+
+    _COMPONENT(data=data, key=key, on_toggle_change=_toggled, on_layer_change=_layer)

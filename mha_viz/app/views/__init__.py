@@ -1,12 +1,16 @@
 """The view registry. A view is one file here with `render(ctx: ViewContext)`; adding one is that file plus
-one line below. The names are the values of `?view=` in shared links: keep them stable."""
+one line below. The names are the values of `?view=` in shared links: keep them stable.
+
+`GROUPS` places views in the page's navigation by what a visitor wants to do; a registered view it does not name
+appears under "More", so a new view needs no second line. `HIDDEN` views open from old links only."""
 from __future__ import annotations
 
 from typing import Callable
 
 from mha_viz.app.context import ViewContext
-from mha_viz.app.views import (all_layers, compare, effects, follow, inside, layer, notes, patching, rollout,
-                               similarity, training, twins)
+from mha_viz.app.views import (all_layers, circuits, compare, effects, follow, inside, layer, notes, patching,
+                               rollout, similarity, training, twins)
+from mha_viz.app.views import census as census_view
 
 VIEWS: dict[str, Callable[[ViewContext], None]] = {
     "Layer": layer.render,
@@ -17,8 +21,30 @@ VIEWS: dict[str, Callable[[ViewContext], None]] = {
     "Ablation effects": effects.render,
     "Patching": patching.render,
     "Similarity & scores": similarity.render,
+    "Census": census_view.render,
     "Rollout & norms": rollout.render,
+    "Circuits": circuits.render,
     "Training": training.render,
     "Trained vs untrained": twins.render,  # older links: the Training view, last step over step 0
     "Notes & export": notes.render,
 }
+
+GROUPS: dict[str, list[str]] = {
+    "Look": ["Layer", "All layers", "Compare", "Follow a token", "Similarity & scores"],
+    "Open up": ["Inside a head", "Rollout & norms"],
+    "Intervene": ["Ablation effects", "Patching"],
+    "Learn": ["Training", "Notes & export"],
+}
+HIDDEN = {"Trained vs untrained"}
+# Views about the model in general, not this sentence's run: the heads-off panel is not shown above them.
+NOT_ABOUT_THIS_RUN = {"Training", "Trained vs untrained", "Notes & export"}
+
+
+def navigation() -> dict[str, list[str]]:
+    """GROUPS with every registered view placed once (unnamed ones under "More") and unknown names dropped."""
+    named = {v for names in GROUPS.values() for v in names}
+    groups = {label: [v for v in names if v in VIEWS] for label, names in GROUPS.items()}
+    more = [v for v in VIEWS if v not in named and v not in HIDDEN]
+    if more:
+        groups["More"] = more
+    return {label: names for label, names in groups.items() if names}

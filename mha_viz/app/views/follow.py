@@ -6,7 +6,7 @@ import streamlit as st
 import torch
 
 from mha_viz import plotting
-from mha_viz.app.common import head_name, md_safe, token_picker, visible
+from mha_viz.app.common import head_name, layer_picker, md_safe, token_picker, visible
 from mha_viz.app.context import ViewContext
 
 
@@ -14,13 +14,15 @@ def render(ctx: ViewContext) -> None:
     model, run = ctx.model, ctx.run
     st.subheader("Follow a token")
     query = token_picker(run, "Token to follow (click one)")
-    every = st.checkbox("Every layer", key="follow_all",
+    c1, c2 = st.columns([1, 5], vertical_alignment="bottom")
+    every = c2.checkbox("Every layer", key="follow_all",
                         help=f"All {model.n_layers * model.n_heads} heads of the model, one row each.")
-    layers = range(model.n_layers) if every else [ctx.layer]
+    layer = ctx.layer if every else layer_picker(model, ctx.name, ctx.layer, c1)
+    layers = range(model.n_layers) if every else [layer]
     rows = torch.cat([run.attentions[layer, :, query, :] for layer in layers])  # (R, K): the token's row per head
     heads = [(layer, h) for layer in layers for h in range(model.n_heads)]
     token = visible(run.tokens[query], 24)
-    where = "every layer" if every else f"layer {ctx.layer}"
+    where = "every layer" if every else f"layer {layer}"
     fig = plotting.follow_figure(run.tokens, rows, [head_name(h) for h in heads], [h for _, h in heads],
                                  [h in ctx.heads_off for h in heads], query,
                                  f"Where {token} (position {query}) looks, {where}", shared_scale=ctx.shared_scale)

@@ -7,20 +7,21 @@ import torch
 
 from mha_viz import analysis, plotting
 from mha_viz.app import cache
-from mha_viz.app.common import TOKEN_KEY, head_name, md_safe, token_picker, visible
+from mha_viz.app.common import TOKEN_KEY, head_name, layer_picker, md_safe, token_picker, visible
 from mha_viz.app.context import ViewContext
-from mha_viz.contract import InputError, UnavailableError
+from mha_viz.contract import Ablation, InputError, UnavailableError
 
 
-OFF_WORDS = {"zero": ", zero because the head is off", "mean": ", its mean output: the head is off (mean ablation)"}
+OFF_WORDS = {a.key: f", its output {a.describe}: the head is off ({a.adjective})" for a in Ablation.kinds()}
 
 
 def render(ctx: ViewContext) -> None:
-    model, layer = ctx.model, ctx.layer
-    st.subheader(f"Inside a head of layer {layer}")
+    model = ctx.model
+    st.subheader(f"Inside a head of layer {ctx.layer}")
     _apply_row_click()
-    head = st.columns([1, 3])[0].selectbox("Head", range(model.n_heads), format_func=lambda h: head_name((layer, h)),
-                                            key="inside_head")
+    c1, c2, _ = st.columns([1, 1, 4])
+    layer = layer_picker(model, ctx.name, ctx.layer, c1)
+    head = c2.selectbox("Head", range(model.n_heads), format_func=lambda h: head_name((layer, h)), key="inside_head")
     query = token_picker(ctx.run, "Query token (click one)")
     try:
         heads = cache.inside_layer(ctx.name, ctx.text, layer, tuple(sorted(ctx.heads_off)), ctx.ablation)
@@ -113,7 +114,7 @@ def steps(ctx: ViewContext, h, query: int, token: str) -> None:
 
 
 def combine(ctx: ViewContext, heads, query: int, token: str) -> None:
-    layer = ctx.layer
+    layer = heads[0].layer
     st.markdown(f"#### How the heads of layer {layer} combine, for token {query}: {token}")
     contributions = torch.stack([h.contribution[query] for h in heads])  # (H, D)
     combo = analysis.combine_heads(contributions, heads[0].bias)

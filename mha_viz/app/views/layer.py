@@ -7,41 +7,48 @@ from __future__ import annotations
 
 import streamlit as st
 
-from mha_viz import analysis, plotting
+from mha_viz import analysis
 from mha_viz.app import state
-from mha_viz.app.common import head_name
 from mha_viz.app.components.head_grid import head_grid, payload
 from mha_viz.app.context import ViewContext
+from mha_viz.app.names import head_name, layer_name, token_label
 from mha_viz.contract import AttentionRun, Model
 
-ONLY_PROMPT = "Only this head on…"
+ONLY_PROMPT = "Only one on…"
 
 
 def render(ctx: ViewContext) -> None:
-    st.subheader(f"Layer {ctx.layer}: all {ctx.model.n_heads} heads")
     controls(ctx.model, ctx.name, ctx.layer)
     grid(ctx)
 
 
 def grid(ctx: ViewContext) -> None:
-    """Every head of every layer in the browser component, the sidebar's layer shown first; under it the same
-    switches for the sidebar's layer as Streamlit toggles. Heatmaps show the display transform (`ctx.att`);
-    scores are always measured on the run itself."""
+    """Every head of every layer in the browser component, the page's layer shown first; under it the same
+    switches for that layer as Streamlit toggles. Heatmaps show the display transform (`ctx.att`); scores are
+    always measured on the run itself. A layer tab clicked in the grid comes back as the page's layer (the
+    heading, the bulk switches, the views and the URL follow it)."""
     badges = badges_for(ctx.model, ctx.run)
     labels = {}
     if badges is not None:
         labels = {(layer, head): badge_text(badges, layer, head)[0]
                   for layer in range(ctx.model.n_layers) for head in range(ctx.model.n_heads)}
-    data = payload([plotting.visible_text(t) or "∅" for t in ctx.tokens], ctx.att, ctx.layer, ctx.heads_off,
-                   ctx.n_cols, ctx.shared_scale, labels)
+    data = payload([token_label(t) for t in ctx.tokens], ctx.att, ctx.layer, ctx.heads_off,
+                   ctx.n_cols, ctx.shared_scale, labels, unknown=_shown_unknown(ctx))
     name = ctx.name
-    head_grid(data, key=f"grid|{name}", on_toggle=lambda layer, head, on: state.set_head(name, layer, head, on))
+    head_grid(data, key=f"grid|{name}", on_toggle=lambda layer, head, on: state.set_head(name, layer, head, on),
+              on_layer=lambda layer: state.set_layer(name, layer))
     # The badges are already under each head in the grid, so the switches come without them; one per line, no
     # columns: a toggle's rerun sends each element again, and columns cost a message apiece (28 messages for
     # MiniLM's 12 heads in rows of 4, 13 stacked).
-    with st.expander(f"Switches for the heads of L{ctx.layer} (the same as in each head's corner above)"):
+    with st.expander(f"Switches for the heads of {layer_name(ctx.layer)} (the same as in each head's corner above)"):
         for head in range(ctx.model.n_heads):
             switch(ctx.name, ctx.layer, head)
+
+
+def _shown_unknown(ctx: ViewContext) -> list[int]:
+    """Positions of the unknown token among the tokens shown (none once word pieces are merged or specials are
+    hidden: positions no longer line up, and the page's caption still names them)."""
+    return list(ctx.run.unknown) if len(ctx.tokens) == len(ctx.run.tokens) else []
 
 
 def badge_text(badges, layer: int, head: int) -> tuple[str, str]:
@@ -85,14 +92,18 @@ def _only(model_name: str, layer: int, n_heads: int) -> None:
 
 
 def controls(model: Model, model_name: str, layer: int) -> None:
-    """Bulk switches. Callbacks, not st.rerun: they change state before the page is drawn, so one run suffices."""
-    n = model.n_heads
-    c1, c2, c3, c4 = st.columns(4)
-    c1.button(f"All heads of L{layer} off", width="stretch", on_click=state.layer_off,
-              args=(model_name, layer, n, True))
-    c2.button(f"All heads of L{layer} on", width="stretch", on_click=state.layer_off,
-              args=(model_name, layer, n, False))
+    """The layer's heading and its bulk switches on one row. Callbacks, not st.rerun: they change state before the
+    page is drawn, so one run suffices. Short labels: at 1000 px the row still fits."""
+    n, name = model.n_heads, layer_name(layer)
+    row = st.container(key="wrap")  # the page's style lets this row fold onto two lines on a narrow screen
+    head, c1, c2, c3, c4 = row.columns([1.5, 1, 1, 1.6, 1], vertical_alignment="center")
+    head.markdown(f"**Layer {layer}: all {n} heads**")
+    c1.button("All off", width="stretch", on_click=state.layer_off, args=(model_name, layer, n, True),
+              key=f"layer_off|{model_name}", help=f"Switch every head of {name} off.")
+    c2.button("All on", width="stretch", on_click=state.layer_off, args=(model_name, layer, n, False),
+              key=f"layer_on|{model_name}", help=f"Switch every head of {name} on.")
     c3.selectbox("Only this head on", [ONLY_PROMPT] + [f"H{h}" for h in range(n)], key=f"only|{model_name}|{layer}",
                  label_visibility="collapsed", on_change=_only, args=(model_name, layer, n),
-                 help="Switch off every other head of this layer.")
-    c4.button("Reset: all heads on", width="stretch", on_click=state.reset, args=(model_name,))
+                 help=f"Switch off every other head of {name}.")
+    c4.button("Reset", width="stretch", on_click=state.reset, args=(model_name,), key=f"reset|{model_name}",
+              help="Every head of every layer on.")

@@ -2,6 +2,7 @@
 attribution estimate), beside what each head writes straight into the prediction (direct effect)."""
 from __future__ import annotations
 
+import math
 import re
 
 import streamlit as st
@@ -19,17 +20,61 @@ _NOT_NAMES = frozenset("A An And After As At Before But He However I If In It La
                        "There They This We When While You".split())
 
 
-def swapped(text: str) -> str:
-    """The text with its last name swapped for the other name it mentions ("..., John gave a drink to" ->
-    "..., Mary gave a drink to"): a second sentence that differs in one detail. The text itself when it names
-    fewer than two people."""
+def swap(text: str) -> tuple[str, str, str] | None:
+    """(second sentence, the name taken out, the name put in): the text with its last name swapped for the other
+    name it mentions ("..., John gave a drink to" -> "..., Mary gave a drink to"). None when it names fewer than
+    two people."""
     found = [(m.start(), m.group()) for m in _NAME.finditer(text) if m.group() not in _NOT_NAMES]
     names = list(dict.fromkeys(name for _, name in found))
     if len(names) < 2:
-        return text
+        return None
     start, last = found[-1]
     other = next(name for name in reversed(names) if name != last)
-    return text[:start] + other + text[start + len(last):]
+    return text[:start] + other + text[start + len(last):], last, other
+
+
+def swapped(text: str) -> str:
+    """The second sentence `swap` makes; the text itself when it names fewer than two people."""
+    made = swap(text)
+    return made[0] if made else text
+
+
+# Pairs that differ in one word, tried in order; a model gets the first whose words it knows (no unknown token)
+# and whose two sentences have the same number of tokens. The first is Wang et al. 2022's indirect-object
+# template; the second is in the tiny model's own vocabulary (a list said again: the model copies its next word).
+# "{mask}" is the model's mask token, for a masked LM to predict at.
+PAIRS = [
+    ("When Mary and John went to the store, John gave a drink to{mask}",
+     "When Mary and John went to the store, Mary gave a drink to{mask}", "Mary", "John"),
+    ("anna berg said : red lamp river cup . then tom lind said : red lamp river",
+     "anna berg said : red lamp river box . then tom lind said : red lamp river", "cup", "box"),
+]
+
+
+def example_pair(name: str, model: Model) -> tuple[str, str] | None:
+    """The first of PAIRS this model can run as a patching pair: (text, second sentence), or None."""
+    mask = f" {model.mask_token}." if model.info.kind == "masked-lm" and model.mask_token else ""
+    for text, source, *_ in PAIRS:
+        text, source = text.format(mask=mask), source.format(mask=mask)
+        try:
+            a, b = cache.get_run(name, text), cache.get_run(name, source)
+        except InputError:
+            continue
+        if not a.unknown and not b.unknown and len(a.tokens) == len(b.tokens) and a.tokens != b.tokens:
+            return text, source
+    return None
+
+
+def changed_words(text: str, source: str) -> tuple[str, str] | None:
+    """(word in the first sentence, word in the second) where two sentences of as many words differ in exactly
+    one; None otherwise."""
+    a, b = text.split(), source.split()
+    diff = [(x, y) for x, y in zip(a, b) if x != y]
+    if len(a) != len(b) or len(diff) != 1:
+        return None
+    strip = lambda w: w.strip(".,;:!?\"'()")  # noqa: E731
+    first, second = strip(diff[0][0]), strip(diff[0][1])
+    return (first, second) if first and second and first != second else None
 
 
 def render(ctx: ViewContext) -> None:
@@ -39,8 +84,12 @@ def render(ctx: ViewContext) -> None:
                "from a run on the second sentence, with every later layer recomputed; the map shows how far that "
                "moves the metric from the first sentence's value (0) toward the second's (1). All other heads are "
                "on here, whatever is switched off elsewhere. Measurements on these two sentences, not roles.")
+    key = source_key(ctx.text)
     source = st.text_input("Second sentence (the same number of tokens, one detail changed)",
-                           value=swapped(ctx.text), key=f"patch_source|{hash(ctx.text)}")
+                           value=None if key in st.session_state else swapped(ctx.text), key=key) or ""
+    if source.strip() == ctx.text.strip():
+        identical(ctx)
+        return
     try:
         other = cache.get_run(ctx.name, source)
     except InputError as err:
@@ -52,7 +101,7 @@ def render(ctx: ViewContext) -> None:
                    "Change a word for one of the same length in tokens (a name for a name).")
         return
     position = model.prediction_position(base)
-    metric_args, describe = _metric(model, base, other, position)
+    metric_args, describe = _metric(model, base, other, position, ctx.text, source)
     if metric_args is None:
         return
     text_value = float(cache.metric_for(ctx.name, source, metric_args)(base.output, base.logits))
@@ -61,14 +110,43 @@ def render(ctx: ViewContext) -> None:
     c1.metric(f"Metric on the first sentence: {describe}", f"{text_value:.3f}")
     c2.metric("Metric on the second sentence", f"{source_value:.3f}")
     if abs(source_value - text_value) < 1e-6:
-        st.info("The metric is the same on both sentences, so there is no difference for a head to carry. Change "
-                "the second sentence or the answer tokens.")
+        st.info("The metric is the same on both sentences, so there is no difference for a head to carry: no map "
+                "is drawn. Change the second sentence or the answer tokens.")
+        offer_pair(ctx)
+        return
     left, right = st.columns(2)
     with left:
         patched = patching_maps(ctx, source, metric_args, text_value, source_value)
     with right:
         direct = direct_map(ctx, position, metric_args)
     patch_heads(ctx, model, base, source, metric_args, position, patched, direct)
+
+
+def source_key(text: str) -> str:
+    return f"patch_source|{hash(text)}"
+
+
+def identical(ctx: ViewContext) -> None:
+    """The two sentences are the same: nothing to patch, so no map and no button to compute one."""
+    st.info("The second sentence is the same as the first, so patching cannot move anything: there is no map to "
+            "draw. Change one detail of the second sentence (a name for another name of as many tokens), or "
+            "start from this model's example pair.")
+    offer_pair(ctx)
+
+
+def offer_pair(ctx: ViewContext) -> None:
+    pair = example_pair(ctx.name, ctx.model)
+    if pair is None or pair[0] == ctx.text:
+        return
+    text, source = pair
+    st.caption(f"Example pair: “{md_safe(text)}” → “{md_safe(source)}”")
+    if st.button("Use the example pair", key="patch_pair", on_click=_use_pair, args=(text, source)):
+        st.rerun()  # the sentence box is outside this fragment: the whole page takes the new sentence
+
+
+def _use_pair(text: str, source: str) -> None:
+    st.session_state["text"] = st.session_state["text_box"] = text
+    st.session_state[source_key(text)] = source
 
 
 _ESCAPES = (("\n", "\\n"), ("\t", "\\t"), ("\r", "\\r"))
@@ -89,22 +167,21 @@ def typed_token(text: str) -> str:
     return text
 
 
-def _metric(model: Model, base: AttentionRun, other: AttentionRun, position: int | None):
+def _metric(model: Model, base: AttentionRun, other: AttentionRun, position: int | None, text: str = "",
+            source: str = ""):
     """("logit_diff", position, answer, other) for LMs, ("cosine",) for encoders, and its wording."""
     if position is None:
         if model.info.kind == "masked-lm":
             st.caption(f"Put {md_safe(model.mask_token or 'the mask token')} in both sentences to patch on a "
                        "logit difference; until then the metric is the embedding cosine.")
         return ("cosine",), "cosine similarity of the sentence embedding with the second sentence's"
-    first, second = int(base.logits[position].argmax()), int(other.logits[position].argmax())
-    if first == second:
-        second = int(base.logits[position].topk(2).indices[1])
+    first, second = answer_tokens(model, base, other, position, text, source)
     c1, c2 = st.columns(2)
-    answer = c1.text_input("Answer token", value=shown_token(model.decode(first)), key=f"patch_answer|{first}",
+    answer = c1.text_input("Answer token", value=shown_token(first), key=f"patch_answer|{first}",
                            help="The metric is logit(answer) − logit(against) at the prediction position. "
                                 "Include a leading space where the token has one (' Mary'); write a newline "
                                 "as \\n and a tab as \\t.")
-    against = c2.text_input("Against", value=shown_token(model.decode(second)), key=f"patch_against|{second}")
+    against = c2.text_input("Against", value=shown_token(second), key=f"patch_against|{second}")
     answer, against = typed_token(answer), typed_token(against)
     try:
         ids = model.token_id(answer), model.token_id(against)
@@ -113,6 +190,31 @@ def _metric(model: Model, base: AttentionRun, other: AttentionRun, position: int
         return None, ""
     label = f"logit({visible(answer)!r}) − logit({visible(against)!r}) at {where(model, base, position)}"
     return ("logit_diff", position, *ids), md_safe(label)
+
+
+def answer_tokens(model: Model, base: AttentionRun, other: AttentionRun, position: int, text: str,
+                  source: str) -> tuple[str, str]:
+    """The default answer and "against" tokens: the swapped words themselves (as the model writes them at the
+    prediction position, with a leading space where that is one token), answer being the one the first sentence
+    prefers; where the sentences differ in more than one word, each sentence's top prediction."""
+    words = changed_words(text, source)
+    if words:
+        pieces = []
+        for word in words:
+            for piece in (" " + word, word, " " + word.lower(), word.lower()):
+                try:
+                    pieces.append((piece, model.token_id(piece)))
+                    break
+                except InputError:
+                    continue
+        if len(pieces) == 2 and pieces[0][1] != pieces[1][1]:
+            (a, ia), (b, ib) = pieces
+            logits = base.logits[position]
+            return (a, b) if float(logits[ia]) >= float(logits[ib]) else (b, a)
+    first, second = int(base.logits[position].argmax()), int(other.logits[position].argmax())
+    if first == second:
+        second = int(base.logits[position].topk(2).indices[1])
+    return model.decode(first), model.decode(second)
 
 
 def patching_maps(ctx: ViewContext, source: str, metric_args: tuple, text_value: float, source_value: float):
@@ -144,10 +246,17 @@ def patching_maps(ctx: ViewContext, source: str, metric_args: tuple, text_value:
                    "name is not small, so check it against the exact map.")
     if exact is not None and estimate is not None:
         rho = rank_correlation(exact, estimate)
-        tops = lambda values: ", ".join(f"{head_name(h)} ({v:+.2f})" for h, v in top_heads(values, 5))
-        st.markdown(f"Agreement over all {n} heads: rank correlation **{rho:.2f}**.  \n"
+        agreement = (f"rank correlation **{rho:.2f}**" if math.isfinite(rho)
+                     else "no rank correlation (one of the maps is flat: every head moves it the same)")
+        st.markdown(f"Agreement over all {n} heads: {agreement}.  \n"
                     f"Top heads, exact: {tops(exact)}  \nTop heads, estimate: {tops(estimate)}")
     return exact if exact is not None else estimate
+
+
+def tops(values) -> str:
+    """The heads that move a map most, with their values; heads that move it by nothing are not "top"."""
+    found = [(h, v) for h, v in top_heads(values, 5) if math.isfinite(v) and abs(v) >= 0.005]
+    return ", ".join(f"{head_name(h)} ({v:+.2f})" for h, v in found) or "none (no head moves it by 0.005 or more)"
 
 
 def direct_map(ctx: ViewContext, position: int | None, metric_args: tuple):
@@ -171,7 +280,7 @@ def direct_map(ctx: ViewContext, position: int | None, metric_args: tuple):
     st.caption("Each head's output through its slice of the output projection, then the final norm with its "
                "scale frozen at this input, then the unembedding (Elhage et al. 2021). Only the direct path: "
                "what a head does through later layers shows up in the patching map, not here. Top: "
-               + ", ".join(f"{head_name(h)} ({v:+.2f})" for h, v in top_heads(parts.heads, 5)))
+               + tops(parts.heads))
     return parts.heads
 
 

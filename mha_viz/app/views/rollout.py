@@ -5,13 +5,14 @@ import streamlit as st
 
 from mha_viz import analysis, plotting
 from mha_viz.app.cache import norm_inputs
-from mha_viz.app.common import head_name
+from mha_viz.app.common import head_name, layer_picker
 from mha_viz.app.context import ViewContext
-from mha_viz.contract import head_keep_mask
+from mha_viz.contract import Ablation, head_keep_mask
 
 
 def render(ctx: ViewContext) -> None:
-    model, run, layer = ctx.model, ctx.run, ctx.layer
+    model, run = ctx.model, ctx.run
+    layer = layer_picker(model, ctx.name, ctx.layer, st.columns([1, 5])[0])
     keep = head_keep_mask(ctx.heads_off, model.n_layers, model.n_heads)  # (L, H)
     rolled = analysis.rollout(run.attentions, keep)  # (L, Q, K)
     on = keep[layer].bool()  # (H,)
@@ -24,8 +25,8 @@ def render(ctx: ViewContext) -> None:
                    "average only the heads that are on, and a layer with every head off passes the residual "
                    "stream through unchanged.")
         if ctx.ablation != "zero":
-            st.caption("Rollout uses the patterns of the run with those heads mean-ablated, as the sidebar says; the "
-                       "norm view below is computed with them zeroed (it does not apply mean ablation).")
+            st.caption(f"Both panels and the norm view below come from the run with those heads' output "
+                       f"{Ablation.of(ctx.ablation).describe}, as the sidebar says.")
     c1, c2 = st.columns(2)
     if on.any():
         raw = run.attentions[layer][on].mean(0)  # (Q, K)  mean over the heads that are on
@@ -40,7 +41,7 @@ def render(ctx: ViewContext) -> None:
     st.caption("Weights each attention arrow by the size of what it carries: the value vector of token j passed "
                "through this head's slice of the output projection. A large weight on a token whose vector is "
                "small moves little.")
-    inputs = norm_inputs(ctx.name, ctx.text, tuple(sorted(ctx.heads_off)))
+    inputs = norm_inputs(ctx.name, ctx.text, tuple(sorted(ctx.heads_off)), ctx.ablation)
     if inputs is None:
         st.info("The norm view is not available for this architecture (its output projection was not found).")
         return
@@ -53,8 +54,8 @@ def render(ctx: ViewContext) -> None:
     c1.plotly_chart(plotting.head_figure(run.attentions[layer, head], run.tokens, f"{name} weights α",
                                          off=off, size=380), width="stretch", key="norm_raw")
     if off:
-        c2.info(f"{name} is switched off: its output is zero, so every ‖α f(x)‖ is 0. Its "
-                "weights α (left) are still computed.")
+        c2.info(f"{name} is switched off (its output {Ablation.of(ctx.ablation).describe}): what it adds no "
+                "longer comes from the keys, so every ‖α f(x)‖ is 0. Its weights α (left) are still computed.")
     else:
         c2.plotly_chart(plotting.head_figure(norms[head], run.tokens, f"{name} ‖α f(x)‖", size=380,
                                              colorbar=True), width="stretch", key="norm_fig")

@@ -8,11 +8,11 @@ import streamlit as st
 import torch
 
 from mha_viz import analysis
+from mha_viz.analysis import pairs
 from mha_viz.app.cache import get_run
 from mha_viz.app.common import head_name, md_safe
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import AttentionRun, Model
-from mha_viz.models.tiny import probes
 
 
 def render(ctx: ViewContext) -> None:
@@ -109,15 +109,15 @@ def ground_truth_panel(model: Model, run: AttentionRun) -> None:
     if truth is None:
         return
     st.markdown("**Ground truth on this sentence** (the tiny model's corpus grammar knows where the relations are)")
-    measures = [probes.previous_token_score(run.attentions)] if len(run.tokens) > 2 else []
+    measures = [pairs.previous_token_score(run.attentions)] if len(run.tokens) > 2 else []
     described = ["from each token to the one before it"]
     if truth.subjects:
-        measures.append(probes.subject_score(run.attentions, list(truth.subjects)[-1]))
+        measures.append(pairs.subject_score(run.attentions, list(truth.subjects)[-1]))
         subject, verb = truth.subjects[-1]
         described.append(md_safe(f"from '{run.tokens[verb - 1]}' (where '{run.tokens[verb]}' is predicted) "
                                   f"to its subject '{run.tokens[subject]}'"))
     if truth.repeats:
-        measures.append(probes.induction_score(run.attentions, list(truth.repeats)))
+        measures.append(pairs.induction_score(run.attentions, list(truth.repeats)))
         described.append("from a repeated word to the word that followed its first mention")
     if len(measures) < 2:
         st.caption("No agreement clause or repeated word of the corpus's vocabulary in this text: try one of the "

@@ -12,12 +12,11 @@ import numpy as np
 import streamlit as st
 
 from mha_viz import checkpoints, plotting
-from mha_viz.app.cache import checkpoint_run, tiny_evidence
-from mha_viz.app.common import head_name, md_safe
+from mha_viz.app.cache import checkpoint_run, training_evidence
+from mha_viz.app.common import head_name, md_safe, trained_here
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import InputError, ModelLoadError
 
-TINY = "tiny"
 STEP_KEY = "train_step"
 LAYER_KEY = "train_layer"
 PENDING = "_train_step_pending"  # a step to show on the next run (a widget's value cannot change after it is drawn)
@@ -31,8 +30,11 @@ def render(ctx: ViewContext) -> None:
 
 
 def timeline(ctx: ViewContext, versus_init: bool) -> None:
-    steps = checkpoints(TINY)
-    evidence, log = tiny_evidence()
+    trained = trained_here(ctx.name)
+    steps = checkpoints(trained)
+    evidence = training_evidence(trained)
+    if evidence is not None and not evidence.per_step:
+        evidence = None
     if not steps:
         st.warning("The tiny model has no saved training steps: run `make train` (it saves them in "
                    "assets/tiny/checkpoints/), then `make probe` for their scores.")
@@ -51,9 +53,9 @@ def timeline(ctx: ViewContext, versus_init: bool) -> None:
     step = c1.select_slider("Training step", options=steps, key=STEP_KEY,
                             format_func=lambda s: f"{s} (initialisation)" if s == 0 else str(s))
     play = c2.button("▶ Play", key="train_play", help="Show every saved step in turn, from the first")
-    n_layers = len(evidence["final"]["scores"]["subject"]) if evidence else None
+    n_layers = len(evidence.final.scores["subject"]) if evidence else None
     layer = _layer(ctx, c3, n_layers)
-    unknown = _unknown_note(ctx.text, steps)
+    unknown = _unknown_note(trained, ctx.text, steps)
     if unknown:
         st.caption(unknown)
 
@@ -65,14 +67,14 @@ def timeline(ctx: ViewContext, versus_init: bool) -> None:
         heads = st.empty()
         if versus_init and steps[0] != step:
             st.markdown(f"**The same heads at step {steps[0]} (the initialisation)**")
-            _heads(ctx.text, steps[0], layer, key="train_init")
+            _heads(trained, ctx.text, steps[0], layer, key="train_init")
     if play:
         for shown in steps:
-            _draw(ctx.text, shown, layer, steps, evidence, log, heads, chart, table, key=f"play{shown}")
+            _draw(trained, ctx.text, shown, layer, evidence, heads, chart, table, key=f"play{shown}")
             time.sleep(PLAY_SECONDS)
         st.session_state[PENDING] = steps[-1]
         return
-    _draw(ctx.text, step, layer, steps, evidence, log, heads, chart, table, key="step")
+    _draw(trained, ctx.text, step, layer, evidence, heads, chart, table, key="step")
 
 
 def _layer(ctx: ViewContext, where, n_layers: int | None) -> int:
@@ -83,9 +85,9 @@ def _layer(ctx: ViewContext, where, n_layers: int | None) -> int:
     return where.selectbox("Layer of the tiny model", options, format_func=lambda i: f"L{i}", key=LAYER_KEY)
 
 
-def _unknown_note(text: str, steps: list[int]) -> str | None:
+def _unknown_note(name: str, text: str, steps: list[int]) -> str | None:
     try:
-        run = checkpoint_run(TINY, steps[-1], text)
+        run = checkpoint_run(name, steps[-1], text)
     except (InputError, ModelLoadError):
         return None
     if not run.unknown:
@@ -95,10 +97,10 @@ def _unknown_note(text: str, steps: list[int]) -> str | None:
             f"<unk>: {md_safe(words)}. Its example sentences use only words it knows.")
 
 
-def _heads(text: str, step: int, layer: int, key: str, where=None) -> None:
+def _heads(name: str, text: str, step: int, layer: int, key: str, where=None) -> None:
     where = where or st
     try:
-        run = checkpoint_run(TINY, step, text)
+        run = checkpoint_run(name, step, text)
     except (InputError, ModelLoadError) as err:
         where.warning(md_safe(str(err)))
         return
@@ -112,31 +114,31 @@ def _heads(text: str, step: int, layer: int, key: str, where=None) -> None:
         where.plotly_chart(fig, width="stretch", key=f"{key}|{step}|{layer}|{start}", config={"displaylogo": False})
 
 
-def _draw(text, step, layer, steps, evidence, log, heads, chart, table, key: str) -> None:
+def _draw(name, text, step, layer, evidence, heads, chart, table, key: str) -> None:
     heads.empty()
-    _heads(text, step, layer, key=key, where=heads.container())
+    _heads(name, text, step, layer, key=key, where=heads.container())
     if evidence is None:
         chart.info("No measured scores yet: run `make probe` to write assets/tiny/probes.json.")
         return
-    scores = {PANELS[r]: np.array([s["scores"][r] for s in evidence["per_step"]]) for r in PANELS}  # (S, L, H)
-    baselines = {PANELS[r]: evidence["per_step"][0]["baselines"][r] for r in PANELS}
-    fig = plotting.timeline_figure(log.get("steps", []), log.get("loss", []), evidence["steps"], scores, baselines,
-                                   layer, step, height=560)
+    scores = {PANELS[r]: np.array([s.scores[r] for s in evidence.per_step]) for r in PANELS}  # (S, L, H)
+    baselines = {PANELS[r]: evidence.per_step[0].baselines[r] for r in PANELS}
+    fig = plotting.timeline_figure(list(evidence.log_steps), list(evidence.log_loss), evidence.steps, scores,
+                                   baselines, layer, step, height=560)
     chart.plotly_chart(fig, width="stretch", key=f"timeline|{key}|{layer}", config={"displaylogo": False})
-    row = next((s for s in evidence["per_step"] if s["step"] == step), None)
+    row = evidence.at(step)
     if row is None:
         table.caption(f"Step {step} was not measured: run `make probe` again.")
         return
-    n_heads = len(row["scores"]["subject"][layer])
+    n_heads = len(row.scores["subject"][layer])
     rows = [{"head": head_name((layer, h)),
-             **{PANELS.get(r, r.replace("_", " ")): f"{row['scores'][r][layer][h]:.0%}" for r in
+             **{PANELS.get(r, r.replace("_", " ")): f"{row.scores[r][layer][h]:.0%}" for r in
                 ("previous_token", "induction", "duplicate", "subject")}} for h in range(n_heads)]
     rows.append({"head": "uniform attention",
-                 **{PANELS.get(r, r.replace("_", " ")): f"{row['baselines'][r]:.0%}" for r in
+                 **{PANELS.get(r, r.replace("_", " ")): f"{row.baselines[r]:.0%}" for r in
                     ("previous_token", "induction", "duplicate", "subject")}})
     with table.container():
-        st.caption(f"Step {step}: held-out loss {row['loss']:.2f} nats, agreement accuracy "
-                   f"{row['agreement_accuracy']:.0%} (chance 50%). Mean attention of each head of layer {layer} on: "
+        st.caption(f"Step {step}: held-out loss {row.loss:.2f} nats, agreement accuracy "
+                   f"{row.agreement_accuracy:.0%} (chance 50%). Mean attention of each head of layer {layer} on: "
                    "the previous token of random word sequences; at a word's second occurrence in a random "
                    "sequence said twice, the word after its first occurrence (induction) and the first occurrence "
                    "itself (duplicate); the subject where the verb is predicted.")

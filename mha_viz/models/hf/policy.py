@@ -10,13 +10,9 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from mha_viz.contract import ModelLoadError
 from mha_viz.settings import settings
-
-if TYPE_CHECKING:  # loading imports this module's size check, so the adapter is imported lazily at run time
-    from mha_viz.models.hf.adapter import HFModel
 
 MAX_CONFIG_BYTES = 1_000_000  # a config.json is a few kB; a bigger file is not one we parse on a page open
 
@@ -52,23 +48,6 @@ def _check_name(name: str) -> tuple[str, Path | None]:
             "without URLs or '..')."
         )
     return "hub", None
-
-
-def load_custom(name: str) -> HFModel:
-    """A user's model: a local folder or a hub id. Off when MHA_VIZ_ALLOW_CUSTOM=0."""
-    name = name.strip()
-    from mha_viz.models.hf.loading import build_hf_model  # here: loading imports this module's size check
-
-    kind, path = _check_name(name)
-    if kind == "folder":
-        return build_hf_model(name, f"{path.name} (local folder)", str(path))
-    if not _hub_reachable():
-        raise ModelLoadError(
-            f"Could not load '{name}': the Hugging Face hub cannot be reached from here (no network, or "
-            "HF_HUB_OFFLINE is set), and it is not a folder on this machine. Use a built-in model, or download "
-            "the model elsewhere and point to its folder (config.json + *.safetensors)."
-        )
-    return build_hf_model(name, f"{name} (Hugging Face)", name)
 
 
 def preview_custom(name: str) -> CustomPreview:

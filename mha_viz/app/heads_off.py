@@ -1,0 +1,81 @@
+"""What the heads that are off changed, for the open sentence: a view in all but name, drawn by the page around
+every view about this run. `summary` is one line of fixed height above the view (so a toggle never moves the
+heads under the pointer); `render` is the full panel below the view."""
+from __future__ import annotations
+
+import streamlit as st
+
+from mha_viz import analysis
+from mha_viz.app.common import ABLATION_LABELS, ABLATION_SHORT, md_safe, predictions_panel, top_predictions, visible
+from mha_viz.app.context import ViewContext
+from mha_viz.app.names import head_name
+from mha_viz.app.text import chip
+
+SUMMARY_PX = 72  # the summary's reserved height: the same with no head off, one, or many
+
+
+def summary(ctx: ViewContext, first=None) -> None:
+    """`first()` draws a line before it (the token count) in the same reserved box."""
+    with st.container(height=SUMMARY_PX, border=False, gap="small"):
+        if first is not None:
+            first()
+        if not ctx.heads_off:
+            st.caption("All heads are on. Switch one off with the switch in its corner.")
+            return
+        model, base, run = ctx.model, ctx.base, ctx.run
+        parts = []
+        position = model.prediction_position(base)
+        if position is not None:
+            kl = analysis.next_token_kl(base.logits, run.logits, position)
+            before = top_predictions(model, base.logits[position], 1)[0][0]
+            after = top_predictions(model, run.logits[position], 1)[0][0]
+            parts.append(f"KL {kl:.4f} nats · top prediction `{md_safe(visible(before, 16))}` → "
+                         f"`{md_safe(visible(after, 16))}`")
+        elif not model.causal:
+            parts.append(f"embedding cosine {analysis.cosine_change(base.output, run.output):.5f}")
+        names = ", ".join(f"`{head_name(h)}`" for h in sorted(ctx.heads_off)[:12])
+        more = f" and {len(ctx.heads_off) - 12} more" if len(ctx.heads_off) > 12 else ""
+        st.markdown(f"**Heads off:** {names}{more} · " + " · ".join(parts) + " · details below the view")
+        st.caption(f"Off means {ABLATION_LABELS[ctx.ablation]} (sidebar: Switching a head off).")
+
+
+def effect_panel(ctx: ViewContext) -> None:
+    """What the heads that are off changed: predictions for language models, the embedding for encoders."""
+    model, base, run = ctx.model, ctx.base, ctx.run
+    if not run.ablated:
+        return
+    st.subheader(f"What changed with these heads off ({ABLATION_SHORT[run.ablation]})")
+    if len(run.ablated) == model.n_layers * model.n_heads:
+        st.warning("Every head is off: no token can read any other token, so each position sees only itself "
+                   "through the residual stream. The output below is what is left.")
+    position = model.prediction_position(base)
+    if position is not None:
+        predictions_panel(model, base, run, position, key="pred_fig", chart=False)  # no plotly on a toggle
+    elif model.info.kind == "masked-lm":
+        st.caption(f"Put {md_safe(model.mask_token or 'the mask token')} in the sentence to compare the masked "
+                   "word's predictions before and after.")
+    change = analysis.token_change(base.output, run.output, relative=True)
+    largest = ("Largest per-token change of final hidden state", f"{float(change.max()):.2%}")
+    if model.causal:  # mean-pooled embeddings are an encoder's output; a causal LM's is its prediction
+        st.metric(*largest)  # one metric: no empty column beside it
+    else:
+        c1, c2 = st.columns(2)
+        cos = analysis.cosine_change(base.output, run.output)
+        c1.metric("Cosine similarity of sentence embedding (before vs after)", f"{cos:.5f}",
+                  delta=f"{cos - 1:.5f}", delta_color="inverse" if cos < 1 else "off")
+        c2.metric(*largest)
+    with st.expander("Change of each token's final hidden state", expanded=False):
+        st.markdown(change_strip(base.tokens, change), unsafe_allow_html=True)
+
+
+def change_strip(tokens, change) -> str:
+    """Each token shaded by the relative change of its final hidden state, the value in its label. HTML, not a
+    plotly bar chart: a toggle reruns this panel, and the first plotly chart on a page makes the browser load and
+    start plotly.js (about 0.8 s measured on a head's first toggle, benchmarks/RESULTS.md)."""
+    values = [float(v) for v in change]
+    top = max(values + [1e-12])
+    chips = [chip(tok, f"position {i}: {v:.2%}", f"background:rgba(196,78,82,{0.08 + 0.8 * v / top:.2f})",
+                  f"{v:.1%}") for i, (tok, v) in enumerate(zip(tokens, values))]
+    return (f"<div data-testid='change-strip'>{''.join(chips)}</div>"
+            "<small>Relative change ‖after − before‖ / ‖before‖ of each position's final hidden state; darker is "
+            "larger.</small>")

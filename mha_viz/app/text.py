@@ -1,0 +1,82 @@
+"""The sentence: the text box with its examples, and the tokens the model made of it (a strip of chips, drawn by the
+views that do not draw their own: the Layer grid has its strip, with the same chips)."""
+from __future__ import annotations
+
+import html
+
+import streamlit as st
+
+from mha_viz.app.common import md_safe, visible
+from mha_viz.contract import AttentionRun, Model
+
+DEFAULT_TEXT = "The keys to the old cabinet are on the table, so Anna gave the keys to Ben."
+MAX_TEXT_CHARS = 200_000  # longer text is cut before tokenizing, and the page says so
+LONG_STRIP = 80  # a strip of more tokens folds into an expander, so it does not push the heatmaps off screen
+
+
+def _set_text(text: str) -> None:
+    st.session_state["text_box"] = text
+    st.session_state["text"] = text
+
+
+def _submit_text() -> None:
+    st.session_state["text"] = st.session_state.get("text_box", "")
+
+
+def text_input(model: Model) -> str:
+    """The text box, its submit button and the model's examples on one row; returns the text to run."""
+    st.session_state.setdefault("text", DEFAULT_TEXT)
+    st.session_state.setdefault("text_box", st.session_state["text"])
+    examples = model.examples() or [("agreement", DEFAULT_TEXT, DEFAULT_TEXT)]
+    # One row: the box, and beside it the submit button over the examples (submit buttons too, so they can sit in
+    # the form; each sets the text in its callback).
+    with st.form("text_form", border=False):
+        box, buttons = st.columns([3.2, 1])
+        box.text_area("Sentence", key="text_box", height=96, max_chars=None, label_visibility="collapsed",
+                      placeholder="Type a sentence, then Show attention",
+                      help="Any text; it is cut at the model's token limit and the page says how much was dropped.")
+        buttons.form_submit_button("Show attention", type="primary", on_click=_submit_text, width="stretch")
+        with buttons.popover("Examples", width="stretch"):
+            for i, (label, text, hint) in enumerate(examples[:8]):
+                st.form_submit_button(label, key=f"ex{i}", on_click=_set_text, args=(text,),
+                                      help=f"{hint} — “{text}”", width="stretch")
+    text = st.session_state["text"]
+    if len(text) > MAX_TEXT_CHARS:
+        st.info(f"The text has {len(text):,} characters; only the first {MAX_TEXT_CHARS:,} are tokenized.")
+        text = text[:MAX_TEXT_CHARS]
+    return text
+
+
+def chip(token: str, title: str, style: str = "", note: str = "") -> str:
+    """One token as an HTML chip (the token strip, the change strip): escaped, `title` on hover, `note` small
+    after it. `title`, `style` and `note` are ours, never user text."""
+    after = f" <small>{note}</small>" if note else ""
+    return (f"<span style='display:inline-block;border:1px solid #ccc;border-radius:4px;padding:0 4px;margin:1px;"
+            f"font-family:monospace;font-size:12px;{style}' title='{title}'>{html.escape(visible(token))}{after}"
+            "</span>")
+
+
+def token_strip(run: AttentionRun, model: Model, chips: bool = True) -> None:
+    """The run's tokens as chips (unknown ones highlighted), then one caption: how many, how many were dropped,
+    which map to the unknown token. `chips=False` for a view that draws its own strip."""
+    unknown = set(run.unknown)
+    if chips:
+        items = [chip(tok, f"position {i}", "background:#fde2e1;border-color:#c44e52" if i in unknown else "")
+                 for i, tok in enumerate(run.tokens)]
+        strip = f"<div data-testid='token-strip'>{''.join(items)}</div>"
+        if len(items) > LONG_STRIP:
+            with st.expander(f"Tokens ({len(items)})"):
+                st.markdown(strip, unsafe_allow_html=True)
+        else:
+            st.markdown(strip, unsafe_allow_html=True)
+    notes = [f"{len(run.tokens)} tokens"]
+    if run.truncated:
+        notes.append(
+            f"**{run.truncated} tokens were dropped**: the text is longer than the {model.info.max_tokens} tokens "
+            "this view handles, so only the start is shown"
+        )
+    if unknown:
+        words = ", ".join(sorted({visible(run.tokens[i]) for i in unknown}))
+        notes.append(f"{len(unknown)} position(s) map to the unknown token (highlighted; the model does not know: "
+                     f"{md_safe(words[:200])})")
+    st.caption(" · ".join(notes))

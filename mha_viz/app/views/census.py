@@ -1,0 +1,290 @@
+"""Census: what each head does in general, measured on inputs made for each question (`mha_viz.head_census`), not
+on the one sentence typed above; and, for a model trained under several seeds, which head took which role in each.
+
+A layers x heads map per score with its baselines, a scatter of every head by any two scores, a click opens the head
+in the Layer view, the texts where a head scores highest, and every score as CSV/JSON. Computed once per model, input
+seed and texts, shared by every session (the last few are kept)."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+
+import streamlit as st
+
+from mha_viz import plotting, seeds
+from mha_viz.analysis.census_inputs import RELATION_WORDS
+from mha_viz.analysis.census_run import (
+    MAX_TEXT_CHARS,
+    MAX_TEXTS,
+    CensusConfig,
+    HeadCensus,
+    default_texts,
+    head_census,
+    seed_roles,
+)
+from mha_viz.app.cache import RunCache, get_model
+from mha_viz.app.common import head_name, md_safe
+from mha_viz.app.context import ViewContext
+from mha_viz.contract import Head, InputError, Model, ModelLoadError
+
+_CENSUS = RunCache(8, size=lambda _: 1)  # the last 8 censuses, shared by every session
+MAX_UPLOAD_BYTES = MAX_TEXTS * MAX_TEXT_CHARS
+SCORE_WORDS = {
+    "previous": "attention on the previous word (random word sequences)",
+    "nearby": "attention within 2 positions, itself excluded (random word sequences)",
+    "distance": "mean distance to the keys it attends, over uniform attention's (random sequences; below 1: a band "
+                "near the diagonal)",
+    "previous (text)": "attention on the previous token (natural text)",
+    "nearby (text)": "attention within 2 positions, itself excluded (natural text)",
+    "distance (text)": "mean attention distance over uniform attention's (natural text; below 1: near the diagonal)",
+    "first": "attention on the first position (natural text)",
+    "special": "attention on [CLS]/[SEP]/<bos> (natural text)",
+    "entropy": "spread of attention, 1 = even (natural text)",
+    "induction": "at a repeated word, attention on the word after its first occurrence (Olsson et al. 2022)",
+    "duplicate": "at a repeated word, attention on its first occurrence",
+    **{k: f"how often the most-attended word is the gold word: {v} (Clark et al. 2019)" for k, v in
+       RELATION_WORDS.items()},
+}
+
+
+def render(ctx: ViewContext) -> None:
+    st.subheader("Census: what each head does in general")
+    st.caption("Measured on inputs made for each question, generated from words this model reads as one token "
+               "each (seeded: the same seed gives the same inputs), not on the sentence above. Each score is set "
+               "against what uniform attention would score, against a control, and for the structural relations "
+               "against the best fixed offset (\"always the word k to the left\"). A high score says where a head's "
+               "attention goes; it does not label what the head is for, and most heads mix several patterns.")
+    texts = _texts(ctx.model)
+    if texts is False:
+        return
+    seed = int(st.number_input("Input seed", min_value=0, max_value=999, value=0, step=1, key="census_seed",
+                               help="Which generated inputs: another seed gives other random sequences and sentences"))
+    census = _get(ctx.name, ctx.model, seed, texts)
+    if census is None:
+        return
+    _overview(census)
+    picked = _maps(census)
+    _scatter(census)
+    _open_head(ctx, picked)
+    _examples(census)
+    _in_context(census)
+    _downloads(census)
+    _seeds(ctx.name, seed)
+
+
+def _texts(model: Model):
+    """The natural texts (pasted or uploaded, one per line; default the model's examples) or False on an error."""
+    with st.expander("Natural texts for the text scores and the top examples (default: the example sentences)"):
+        pasted = st.text_area(f"One text per line (at most {MAX_TEXTS} lines of {MAX_TEXT_CHARS} characters)",
+                              key="census_texts", height=100)
+        upload = st.file_uploader("or upload a .txt file, one text per line", type=["txt"], key="census_upload")
+    raw = pasted
+    if upload is not None:
+        data = upload.getvalue()
+        if len(data) > MAX_UPLOAD_BYTES:
+            st.error(f"The file has {len(data):,} bytes; the census takes at most {MAX_UPLOAD_BYTES:,} "
+                     f"({MAX_TEXTS} lines of {MAX_TEXT_CHARS} characters). Upload a shorter file.")
+            return False
+        raw = data.decode("utf-8", errors="replace")
+    lines = tuple(t for t in (raw or "").splitlines() if t.strip())
+    if not lines:
+        return None
+    if len(lines) > MAX_TEXTS or any(len(t) > MAX_TEXT_CHARS for t in lines):
+        st.error(f"{len(lines)} lines, the longest {max(len(t) for t in lines)} characters: the census takes at "
+                 f"most {MAX_TEXTS} lines of at most {MAX_TEXT_CHARS} characters. Shorten or split the text.")
+        return False
+    return lines
+
+
+def _get(name: str, model: Model, seed: int, texts) -> HeadCensus | None:
+    key = (name, seed, texts)
+    found = _CENSUS.peek(key)
+    if found is not None:
+        return found
+    cfg = CensusConfig.for_model(model)
+    n = cfg.n_random + cfg.n_repeated + cfg.n_templates + len(texts or default_texts(model))
+    st.info(f"The census of {model.info.title} runs about {2 * n} forward passes (its inputs, then the control) "
+            "and is kept for every visitor once made.")
+    if not st.button("Run the census", key="census_run", type="primary"):
+        return None
+    bar = st.progress(0.0, text="Census...")
+    try:
+        census = _CENSUS.get(key, lambda: head_census(model, texts=texts, seed=seed,
+                                                      progress=lambda f, m: bar.progress(f, text=m)))
+    except InputError as err:
+        bar.empty()
+        st.error(str(err))
+        return None
+    bar.empty()
+    return census
+
+
+def _fmt(v: float) -> str:
+    return "—" if v is None or math.isnan(v) else f"{v:.2f}"
+
+
+def _overview(c: HeadCensus) -> None:
+    """The leading head of every score, against both baselines and the control."""
+    rows = []
+    for name in c.names:
+        top = c.top(name, 2)
+        (lh, value), second = top[0], (top[1] if len(top) > 1 else (None, float("nan")))
+        off = c.offset.get(name)
+        ctrl = c.control.get(name)
+        rows.append({
+            "score": name, "leading head": head_name(lh), "its score": _fmt(value),
+            "95% interval": f"{_fmt(float(c.low[name][lh]))}–{_fmt(float(c.high[name][lh]))}",
+            "next head": f"{head_name(second[0])} {_fmt(second[1])}" if second[0] else "—",
+            "uniform": _fmt(c.uniform[name]),
+            "best fixed offset": f"{off[0]:+d}: {_fmt(off[1])}" if off else "—",
+            "control, same head": _fmt(float(ctrl[lh])) if ctrl is not None else "—",
+            "inputs": c.n_inputs[name],
+        })
+    st.dataframe(rows, hide_index=True, height=min(560, 38 + 35 * len(rows)))
+    st.caption(f"Control: {c.control_kind}. Words: {c.lexicon_source}."
+               + (f" {c.skipped} generated inputs were left out because the tokenizer did not read each word as "
+                  "one token." if c.skipped else "")
+               + " Distance and entropy lead with their lowest heads (a band near the diagonal; focused attention).")
+
+
+def _clicked(key: str) -> Head | None:
+    sel = st.session_state.get(key)
+    selection = sel.get("selection", {}) if isinstance(sel, dict) else getattr(sel, "selection", None)
+    points = (selection.get("points") if isinstance(selection, dict) else getattr(selection, "points", None)) or []
+    for point in points:
+        data = point.get("customdata") if isinstance(point, dict) else None
+        if data is not None and len(data) == 2:
+            return int(data[0]), int(data[1])
+    return None
+
+
+def _maps(c: HeadCensus) -> Head | None:
+    name = st.selectbox("Score", c.names, key="census_score", format_func=lambda n: f"{n}: {SCORE_WORDS.get(n, n)}")
+    off = c.offset.get(name)
+    base = f"best offset {off[0]:+d}: {off[1]:.2f}" if off else ""
+    fig = plotting.census_map(c.scores[name], f"{name}, {c.inputs[name]}", c.uniform[name], base,
+                              zmax=None, reverse=c.lower_is_notable(name))
+    st.plotly_chart(fig, width="stretch", key="census_map", on_select="rerun", selection_mode="points")
+    if name in c.control:
+        ctrl = float(c.control[name].max() if not c.lower_is_notable(name) else c.control[name].min())
+        st.caption(f"Control ({c.control_kind}): its most extreme head scores {ctrl:.2f}.")
+    elif name in c.no_control:
+        st.caption(f"No control for this score: {c.no_control[name]}.")
+    return _clicked("census_map")
+
+
+def _scatter(c: HeadCensus) -> None:
+    names = c.names
+    c1, c2 = st.columns(2)
+    x = c1.selectbox("x", names, index=names.index("previous") if "previous" in names else 0, key="census_x")
+    y = c2.selectbox("y", names, index=names.index("induction") if "induction" in names else 1, key="census_y")
+    fig = plotting.census_scatter(c.scores[x], c.scores[y], x, y, c.baseline(x), c.baseline(y))
+    st.plotly_chart(fig, width="stretch", key="census_scatter", on_select="rerun", selection_mode="points")
+    st.caption("Every head by two scores; dotted lines: each score's stronger baseline (uniform, or the best fixed "
+               "offset). Heads between the corners mix patterns: few are pure.")
+
+
+def _go_layer(name: str, head: Head) -> None:
+    # A callback: it runs before the page is drawn, so it may set the sidebar's layer and the View radio.
+    st.session_state[f"layer|{name}"] = head[0]
+    st.session_state["view"] = "Layer"
+
+
+def _open_head(ctx: ViewContext, picked: Head | None) -> None:
+    picked = _clicked("census_scatter") or picked
+    options = [(l, h) for l in range(ctx.model.n_layers) for h in range(ctx.model.n_heads)]
+    if picked in options and picked != st.session_state.get("_census_click"):
+        st.session_state["_census_click"] = picked
+        st.session_state["census_head"] = picked
+    head = st.selectbox("Head (or click one in the map or the scatter)", options, format_func=head_name,
+                        key="census_head")
+    st.button(f"Open {head_name(head)} in the Layer view", key="census_open", on_click=_go_layer,
+              args=(ctx.name, head))
+
+
+def _examples(c: HeadCensus) -> None:
+    if not c.text_values:
+        return
+    head = st.session_state.get("census_head", (0, 0))
+    names = list(c.text_values)
+    name = st.selectbox("Top examples by", names, key="census_example_score")
+    values = c.text_values[name][:, head[0], head[1]]  # (N,)
+    order = sorted(range(len(values)), key=lambda i: (math.isnan(float(values[i])),
+                                                      float(values[i]) if c.lower_is_notable(name)
+                                                      else -float(values[i])))
+    st.markdown(f"**Where {head_name(head)} scores {'lowest' if c.lower_is_notable(name) else 'highest'} on "
+                f"{name}** ({len(values)} texts)")
+    st.table([{name: _fmt(float(values[i])), "text": md_safe(c.texts[i][:200])} for i in order[:5]])
+
+
+def _in_context(c: HeadCensus) -> None:
+    ic = c.in_context
+    if ic is None:
+        return
+    tops = ", ".join(head_name(h) for h in ic.top_heads)
+    st.markdown("**Is the induction pattern used?** (Olsson et al. 2022's in-context check)")
+    st.write(f"On {ic.n_inputs} random sequences said twice, the next-token loss is {ic.loss_first:.2f} nats on the "
+             f"first copy and {ic.loss_second:.2f} on the second: a drop of {ic.drop:.2f}. With the {ic.k} heads of "
+             f"highest induction score ({tops}) switched off, the share of that drop lost:")
+    st.table([{"heads off": k, "share of the drop lost": f"{v:.0%}" if not math.isnan(v) else "—"}
+              for k, v in ic.lost.items()])
+    st.caption(f"Other heads: the mean over {len(ic.other_sets)} random sets of {ic.k} other heads ("
+               + "; ".join(", ".join(head_name(h) for h in s) for s in ic.other_sets)
+               + "), none of them an induction or previous-token head. The previous-token heads are switched off on "
+                 "their own: an induction head reads from them (Olsson et al. 2022's two-head circuit), so they can "
+                 "cost as much as the induction heads. Mean ablation uses each head's mean output over "
+                 f"{ic.mean_over}.")
+
+
+def _downloads(c: HeadCensus) -> None:
+    rows = c.rows()
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    c1, c2 = st.columns(2)
+    c1.download_button("Every score as CSV", buf.getvalue(), file_name=f"census-{c.seed}.csv", mime="text/csv",
+                       key="census_csv")
+    c2.download_button("Everything as JSON", json.dumps(c.to_json(), ensure_ascii=False), key="census_json",
+                       file_name=f"census-{c.seed}.json", mime="application/json")
+
+
+@st.cache_resource(show_spinner=False, max_entries=6)
+def _seed_model(name: str) -> Model:
+    """The seeds' small models, kept apart from get_model's slots so they do not push out the user's models."""
+    from mha_viz.models import load_model
+
+    return load_model(name)
+
+
+def _seeds(name: str, seed: int) -> None:
+    names = seeds(name)
+    if len(names) < 2:
+        return
+    st.markdown("### Same recipe, different seeds")
+    st.caption(f"The same training recipe run from {len(names)} seeds ({', '.join(names)}): the same data, another "
+               "initialisation and data order. Which head takes which role is not fixed by the architecture.")
+    done = [_CENSUS.peek((n, seed, None)) for n in names]
+    if any(d is None for d in done):
+        if not st.button(f"Run the census of all {len(names)} seeds", key="census_seeds"):
+            return
+        bar = st.progress(0.0, text="Seeds...")
+        for i, n in enumerate(names):
+            try:
+                model = get_model(n) if n == name else _seed_model(n)
+            except ModelLoadError as err:
+                st.error(str(err))
+                return
+            done[i] = _CENSUS.get((n, seed, None), lambda m=model: head_census(
+                m, seed=seed, progress=lambda f, msg, i=i: bar.progress((i + f) / len(names), text=msg)))
+        bar.empty()
+    roles = seed_roles(done)
+    for role, score in roles["scores"].items():
+        st.plotly_chart(plotting.census_maps_side_by_side([c.scores[score] for c in done], names),
+                        width="stretch", key=f"census_seed_map|{role}")
+        st.caption(f"{role} ({score}), one map per seed, one colour scale (0-1).")
+    st.table(roles["rows"])
+    for line in roles["sentences"]:
+        st.markdown("- " + md_safe(line))

@@ -1,0 +1,127 @@
+"""Multi-head self-attention written out, so every head's weights exist and can be shown or switched off (the
+tiny model and the in-repo BERT encoder both use it).
+
+Axis letters used in every shape comment below:
+    B = batch, T = token position (query and key: self-attention), H = heads,
+    dh = size of one head (d_model / H), D = d_model.
+
+No fused `scaled_dot_product_attention` here: its fast path never materialises the weights, and the weights are
+the whole point of this app. The parity tests check this explicit path against it.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from mha_viz.models.interventions import HeadEdit
+
+
+def attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scaled dot-product attention with an explicit softmax (Vaswani et al. 2017, eq. 1).
+
+    q, k, v: (..., T, dh). mask: bool, broadcastable to (..., T, T), True where a query may look at a key.
+    Returns (out (..., T, dh), weights (..., T, T)); each row of weights sums to 1.
+    """
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"query and key head sizes differ: {q.shape[-1]} vs {k.shape[-1]}; project both to dh")
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., T, T)
+    if mask is not None:
+        # -inf (not a large negative number) so masked keys get exactly 0 weight, and causal rows stay triangular.
+        scores = scores.masked_fill(~mask, float("-inf"))  # (..., T, T)
+    weights = torch.softmax(scores, dim=-1)  # (..., T, T)
+    out = weights @ v  # (..., T, dh)
+    return out, weights
+
+
+def _check_head_keep(head_keep: torch.Tensor, B: int, H: int) -> torch.Tensor:
+    """Accept (H,) or (B, H); return (B, H, 1, 1) ready to scale each head's output."""
+    if head_keep.dim() == 1 and head_keep.shape[0] == H:
+        head_keep = head_keep.unsqueeze(0).expand(B, H)  # (B, H)
+    if head_keep.shape != (B, H):
+        raise ValueError(
+            f"head_keep must have shape ({H},) or ({B}, {H}) (1 = keep, 0 = ablate); got {tuple(head_keep.shape)}"
+        )
+    return head_keep.view(B, H, 1, 1)  # (B, H, 1, 1)
+
+
+def check_stack_inputs(ids: torch.Tensor, head_keep: torch.Tensor | None, n_layers: int, n_heads: int,
+                       max_len: int) -> torch.Tensor | None:
+    """The checks every stack built on this attention makes of its inputs: ids (B, T) within max_len, and a keep
+    mask (L, H) or (B, L, H). Returns the mask as (B, L, H), or None."""
+    if ids.dim() != 2:
+        raise ValueError(f"ids must be (B, T) token ids; got shape {tuple(ids.shape)}; add a batch axis")
+    B, T = ids.shape
+    if T > max_len:
+        raise ValueError(f"{T} tokens exceed max_len={max_len}; keep the first {max_len}")
+    if head_keep is None:
+        return None
+    if head_keep.shape == (n_layers, n_heads):
+        head_keep = head_keep.unsqueeze(0).expand(B, -1, -1)  # (B, L, H)
+    if head_keep.shape != (B, n_layers, n_heads):
+        raise ValueError(f"head_keep must be ({n_layers}, {n_heads}) or ({B}, {n_layers}, {n_heads}) with 1 = keep "
+                         f"and 0 = ablate; got {tuple(head_keep.shape)}")
+    return head_keep
+
+
+class MultiHeadSelfAttention(nn.Module):
+    """Causal multi-head self-attention: one fused qkv projection split into H heads, and an output projection.
+
+    forward(x (B, T, D), head_keep (B, H) or (H,) or None, edit, layer) -> (out (B, T, D), weights (B, H, T, T)).
+    `edit` (models/interventions.HeadEdit) is the one mechanism that changes heads: it maps the head outputs
+    (B, H, T, dh) to what the output projection sees (switched off, mean, patched) and records what the call asks
+    for; `layer` is this layer's index in its stack. `head_keep` (1 = on, 0 = off) is a shorthand that builds such
+    an edit for this layer alone: an ablated head's pattern is still computed (and returned) but adds nothing
+    downstream. Both are arguments, never state on `self`: one loaded model is shared by every session.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, max_len: int, causal: bool = True):
+        super().__init__()
+        if d_model % n_heads != 0:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; pick sizes so dh is whole")
+        self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
+        self.max_len, self.causal = max_len, causal
+        # q, k and v for all heads in one matmul; rows ordered [q; k; v] like nn.MultiheadAttention.in_proj_weight.
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+        # Not persistent: it is derived from max_len, so it stays out of the saved weights.
+        self.register_buffer("tril", torch.ones(max_len, max_len, dtype=torch.bool).tril(), persistent=False)
+
+    def forward(
+        self, x: torch.Tensor, head_keep: torch.Tensor | None = None, edit=None, layer: int = 0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        B, T, D = x.shape
+        H, dh = self.n_heads, self.d_head
+        if D != self.d_model:
+            raise ValueError(f"input has d_model {D} but this layer was built for {self.d_model}")
+        if T > self.max_len:
+            raise ValueError(f"sequence of {T} tokens is longer than max_len={self.max_len}; truncate the input")
+        if head_keep is not None:
+            if edit is not None:
+                raise ValueError("pass either head_keep or an edit (whose keep mask says which heads are off)")
+            keep = _check_head_keep(head_keep, B, H).view(B, 1, H)  # (B, 1, H): this layer alone
+            edit, layer = HeadEdit.keeping(keep), 0
+
+        # 1. Project to queries, keys and values, and split each into H heads of size dh.
+        q, k, v = self.qkv(x).split(D, dim=-1)  # 3 x (B, T, D)
+        q = q.view(B, T, H, dh).transpose(1, 2)  # (B, H, T, dh)
+        k = k.view(B, T, H, dh).transpose(1, 2)  # (B, H, T, dh)
+        v = v.view(B, T, H, dh).transpose(1, 2)  # (B, H, T, dh)
+
+        # 2. Attend, every head on its own: a query sees only itself and earlier positions.
+        mask = self.tril[:T, :T] if self.causal else None  # (T, T)
+        ctx, weights = attention(q, k, v, mask)  # (B, H, T, dh), (B, H, T, T)
+
+        # 3. The intervention passed for this call only (models/interventions.py): keep, zero or replace each
+        # head's output (0 removes that head's contribution, not its pattern), and record what was asked.
+        if edit is not None:
+            edit.attended(layer, q, k, v, weights, mask, dh ** -0.5)  # as transformers' BertSelfAttention.scaling
+            ctx = edit(layer, ctx)  # (B, H, T, dh)
+
+        # 4. Concatenate: the H head outputs are laid side by side, then mixed by the output projection.
+        ctx = ctx.transpose(1, 2).contiguous().view(B, T, D)  # (B, T, D)
+        out = self.out(ctx)  # (B, T, D)
+        return out, weights

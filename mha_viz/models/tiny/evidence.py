@@ -1,0 +1,62 @@
+"""The tiny model's training record: the probe file `make probe` writes (probes.py measures it) and the loss log
+`make train` writes, read as the contract's `TrainingEvidence`. Reading needs no model, so the adapter answers
+`training_evidence()` without importing the probes."""
+from __future__ import annotations
+
+from mha_viz.contract import StepScores, TrainingEvidence
+
+EVIDENCE = "probes.json"  # in the tiny model's folder; written by `python -m mha_viz.models.tiny.probes`
+RELATIONS = ("previous_token", "induction", "duplicate", "subject")
+RELATION_WORDS = {
+    "previous_token": "previous token (random word sequences)",
+    "induction": "induction: token after the first occurrence (a random sequence said twice)",
+    "duplicate": "first occurrence itself (a random sequence said twice)",
+    "subject": "subject, where the verb is predicted (agreement sentences)",
+}
+
+
+def set_verdict(entry: dict, base_accuracy: float) -> bool:
+    """"Far more": the top-k set costs at least three times the accuracy the average set of k others costs, and
+    more than the worst of them."""
+    top_drop = base_accuracy - entry["top_result"]["accuracy"]
+    mean_drop = base_accuracy - entry["others_mean_accuracy"]
+    below_worst = entry["top_result"]["accuracy"] < entry["worst_other_result"]["accuracy"]
+    return top_drop >= 3 * max(mean_drop, 0.0) and below_worst
+
+
+def causal_summary(causal: dict) -> dict:
+    """The top subject head's effect next to the strongest effect of any other single head."""
+    (tl, th) = causal["top"]
+    top = causal["heads"][tl][th]
+    others = [(c["margin"], (l, h), c) for l, row in enumerate(causal["heads"]) for h, c in enumerate(row)
+              if (l, h) != (tl, th)]
+    margin, head, c = min(others)
+    return {"top": (tl, th), "top_margin": top["margin"], "top_accuracy": top["accuracy"],
+            "base_margin": causal["none"]["margin"], "base_accuracy": causal["none"]["accuracy"],
+            "next": head, "next_margin": margin, "next_accuracy": c["accuracy"],
+            "min_other_accuracy": min(o[2]["accuracy"] for o in others)}
+
+
+def load_evidence(folder=None) -> dict | None:
+    """The evidence file of the tiny model (see `probe`), or None when it has not been written."""
+    import json
+    from pathlib import Path
+
+    from mha_viz.settings import ASSETS
+
+    path = Path(folder or ASSETS / "tiny") / EVIDENCE
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def typed_evidence(evidence: dict | None, log: dict) -> TrainingEvidence:
+    """The evidence file and the training log as the contract's `TrainingEvidence`."""
+    per_step = tuple(StepScores(step=int(s["step"]), loss=float(s["loss"]),
+                                agreement_accuracy=float(s["agreement_accuracy"]), scores=s["scores"],
+                                baselines=s["baselines"]) for s in (evidence or {}).get("per_step", []))
+    causal = (evidence or {}).get("final", {}).get("causal")
+    base = causal["none"]["accuracy"] if causal else None
+    return TrainingEvidence(
+        log_steps=tuple(log.get("steps", [])), log_loss=tuple(log.get("loss", [])), per_step=per_step,
+        relations=dict(RELATION_WORDS), probe_config=(evidence or {}).get("probe_config", {}), causal=causal,
+        causal_summary=causal_summary(causal) if causal else None,
+        set_verdicts=tuple(set_verdict(e, base) for e in causal.get("sets", [])) if causal else ())

@@ -1,0 +1,22 @@
+"""Steps on the page through AppTest that have no Streamlit widget to click: the views' navigation and the Layer
+view's tabs are browser components (AppTest runs no JavaScript), so a test does what their callbacks do, setting
+the page's one state (state.set_view, state.set_layer) and running the page again."""
+from __future__ import annotations
+
+
+def open_view(at, view: str):
+    at.session_state["view"] = view
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def set_layer(at, model: str, layer: int):
+    at.session_state[f"layer|{model}"] = layer
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def layer_of(at, model: str) -> int:
+    return at.session_state[f"layer|{model}"]

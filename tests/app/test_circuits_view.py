@@ -1,0 +1,127 @@
+"""The Circuits view through AppTest: one head's maps, the composition map with its random baseline, the causal
+check, the over-training timeline and the comparison of two steps, each checked against `mha_viz.circuits` and
+`causal_check` computed here, outside the page."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from helpers import APP, heatmap_z
+from streamlit.testing.v1 import AppTest
+
+from mha_viz import checkpoints, circuits, load_model
+from mha_viz.analysis.circuits import causal_check, qk_position_map
+
+TEXT = "the keys to the old cabinet are on the table ."
+
+
+def _open(model: str = "tiny") -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.query_params.update({"model": model, "view": "Circuits", "text": TEXT, "layer": "1"})
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _figures(at: AppTest) -> list[dict]:
+    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+
+
+def _heatmap(at: AppTest, title_part: str) -> dict:
+    for spec in _figures(at):
+        title = spec["layout"].get("title", {}).get("text", "")
+        if title_part in title:
+            return spec
+    raise AssertionError(f"no figure titled with {title_part!r}")
+
+
+def test_tiny_the_page_shows_the_weights_own_numbers():
+
+    model = load_model("tiny")
+    c = circuits(model)
+    at = _open()
+    # The default head is the later head of the highest K-composition pair; the composition map is that tensor.
+    (earlier, later, score) = c.top_pairs("k", 1)[0]
+    assert at.selectbox(key="circ_head").value == later
+    comp = _heatmap(at, "K-composition (white")
+    grid = heatmap_z(comp["data"][0]).astype(float)
+    n = c.n_layers * c.n_heads
+    np.testing.assert_allclose(grid, c.composition["k"].reshape(n, n).T.numpy(), atol=1e-6, equal_nan=True)
+    assert comp["data"][0]["zmin"] == pytest.approx(c.baseline["k"].mean)  # white up to the random baseline
+    table = at.table[1].value if "offset" in at.table[0].value.columns else at.table[0].value
+    assert list(table["score"])[0] == f"{score:.3f}"
+    # The full token maps: tiny's whole vocabulary on both axes.
+    ov = _heatmap(at, "OV map W_E W_V W_O W_U")
+    assert heatmap_z(ov["data"][0]).shape == (len(model.embeddings().labels), len(model.embeddings().labels))
+    pos = _heatmap(at, "QK map of positions")
+    w = model.head_weights(later[0])
+    want = qk_position_map(model.embeddings().positions, w.w_q[later[1]], w.w_k[later[1]], causal=True)
+    np.testing.assert_allclose(heatmap_z(pos["data"][0]).astype(float), want.numpy(), atol=1e-5, equal_nan=True)
+
+
+def test_tiny_causal_check_is_the_measured_one():
+
+    at = _open()
+    off, later = at.selectbox(key="circ_off").value, at.selectbox(key="circ_later").value
+    check = causal_check(load_model("tiny"), off)
+    text = " ".join(m.value for m in at.markdown)
+    assert (f"induction score: {float(check.induction_on[later]):.1%} with every head on, "
+            f"{float(check.induction_off[later]):.1%}") in text
+
+
+def test_tiny_timeline_and_comparison():
+    steps = checkpoints("tiny")
+    at = _open()
+    spec = next((s for s in _figures(at)
+                 if any("OV copying" in a.get("text", "") for a in s["layout"].get("annotations", []))), None)
+    assert spec is not None, "no timeline figure"
+    k_line = next(t for t in spec["data"] if t.get("name", "").startswith("K-composition"))
+    earlier, later = at.selectbox(key="circ_t_from").value, at.selectbox(key="circ_t_into").value
+
+    want = [float(circuits(load_model(f"tiny@{s}")).composition["k"][earlier + later]) for s in steps]
+    np.testing.assert_allclose(heatmap_z({"z": k_line["y"]}).astype(float), want, atol=1e-6)
+    # Compare: first and last step side by side, and their difference.
+    assert at.selectbox(key="circ_cmp_a").value == f"tiny@{steps[0]}"
+    diff = _heatmap(at, f"minus tiny@{steps[0]}")
+    assert np.nanmax(np.abs(heatmap_z(diff["data"][0]).astype(float))) > 0.05  # training changed the compositions
+
+
+def test_a_model_without_head_weights_says_so(monkeypatch):
+    from mha_viz.contract import UnavailableError
+    from mha_viz.models.tiny.adapter import TinyModel
+
+    def unavailable(self, layer):
+        raise UnavailableError("tiny test: no weights per head")
+
+    monkeypatch.setattr(TinyModel, "head_weights", unavailable, raising=False)
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.query_params.update({"model": "tiny-untrained", "view": "Circuits", "text": TEXT})
+    at.run()
+    assert not at.exception, at.exception
+    assert any("no weights per head" in i.value for i in at.info)
+
+
+def test_minilm_big_vocabulary_shows_a_row_of_the_ov_map():
+    from mha_viz.analysis.circuits import ov_token_map
+
+    at = _open("minilm")
+    layer, head = at.selectbox(key="circ_head").value
+    position = at.selectbox(key="circ_token").value
+    model = load_model("minilm")
+    ids = model.run(TEXT).token_ids
+    w, emb = model.head_weights(layer), model.embeddings()
+    row = ov_token_map(emb.tokens, w.w_v[head], w.w_o[head], emb.unembed, rows=torch.tensor([ids[position]]))[0]
+    bars = next(s for s in _figures(at) if s["data"][0].get("type") == "bar" and "raises most" in
+                s["layout"]["title"]["text"])
+    shown = heatmap_z({"z": bars["data"][0]["x"]}).astype(float)
+    np.testing.assert_allclose(shown, row.topk(len(shown)).values.numpy(), rtol=1e-4)
+    titles = [s["layout"].get("title", {}).get("text", "") for s in _figures(at)]
+    assert not any(t.endswith("OV map W_E W_V W_O W_U") for t in titles)  # no V x V map of 30k tokens
+
+
+def test_smollm2_says_why_there_is_no_position_map():
+    at = _open("smollm2")
+    assert any("rotary embeddings" in c.value for c in at.caption)
+    assert not any("QK map of positions" in s["layout"].get("title", {}).get("text", "") for s in _figures(at))

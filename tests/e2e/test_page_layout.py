@@ -1,0 +1,158 @@
+"""The page as a newcomer meets it (issue 19): one layer state for the grid's tabs, the heading, the bulk switches
+and the link; the Layer view's first row of heads on the first screen at 1600x1000 and at 1000x800, the sentence box
+above it and the tokens shown once; the views in a grouped <nav>; a toggle does not move the grid; the grid says
+when it draws fewer heatmaps per row than asked; the layer grid can be saved as SVG and PNG."""
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+import pytest
+from harness import GRID_DRAWN, GRID_TITLES, grid_switch
+from test_browser import _assert_no_exception, _wait, _wait_idle
+
+N_HEADS = 12  # all-MiniLM-L6-v2
+TEXT = "The keys to the old cabinet were on the table, so she took them."
+FIRST_HEAT = """() => { const c = document.querySelector('.mhv-grid .mhv-head canvas');
+  return c ? c.getBoundingClientRect().top + window.scrollY : null; }"""
+
+
+def _open(browser, url: str, width: int, height: int, **params):
+    context = browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    page.set_default_timeout(90_000)
+    page.js_errors = []
+    page.on("pageerror", lambda exc: page.js_errors.append(str(exc)))
+    query = urlencode({"model": "minilm", "text": TEXT, **params})
+    page.goto(f"{url}/?{query}", wait_until="domcontentloaded")
+    _wait(page, f"() => ({GRID_DRAWN})() === {N_HEADS}", "the grid")
+    _wait_idle(page)
+    _assert_no_exception(page, "opening the page")
+    return context, page
+
+
+def _heading(page) -> str:
+    return page.locator("p", has_text="all 12 heads").first.inner_text()
+
+
+def test_one_layer_state_for_tabs_heading_switches_and_link(browser, streamlit_url):
+    """Issue 19, bug 2: a grid tab showed L5 while the heading, the bulk buttons and the link's next write said L3,
+    and "All heads of L3 off" switched off heads not on screen."""
+    context, page = _open(browser, streamlit_url, 1600, 1000, layer="3", view="Layer")
+    try:
+        assert _heading(page).startswith("Layer 3")
+        page.locator('.mhv-tab[data-layer="5"]').click()
+        _wait(page, f"() => ({GRID_TITLES})().every(t => t.startsWith('L5 '))", "the heads of L5")
+        _wait(page, "() => [...document.querySelectorAll('p')].some(p => p.innerText.startsWith('Layer 5:'))",
+              "the heading to follow the tab")
+        _wait_idle(page)
+        assert "layer=5" in page.url, page.url
+        page.get_by_role("button", name="All off").click()
+        _wait(page, f"() => ({GRID_TITLES})().filter(t => t.endsWith('(off)')).length === {N_HEADS}",
+              "every head of L5 off")
+        _wait_idle(page)
+        assert "layer=5" in page.url and "off=L5H0" in page.url, page.url
+        assert all(t.startswith("L5 ") for t in page.evaluate(GRID_TITLES))
+        assert not page.js_errors, page.js_errors
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("size", [(1600, 1000), (1000, 800)])
+def test_first_row_of_heads_on_the_first_screen(browser, streamlit_url, size, capsys):
+    width, height = size
+    context, page = _open(browser, streamlit_url, width, height)
+    try:
+        y = page.evaluate(FIRST_HEAT)
+        tile = page.locator(".mhv-grid .mhv-head canvas").first.bounding_box()
+        box = page.locator("textarea").first.bounding_box()
+        with capsys.disabled():
+            print(f"\n[layout] {width}x{height}: first heatmap top at y={y:.0f}, {tile['width']:.0f} px wide; "
+                  f"text box at y={box['y']:.0f}")
+        assert box["y"] < y, "the sentence box is above the heads"
+        assert y + tile["height"] * 0.5 < height, f"the first row of heads starts at y={y:.0f} of {height}"
+        # The tokens once: the grid's strip, not the page's strip as well.
+        assert page.locator('[data-testid="token-strip"]').count() == 0
+        assert page.locator(".mhv-strip .mhv-tok").count() > 0
+        # Every button's label fits it (nothing cut to "Only this hea" or "Sh..."), and the grid's own controls
+        # stay inside the page.
+        cut = page.evaluate("""() => {
+            const boxes = [...document.querySelectorAll('button')]
+              .filter(b => b.offsetParent !== null && !b.closest('[data-testid=stSidebar]'));
+            const out = [];
+            for (const box of boxes) {
+              const r = box.getBoundingClientRect();  // a label wider than its button or a box clipping it
+              const walk = document.createTreeWalker(box, NodeFilter.SHOW_TEXT);
+              for (let t = walk.nextNode(); t; t = walk.nextNode()) {
+                if (!t.textContent.trim()) continue;
+                const range = document.createRange(); range.selectNodeContents(t);
+                const tr = range.getBoundingClientRect();
+                let clipped = tr.right > r.right + 1 || tr.left < r.left - 1;
+                for (let e = t.parentElement; e && e !== box.parentElement && !clipped; e = e.parentElement) {
+                  const er = e.getBoundingClientRect();
+                  clipped = getComputedStyle(e).overflowX !== 'visible' && tr.right > er.right + 1;
+                }
+                if (clipped) out.push(t.textContent.slice(0, 30));
+              }
+            }
+            for (const input of document.querySelectorAll('[data-testid=stSelectbox] input')) {  // a select's value
+              if (input.offsetParent !== null && !input.closest('[data-testid=stSidebar]')
+                  && input.scrollWidth > input.clientWidth + 1) out.push(input.value.slice(0, 30));
+            }
+            return out; }""")
+        assert not cut, f"labels cut at {width}x{height}: {cut}"
+        right = page.evaluate("() => Math.max(...[...document.querySelectorAll('.mhv button, .mhv select')]"
+                              ".map(e => e.getBoundingClientRect().right))")
+        assert right <= width, right
+        # The views in a grouped <nav>, every one a button.
+        groups = page.evaluate("""() => [...document.querySelectorAll('nav[aria-label=Views] [role=group]')]
+            .map(g => g.getAttribute('aria-label'))""")
+        assert groups[:4] == ["Look", "Open up", "Intervene", "Learn"], groups
+        # A head switched off does not move the grid.
+        grid_switch(page, "L0 H3").click()
+        _wait(page, f"() => ({GRID_TITLES})().includes('L0 H3 (off)')", "L0 H3 off")
+        _wait_idle(page)
+        assert abs(page.evaluate(FIRST_HEAT) - y) < 1, (page.evaluate(FIRST_HEAT), y)
+        assert not page.js_errors, page.js_errors
+    finally:
+        context.close()
+
+
+def test_nav_opens_views_and_old_links_still_work(browser, streamlit_url):
+    context, page = _open(browser, streamlit_url, 1600, 1000)
+    try:
+        page.locator('nav[aria-label=Views] button[data-view="Compare"]').click()
+        _wait(page, "() => location.search.includes('view=Compare')", "the Compare view in the link")
+        _wait_idle(page)
+        assert page.locator('nav button[aria-current="page"]').inner_text() == "Compare"
+        assert page.locator(".mhv-grid").count() == 0
+        page.goto(f"{streamlit_url}/?{urlencode({'model': 'minilm', 'view': 'Trained vs untrained'})}")
+        _wait_idle(page)
+        _wait(page, "() => document.body.innerText.includes('training step')", "the old view's link")
+    finally:
+        context.close()
+
+
+def test_long_text_says_it_draws_fewer_per_row_and_saves(browser, streamlit_url):
+    """Issue 19, bug 6 (asked 4, drew 3, silently) and bug 4 (no way to save the layer grid)."""
+    long_text = " ".join(["the cat sat on the mat while anna gave the old keys to ben"] * 10)
+    context, page = _open(browser, streamlit_url, 1000, 800)
+    try:
+        page.goto(f"{streamlit_url}/?{urlencode({'model': 'minilm', 'text': long_text})}")
+        _wait(page, "() => document.querySelectorAll('.mhv-strip .mhv-tok').length > 100", "the long text")
+        _wait_idle(page)
+        cols = int(page.locator(".mhv-grid").get_attribute("data-cols"))
+        note = page.locator('[data-testid="mhv-cols-note"]').inner_text()
+        assert cols < 4 and note.startswith(f"{cols} per row, not 4"), (cols, note)
+        for kind in ("svg", "png"):
+            with page.expect_download() as info:
+                page.locator(f'.mhv-btn[data-save="{kind}"]').click()
+            path = info.value.path()
+            data = open(path, "rb").read()
+            assert info.value.suggested_filename == f"mha-viz-L0-heads.{kind}"
+            if kind == "svg":
+                text = data.decode()
+                assert text.startswith("<svg") and "L0 H11" in text and "Off (grey): none" in text
+            else:
+                assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    finally:
+        context.close()

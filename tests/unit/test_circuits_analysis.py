@@ -1,0 +1,162 @@
+"""The circuit scores against an independent computation (the D x D and V x V matrices built out and measured
+as the paper defines them), against TransformerLens where it is installed, and on weights with known answers."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from mha_viz.analysis import circuits as C
+
+
+def _random(L=3, H=4, D=24, dh=6, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    w_q, w_k, w_v = (torch.randn(L, H, D, dh, generator=gen) for _ in range(3))
+    return w_q, w_k, w_v, torch.randn(L, H, dh, D, generator=gen)
+
+
+def _plain(w_q, w_k, w_v, w_o):
+    """Composition scores from the definition, every matrix built out: ||OV1 M2|| / (||OV1|| ||M2||)."""
+    L, H = w_q.shape[:2]
+    ov = torch.einsum("lhdi,lhie->lhde", w_v.double(), w_o.double())  # (L, H, D, D)
+    qk = torch.einsum("lhdi,lhei->lhde", w_q.double(), w_k.double())  # (L, H, D, D)
+    right = {"q": qk, "k": qk.transpose(-2, -1), "v": ov}
+    out = {m: torch.full((L, H, L, H), float("nan"), dtype=torch.float64) for m in C.MODES}
+    for m in C.MODES:
+        for l1 in range(L):
+            for h1 in range(H):
+                for l2 in range(l1 + 1, L):
+                    for h2 in range(H):
+                        a, b = ov[l1, h1], right[m][l2, h2]
+                        out[m][l1, h1, l2, h2] = (a @ b).norm() / (a.norm() * b.norm())
+    return out
+
+
+@pytest.mark.parametrize("gram_bytes", [C._GRAM_BYTES, 0], ids=["gram-route", "direct-route"])
+def test_composition_scores_equal_the_definition(monkeypatch, gram_bytes):
+    monkeypatch.setattr(C, "_GRAM_BYTES", gram_bytes)
+    weights = _random()
+    ours, plain = C.composition_scores(*weights), _plain(*weights)
+    for m in C.MODES:
+        assert ours[m].shape == (3, 4, 3, 4)
+        assert torch.equal(ours[m].isnan(), plain[m].isnan())  # NaN exactly where the first layer is not earlier
+        assert ours[m][0, :, 0].isnan().all() and ours[m][2, :, 1].isnan().all()
+        assert torch.allclose(ours[m].nan_to_num(), plain[m].float().nan_to_num(), atol=1e-6)
+
+
+def test_composition_scores_equal_transformer_lens():
+    tl = pytest.importorskip("transformer_lens")
+    from transformer_lens.utilities.matrix import composition_scores as tl_scores
+
+    w_q, w_k, w_v, w_o = _random(L=2, H=3, D=32, dh=8, seed=3)
+    ours = C.composition_scores(w_q, w_k, w_v, w_o)
+    ov, qk = tl.FactoredMatrix(w_v, w_o), tl.FactoredMatrix(w_q, w_k.transpose(-2, -1))
+    for m, right in (("q", qk), ("k", qk.T), ("v", ov)):
+        theirs = tl_scores(ov, right, broadcast_dims=True)  # (L, H, L, H), every pair (TL masks later)
+        earlier = ours[m].isfinite()
+        assert earlier.sum() == 9
+        assert torch.allclose(ours[m][earlier], theirs[earlier].float(), atol=1e-5)
+
+
+def _unit(D, i):
+    return torch.eye(D)[:, i:i + 1]  # (D, 1)
+
+
+def test_composition_is_one_into_the_same_direction_and_zero_into_an_orthogonal_one():
+    # Head (0, 0) writes e0 from e0 (OV = e0 e0ᵀ); head (1, 0) reads its query along e0, head (1, 1) along e1.
+    D, dh = 6, 1
+    w_q, w_k, w_v = (torch.zeros(2, 2, D, dh) for _ in range(3))
+    w_o = torch.zeros(2, 2, dh, D)
+    for l in range(2):
+        for h in range(2):
+            w_v[l, h], w_o[l, h], w_k[l, h] = _unit(D, 2 + h), _unit(D, 3).T, _unit(D, 5)
+    w_v[0, 0], w_o[0, 0] = _unit(D, 0), _unit(D, 0).T
+    w_q[1, 0], w_q[1, 1] = _unit(D, 0), _unit(D, 1)
+    w_q[0, :] = _unit(D, 4)
+    scores = C.composition_scores(w_q, w_k, w_v, w_o)
+    assert scores["q"][0, 0, 1, 0] == pytest.approx(1.0, abs=1e-6)
+    assert scores["q"][0, 0, 1, 1] == pytest.approx(0.0, abs=1e-6)
+    assert scores["k"][0, 0, 1, 0] == pytest.approx(0.0, abs=1e-6)  # its keys read e5, which nothing writes
+
+
+def test_random_baseline_is_what_random_weights_score():
+    base = C.random_baselines(64, 16)
+    for m in C.MODES:
+        b = base[m]
+        assert b.n_pairs == 256 and b.std > 0 and b.mean < b.p99
+        assert b.mean == pytest.approx(1 / math.sqrt(64), rel=0.15)  # iid maps: about 1/sqrt(D)
+    # Other random weights of the same shapes (another seed) score within the baseline's spread.
+    scores = C.composition_scores(*_random(L=2, H=8, D=64, dh=16, seed=7))["k"][0, :, 1, :]
+    assert abs(float(scores.mean()) - base["k"].mean) < 3 * base["k"].std
+
+
+def test_copying_scores_equal_the_eigenvalues_of_the_full_token_map():
+    gen = torch.Generator().manual_seed(1)
+    L, H, D, dh, V = 2, 3, 12, 4, 30
+    w_v, w_o = torch.randn(L, H, D, dh, generator=gen), torch.randn(L, H, dh, D, generator=gen)
+    tokens, unembed = torch.randn(V, D, generator=gen), torch.randn(V, D, generator=gen)
+    ours = C.copying_scores(w_v, w_o, tokens, unembed)
+    for l in range(L):
+        for h in range(H):
+            full = (tokens @ w_v[l, h] @ w_o[l, h] @ unembed.T).double().numpy()  # (V, V)
+            lam = np.linalg.eigvals(full)
+            assert float(ours[l, h]) == pytest.approx(lam.sum().real / np.abs(lam).sum(), abs=1e-4)
+
+
+def test_copying_is_plus_one_for_a_copying_map_and_minus_one_for_its_negative():
+    D, dh = 8, 3
+    gen = torch.Generator().manual_seed(2)
+    w_v = torch.randn(1, 2, D, dh, generator=gen)
+    w_o = torch.stack([w_v[0, 0].T, -w_v[0, 1].T])[None]  # OV = W_V W_Vᵀ (positive) and its negative
+    tokens = torch.eye(D)
+    scores = C.copying_scores(w_v, w_o, tokens, tokens)
+    assert scores[0, 0] == pytest.approx(1.0, abs=1e-5) and scores[0, 1] == pytest.approx(-1.0, abs=1e-5)
+    # An encoder without an LM head: the token embedding stands in for the unembedding.
+    assert torch.allclose(C.copying_scores(w_v, w_o, tokens, None), scores)
+
+
+def test_factored_singular_values_and_effective_rank():
+    gen = torch.Generator().manual_seed(4)
+    a = torch.randn(20, 5, generator=gen, dtype=torch.float64)
+    b = torch.randn(5, 30, generator=gen, dtype=torch.float64)
+    assert torch.allclose(C.factored_singular_values(a, b), torch.linalg.svdvals(a @ b)[:5])
+    assert C.factored_norm(a, b) == pytest.approx(float((a @ b).norm()))
+    assert float(C.effective_rank(torch.ones(7))) == pytest.approx(7.0)
+    assert float(C.effective_rank(torch.tensor([3.0, 0, 0, 0]))) == pytest.approx(1.0)
+
+
+def test_a_previous_token_head_is_a_band_beside_the_diagonal_of_its_position_map():
+    P = 10
+    positions = torch.eye(P)  # position i is the unit vector e_i
+    w_q = torch.eye(P)  # the query of position i is e_i
+    w_k = torch.diag(torch.ones(P - 1), diagonal=1)  # the key of position j is e_{j+1}: q_i . k_j = [j == i - 1]
+    scores = C.qk_position_map(positions, w_q, w_k, causal=True)
+    assert scores.triu(1).isnan().sum() == P * (P - 1) // 2  # later keys are never seen
+    assert torch.equal(scores.nan_to_num().argmax(-1)[1:], torch.arange(P - 1))
+    profile = C.offset_profile(scores, max_offset=4)
+    assert int(profile.argmax()) == 1 and profile[1] == 1.0
+
+
+def test_qk_and_ov_token_maps_are_the_products_of_the_paper():
+    gen = torch.Generator().manual_seed(5)
+    V, D, dh = 9, 6, 2
+    e, u = torch.randn(V, D, generator=gen), torch.randn(V, D, generator=gen)
+    w_q, w_k, w_v = (torch.randn(D, dh, generator=gen) for _ in range(3))
+    w_o = torch.randn(dh, D, generator=gen)
+    assert torch.allclose(C.qk_token_map(e, w_q, w_k), e @ w_q @ w_k.T @ e.T, atol=1e-5)
+    assert torch.allclose(C.ov_token_map(e, w_v, w_o, u), e @ w_v @ w_o @ u.T, atol=1e-5)
+    assert torch.allclose(C.ov_token_map(e, w_v, w_o, u, rows=torch.tensor([3])), (e @ w_v @ w_o @ u.T)[3:4],
+                          atol=1e-5)
+
+
+def test_induction_scores_find_the_token_after_the_earlier_occurrence():
+    ids = [0, 5, 6, 7, 5, 6, 7]  # the second 5 is at 4; its first occurrence at 1 is followed by 6 at 2
+    att = torch.zeros(1, 2, 7, 7)
+    att[0, 0, torch.arange(7), torch.arange(7)] = 1.0  # head 0 attends to itself
+    for q, target in ((4, 2), (5, 3), (6, 4)):
+        att[0, 1, q, target] = 1.0  # head 1 attends to the token after the earlier occurrence
+    scores = C.induction_scores(att, ids)
+    assert scores[0, 0] == 0.0 and scores[0, 1] == 1.0
+    assert C.induction_scores(att, [0, 1, 2, 3, 4, 5, 6]).isnan().all()  # nothing repeats
