@@ -4,13 +4,17 @@ rerun the model in the kernel, grey that head, change the pattern of the head it
 `w.heads_off` set for the next cell. Nothing may be fetched from outside loopback."""
 from __future__ import annotations
 
+import base64
 import os
+import re
 import time
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 from jupyter_harness import CHROMIUM, JupyterServer, Page, write_notebook
+from test_widget import png_pixels
 
 pytestmark = pytest.mark.e2e
 
@@ -83,11 +87,12 @@ def test_switching_a_head_off_in_the_page(browser, server, front_end):
         page.click(".mhv-head[data-head='L1 H0'] .mhv-wrap")
         page.wait_for_selector(".mhv-focus:not([hidden]) .mhv-focus-canvas")
         assert page.locator(".mhv-focus-title").inner_text() == "L1 H0"
-        # The SVG button asks the kernel for the picture and downloads it.
+        # The grid's own Save SVG button works inside the notebook's page.
         with page.expect_download() as download:
-            page.click(".mhw-svg")
+            page.click(".mhw button[data-save='svg']")
         svg = Path(download.value.path()).read_text()
-        assert download.value.suggested_filename == "mha-viz-tiny-L1.svg" and 'data-head="L1 H3"' in svg
+        assert download.value.suggested_filename.endswith(".svg") and svg.lstrip().startswith(("<svg", "<?xml"))
+        assert "L1 H3" in svg
         # Layer tabs are the page's own; the switch goes to the kernel.
         page.click(".mhv-tab[data-layer='0']")
         page.click(".mhv-head[data-head='L0 H1'] .mhv-switch")
@@ -114,5 +119,11 @@ def test_switching_a_head_off_in_the_page(browser, server, front_end):
                 break
             page.wait_for_timeout(500)
         assert any("tiny, layer 2, off: L0 H1" in pic for pic in pictures), [pic[:300] for pic in pictures]
+        # ...and that picture is the grid's: L2 H0's pixels in the page equal the PNG inside the saved SVG.
+        (pic,) = [pic for pic in pictures if "tiny, layer 2, off: L0 H1" in pic]
+        href = re.search(r'data-head="L2 H0">.*?href="data:image/png;base64,([^"]+)"', pic, re.S).group(1)
+        saved_rgb = png_pixels(base64.b64decode(href))  # (T, T, 3)
+        page_rgba = np.array(_pixels(page, "L2 H0"), np.uint8).reshape(saved_rgb.shape[0], saved_rgb.shape[1], 4)
+        assert np.array_equal(page_rgba[..., :3], saved_rgb)
     finally:
         p.close()
