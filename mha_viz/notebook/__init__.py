@@ -12,7 +12,7 @@ from mha_viz.contract import AttentionRun, InputError, Model
 if TYPE_CHECKING:
     from mha_viz.notebook.widget import HeadGrid
 
-__all__ = ["show"]
+__all__ = ["show", "show_census", "show_circuits"]
 
 
 def show(model_or_run, text: str | None = None, layer: int = 0, *, heads_off=(), model: Model | None = None,
@@ -69,3 +69,19 @@ def show(model_or_run, text: str | None = None, layer: int = 0, *, heads_off=(),
     if display:
         widget.display_once()
     return widget
+
+
+def show_census(census, scores=None):
+    """`mha_viz.head_census(model)`'s layers x heads maps as one SVG picture (the cell's value); `.to_svg()`,
+    `.save_svg(path)`. See mha_viz/notebook/maps.py."""
+    from mha_viz.notebook.maps import show_census as _show
+
+    return _show(census, scores)
+
+
+def show_circuits(circuits, modes=("q", "k", "v")):
+    """`mha_viz.circuits(model)`'s composition maps (and OV copying) as one SVG picture; `.to_svg()`,
+    `.save_svg(path)`. See mha_viz/notebook/maps.py."""
+    from mha_viz.notebook.maps import show_circuits as _show
+
+    return _show(circuits, modes)
