@@ -686,6 +686,9 @@ def census_maps_side_by_side(maps: list[torch.Tensor], titles: list[str], zmax: 
                                           showarrow=False, font=dict(size=11)))
 # -- circuits in the weights (analysis/circuits.py) ----------------------------------------------------------------
 COMPOSITION_TITLES = {"q": "Q-composition", "k": "K-composition", "v": "V-composition"}
+# Spelled out, as ATTN_SCALE: the fast path hands a name straight to plotly.js, whose named scales can run the other
+# way from plotly.py's. White = at or below the random baseline, dark red = the largest score.
+COMPOSITION_SCALE = _scale(["#ffffff", "#fee0d2", "#fcbba1", "#fc9272", "#fb6a4a", "#ef3b2c", "#cb181d", "#99000d"])
 
 
 def composition_map_figure(scores: torch.Tensor, baseline: float, title: str, *, marked=None,
@@ -702,7 +705,7 @@ def composition_map_figure(scores: torch.Tensor, baseline: float, title: str, *,
     top = float(np.nanmax(grid)) if np.isfinite(grid).any() else baseline + 1e-6
     ratio = grid / baseline  # (N, N)
     trace = dict(type="heatmap", z=grid, x=labels, y=labels, customdata=ratio, zmin=baseline,
-                 zmax=max(top, baseline + 1e-6), colorscale="Reds", hoverongaps=False,
+                 zmax=max(top, baseline + 1e-6), colorscale=COMPOSITION_SCALE, hoverongaps=False,
                  colorbar=dict(title=dict(text="score"), tickformat=".2f"),
                  hovertemplate="from %{x} into %{y}<br>score %{z:.3f} (%{customdata:.2f} x random)<extra></extra>")
     shapes = []
@@ -730,8 +733,8 @@ def difference_map_figure(a: torch.Tensor, b: torch.Tensor, title: str, *, heigh
     grid = d.reshape(n, n).T  # (N later, N earlier)
     labels = [f"L{layer} H{head}" for layer in range(n_layers) for head in range(n_heads)]
     bound = float(np.nanmax(np.abs(grid))) if np.isfinite(grid).any() else 1.0
-    trace = dict(type="heatmap", z=grid, x=labels, y=labels, zmid=0.0, zmin=-bound, zmax=bound, colorscale="RdBu",
-                 reversescale=True, hoverongaps=False, colorbar=dict(title=dict(text="change")),
+    trace = dict(type="heatmap", z=grid, x=labels, y=labels, zmid=0.0, zmin=-bound, zmax=bound, colorscale=DIFF_SCALE,
+                 hoverongaps=False, colorbar=dict(title=dict(text="change")),
                  hovertemplate="from %{x} into %{y}<br>change %{z:+.3f}<extra></extra>")
     layout = dict(template=NO_TEMPLATE, height=height, font=_FONT,
                   title=dict(text=html.escape(title, quote=False), font=dict(size=12)),
@@ -747,7 +750,7 @@ def weight_map_figure(values: torch.Tensor, row_labels: list[str], col_labels: l
     z = _as_np(values)  # (R, C)
     bound = float(np.nanmax(np.abs(z))) if np.isfinite(z).any() else 1.0
     trace = dict(type="heatmap", z=z, x=[safe_label(t) for t in col_labels], y=[safe_label(t) for t in row_labels],
-                 zmid=0.0, zmin=-bound, zmax=bound, colorscale="RdBu", reversescale=True, hoverongaps=False, name=name,
+                 zmid=0.0, zmin=-bound, zmax=bound, colorscale=DIFF_SCALE, hoverongaps=False, name=name,
                  colorbar=dict(title=dict(text="value")),
                  hovertemplate=f"{y_title} %{{y}}<br>{x_title} %{{x}}<br>%{{z:+.3f}}<extra></extra>")
     tick = max(5, min(9, int(700 / max(len(row_labels), 1))))
@@ -806,14 +809,16 @@ def causal_check_figure(on: torch.Tensor, off: torch.Tensor, title: str, switche
 
 
 def circuits_timeline_figure(steps: list[int], pairs: dict[str, np.ndarray], baseline: float,
-                             copying: np.ndarray, pattern: dict[str, np.ndarray] | None = None,
+                             copying: np.ndarray | None, pattern: dict[str, np.ndarray] | None = None,
                              current: int | None = None, *, height: int = 620) -> go.Figure:
     """Circuit scores against the training step, one panel each: composition scores of chosen head pairs
-    ({name: (S,)}) with the random baseline dotted; each head's OV copying score ((S, L, H), one line per head);
+    ({name: (S,)}) with the random baseline dotted; each head's OV copying score ((S, L, H), one line per head; None:
+    no such panel);
     and, when given, measured pattern scores ({name: (S,)}, e.g. the later head's induction score from the probe
     file) so a composition can be read against the behaviour it may explain. Logarithmic step axis, step 0 at 1."""
     x = [max(s, 1) for s in steps]
-    panels = ["composition score", "OV copying score"] + (["measured pattern score"] if pattern else [])
+    panels = (["composition score"] + (["OV copying score"] if copying is not None else [])
+              + (["measured pattern score"] if pattern else []))
     n = len(panels)
     gap = 0.08
     h = (1 - gap * (n - 1)) / n
@@ -833,7 +838,8 @@ def circuits_timeline_figure(steps: list[int], pairs: dict[str, np.ndarray], bas
             title=dict(text="training step (log scale)") if i == n - 1 else None)
         layout["yaxis" if i == 0 else f"yaxis{i + 1}"] = dict(
             domain=[y0, min(1.0, y0 + h)], anchor=xa, showgrid=True, gridcolor="#eee",
-            range=[-1.05, 1.05] if i == 1 else None, tickformat=".0%" if i == 2 else None)
+            range=[-1.05, 1.05] if title == "OV copying score" else None,
+            tickformat=".0%" if title == "measured pattern score" else None)
         layout["annotations"].append(dict(text=f"<b>{html.escape(title, quote=False)}</b>", x=0, y=y0 + h,
                                           xref="paper", yref="paper", xanchor="left", yanchor="bottom",
                                           showarrow=False, font=dict(size=11)))
@@ -848,7 +854,7 @@ def circuits_timeline_figure(steps: list[int], pairs: dict[str, np.ndarray], bas
                                                "<extra></extra>"))
             data.append(dict(type="scatter", mode="lines", x=[x[0], x[-1]], y=[baseline] * 2, xaxis=xa, yaxis=ya,
                              name="random matrices", line=dict(color="#999", dash="dot"), hoverinfo="skip"))
-        elif i == 1:
+        elif title == "OV copying score":
             c = np.asarray(copying, dtype=np.float32)  # (S, L, H)
             for layer in range(c.shape[1]):
                 for head in range(c.shape[2]):

@@ -14,11 +14,25 @@ No UI code: every function takes tensors and returns tensors or plain values. Ev
 where attention went on one input; a head's pattern is learned, and a high score is not a label of what it does.
 """
 from mha_viz.analysis.distance import head_distance, js_divergence, pattern_shift, similarity_order
-from mha_viz.analysis.effects import (cosine_change, kl_batch, next_token_kl, one_minus_cos_batch, token_change,
-                                      topk_predictions)
+from mha_viz.analysis.effects import (
+                                      cosine_change,
+                                      kl_batch,
+                                      next_token_kl,
+                                      one_minus_cos_batch,
+                                      token_change,
+                                      topk_predictions,
+)
 from mha_viz.analysis.inside import HeadCombination, combine_heads, update_sizes, value_norms, weighted_values
 from mha_viz.analysis.norms import norm_view, out_proj_per_head, repeat_kv, split_heads
 from mha_viz.analysis.rollout import rollout
-from mha_viz.analysis.scores import (SCORE_NAMES, SCORE_WORDS, describe_score, pattern_scores, run_scores, top_badges,
-                                     uniform_baselines, uniform_pattern)
+from mha_viz.analysis.scores import (
+                                      SCORE_NAMES,
+                                      SCORE_WORDS,
+                                      describe_score,
+                                      pattern_scores,
+                                      run_scores,
+                                      top_badges,
+                                      uniform_baselines,
+                                      uniform_pattern,
+)
 from mha_viz.analysis.tokens import hide_positions, merge_word_pieces, special_mask, word_groups, word_labels

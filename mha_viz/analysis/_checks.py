@@ -11,7 +11,6 @@ from typing import Sequence
 import torch
 
 
-
 def tensor(x, name: str, ndims: Sequence[int], shape: str) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of shape {shape}; got {type(x).__name__}. "

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -330,11 +332,20 @@ def circuits(model) -> Circuits:
     the singular values of its QK and OV maps, from `model.head_weights` and `model.embeddings` (the contract's
     capabilities; a model that lacks them raises UnavailableError). Elhage et al. 2021, "A Mathematical Framework
     for Transformer Circuits": see `composition_scores` and `copying_scores` for the formulas; NORMS ARE IGNORED
-    (not folded): the module docstring says what that leaves out. Kept on the model (the weights do not change
-    after loading), so every caller after the first gets it at once."""
-    cache = model.__dict__.setdefault("_circuits", {})
-    if "all" in cache:
-        return cache["all"]
+    (not folded): the module docstring says what that leaves out. Kept beside the model (weakly, under a lock:
+    nothing is written on the shared model; its weights do not change after loading), so every caller after the
+    first gets it at once."""
+    with _CIRCUITS_LOCK:
+        if model not in _CIRCUITS:
+            _CIRCUITS[model] = _circuits(model)
+        return _CIRCUITS[model]
+
+
+_CIRCUITS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_CIRCUITS_LOCK = threading.Lock()
+
+
+def _circuits(model) -> Circuits:
     w_q, w_k, w_v, w_o, layers = head_weights(model)  # (L, H, D, dh) x 3, (L, H, dh, D)
     n_layers, n_heads, d_model, d_head = w_q.shape
     f = head_factors(w_q, w_k, w_v, w_o)  # (L, H, dh, dh) each
@@ -352,7 +363,6 @@ def circuits(model) -> Circuits:
         composition=composition, baseline=baseline, copying=copying, qk_singular=qk_s, ov_singular=ov_s,
         qk_rank=effective_rank(qk_s), ov_rank=effective_rank(ov_s), rotary=any(w.rotary for w in layers),
         kv_heads=tuple(tuple(w.kv_head) for w in layers))
-    cache["all"] = result
     return result
 
 

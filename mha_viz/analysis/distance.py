@@ -7,7 +7,9 @@ import math
 
 import torch
 
-from mha_viz.analysis._checks import attention as _attention, same_shape as _same_shape, tensor as _tensor
+from mha_viz.analysis._checks import attention as _attention
+from mha_viz.analysis._checks import same_shape as _same_shape
+from mha_viz.analysis._checks import tensor as _tensor
 
 
 def js_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -48,8 +50,9 @@ def head_distance(att: torch.Tensor) -> torch.Tensor:
 
     Entry [i, j] = mean over query rows q of JS(att_i[q], att_j[q]), heads flattened layer-major
     (i = layer * H + head). Clark et al. 2019, "What Does BERT Look At?", section 6, use this distance
-    (summed over tokens, not averaged) to embed BERT's heads in two dimensions. Symmetric, zero diagonal, in [0, 1]. Cost is N^2/2 * Q * K operations (half that for causal
-    patterns; a few seconds for 270 heads at 128 tokens), so cache the result per run.
+    (summed over tokens, not averaged) to embed BERT's heads in two dimensions. Symmetric, zero diagonal, in [0, 1].
+    Cost is N^2/2 * Q * K operations (half that for causal patterns; a few seconds for 270 heads at 128 tokens),
+    so cache the result per run.
     """
     att = _attention(att, "att", (4,), "(L, H, Q, K)")
     n_layers, n_heads, n_q, n_k = att.shape

@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from mha_viz.analysis._checks import position_mask as _position_mask, same_shape as _same_shape, tensor as _tensor
+from mha_viz.analysis._checks import position_mask as _position_mask
+from mha_viz.analysis._checks import same_shape as _same_shape
+from mha_viz.analysis._checks import tensor as _tensor
 
 
 def _mean_pool(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:

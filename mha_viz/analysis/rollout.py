@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from mha_viz.analysis._checks import attention as _attention, tensor as _tensor
+from mha_viz.analysis._checks import attention as _attention
+from mha_viz.analysis._checks import tensor as _tensor
 
 
 def rollout(att: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:

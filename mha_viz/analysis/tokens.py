@@ -6,8 +6,8 @@ from typing import Iterable, Sequence
 
 import torch
 
-from mha_viz.analysis._checks import attention as _attention, position_mask as _position_mask
-
+from mha_viz.analysis._checks import attention as _attention
+from mha_viz.analysis._checks import position_mask as _position_mask
 
 # Word-start markers of SentencePiece ("▁"), byte-level BPE ("Ġ") and labels already decoded to a space.
 _START_MARKERS = ("▁", "Ġ", " ")

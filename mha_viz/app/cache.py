@@ -321,3 +321,39 @@ def training_evidence(name: str) -> TrainingEvidence | None:
         return get_model(name).training_evidence()
     except UnavailableError:
         return None
+
+
+# -- long steps: an instant estimate, and what the exact map will cost on this server --------------------------
+ESTIMATE_SAMPLES = 8
+_FORWARD_SECONDS: dict[tuple[str, int], float] = {}  # (model, tokens) -> a measured forward pass, on this server
+_FORWARD_LOCK = threading.Lock()
+
+
+@st.cache_resource(show_spinner="Estimating every head's importance...", max_entries=16)
+def importance_estimate_cached(name: str, text: str, heads_off: tuple[Head, ...], position: int, ablation: str):
+    """`importance_estimate` (a few backward passes), shared by sessions."""
+    from mha_viz.analysis.importance import importance_estimate
+
+    return importance_estimate(get_model(name), text, frozenset(heads_off), position, ablation,
+                               samples=ESTIMATE_SAMPLES)
+
+
+def exact_seconds(name: str, text: str, n_heads: int) -> float:
+    """What a map of `n_heads` single-head passes will take here: one measured forward pass of this text (a batch
+    row, all heads on; measured once per model and token count on this server), times the heads, times the mean
+    share of layers a head's pass recomputes (the layers before it are reused: about half)."""
+    model = get_model(name)
+    n = model.token_count(text)
+    with _FORWARD_LOCK:
+        seconds = _FORWARD_SECONDS.get((name, n))
+    if seconds is None:
+        import time
+
+        keep = torch.ones(1, model.n_layers, model.n_heads)  # (1, L, H)
+        start = time.perf_counter()
+        model.run_batch_keep(text, keep, positions=[-1] if model.info.kind != "encoder" else None)
+        seconds = time.perf_counter() - start
+        with _FORWARD_LOCK:
+            _FORWARD_SECONDS[(name, n)] = seconds
+    share = (model.n_layers + 1) / (2 * model.n_layers) if model.can_resume else 1.0
+    return seconds * n_heads * share

@@ -66,7 +66,7 @@ def ablation() -> str:
 
 def learned_note() -> None:
     """What a heatmap is and is not, kept in view without pushing the heads down the page."""
-    from mha_viz.app.common import notes_text
+    from mha_viz.app.views.notes import notes_text
 
     st.sidebar.info(LEARNED_NOTE, icon="ℹ️")
     with st.sidebar.expander("More: what a head is, and what a heatmap can and cannot tell you"):

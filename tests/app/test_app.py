@@ -124,9 +124,29 @@ def test_importance_map_is_computed_on_request():
     at = _app()
     open_view(at, "Ablation effects")
     before = len(at.get("plotly_chart"))
-    at.button(key="imp_btn").click().run()
+    assert any(c.proto.spec and "Estimate (instant)" in c.proto.spec for c in at.get("plotly_chart"))
+    button = at.button(key="imp_btn")
+    assert "72 heads, about " in button.label and "on this server" in button.label  # said before it is pressed
+    button.click().run()
     assert not at.exception, at.exception
     assert len(at.get("plotly_chart")) == before + 1
+    # The estimate's rank correlation with the exact map, computed from both maps on the page's path.
+    assert any(c.value.startswith("Rank correlation of the estimate with the exact map: 0.")
+               or "Rank correlation of the estimate with the exact map: 1.00" in c.value for c in at.caption)
+
+
+def test_a_stopped_importance_map_says_so_and_keeps_nothing():
+    """Stop (any click while it runs) ends the script run mid-way: the next run finds the job's key still marked
+    as running, says it stopped, and shows no exact map."""
+    from mha_viz.app.views.effects import RUNNING
+
+    at = _app()
+    open_view(at, "Ablation effects")
+    before = len(at.get("plotly_chart"))
+    at.session_state[RUNNING] = ("minilm", at.session_state["text"], (), None, "zero")
+    at.run()
+    assert any("Stopped before every head was measured" in i.value for i in at.info)
+    assert len(at.get("plotly_chart")) == before
 
 
 def test_compare_view_shows_chosen_heads_and_their_difference():

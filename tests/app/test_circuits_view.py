@@ -8,11 +8,12 @@ import json
 import numpy as np
 import pytest
 import torch
-from helpers import APP, heatmap_z
 from streamlit.testing.v1 import AppTest
 
 from mha_viz import checkpoints, circuits, load_model
 from mha_viz.analysis.circuits import causal_check, qk_position_map
+
+from helpers import APP, heatmap_z
 
 TEXT = "the keys to the old cabinet are on the table ."
 
@@ -125,3 +126,20 @@ def test_smollm2_says_why_there_is_no_position_map():
     at = _open("smollm2")
     assert any("rotary embeddings" in c.value for c in at.caption)
     assert not any("QK map of positions" in s["layout"].get("title", {}).get("text", "") for s in _figures(at))
+
+
+def test_tiny_every_seed_is_shown_with_its_own_top_pair():
+    from mha_viz import seeds
+
+    names = seeds("tiny")
+    at = _open()
+    spec = next((s for s in _figures(at) if any(t.get("name", "").startswith("tiny#seed") for t in s["data"])), None)
+    assert spec is not None and len(names) >= 2
+    for name in names:
+        steps = checkpoints(name)
+        c = circuits(load_model(f"{name}@{steps[-1]}"))
+        (earlier, later, _) = c.top_pairs("k", 1)[0]
+        line = next(t for t in spec["data"] if t.get("name", "").startswith(f"{name}: "))
+        assert line["name"].endswith(f"L{earlier[0]} H{earlier[1]} → L{later[0]} H{later[1]}")
+        last = heatmap_z({"z": line["y"]}).astype(float)[-1]
+        assert last == pytest.approx(float(c.composition["k"][earlier + later]), abs=1e-6)

@@ -170,6 +170,35 @@ def test_norm_view_says_the_head_is_off_and_draws_no_norms_for_it():
     assert [c for c in at.get("plotly_chart") if c.proto.id.endswith("-norm_fig")]
 
 
+@pytest.mark.parametrize("ablation", ["zero", "mean"])
+def test_norm_view_draws_weights_and_values_of_one_run(ablation):
+    """The page's norm map ||alpha f(x)|| for a head after a switched-off one, against values recorded by forward
+    hooks on an independent copy of the model with that head's output set by hand (0, or its reference mean over
+    the examples' ordinary tokens): weights and values from the same run, whatever "off" means (issue 18, fix 1)."""
+    from reference import HookedReference, reference_means
+
+    model = loaded("minilm")
+    at = _app()
+    text = at.session_state["text"]
+    at.sidebar.radio(key="ablation").set_value(ablation).run()
+    set_layer(at, "minilm", 2)
+    at.toggle(key="tg|minilm|2|1").set_value(False).run()
+    open_view(at, "Rollout & norms")
+    at.selectbox(key="norm_head").set_value(2).run()  # L2 H2: its values do not depend on L2 H1, its weights do
+    set_layer(at, "minilm", 3)
+    at.selectbox(key="norm_head").set_value(0).run()  # L3 H0: after the switched-off head
+    assert not at.exception, at.exception
+    shown = heatmap_z(_chart(at, "norm_fig")["data"][0])  # (Q, K)
+    ref = HookedReference(model)
+    examples = [t for _, t, _ in model.examples()]
+    setting = {(2, 1): 0.0 if ablation == "zero" else reference_means(ref, model, examples)[2, 1]}
+    values = ref.values(text, setting)[3, 0]  # (K, dh)
+    w_o = model.head_weights(3).w_o[0]  # (dh, D)
+    att = model.run(text, ablate={(2, 1)}, ablation=ablation).attentions[3, 0]  # (Q, K)
+    expected = att * (values @ w_o).norm(dim=-1)[None, :]  # (Q, K)
+    np.testing.assert_allclose(shown, expected.numpy(), atol=1e-4)
+
+
 # -- 5. rollout's raw panel averages the same heads as the rollout beside it ----------------------------------
 def test_rollout_raw_mean_leaves_switched_off_heads_out():
     model = loaded("minilm")

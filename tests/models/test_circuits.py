@@ -7,10 +7,11 @@ import math
 
 import pytest
 import torch
-from helpers import loaded
 
 import mha_viz
 from mha_viz.analysis.circuits import MODES, causal_check, composition_scores, copying_scores, head_weights
+
+from helpers import loaded
 
 TEXT = "the keys to the old cabinet are on the table ."
 
@@ -52,6 +53,22 @@ def test_tiny_the_previous_token_head_feeds_the_induction_heads_keys():
     cut = causal_check(model, prev_head)
     for h in induction:
         assert float(cut.induction_on[tuple(h)]) > 0.8 and float(cut.induction_off[tuple(h)]) < 0.2
+
+
+def test_tiny_the_previous_token_heads_position_map_peaks_at_offset_one():
+    """From the weights alone: the layer-0 head that attends most to the previous token (measured on repeated
+    random words) scores the previous position highest, in its position x position QK map."""
+    from mha_viz.analysis.circuits import offset_profile, qk_position_map
+
+    model = _model("tiny")
+    check = causal_check(model, (0, 0))
+    head = int(check.previous_on[0].argmax())
+    w, emb = model.head_weights(0), model.embeddings()
+    scores = qk_position_map(emb.positions, w.w_q[head], w.w_k[head], causal=True)  # (P, P)
+    profile = offset_profile(scores, max_offset=8)
+    assert int(profile.argmax()) == 1
+    n = scores.shape[0]
+    assert (scores[1:].nan_to_num(float("-inf")).argmax(-1) == torch.arange(n - 1)).float().mean() > 0.6
 
 
 def test_tiny_untrained_scores_sit_at_the_baseline():

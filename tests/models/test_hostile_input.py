@@ -20,6 +20,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from mha_viz import InputError, ModelLoadError, load_model
+
 from helpers import MODELS, _rss_mb, assert_valid, loaded
 
 REPO = Path(__file__).resolve().parents[2]
@@ -226,7 +227,7 @@ def test_custom_models_switched_off_in_the_app(monkeypatch, tmp_path):
     assert not at.exception and not at.error and len(at.toggle) == 12
 
 
-# -- model ids (tests/models/hf/test_custom_models.py covers missing ids, paths, URLs, pickle, enc-dec, the switch) -----
+# -- model ids (tests/models/hf/test_custom_models.py covers missing ids, paths, URLs, pickle, enc-dec, the switch) --
 def _folder(tmp_path: Path, files: dict[str, str]) -> str:
     for name, text in files.items():
         (tmp_path / name).write_text(text)

@@ -3,9 +3,10 @@ import pytest
 import torch
 
 from mha_viz.analysis.importance import head_importance
-from reference import head_importance_loop
-from mha_viz.models.hf import load_smollm2
 from mha_viz.models.bert.adapter import load_minilm
+from mha_viz.models.hf import load_smollm2
+
+from reference import head_importance_loop
 
 
 @pytest.fixture(scope="module")
@@ -82,8 +83,9 @@ def test_the_gradient_estimate_ranks_heads_as_the_exact_map_does(name):
     estimate; this checks it is a useful one (rank correlation over every head)."""
     from scipy.stats import spearmanr
 
-    from helpers import loaded
     from mha_viz.analysis.importance import importance_estimate
+
+    from helpers import loaded
 
     model = loaded(name)
     text = "The keys to the cabinet are on the table, so Anna gave the keys to Ben."

@@ -3,11 +3,19 @@ one Model.run per head, central finite differences, and a hand-built sum of the 
 import pytest
 import torch
 
-from helpers import loaded
 from mha_viz.analysis.importance import head_importance
-from mha_viz.analysis.patching import (Metric, attribution_patching, direct_effects, normalise, patching_map,
-                                       rank_correlation, top_heads)
+from mha_viz.analysis.patching import (
+    Metric,
+    attribution_patching,
+    direct_effects,
+    normalise,
+    patching_map,
+    rank_correlation,
+    top_heads,
+)
 from mha_viz.contract import InputError
+
+from helpers import loaded
 
 TEXT = "the keys to the old cabinet are on the table"
 SOURCE = "the key to the old cabinets is on the table"

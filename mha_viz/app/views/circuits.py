@@ -9,7 +9,7 @@ import numpy as np
 import streamlit as st
 import torch
 
-from mha_viz import checkpoints, load_model, plotting
+from mha_viz import checkpoints, load_model, plotting, seeds
 from mha_viz.analysis import circuits as circ
 from mha_viz.app.cache import get_model, training_evidence
 from mha_viz.app.common import head_name, md_safe, trained_here
@@ -39,14 +39,21 @@ def causal(name: str, off: Head, ablation: str) -> circ.CausalCheck:
     return circ.causal_check(get_model(name), off, ablation=ablation)
 
 
+@st.cache_resource(show_spinner=False, max_entries=8)
+def embeddings(name: str):
+    """`Model.embeddings()` once per model: its labels take seconds to build for a 49k-token vocabulary."""
+    return get_model(name).embeddings()
+
+
 @st.cache_resource(show_spinner=False, max_entries=16)
 def head_maps(name: str, layer: int, head: int) -> dict:
     """One head's maps from the weights: the full token maps for a small vocabulary, the position map for learned
     positions, and what a big vocabulary needs to show one row at a time."""
     model = get_model(name)
     w = model.head_weights(layer)
-    emb = model.embeddings()
-    out = {"vocab": emb.labels, "rotary": w.rotary, "kv_head": w.kv_head[head], "full": len(emb.labels) <= FULL_MAP_VOCAB}
+    emb = embeddings(name)
+    out = {"vocab": emb.labels, "rotary": w.rotary, "kv_head": w.kv_head[head],
+           "full": len(emb.labels) <= FULL_MAP_VOCAB}
     wq, wk, wv, wo = w.w_q[head], w.w_k[head], w.w_v[head], w.w_o[head]  # (D, dh) x 3, (dh, D)
     if out["full"]:
         out["ov"] = circ.ov_token_map(emb.tokens, wv, wo, emb.unembed)  # (V, V)
@@ -125,8 +132,10 @@ def one_head(ctx: ViewContext, c: circ.Circuits) -> Head:
                           width="stretch", key="circ_pos")
         right.markdown("**Mean score by offset** (key this many positions before the query)")
         right.table([{"offset": o, "mean score": f"{float(v):+.3f}"} for o, v in enumerate(profile)])
+        before = pos[1:n, :n].nan_to_num(float("-inf")).argmax(-1) == torch.arange(n - 1)  # (n-1,)
         right.caption("A head that attends to the previous token from position alone shows a band just below the "
-                      "diagonal, and peaks at offset 1.")
+                      f"diagonal, and peaks at offset 1. Here the previous position scores highest for "
+                      f"{float(before.float().mean()):.0%} of the query positions.")
     elif maps["rotary"]:
         st.caption("No position map: this model has no position embedding. Its queries and keys are rotated by "
                    "their positions after the projection (rotary embeddings), so the score of a query for a key "
@@ -150,7 +159,7 @@ def _top_tokens(ctx: ViewContext, maps: dict, name: str, layer: int, head: int) 
     pos = st.selectbox("Input token (from the sentence)", range(len(ids)), index=min(1, len(ids) - 1),
                        format_func=lambda i: f"{i}: {ctx.base.tokens[i]}", key="circ_token")
     model = get_model(ctx.name)
-    w, emb = model.head_weights(layer), model.embeddings()
+    w, emb = model.head_weights(layer), embeddings(ctx.name)
     row = circ.ov_token_map(emb.tokens, w.w_v[head], w.w_o[head], emb.unembed, rows=torch.tensor([ids[pos]]))[0]
     top = row.topk(TOP_TOKENS)
     labels = [maps["vocab"][i] for i in top.indices.tolist()]
@@ -195,11 +204,6 @@ def composition(ctx: ViewContext, c: circ.Circuits, head: Head) -> None:
 
 def causal_panel(ctx: ViewContext, c: circ.Circuits, top) -> None:
     st.markdown("#### Causal check: switch the earlier head off")
-    try:
-        texts = circ.repeated_texts(get_model(ctx.name))
-    except (UnavailableError, ValueError) as err:
-        st.caption(f"No check: {md_safe(str(err))}")
-        return
     first = (top[0], top[1]) if top else ((0, 0), (1, 0))
     a, b = st.columns(2)
     with a:
@@ -209,14 +213,15 @@ def causal_panel(ctx: ViewContext, c: circ.Circuits, top) -> None:
     try:
         with st.spinner("Running the repeated texts with and without it"):
             check = causal(ctx.name, off, "mean")
-    except InputError as err:
-        st.warning(md_safe(str(err)))
+    except (InputError, UnavailableError, ValueError) as err:
+        st.warning(f"No check: {md_safe(str(err))}")
         return
     on, cut = float(check.induction_on[later]), float(check.induction_off[later])
     st.markdown(f"**{head_name(later)}'s induction score: {on:.1%} with every head on, {cut:.1%} with "
                 f"{head_name(off)} mean-ablated.**")
     st.caption(f"Measured on {len(check.texts)} texts of random words said twice (e.g. "
-               f"\"{md_safe(texts[0][:80])}...\"): at a word's second occurrence, the attention on the word after its "
+               f"\"{md_safe(check.texts[0][:80])}...\"): at a word's second occurrence, the attention on the word "
+               "after its "
                f"first occurrence (Olsson et al. 2022). {head_name(off)} attends to the previous token "
                f"{float(check.previous_on[off]):.1%} on these texts. Mean ablation: its output is set to its mean "
                "over the model's example sentences.")
@@ -264,7 +269,7 @@ def over_training(ctx: ViewContext, c: circ.Circuits) -> None:
                    np.array([s.scores["previous_token"][earlier[0]][earlier[1]] for s in evidence.per_step])}
     st.plotly_chart(plotting.circuits_timeline_figure(
         steps, pairs, last.baseline["k"].mean,
-        copying if copying is not None else np.zeros((len(steps), last.n_layers, last.n_heads)), pattern),
+        copying, pattern),
         width="stretch", key="circ_timeline")
     rows = [{"step": s, "K-composition": f"{float(x.composition['k'][earlier + later]):.3f}",
              f"{head_name(later)} copying": "n/a" if x.copying is None else f"{float(x.copying[later]):+.2f}"}
@@ -275,6 +280,45 @@ def over_training(ctx: ViewContext, c: circ.Circuits) -> None:
     st.table(rows)
     st.caption(f"Random matrices score {last.baseline['k'].mean:.3f}. The induction scores come from the probe file "
                "(`make probe`), measured on held-out repeated sequences at each step.")
+    every_seed(base, last.baseline["k"].mean)
+
+
+def every_seed(base: str, baseline: float) -> None:
+    """The same recipe under every seed: each seed's own top K-composition pair (found at its last step, since a
+    seed puts the roles on other heads) against the step."""
+    names = seeds(base)
+    if len(names) < 2:
+        return
+    st.markdown("**Every seed of the same recipe**: each seed's own top K-composition pair at its last step, "
+                "measured at every saved step")
+    pairs, rows, all_steps = {}, [], []
+    for name in names:
+        steps = checkpoints(name)
+        if not steps:
+            continue
+        try:
+            per_step = [step_circuits(f"{name}@{s}") for s in steps]
+        except (UnavailableError, ModelLoadError) as err:
+            st.caption(f"{name}: {md_safe(str(err))}")
+            continue
+        top = per_step[-1].top_pairs("k", 1)
+        if not top:
+            continue
+        earlier, later, _ = top[0]
+        values = {s: float(x.composition["k"][earlier + later]) for s, x in zip(steps, per_step)}
+        pairs[f"{name}: {head_name(earlier)} → {head_name(later)}"] = values
+        all_steps = sorted(set(all_steps) | set(steps))
+        copy = per_step[-1].copying
+        rows.append({"model": name, "pair": f"{head_name(earlier)} → {head_name(later)}",
+                     "first step": f"{values[steps[0]]:.3f} (step {steps[0]})",
+                     "last step": f"{values[steps[-1]]:.3f} (step {steps[-1]})",
+                     "later head's copying": "n/a" if copy is None else f"{float(copy[later]):+.2f}"})
+    if not pairs:
+        return
+    lines = {k: np.array([v.get(s, np.nan) for s in all_steps]) for k, v in pairs.items()}  # NaN: step not saved
+    st.plotly_chart(plotting.circuits_timeline_figure(all_steps, lines, baseline, None, height=420),
+                    width="stretch", key="circ_seeds")
+    st.table(rows)
 
 
 # -- compare two ----------------------------------------------------------------------------------------------------

@@ -1,13 +1,19 @@
 """Ablation effects: predictions before and after, how much every head's pattern moved, and head importance."""
 from __future__ import annotations
 
+import math
+
 import streamlit as st
 
 from mha_viz import analysis, plotting
 from mha_viz.analysis.importance import effect_measure, head_importance
+from mha_viz.analysis.patching import rank_correlation
+from mha_viz.app.cache import ESTIMATE_SAMPLES, exact_seconds, importance_estimate_cached
 from mha_viz.app.common import ABLATION_LABELS, ABLATION_SHORT, head_name, predictions_panel, where
 from mha_viz.app.context import ViewContext
-from mha_viz.contract import AttentionRun, Head, Model
+from mha_viz.contract import AttentionRun, Head, InputError, Model, UnavailableError, head_keep_mask
+
+RUNNING = "_importance_running"  # the key of an exact map being computed; still set on the next run: it was stopped
 
 
 def render(ctx: ViewContext) -> None:
@@ -68,17 +74,51 @@ def importance(model: Model, model_name: str, text: str, base: AttentionRun, hea
         what = "1 − cosine similarity of the sentence embedding (mean of the final hidden states)"
     st.caption(f"Each head is switched off alone ({ABLATION_LABELS[ablation]}; on top of the heads already off) "
                f"and the output change is measured as {what}. One batched forward pass per chunk of heads.")
+    at = -1 if position is None else position
     key = (model_name, text, tuple(sorted(heads_off)), position, ablation)
     store = st.session_state.setdefault("importance", {})
-    if st.button("Compute head importance", key="imp_btn"):
-        bar = st.progress(0.0, text="Ablating one head at a time...")
+    if st.session_state.pop(RUNNING, None) == key and key not in store:
+        st.info("Stopped before every head was measured: nothing was kept. Press the button to start again.")
+    try:
+        estimate = importance_estimate_cached(model_name, text, tuple(sorted(heads_off)), at, ablation)
+    except (InputError, UnavailableError):
+        estimate = None
+    if estimate is not None:
+        st.plotly_chart(plotting.layer_head_map(estimate, "Estimate (instant): second-order, sampled", measure,
+                                                off=set(heads_off), fmt=".4f"),
+                        width="stretch", key="imp_estimate")
+        st.caption(f"An estimate, not a measurement: {ESTIMATE_SAMPLES} backward passes give every head's term at "
+                   "once (Michel et al. 2019's head-mask gradient, taken to second order because this measure has "
+                   "no first-order change; see `importance_estimate`). It ranks heads; its size is trustworthy only "
+                   "for small changes. The exact map below measures each head.")
+    n_heads = model.n_layers * model.n_heads - len(heads_off)
+    seconds = exact_seconds(model_name, text, n_heads)
+    cols = st.columns([3, 1])
+    label = f"Compute the exact map ({n_heads} heads, about {_duration(seconds)} on this server)"
+    if cols[0].button(label, key="imp_btn", help="Measured: one forward pass of this text on this server, times "
+                      "the heads, times the share of layers each head's pass recomputes. Any click on the page "
+                      "(e.g. Stop) stops it."):
+        cols[1].button("Stop", key="imp_stop", help="Stops the computation; nothing is kept.")
+        st.session_state[RUNNING] = key
+        bar = st.progress(0.0, text="Switching off one head at a time...")
         store.clear()
-        store[key] = head_importance(model, text, heads_off, position=-1 if position is None else position,
-                                     progress=lambda f: bar.progress(f, text=f"Ablating heads... {f:.0%}"),
+        store[key] = head_importance(model, text, heads_off, position=at,
+                                     progress=lambda f: bar.progress(f, text=f"Switching off heads... {f:.0%}"),
                                      ablation=ablation)
+        st.session_state.pop(RUNNING, None)
         bar.empty()
     if key in store:
         st.plotly_chart(plotting.layer_head_map(store[key], f"Output change when each head alone is "
                                                 f"{ABLATION_SHORT[ablation]}", measure,
                                                 off=set(heads_off), fmt=".4f"),
                         width="stretch", key="imp_map")
+        if estimate is not None:
+            on = head_keep_mask(heads_off, model.n_layers, model.n_heads).bool()  # (L, H): heads that were measured
+            rho = rank_correlation(store[key][on], estimate[on])
+            st.caption("Rank correlation of the estimate with the exact map: "
+                       + ("not defined (every head scores the same)" if math.isnan(rho) else f"{rho:.2f}")
+                       + f" over {n_heads} heads.")
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds >= 2 else "a second or two"

@@ -38,7 +38,8 @@ def similarity(model: Model, att: torch.Tensor, cache_key: tuple) -> None:
                                colorbar=dict(title=dict(text="JS (bits)")),
                                hovertemplate="%{y} vs %{x}<br>mean JS: %{z:.3f}<extra></extra>"))
     fig.update_layout(template="none", height=min(900, 200 + 6 * len(names)), yaxis=dict(autorange="reversed"),
-                      margin=dict(l=60, r=10, t=30, b=60), title="Head-to-head pattern distance (similar heads sit together)")
+                      margin=dict(l=60, r=10, t=30, b=60),
+                      title="Head-to-head pattern distance (similar heads sit together)")
     # Plotly reports no clicks on heatmap cells (only on scatter points), and an overlay of N^2 points would be
     # 73k for SmolLM2: a pair is picked below instead; hover names the pair under the pointer.
     st.plotly_chart(fig, width="stretch", key="sim_map")
@@ -131,4 +132,5 @@ def ground_truth_panel(model: Model, run: AttentionRun) -> None:
     if rows:
         st.table(rows)
         st.caption("Measured on this input only. The tests measure the same heads on held-out generated texts "
-                   "(tests/models/tiny/test_probes.py) and check causally, by ablation, that the subject heads are used.")
+                   "(tests/models/tiny/test_probes.py) and check causally, by ablation, that the subject heads are "
+                   "used.")

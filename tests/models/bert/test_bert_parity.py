@@ -9,6 +9,7 @@ import torch
 from mha_viz import load_model
 from mha_viz.models.bert.adapter import BertModel
 from mha_viz.models.hf import load_minilm_hf
+
 from reference import eager_copy, hf_inputs
 
 TEXTS = [
@@ -79,7 +80,8 @@ def test_interventions_equal_the_transformers_adapter(native, hf, ablate, ablati
     keep = torch.ones(3, 6, 12)  # (B, L, H)
     keep[1, 0, 0] = 0
     keep[2, 3, 4] = 0
-    torch.testing.assert_close(native.run_batch_keep(TEXT, keep)[0], hf.run_batch_keep(TEXT, keep)[0], atol=ATOL, rtol=0)
+    torch.testing.assert_close(native.run_batch_keep(TEXT, keep)[0], hf.run_batch_keep(TEXT, keep)[0], atol=ATOL,
+                               rtol=0)
 
 
 def test_inside_a_layer_equals_the_transformers_adapter(native, hf):
@@ -95,7 +97,9 @@ def test_norms_head_outputs_and_gradients_equal_the_transformers_adapter(native,
     torch.testing.assert_close(vb, va, atol=ATOL, rtol=0)
     torch.testing.assert_close(wb, wa, atol=0, rtol=0)
     torch.testing.assert_close(native.head_outputs(TEXT), hf.head_outputs(TEXT), atol=ATOL, rtol=0)
-    metric = lambda out, logits: out[1:].pow(2).sum()
+    def metric(out, logits):
+        return out[1:].pow(2).sum()
+
     (oa, ga), (ob, gb) = hf.head_gradients(TEXT, metric), native.head_gradients(TEXT, metric)
     torch.testing.assert_close(ob, oa, atol=ATOL, rtol=0)
     torch.testing.assert_close(gb, ga, atol=1e-4, rtol=1e-4)

@@ -1,4 +1,5 @@
-"""The transformers adapter (on MiniLM's weights; the app runs MiniLM on the in-repo encoder, tests/models/bert) against transformers' own eager path, and ablation against a hand-made reference."""
+"""The transformers adapter (on MiniLM's weights; the app runs MiniLM on the in-repo encoder, tests/models/bert)
+against transformers' own eager path, and ablation against a hand-made reference."""
 import threading
 
 import pytest
@@ -6,6 +7,7 @@ import torch
 
 from mha_viz import InputError, load_model
 from mha_viz.models.hf import load_minilm_hf
+
 from reference import eager_copy, zero_head_hook
 
 TEXT = "The keys to the cabinet are on the table."

@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from mha_viz.models.hf import load_smollm2
+
 from reference import eager_copy, zero_head_hook
 
 TEXT = "Alice put the book on the shelf, and later Alice took the"

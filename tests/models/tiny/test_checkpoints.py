@@ -2,13 +2,14 @@
 step 0 is the seeded initialisation and the last step is the shipped `tiny`."""
 import pytest
 import torch
-from helpers import assert_valid
 
 from mha_viz import checkpoints, load_model
 from mha_viz.contract import ModelLoadError
 from mha_viz.models.tiny.adapter import checkpoint_steps, load_tiny
 from mha_viz.models.tiny.architecture import TinyConfig
 from mha_viz.models.tiny.train import TrainConfig, train
+
+from helpers import assert_valid
 
 SMALL = TinyConfig(n_layers=2, n_heads=4, d_model=32, max_len=32, d_mlp=64)
 TEXT = "the keys to the cabinet are on the table ."

@@ -5,8 +5,15 @@ import pytest
 
 from mha_viz.models.tiny import corpus
 from mha_viz.models.tiny.corpus import (
-    BOS, UNK, build_vocab, example_sentences, tokenize, training_texts, agreement_examples, repeat_examples,
+    BOS,
+    UNK,
+    agreement_examples,
+    build_vocab,
+    example_sentences,
     nearby_examples,
+    repeat_examples,
+    tokenize,
+    training_texts,
 )
 
 SG = {s for s, _ in corpus.NOUNS}

@@ -11,7 +11,13 @@ import torch
 from mha_viz import load_model
 from mha_viz.models.tiny import corpus
 from mha_viz.models.tiny.probes import (
-    agreement_accuracy, agreement_from_logits, copy_score, forward_batch, induction_score, previous_token_score, score_pairs,
+    agreement_accuracy,
+    agreement_from_logits,
+    copy_score,
+    forward_batch,
+    induction_score,
+    previous_token_score,
+    score_pairs,
     subject_score,
 )
 

@@ -7,7 +7,8 @@ import torch
 from safetensors.torch import load_file
 
 from mha_viz.models.tiny.architecture import TinyConfig, build_model
-from mha_viz.models.tiny.train import LOG, TINY_ASSETS as ASSETS, TrainConfig, checkpoint_path, sha256, train
+from mha_viz.models.tiny.train import LOG, TrainConfig, checkpoint_path, sha256, train
+from mha_viz.models.tiny.train import TINY_ASSETS as ASSETS
 from mha_viz.settings import ASSETS as ALL_ASSETS
 
 SMALL = TinyConfig(n_layers=2, n_heads=4, d_model=32, max_len=32, d_mlp=64)
