@@ -33,8 +33,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0,
                         help="torch.set_num_threads(N) in the kernel first (0: torch's default, as a user gets)")
     args = parser.parse_args()
-    import mha_viz
     from playwright.sync_api import sync_playwright
+
+    import mha_viz
 
     model = mha_viz.load_model("minilm")
     texts = {n: text_of_tokens(model.token_count, n) for n in LENGTHS}

@@ -12,7 +12,7 @@ from mha_viz.contract import AttentionRun, InputError, Model
 if TYPE_CHECKING:
     from mha_viz.notebook.widget import HeadGrid
 
-__all__ = ["show"]
+__all__ = ["show", "show_census", "show_circuits"]
 
 
 def show(model_or_run, text: str | None = None, layer: int = 0, *, heads_off=(), model: Model | None = None,
@@ -31,9 +31,16 @@ def show(model_or_run, text: str | None = None, layer: int = 0, *, heads_off=(),
     """
     import time
 
-    from mha_viz.notebook.widget import HeadGrid
-
     t_show = time.time()
+    try:
+        from mha_viz.notebook.widget import HeadGrid
+    except ImportError as err:
+        if (err.name or "").split(".")[0] not in ("anywidget", "ipywidgets", "traitlets"):
+            raise
+        raise ImportError(f"mha_viz.show needs {err.name}, which is not installed in this kernel's environment: "
+                          "`pip install 'mha-viz[notebook]'` (or `pip install anywidget`), then restart the "
+                          "kernel") from err
+
     if isinstance(model_or_run, AttentionRun):
         if heads_off:
             raise InputError("show(run) draws the run as it is; to switch heads off, pass the model and the text: "
@@ -62,3 +69,19 @@ def show(model_or_run, text: str | None = None, layer: int = 0, *, heads_off=(),
     if display:
         widget.display_once()
     return widget
+
+
+def show_census(census, scores=None):
+    """`mha_viz.head_census(model)`'s layers x heads maps as one SVG picture (the cell's value); `.to_svg()`,
+    `.save_svg(path)`. See mha_viz/notebook/maps.py."""
+    from mha_viz.notebook.maps import show_census as _show
+
+    return _show(census, scores)
+
+
+def show_circuits(circuits, modes=("q", "k", "v")):
+    """`mha_viz.circuits(model)`'s composition maps (and OV copying) as one SVG picture; `.to_svg()`,
+    `.save_svg(path)`. See mha_viz/notebook/maps.py."""
+    from mha_viz.notebook.maps import show_circuits as _show
+
+    return _show(circuits, modes)

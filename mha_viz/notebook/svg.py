@@ -1,5 +1,5 @@
 """One layer of the head grid as a standalone SVG file: every head a heatmap with its name and measured score, the
-same colours as the browser grid (the colour stops are read from head_grid.js, so the two cannot drift apart).
+same colours as the browser grid (the same colour stops the grid receives in its payload, from mha_viz.plotting).
 
 Each heatmap is an embedded PNG of T x T pixels drawn with `image-rendering: pixelated` (crisp cells at any zoom,
 and a file of kilobytes where T² rectangles would be megabytes). No streamlit, no Jupyter: the notebook widget's
@@ -8,12 +8,9 @@ export and its static fallback (what a saved notebook shows without a kernel) ar
 from __future__ import annotations
 
 import base64
-import functools
 import html
-import re
 import struct
 import zlib
-from pathlib import Path
 
 import numpy as np
 
@@ -38,6 +35,13 @@ def lut(colors: list[str]) -> np.ndarray:
     f = (x - i)[:, None]  # (256, 1)
     # JS writes the float into a Uint8ClampedArray, which rounds half to even; np.rint does the same.
     return np.clip(np.rint(rgb[i] + (rgb[i + 1] - rgb[i]) * f), 0, 255).astype(np.uint8)  # (256, 3)
+
+
+def contrast_map() -> np.ndarray:
+    """head_grid.js's default contrast ("√ square root", its remap("sqrt")): code v -> colour index
+    Math.round(sqrt(v / 255) * 255), so a head's weak cells stay visible beside one strong one -> (256,) uint8.
+    The browser tests compare the grid's pixels with this picture's."""
+    return np.floor(np.sqrt(np.arange(256) / 255) * 255 + 0.5).astype(np.uint8)  # (256,)
 
 
 def png(rgb: np.ndarray) -> bytes:
@@ -71,6 +75,7 @@ def layer_svg(codes: np.ndarray, tokens: list[str], layer: int, off: set, badges
         raise ValueError(f"layer_svg wants one layer's (head, query, key) codes; got shape {codes.shape}")
     H = codes.shape[0]
     on_lut, off_lut = (lut(c) for c in colour_stops())
+    remap = contrast_map()  # (256,)
     cols = max(1, min(cols, H))
     rows = -(-H // cols)
     width = cols * TILE + (cols + 1) * GAP
@@ -93,7 +98,7 @@ def layer_svg(codes: np.ndarray, tokens: list[str], layer: int, off: set, badges
         r, c = divmod(h, cols)
         x0, y0 = GAP + c * (TILE + GAP), top + r * cell_h
         is_off = (layer, h) in off
-        image = (off_lut if is_off else on_lut)[codes[h]]  # (T, T, 3)
+        image = (off_lut if is_off else on_lut)[remap[codes[h]]]  # (T, T, 3)
         href = "data:image/png;base64," + base64.b64encode(png(image)).decode()
         name = f"L{layer} H{h}" + (" (off)" if is_off else "")
         fill = "#888" if is_off else "#222"

@@ -62,28 +62,15 @@ function drawReadout(box, r) {
   }
 }
 
-function download(name, text, type) {
-  const a = document.createElement("a");
-  a.href = URL.createObjectURL(new Blob([text], { type }));
-  a.download = name;
-  document.body.append(a);
-  a.click();
-  a.remove();
-  setTimeout(() => URL.revokeObjectURL(a.href), 1000);
-}
-
 function build(model) {
   const box = node("div", "mhw");
   const bar = node("div", "mhw-bar");
   const reset = node("button", "mhv-btn mhw-reset", "all heads on");
   reset.title = "Switch every head back on (the model reruns)";
   reset.addEventListener("click", () => model.send({ type: "reset" }));
-  const svg = node("button", "mhv-btn mhw-svg", "SVG");
-  svg.title = "Download this layer's heads as an SVG file (the same picture as widget.to_svg())";
-  svg.addEventListener("click", () => model.send({ type: "svg", layer: model.get("layer") }));
   const status = node("span", "mhw-status");
   status.setAttribute("data-testid", "mhw-status");
-  bar.append(reset, svg, status);
+  bar.append(reset, status);
   const grid = node("div", "mhw-grid");
   const readout = node("div", "mhw-readout");
   readout.setAttribute("data-testid", "mhw-readout");
@@ -140,16 +127,11 @@ export default {
         refresh(model, parts).catch((err) => { parts.status.textContent = "Could not draw: " + err; });
       });
     };
-    const onMsg = (msg) => {
-      if (msg && msg.type === "svg") download(msg.name, msg.svg, "image/svg+xml");
-    };
     const names = ["change:grid", "change:att", "change:layer", "change:readout", "change:status"];
     names.forEach((n) => model.on(n, again));
-    model.on("msg:custom", onMsg);
     again();
     return () => {
       names.forEach((n) => model.off(n, again));
-      model.off("msg:custom", onMsg);
     };
   },
 };

@@ -101,7 +101,8 @@ class HeadGrid(anywidget.AnyWidget):
 
     Readable from Python: `heads_off` (a frozenset of (layer, head), settable), `run` (the AttentionRun drawn,
     with those heads off), `base` (all heads on), `readout` (what changed), `layer` (the layer shown, following the
-    tabs clicked in the page). `to_svg()` / `save_svg(path)` export the shown layer.
+    tabs clicked in the page). `to_svg()` / `save_svg(path)` export the shown layer from Python; the grid's own
+    Save SVG / PNG buttons export it in the page.
     """
 
     _esm = (_HERE / "widget.js").read_text()
@@ -184,9 +185,6 @@ class HeadGrid(anywidget.AnyWidget):
                 self.toggle(content["layer"], content["head"], content.get("on"))
             elif kind == "reset":
                 self.set_heads_off(())
-            elif kind == "svg":
-                layer = int(content.get("layer", self.layer))
-                self.send({"type": "svg", "name": self._file_name(layer), "svg": self.to_svg(layer)})
         except Exception as err:  # the page shows it; raising here would only reach the kernel's log
             self.status = f"{type(err).__name__}: {err}"
             self.grid = {**self.grid, "rev": self.grid.get("rev", 0) + 1}  # redraw: clears the pending switch
@@ -222,10 +220,6 @@ class HeadGrid(anywidget.AnyWidget):
         name = self._model.info.name if self._model is not None else "a run"
         off = sorted(self.heads_off)
         return f"{name}, layer {layer}" + (f", off: {', '.join(f'L{a} H{b}' for a, b in off)}" if off else "")
-
-    def _file_name(self, layer: int) -> str:
-        name = self._model.info.name if self._model is not None else "run"
-        return f"mha-viz-{name}-L{layer}.svg".replace("/", "_")
 
     def to_svg(self, layer: int | None = None) -> str:
         """The shown layer (or `layer`) as an SVG document: every head's heatmap in the grid's colours, its name,

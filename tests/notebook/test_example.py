@@ -55,6 +55,8 @@ def test_the_example_runs_and_the_induction_pattern_collapses(executed):
     assert prev and ind, text
     assert (ind.group(5), ind.group(6)) == prev.groups()[:2] and int(ind.group(1)) > int(prev.group(1))
     assert int(ind.group(4)) < int(ind.group(3)) / 2
+    k = re.search(r"strongest K-composition: L(\d) H(\d) -> L(\d) H(\d)", text)
+    assert k and k.groups()[:2] == prev.groups()[:2]
 
 
 def test_the_saved_grid_shows_the_last_picture(executed):

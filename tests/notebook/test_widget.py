@@ -171,7 +171,7 @@ def test_show_refuses_what_it_cannot_draw(tiny):
     assert w.layer == 0
 
 
-def _png_pixels(data: bytes) -> np.ndarray:
+def png_pixels(data: bytes) -> np.ndarray:
     """An 8-bit RGB PNG without filters (what svg.png writes) back to (h, w, 3)."""
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     pos, idat, size = 8, b"", None
@@ -189,37 +189,36 @@ def _png_pixels(data: bytes) -> np.ndarray:
     return rows[:, 1:].reshape(h, w, 3)
 
 
-def test_svg_export_from_the_page_and_from_code(tiny, tmp_path):
+def test_svg_export_from_code(tiny, tmp_path):
     import base64
 
     w = mha_viz.show(tiny, TINY_TEXT, layer=0, heads_off={(0, 1)}, display=False)
-    sent = recorder(w)
-    page_says(w, {"type": "svg", "layer": 0})
-    (msg,) = [d for d, _ in sent if d.get("method") == "custom"]
-    assert msg["content"]["type"] == "svg" and msg["content"]["name"] == "mha-viz-tiny-L0.svg"
-    doc = ET.fromstring(msg["content"]["svg"])
+    doc = ET.fromstring(w.to_svg())
     ns = {"s": "http://www.w3.org/2000/svg"}
     heads = doc.findall("s:g", ns)
     assert [g.get("data-head") for g in heads] == [f"L0 H{h}" for h in range(4)]
     assert heads[1].find("s:text", ns).text == "L0 H1 (off)" and heads[0].find("s:text", ns).text == "L0 H0"
-    # Each heatmap's pixels are the grid's codes through the grid's colour scale (greys for the head that is off).
+    # Each heatmap's pixels are the grid's codes through the grid's default contrast and colour scale (greys for
+    # the head that is off); the browser test compares them with the grid's own pixels.
     on_lut, off_lut = (svg_mod.lut(c) for c in svg_mod.colour_stops())
     codes = codes_of(w)[0]  # (H, T, T)
     for h, g in enumerate(heads):
         href = g.find("s:image", ns).get("href")
-        pixels = _png_pixels(base64.b64decode(href.split(",", 1)[1]))
-        assert np.array_equal(pixels, (off_lut if h == 1 else on_lut)[codes[h]])
+        pixels = png_pixels(base64.b64decode(href.split(",", 1)[1]))
+        assert np.array_equal(pixels, (off_lut if h == 1 else on_lut)[svg_mod.contrast_map()[codes[h]]])
     assert w.save_svg(tmp_path / "l0.svg").read_text() == w.to_svg(0)
     assert ET.fromstring(w.to_svg(2)).findall("s:g", ns)[0].get("data-head") == "L2 H0"
 
 
-def test_colour_stops_are_the_grid_scripts():
-    js = (ROOT / "mha_viz/app/components/head_grid.js").read_text()
+def test_colour_stops_are_the_ones_the_grid_receives(tiny):
+    w = mha_viz.show(tiny, TINY_TEXT, display=False)
     on, off = svg_mod.colour_stops()
-    assert len(on) >= 2 and len(off) >= 2 and all(c in js for c in on + off)
+    assert (on, off) == (w.grid["colours"]["on"], w.grid["colours"]["off"]) and len(on) >= 2 and len(off) >= 2
     # lut() interpolates as head_grid.js's lut(): the ends are the first and last stops.
     table = svg_mod.lut(on)
     assert "#%02x%02x%02x" % tuple(table[0]) == on[0].lower() and "#%02x%02x%02x" % tuple(table[255]) == on[-1].lower()
+    remap = svg_mod.contrast_map()
+    assert remap[0] == 0 and remap[255] == 255 and remap[64] == round((64 / 255) ** 0.5 * 255)
 
 
 def test_the_output_bundle_carries_the_last_picture(tiny):
@@ -249,8 +248,19 @@ def test_the_notebook_package_imports_no_streamlit_and_no_jupyter_until_show():
         for node in ast.walk(ast.parse(f.read_text())):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            assert not [n for n in names if n.startswith(("streamlit", "mha_viz.app"))], f"{f.name} imports {names}"
+            # mha_viz.app.names is the app's one spelling of head and layer names, and imports no streamlit.
+            bad = [n for n in names if n.startswith(("streamlit", "mha_viz.app")) and n != "mha_viz.app.names"]
+            assert not bad, f"{f.name} imports {bad}"
     code = ("import sys, mha_viz, mha_viz.notebook.payload; "
             "print(sorted(m for m in ('anywidget', 'ipywidgets', 'streamlit') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_show_without_anywidget_says_how_to_install_it():
+    code = ("import sys; sys.modules['anywidget'] = None\n"
+            "import mha_viz\n"
+            "try:\n    mha_viz.show('tiny', 'one , two .', display=False)\n"
+            "except ImportError as err:\n    print(err)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert "pip install 'mha-viz[notebook]'" in out.stdout

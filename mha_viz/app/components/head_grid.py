@@ -16,8 +16,6 @@ import pyarrow as pa
 import streamlit as st
 import torch
 
-from mha_viz import plotting
-from mha_viz.app.names import grid_names
 from mha_viz.contract import Head
 from mha_viz.notebook.payload import DEFLATE_LEVEL, deflate, encode, grid_data  # noqa: F401  (encode: re-exported)
 
