@@ -169,7 +169,8 @@ def toggled(name: str, off: bool, effect_label: str) -> tuple[str, list]:
     js = f"""([name, off, label]) => {{
         const titles = ({TITLES})();
         const has = titles.includes(name + ' (off)');
-        const panel = [...document.querySelectorAll('[data-testid="stMetricLabel"]')].some(e => e.innerText.includes(label));
+        const panel = [...document.querySelectorAll('[data-testid="stMetricLabel"]')]
+          .some(e => e.innerText.includes(label));
         return off ? (has && panel) : (!has && titles.includes(name) && !panel);
     }}"""
     return js, [name, off, effect_label]

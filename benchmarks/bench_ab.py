@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import argparse
 
-from _common import load_avg, machine, median, table
-
 import _app as A
+from _common import load_avg, machine, median, table
 from bench_bertviz import OurApp, export, sized_sentence
 
 

@@ -24,12 +24,10 @@ import http.server
 import subprocess
 import threading
 import time
-
 from pathlib import Path
 
-from _common import OUT, REPO, load_avg, machine, median, table, text_of_tokens
-
 import _app as A
+from _common import OUT, REPO, load_avg, machine, median, table, text_of_tokens
 
 NPM = OUT / "npm"
 PACKAGES = {"d3@5.7.0": "d3-5.7.0/package/dist/d3.min.js", "jquery@2.1.0": "jquery-2.1.0/package/dist/jquery.min.js",
@@ -273,7 +271,9 @@ def main() -> None:
     ref = copy.deepcopy(model._model)
     ref.set_attn_implementation("eager")  # BertViz gets transformers' own attentions, none of our hooks
     times: dict[tuple, list[float]] = {}
-    add = lambda n, who, step, secs: times.setdefault((n, who, step), []).append(secs)
+    def add(n, who, step, secs):
+        return times.setdefault((n, who, step), []).append(secs)
+
     apps: list[OurApp] = []
     try:
         with A.chromium() as browser:

@@ -19,9 +19,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from _common import load_avg, machine, median, table
-
 import _app as A
+from _common import load_avg, machine, median, table
 from bench_bertviz import export
 
 N_HEADS = {"minilm": 12, "smollm2": 9}
@@ -64,7 +63,9 @@ def all_layers_with(word: str) -> tuple[str, list]:
 def exercise(pg: A.Page, name: str, reps: int, results: dict, markers: list[str], long_texts=None) -> None:
     """Steps (b)-(e) on an open page with `name` selected; appends (seconds, bytes) to results[(name, step)]."""
     n = N_HEADS[name]
-    add = lambda step, r: results.setdefault((name, step), []).append((*r, pg.last_server))
+    def add(step, r):
+        return results.setdefault((name, step), []).append((*r, pg.last_server))
+
     # warm: one uncached run outside the timings
     js, arg = A.drawn_with("pocket", n)
     pg.timed(lambda: A.type_sentence(pg.page, A.sentence("pocket")), js, arg)
@@ -140,9 +141,9 @@ def report(results: dict, title: str) -> str:
 
 def sized_texts(name: str, n_tokens: int):
     """marker word -> a text of about n_tokens tokens of model `name` that contains it."""
-    from bench_bertviz import sized_sentence
-
     from mha_viz import load_model
+
+    from bench_bertviz import sized_sentence
 
     model = load_model(name)
     return lambda word: sized_sentence(model, word, n_tokens)

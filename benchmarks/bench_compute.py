@@ -16,9 +16,9 @@ import argparse
 import copy
 import time
 
-from _common import machine, median, table, text_of_tokens, verdict, load_avg
-
 import torch
+
+from _common import load_avg, machine, median, table, text_of_tokens, verdict
 
 TARGET = 1.25
 LENGTHS = (16, 64, 128)
@@ -58,7 +58,9 @@ def bench_model(name: str, pairs: int, threads: list[int], profile: bool = False
     else:
         twin = model
     ref = reference(twin)
-    count = lambda s: len(twin._encode(s)[0]["input_ids"][0])
+    def count(s):
+        return len(twin._encode(s)[0]["input_ids"][0])
+
     ablate = {(model.n_layers // 2, 1)}
     rows = []
     for target, nthreads in [(t, th) for th in threads for t in LENGTHS]:

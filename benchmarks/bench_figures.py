@@ -24,9 +24,6 @@ import argparse
 import hashlib
 import time
 
-from _common import WORDS, machine, median, table, verdict
-
-
 import numpy as np
 import plotly.graph_objects as go
 import plotly.io
@@ -34,6 +31,8 @@ import plotly.tools
 import torch
 
 from mha_viz import plotting
+
+from _common import WORDS, machine, median, table, verdict
 
 TARGET_BYTES = 1_000_000
 SHAPES = {72: (6, 12), 270: (30, 9)}

@@ -10,7 +10,8 @@ time budget, a Streamlit exception on the page or a JavaScript error counts as a
 apart (people do not click at the same millisecond), spread over a few Chromium processes. Tabs are grouped
 PAGES_PER_CONTEXT to a browser context: a context is one visitor's cookie jar (so one nginx pin) and one HTTP and
 code cache, which spares these two cores compiling Streamlit's frontend 30 times; every tab is still its own
-Streamlit session, so tabs sharing a process and a cookie are the hardest case for "nothing mixed". nginx's access log shows whether every request reached the process its cookie names.
+Streamlit session, so tabs sharing a process and a cookie are the hardest case for "nothing mixed". nginx's access
+log shows whether every request reached the process its cookie names.
 
     python benchmarks/bench_load.py                      # 30 sessions, 1 process then 2, <= 180 s each
     python benchmarks/bench_load.py --sessions 6 --procs 1,2 --budget 90
@@ -33,8 +34,9 @@ from _common import OUT, REPO, load_avg, machine, table
 
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 sys.path.insert(0, str(REPO / "deploy"))
-import harness  # noqa: E402  (the one browser harness: Chromium path and flags, idle check)
 import serve  # noqa: E402  (deploy/serve.py: what `make serve` runs)
+
+import harness  # noqa: E402  (the one browser harness: Chromium path and flags, idle check)
 
 # 30 one-token words (MiniLM's WordPiece), none inside another nor inside the sentence around it.
 WORDS = MARKERS + ("bottle", "candle", "rabbit", "pencil", "tiger", "ocean", "castle", "hammer", "jacket", "ladder",
@@ -360,7 +362,8 @@ def main() -> None:
         print()
     print(table(["app procs", "sessions done", "toggles", "toggle p50 s", "toggle p95 s", "p50 speed-up vs 1st",
                  "type p50/p95 s", "open p50/p95 s", "errors", "mixed", "misrouted/with cookie",
-                 "sessions per process", "CPU s apps / browsers / machine", "app CPU ms per step", "wall s", "load avg before -> after"], rows))
+                 "sessions per process", "CPU s apps / browsers / machine", "app CPU ms per step", "wall s",
+                 "load avg before -> after"], rows))
 
 
 if __name__ == "__main__":

@@ -14,10 +14,10 @@ import argparse
 import subprocess
 import sys
 
-from _common import REPO, load_avg, machine, table
+import bench_browser as B
 
 import _app as A
-import bench_browser as B
+from _common import REPO, load_avg, machine, table
 
 TARGET_GB = {"minilm": 1.0, "smollm2": 2.5}
 BARE = """

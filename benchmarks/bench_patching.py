@@ -17,8 +17,14 @@ import torch
 
 from mha_viz import load_model
 from mha_viz.analysis.importance import head_importance
-from mha_viz.analysis.patching import (Metric, attribution_patching, direct_effects, patching_map, rank_correlation,
-                                       top_heads)
+from mha_viz.analysis.patching import (
+    Metric,
+    attribution_patching,
+    direct_effects,
+    patching_map,
+    rank_correlation,
+    top_heads,
+)
 
 TEXT = "When Mary and John went to the store, John gave a drink to"
 SOURCE = "When Mary and John went to the store, Mary gave a drink to"

@@ -47,7 +47,8 @@ class ServerError(RuntimeError):
 class Server:
     """The app in `repo` (default: this checkout) as `make run` starts it (`python app.py`: the default model loads
     while the server starts; `launcher` ("-m", "streamlit", "run", "app.py") starts it the old way, for a checkout
-    from before app.py could launch itself), on a free loopback port, its output in `log_path`. `t_spawn` / `t_healthy` are monotonic times for cold-start
+    from before app.py could launch itself), on a free loopback port, its output in `log_path`. `t_spawn` /
+    `t_healthy` are monotonic times for cold-start
     figures. Raises ServerError, with the log's tail, if it exits or does not answer /_stcore/health in time."""
 
     def __init__(self, log_path: Path, extra_env: dict | None = None, timeout_s: float = HEALTH_TIMEOUT_S,

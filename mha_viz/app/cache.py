@@ -15,8 +15,14 @@ from collections import OrderedDict
 import streamlit as st
 import torch
 
-from mha_viz.analysis.patching import (DirectEffects, Metric, PatchingMap, attribution_patching, direct_effects,
-                                       patching_map)
+from mha_viz.analysis.patching import (
+    DirectEffects,
+    Metric,
+    PatchingMap,
+    attribution_patching,
+    direct_effects,
+    patching_map,
+)
 from mha_viz.contract import AttentionRun, Head, InputError, Model, TrainingEvidence, UnavailableError
 from mha_viz.models import load_model
 from mha_viz.settings import settings

@@ -131,10 +131,11 @@ def test_the_estimate_is_the_attention_the_run_holds():
 def test_the_page_refuses_a_run_over_the_budget_with_what_to_do(monkeypatch):
     """Through the page: a text whose attention alone exceeds MHA_VIZ_RUN_CACHE_MB is refused before its
     forward pass, with the page's warning (a shorter text), not an exception; a short text still runs."""
-    from helpers import APP
     from streamlit.testing.v1 import AppTest
 
     import mha_viz.app.cache as cache
+
+    from helpers import APP
 
     monkeypatch.setenv("MHA_VIZ_RUN_CACHE_MB", "1")
     cache.runs.cache_clear()

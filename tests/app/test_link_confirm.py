@@ -11,12 +11,13 @@ import json
 import shutil
 
 import pytest
-from helpers import open_link
 from markdown_it import MarkdownIt
-from page_steps import layer_of
 from streamlit.testing.v1 import AppTest
 
 from mha_viz.models.hf.policy import estimate_params
+
+from helpers import open_link
+from page_steps import layer_of
 
 
 @pytest.fixture

@@ -5,10 +5,11 @@ tests/unit/test_serve_config.py."""
 from __future__ import annotations
 
 import pytest
-from helpers import APP
 from streamlit.testing.v1 import AppTest
 
 from mha_viz.settings import Settings, SettingsError
+
+from helpers import APP
 
 # (variable, bad value): non-numbers, negatives, zero where not allowed, 1e400, an unusable cache path, an unknown
 # boolean. Each must be named with its value and an example `VAR=value`.

@@ -10,10 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import open_link
 from markdown_it import MarkdownIt
-from page_steps import layer_of
 from streamlit.testing.v1 import AppTest
+
+from helpers import open_link
+from page_steps import layer_of
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 N_LAYERS, N_HEADS = 6, 12  # all-MiniLM-L6-v2, the default model

@@ -14,6 +14,7 @@ import time
 from collections import defaultdict
 
 import pytest
+
 from harness import GRID_DRAWN, IDLE, REPO, grid_switch, page_problems
 
 sys.path.insert(0, str(REPO / "deploy"))

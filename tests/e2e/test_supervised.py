@@ -17,6 +17,7 @@ import sys
 import time
 
 import pytest
+
 from harness import GRID_DRAWN, IDLE, REPO, grid_switch, page_problems
 
 sys.path.insert(0, str(REPO / "deploy"))

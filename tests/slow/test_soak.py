@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
 from mha_viz import InputError
+
 from helpers import _rss_mb, assert_valid, loaded
 
 
