@@ -684,6 +684,9 @@ def census_maps_side_by_side(maps: list[torch.Tensor], titles: list[str], zmax: 
         layout["annotations"].append(dict(text=f"<b>{html.escape(title, quote=False)}</b>", x=x0 + w / 2, y=1.0,
                                           xref="paper", yref="paper", xanchor="center", yanchor="bottom",
                                           showarrow=False, font=dict(size=11)))
+    return go.Figure(data=data, layout=layout, _validate=False)
+
+
 # -- circuits in the weights (analysis/circuits.py) ----------------------------------------------------------------
 COMPOSITION_TITLES = {"q": "Q-composition", "k": "K-composition", "v": "V-composition"}
 # Spelled out, as ATTN_SCALE: the fast path hands a name straight to plotly.js, whose named scales can run the other
