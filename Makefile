@@ -55,7 +55,7 @@ serve: setup setup-nginx
 lint: setup-test
 	$(VENV)/bin/ruff check .
 
-test: setup-test setup-browser setup-nginx lint
+test: setup-test lint setup-browser setup-nginx
 	$(PY) -m pytest -q tests --durations=15
 
 # Everything but the real browser and the soak: the quick loop while coding.
