@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
+import runpy
 import sys
 from pathlib import Path
 
@@ -46,8 +46,15 @@ def streamlit_argv(port: int, host: str | None, rest: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["serve"]:
-        # deploy/serve.py parses its own options (and says what it accepts); this only finds and starts it.
-        return subprocess.call([sys.executable, str(serve_script()), *argv[1:]])
+        # deploy/serve.py parses its own options (and says what it accepts); this only finds it and runs it here,
+        # as its own command line would (no shell, no second interpreter).
+        script = str(serve_script())
+        sys.argv = [script, *argv[1:]]
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except SystemExit as done:
+            return int(done.code or 0) if not isinstance(done.code, str) else 1
+        return 0
     parser = argparse.ArgumentParser(prog="mha-viz", usage=USAGE, description="See every attention head of a "
                                      "transformer as its own heatmap. Options not listed go to streamlit.")
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", 8501)),

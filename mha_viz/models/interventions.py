@@ -89,7 +89,7 @@ class HeadEdit:
     def __init__(self, keep: torch.Tensor | None = None, replace: torch.Tensor | None = None,
                  capture: bool = False, grad: bool = False, inspect: Iterable[int] = (), values: bool = False,
                  inputs: bool = False, final: bool = False, states: bool = False, start: int = 0,
-                 prefix=None, logits_at: list[int] | None = None):
+                 prefix=None, logits_at: list[int] | None = None, stop_after: int | None = None):
         if replace is not None and keep is None:
             raise ValueError("replace needs a keep mask saying which heads take it (0 = replace)")
         if keep is not None and keep.ndim != 3:
@@ -100,6 +100,7 @@ class HeadEdit:
         self.keep, self.replace, self.capture, self.grad = keep, replace, capture, grad
         self.inspect, self.want_values, self.want_inputs, self.want_final = frozenset(inspect), values, inputs, final
         self.want_states, self.start, self.prefix, self.logits_at = states, start, prefix, logits_at
+        self.stop_after = stop_after  # nothing after this block is needed: an adapter may end the forward there
         if start and prefix is None:
             raise ValueError("start > 0 needs the prefix: the unedited run's block output at layer start - 1")
         self.states: dict[int, object] = {}  # layer -> that block's output, as the block returned it
@@ -160,9 +161,12 @@ class HeadEdit:
         return _repeat_batch(self.prefix, batch)
 
     def block_done(self, layer: int, out) -> None:
-        """A block's output (B, T, D), or the block's own return value, for a later run to resume from."""
+        """A block's output (B, T, D), or the block's own return value, for a later run to resume from. Ends
+        the forward (raises Stopped, which the engine catches) after block `stop_after`."""
         if self.want_states:
             self.states[layer] = out
+        if self.stop_after is not None and layer >= self.stop_after:
+            raise Stopped
 
     def finished(self, residual: torch.Tensor, normed: torch.Tensor) -> None:
         """The final norm's input (B, T, D) and output (B, T, D), for direct effects."""
@@ -172,6 +176,10 @@ class HeadEdit:
     def stacked(self) -> torch.Tensor:
         """The captured outputs of batch row 0 -> (L, H, T, dh), float32 on the CPU."""
         return torch.stack([z[0] for z in self.outputs]).detach().float().cpu()  # (L, H, T, dh)
+
+
+class Stopped(Exception):
+    """Raised through a forward by `HeadEdit.block_done` once the block the call needs has run."""
 
 
 def _repeat_batch(out, batch: int):
@@ -451,9 +459,12 @@ class EditableModel(Model):
                 "cannot be computed for this architecture."
             )
         enc, ids, edit, ablate, _, _ = self._edit_for(text, ablate, ablation, reference, capture=True,
-                                                      inspect={layer}, inputs=True)
+                                                      inspect={layer}, inputs=True, stop_after=layer)
         with torch.no_grad():
-            self.forward(ids, edit)
+            try:
+                self.forward(ids, edit)
+            except Stopped:  # the layers after this one change nothing it shows
+                pass
         seen = edit.seen.get(layer)
         if seen is None or layer not in edit.inputs:
             raise UnavailableError(f"{self.info.title}: layer {layer}'s attention did not report its queries and "

@@ -181,20 +181,30 @@ def test_a_bad_layer_or_head_is_an_input_error(models):
 
 
 def test_a_model_without_the_capability_says_so():
-    class Bare(Model):
+    """An adapter that implements only the engine's minimum and cannot name its output projection: opening a head
+    and the per-head weights say they are unavailable, with the reason, instead of failing deep in the maths."""
+    from mha_viz.models.interventions import EditableModel
+
+    class Bare(EditableModel):
         info = ModelInfo(name="bare", title="a bare model", kind="encoder", n_layers=1, n_heads=1, max_tokens=8)
 
-        def _run(self, text, ablate):
+        def encoding(self, text):
             raise NotImplementedError
 
-        def run_batch_keep(self, text, keep):
+        def forward(self, ids, edit, attentions=False):
+            raise NotImplementedError
+
+        def token_id(self, piece):
             raise NotImplementedError
 
         def decode(self, token_id):
             return ""
 
-    with pytest.raises(UnavailableError, match="not available for this architecture"):
+    with pytest.raises(UnavailableError, match="cannot be computed for this architecture"):
         Bare().inside("some text", 0, 0)
+    with pytest.raises(UnavailableError, match="could not be identified"):
+        Bare().head_weights(0)
+    assert Bare().readout("some text") is None and Bare().norm_inputs("some text") is None
 
 
 def test_an_architecture_whose_output_projection_is_missing_says_so(models, monkeypatch):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import sys
+import types
 from typing import Callable, Iterator
 
 import torch
@@ -126,23 +127,24 @@ def watch_final_norm(norm: torch.nn.Module) -> None:
 def make_resumable(blocks: list[torch.nn.Module]) -> None:
     """Let a call's edit skip the first blocks (`HeadEdit.start`): each block's forward, wrapped once when the model
     loads, returns the unedited run's state instead of computing while its layer is before `start`, and reports
-    its output to the edit (`HeadEdit.states`). Outside an edited call, or at a layer that runs, the block's own
-    forward runs unchanged; the wrapper reads only the calling context, so it holds no session's state."""
+    what enters and leaves it to the edit. Outside an edited call, or at a layer that runs, the block's own forward
+    runs unchanged; the wrapper reads only the calling context, so it holds no session's state. It is bound to the
+    block (a method, not a closure over it), so a deep copy of the model wraps its own blocks, not these."""
     for layer, block in enumerate(blocks):
-        block.forward = _resumable(block.forward, layer)
+        block._mha_viz_layer = layer
+        block.forward = types.MethodType(_resumable_forward, block)
 
 
-def _resumable(forward: Callable, layer: int) -> Callable:
-    def wrapped(*args, **kwargs):
-        call = _CALL.get()
-        if call is None:
-            return forward(*args, **kwargs)
-        edit = call[1]
-        if edit.skips(layer):
-            hidden = args[0] if args else kwargs.get("hidden_states")
-            return edit.resumed(hidden.shape[0])  # the unedited run's output of layer start - 1, over the batch
-        out = forward(*args, **kwargs)
-        edit.block_done(layer, out)
-        return out
-
-    return wrapped
+def _resumable_forward(block: torch.nn.Module, *args, **kwargs):
+    forward = type(block).forward
+    call = _CALL.get()
+    if call is None:
+        return forward(block, *args, **kwargs)
+    edit, layer = call[1], block._mha_viz_layer
+    hidden = args[0] if args else kwargs.get("hidden_states")
+    if edit.skips(layer):
+        return edit.resumed(hidden.shape[0])  # the unedited run's output of layer start - 1, over the batch
+    edit.entering(layer, hidden)  # (B, T, D): the residual stream entering this block
+    out = forward(block, *args, **kwargs)
+    edit.block_done(layer, out)
+    return out

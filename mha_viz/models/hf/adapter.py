@@ -138,7 +138,7 @@ class HFModel(EditableModel):
             inputs["logits_to_keep"] = torch.tensor(edit.logits_at, device=self._device)
         with editing(self._layers, edit):
             out = self._model(**inputs, output_attentions=attentions, output_hidden_states=True)
-        if edit.want_inputs:  # the residual stream entering each layer: transformers' hidden_states[l]
+        if edit.want_inputs and not self.can_resume:  # no block wrappers: transformers' hidden_states[l]
             for layer in range(self.n_layers):
                 edit.entering(layer, out.hidden_states[layer])
         hidden = getattr(out, "last_hidden_state", None)
