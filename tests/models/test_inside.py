@@ -208,11 +208,11 @@ def test_a_model_without_the_capability_says_so():
 
 
 def test_an_architecture_whose_output_projection_is_missing_says_so(models, monkeypatch):
-    from mha_viz.models.hf import adapter
 
-    monkeypatch.setattr(adapter, "_find_out_layer", lambda model, attention: None)
+    model = models("bert")
+    monkeypatch.setattr(model, "_out_layers", [None] * model.n_layers)  # as if none was found when it loaded
     with pytest.raises(UnavailableError, match="was not found"):
-        models("bert").inside(TEXT, 0, 0)
+        model.inside(TEXT, 0, 0)
 
 
 def _projection_input(kind: str, model, layer: int, resid: torch.Tensor) -> torch.Tensor:

@@ -225,7 +225,7 @@ def test_custom_models_patch_mean_ablate_and_add_up(custom, arch):
     ref = HookedReference(model)
     text, source = "the cat sat on the mat", "the dog sat on the mat"
     src_heads, _ = ref.forward(source)
-    means = torch.cat([ref.forward(t)[0] for t in REFERENCE], dim=2).mean(dim=2)  # (L, H, dh)
+    means = reference_means(ref, model, REFERENCE)  # (L, H, dh): ordinary tokens, texts weighted equally
     _, expected = ref.forward(text, {(1, 2): src_heads[1, 2], (0, 3): means[0, 3]})
     run = model.run(text, patch={(1, 2)}, source=source, ablate={(0, 3)}, ablation="mean", reference=REFERENCE)
     assert torch.allclose(run.logits, expected, atol=1e-4)
