@@ -35,12 +35,14 @@ def _open(page, url: str, model: str, text: str, view: str, layer: int = 0) -> N
 
 
 def _click_token(page, token: str) -> None:
-    pill = page.locator('[data-testid="stButtonGroup"] button').filter(has_text=re.compile(f"^{re.escape(token)}$"))
+    # A repeated token's pill carries its position as subscript digits ("the₃").
+    pill = page.locator('[data-testid="stButtonGroup"] button').filter(
+        has_text=re.compile(f"^{re.escape(token)}[₀-₉]*$"))
     pill.first.click()
 
 
 def _switch_view(page, view: str) -> None:
-    page.locator('[data-testid="stRadio"] label').filter(has_text=re.compile(f"^{re.escape(view)}$")).click()
+    page.locator(f'nav[aria-label=Views] button[data-view="{view}"]').click()
 
 
 def _wait_title(page, fragment: str, what: str) -> None:

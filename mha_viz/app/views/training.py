@@ -13,7 +13,7 @@ import streamlit as st
 
 from mha_viz import checkpoints, plotting
 from mha_viz.app.cache import checkpoint_run, tiny_evidence
-from mha_viz.app.common import head_name, md_safe
+from mha_viz.app.common import chart_config, head_name, md_safe
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import InputError, ModelLoadError
 
@@ -109,7 +109,7 @@ def _heads(text: str, step: int, layer: int, key: str, where=None) -> None:
         fig = plotting.heads_row_figure(run.attentions[layer, heads[0]:heads[-1] + 1], run.tokens,
                                         [f"{head_name((layer, h))} · step {step}" for h in heads],
                                         [False] * len(heads), columns=PER_ROW, height=330)
-        where.plotly_chart(fig, width="stretch", key=f"{key}|{step}|{layer}|{start}", config={"displaylogo": False})
+        where.plotly_chart(fig, width="stretch", key=f"{key}|{step}|{layer}|{start}", config=chart_config())
 
 
 def _draw(text, step, layer, steps, evidence, log, heads, chart, table, key: str) -> None:
@@ -122,7 +122,7 @@ def _draw(text, step, layer, steps, evidence, log, heads, chart, table, key: str
     baselines = {PANELS[r]: evidence["per_step"][0]["baselines"][r] for r in PANELS}
     fig = plotting.timeline_figure(log.get("steps", []), log.get("loss", []), evidence["steps"], scores, baselines,
                                    layer, step, height=560)
-    chart.plotly_chart(fig, width="stretch", key=f"timeline|{key}|{layer}", config={"displaylogo": False})
+    chart.plotly_chart(fig, width="stretch", key=f"timeline|{key}|{layer}", config=chart_config())
     row = next((s for s in evidence["per_step"] if s["step"] == step), None)
     if row is None:
         table.caption(f"Step {step} was not measured: run `make probe` again.")
