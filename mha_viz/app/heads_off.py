@@ -11,12 +11,12 @@ from mha_viz.app.context import ViewContext
 from mha_viz.app.names import head_name
 from mha_viz.app.text import chip
 
-SUMMARY_PX = 72  # the summary's reserved height: the same with no head off, one, or many
+SUMMARY_PX = 92  # the summary's reserved height: the same with no head off, one, or many
 
 
 def summary(ctx: ViewContext, first=None) -> None:
     """`first()` draws a line before it (the token count) in the same reserved box."""
-    with st.container(height=SUMMARY_PX, border=False, gap="small"):
+    with st.container(height=SUMMARY_PX, border=False, gap="xsmall"):
         if first is not None:
             first()
         if not ctx.heads_off:

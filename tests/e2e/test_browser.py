@@ -169,7 +169,8 @@ def test_toggle_head_off_shows_effect(browser, streamlit_url, page, artifacts):
     # The new sentence survives the rerun the toggle caused.
     assert all(w in page.evaluate(GRID_TOKENS) for w in NEW_WORDS)
 
-    # 4. Screenshots: the full page for the record, and one viewport for the README.
+    # 4. Screenshots: the full page for the record, and one viewport for the README (the first-visit hint put away).
+    page.locator(".mhn-hint button").click()
     _settle(page)
     full = artifacts / "page-L0H0-off-full.png"
     _full_page_screenshot(page, full)

@@ -84,7 +84,7 @@ def test_clicking_a_token_moves_both_views(browser, streamlit_url, page):
 
 SHOTS = {  # model: (text, token to click, layer)
     "minilm": ("The keys to the old cabinet are on the table, so Anna gave the keys to Ben.", "keys", 2),
-    "smollm2": ("Alice put the book on the shelf, and later Alice took the", " took", 3),
+    "smollm2": ("Alice put the book on the shelf, and later Alice took the", "␣took", 3),  # the token " took"
     "tiny": ("the keys to the cabinet are on the table .", "are", 1),
 }
 
@@ -93,7 +93,7 @@ SHOTS = {  # model: (text, token to click, layer)
 def test_both_views_draw_for_each_model(browser, streamlit_url, page, artifacts, model):
     text, token, layer = SHOTS[model]
     _open(page, streamlit_url, model, text, "Inside a head", layer)
-    _click_token(page, token.strip())
+    _click_token(page, token)
     _wait_title(page, f"query {token}", f"Inside a head on {token!r} for {model}")
     _shot(page, artifacts, f"inside-{model}-head.png", "Inside a head", height=1900)  # steps and how heads combine
     _switch_view(page, "Follow a token")
@@ -106,6 +106,7 @@ def _shot(page, artifacts, name: str, heading: str, height: int = 1000) -> None:
     size = page.viewport_size
     page.set_viewport_size({"width": size["width"], "height": height})
     _wait_idle(page)
+    page.evaluate("() => document.querySelector('.mhn-hint')?.remove()")  # the first-visit hint, not the view
     page.evaluate("""(h) => [...document.querySelectorAll('h3')].find(e => e.textContent.startsWith(h))
         .scrollIntoView({block: 'start'})""", heading)
     _settle(page)

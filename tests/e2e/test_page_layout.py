@@ -188,3 +188,21 @@ def test_contrast_and_line_drawing_redraw_in_the_browser(browser, streamlit_url)
         assert not page.js_errors, page.js_errors
     finally:
         context.close()
+
+
+def test_first_visit_hint_is_dismissed_for_good(browser, streamlit_url):
+    context, page = _open(browser, streamlit_url, 1000, 800)
+    try:
+        hint = page.locator(".mhn-hint")
+        assert hint.count() == 1 and len(hint.locator("li").all()) == 3
+        # It covers no heatmap and no control of the main column.
+        box, main = hint.bounding_box(), page.locator('[data-testid="stMain"]').bounding_box()
+        assert box["x"] + box["width"] <= main["x"], (box, main)
+        hint.get_by_role("button", name="Got it").click()
+        assert page.locator(".mhn-hint").count() == 0
+        page.reload()
+        _wait(page, f"() => ({GRID_DRAWN})() === {N_HEADS}", "the grid after a reload")
+        _wait_idle(page)
+        assert page.locator(".mhn-hint").count() == 0, "a dismissed hint stays dismissed in this browser"
+    finally:
+        context.close()
