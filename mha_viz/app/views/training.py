@@ -102,6 +102,9 @@ def _heads(text: str, step: int, layer: int, key: str, where=None) -> None:
     except (InputError, ModelLoadError) as err:
         where.warning(md_safe(str(err)))
         return
+    if run.truncated:  # said here: this view runs the tiny model whatever the page's model reads
+        where.caption(f"The tiny model reads at most {len(run.tokens)} tokens: the last {run.truncated} of this text "
+                      "are not shown here.")
     n_heads = run.attentions.shape[1]
     # Two heads per row: the heads share the page with the timeline, and four in a row would be too small to read.
     for start in range(0, n_heads, PER_ROW):
