@@ -7,9 +7,9 @@ import json
 
 import numpy as np
 import pytest
+from helpers import APP, heatmap_z
 from streamlit.testing.v1 import AppTest
 
-from helpers import APP, heatmap_z
 from mha_viz import checkpoints, load_model
 from mha_viz.models.tiny.probes import load_evidence
 
