@@ -14,6 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
+
 def _scale(colors: list[str]) -> list[list]:
     return [[i / (len(colors) - 1), c] for i, c in enumerate(colors)]
 
@@ -44,9 +45,20 @@ def visible_text(token: str) -> str:
     return "".join(_VISIBLE.get(ch) or (ch if ch.isprintable() else f"\\x{ord(ch):02x}") for ch in token)
 
 
-def safe_label(token: str) -> str:
-    """A token as plain text inside plotly's HTML-ish labels: escaped, control characters made visible."""
+def token_text(token: str) -> str:
+    """The one way a token is written on the page and in every figure: control characters made visible (a
+    newline is ↵) and a leading space, which is part of the token (" She" is not "She"), as ␣; a token of spaces
+    only as ␣s."""
     text = visible_text(token)
+    if text.startswith(" ") or not text.strip():
+        stripped = text.lstrip(" ")
+        text = "␣" * (len(text) - len(stripped)) + stripped if stripped else text.replace(" ", "␣")
+    return text
+
+
+def safe_label(token: str) -> str:
+    """A token as plain text inside plotly's HTML-ish labels: escaped, written as `token_text` does."""
+    text = token_text(token)
     if len(text) > 24:
         text = text[:23] + "…"
     return html.escape(text, quote=False) or "∅"
@@ -112,11 +124,13 @@ def heads_row_figure(
     zmax: float | None = None,
     columns: int | None = None,
     height: int = 300,
+    colorbar: bool = False,
 ) -> go.Figure:
     """Several heads side by side in ONE figure (one subplot each), so a layer is a few plotly charts, not one
     per head: measured in headless Chromium, 12 heads draw in ~0.1 s as subplots vs ~0.9 s as 12 charts.
     Keys on each subplot's x axis (top), queries on the y axis (labelled on the first subplot of the row).
     `columns` (default N) fixes the subplot width, so a short last row lines up with the rows above it.
+    `colorbar` draws one colour bar for the row: meaningful when `zmax` puts every head on one scale.
     """
     z_all = _as_np(patterns)  # (N, Q, K)
     if z_all.ndim != 3:
@@ -142,7 +156,8 @@ def heads_row_figure(
         title = html.escape(titles[i] + (" (off)" if off[i] else ""), quote=False)
         data.append(dict(
             type="heatmap", z=z, x=labels, y=labels, zmin=0.0, zmax=top, xaxis=xa, yaxis=ya,
-            colorscale=OFF_SCALE if off[i] else ATTN_SCALE, showscale=False, name=title,
+            colorscale=OFF_SCALE if off[i] else ATTN_SCALE, name=title,
+            showscale=colorbar and i == n - 1, colorbar=dict(title=dict(text="weight", side="right"), thickness=10),
             hovertemplate=f"{title}<br>query: %{{y}}<br>key: %{{x}}<br>weight: %{{z:.3f}}<extra></extra>",
         ))
         x0 = i * (width + gap)
@@ -153,21 +168,24 @@ def heads_row_figure(
             **ticks)
         layout["yaxis" if i == 0 else f"yaxis{i + 1}"] = dict(
             domain=[0, 1], anchor=xa, autorange="reversed", tickfont=tick_font, showgrid=False,
-            showticklabels=i == 0, **ticks)
+            showticklabels=i == 0, title=dict(text="query ↓" if i == 0 else "", font=dict(size=10)), **ticks)
         layout["annotations"].append(dict(
             text=f"<b>{title}</b>", x=x0 + width / 2, y=1, xref="paper", yref="paper", yanchor="bottom",
             yshift=label_room, showarrow=False, font=dict(size=12, color="#777" if off[i] else "#222")))
     return go.Figure(data=data, layout=layout, _validate=False)
 
 
-def diff_figure(diff: torch.Tensor, tokens: list[str], title: str, size: int = 320) -> go.Figure:
-    """A signed difference of two patterns on a symmetric red-blue scale."""
+def diff_figure(diff: torch.Tensor, tokens: list[str], title: str, size: int = 320,
+                bound: float | None = None) -> go.Figure:
+    """A signed difference of two patterns on a symmetric red-blue scale: ±`bound` (default its own largest
+    change; pass one bound to several figures to put them on one scale)."""
     z = _as_np(diff)  # (Q, K)
-    bound = max(float(np.nanmax(np.abs(z))) if z.size else 0.0, 1e-6)
+    bound = max(float(bound) if bound else (float(np.nanmax(np.abs(z))) if z.size else 0.0), 1e-6)
     labels = axis_labels(tokens)
     trace = dict(
         type="heatmap", z=z, x=labels, y=labels, zmin=-bound, zmax=bound, colorscale=DIFF_SCALE, zmid=0.0,
         hovertemplate="query: %{y}<br>key: %{x}<br>change: %{z:+.3f}<extra></extra>",
+        colorbar=dict(title=dict(text="change", side="right"), thickness=10),
     )
     return _fast_figure(trace, _square_layout(title, size, labels))
 
@@ -190,9 +208,10 @@ def _square_layout(title: str, size: int, labels: list[str]) -> dict:
                    y=1, yref="container", yanchor="top", pad=dict(t=6)),
         height=size + top, margin=dict(l=4, r=4, t=top, b=4),
         xaxis=dict(side="top", tickangle=-90, tickfont=tick_font, showgrid=False, automargin=True,
-                   constrain="domain", **ticks),
+                   constrain="domain", title=dict(text="key →", font=dict(size=10), standoff=4), **ticks),
         yaxis=dict(autorange="reversed", tickfont=tick_font, showgrid=False, automargin=True,
-                   scaleanchor="x", constrain="domain", **ticks),
+                   scaleanchor="x", constrain="domain", title=dict(text="query ↓", font=dict(size=10), standoff=4),
+                   **ticks),
         font=_FONT,
     )
 
@@ -241,7 +260,8 @@ def tiled_figure(
     tile = min(MAX_TILE, tile_px)
     if max(grid.shape[-2:]) > tile:
         # Max-pooling keeps every strong weight visible when a tile has fewer pixels than tokens.
-        grid = torch.nn.functional.adaptive_max_pool2d(torch.as_tensor(grid).float().flatten(0, 1), tile)  # (R*C, Q', K')
+        grid = torch.nn.functional.adaptive_max_pool2d(
+            torch.as_tensor(grid).float().flatten(0, 1), tile)  # (R*C, Q', K')
         grid = grid.view(rows, cols, tile, tile)  # (R, C, Q', K')
     g = _as_np(grid)  # (R, C, Q, K)
     nq, nk = g.shape[2:]
@@ -303,14 +323,16 @@ def tiled_figure(
 
 
 def layer_head_map(values: torch.Tensor, title: str, colorbar_title: str, *, off=frozenset(), fmt: str = ".3f",
-                   colorscale: str = "Reds") -> go.Figure:
-    """A layers x heads map of one number per head (importance, pattern shift), ablated heads outlined."""
+                   colorscale: str = "Reds", zmax: float | None = None) -> go.Figure:
+    """A layers x heads map of one number per head (importance, pattern shift), ablated heads outlined. `zmax`
+    fixes the top of the colour scale (from 0); default: plotly's range over the values."""
     z = _as_np(values)  # (L, H)
     n_layers, n_heads = z.shape
     fig = go.Figure(
         go.Heatmap(
             z=z, x=[f"H{h}" for h in range(n_heads)], y=[f"L{layer}" for layer in range(n_layers)],
             colorscale=colorscale, colorbar=dict(title=dict(text=colorbar_title)),
+            **({"zmin": 0.0, "zmax": float(zmax)} if zmax else {}),
             hovertemplate="%{y} %{x}<br>" + colorbar_title + ": %{z:" + fmt + "}<extra></extra>",
         )
     )
@@ -325,21 +347,23 @@ def layer_head_map(values: torch.Tensor, title: str, colorbar_title: str, *, off
     return fig
 
 
-def predictions_figure(before: list[tuple[str, float]], after: list[tuple[str, float]], title: str) -> go.Figure:
-    """Top-k next tokens before and after ablation as grouped horizontal bars."""
+def predictions_figure(before: list[tuple[str, float]], after: list[tuple[str, float]], title: str,
+                       changed: str = "with heads off") -> go.Figure:
+    """Top-k next tokens before and after an intervention (`changed` names it) as grouped horizontal bars."""
     words = []
     for w, _ in before + after:
         if w not in words:
             words.append(w)
     b = dict(before)
     a = dict(after)
-    labels = [safe_label(w.replace(" ", "␣")) for w in words]  # a leading space is part of the token
+    labels = [safe_label(w) for w in words]  # a leading space is part of the token: ␣
     fig = go.Figure()
     fig.add_trace(go.Bar(y=labels, x=[b.get(w, 0.0) for w in words], name="all heads on", orientation="h",
                          marker_color="#4c72b0"))
-    fig.add_trace(go.Bar(y=labels, x=[a.get(w, 0.0) for w in words], name="with heads off", orientation="h",
+    fig.add_trace(go.Bar(y=labels, x=[a.get(w, 0.0) for w in words], name=changed, orientation="h",
                          marker_color="#c44e52"))
-    fig.update_layout(template="none", barmode="group", title=dict(text=html.escape(title, quote=False), font=dict(size=13)),
+    fig.update_layout(template="none", barmode="group",
+                      title=dict(text=html.escape(title, quote=False), font=dict(size=13)),
                       height=120 + 28 * len(words), margin=dict(l=90, r=10, t=40, b=30),
                       yaxis=dict(autorange="reversed"), xaxis=dict(title="probability", range=[0, 1]), font=_FONT,
                       legend=dict(orientation="h", y=-0.15))

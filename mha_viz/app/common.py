@@ -52,7 +52,7 @@ def where(model: Model, run: AttentionRun, position: int) -> str:
 
 
 def predictions_panel(model: Model, base: AttentionRun, run: AttentionRun, position: int, key: str,
-                      table: bool = False, chart: bool = True) -> None:
+                      table: bool = False, chart: bool = True, changed: str = "with heads off") -> None:
     """KL between the two runs' predictions at `position` and their top-5 side by side: a plotly chart, or
     (chart=False, the panel every toggle reruns) HTML bars, which need no plotly.js in the browser."""
     kl = analysis.next_token_kl(base.logits, run.logits, position)
@@ -61,20 +61,21 @@ def predictions_panel(model: Model, base: AttentionRun, run: AttentionRun, posit
     c1, c2, c3 = st.columns(3)
     c1.metric("KL(before ‖ after) of the prediction", f"{kl:.4f} nats")
     # As the bars and token strips label tokens: a space-only token reads ␣, a newline ↵ (not a quoted blank).
-    c2.metric("Top prediction before", visible(before[0][0].strip() or before[0][0], 24))
-    c3.metric("Top prediction after", visible(after[0][0].strip() or after[0][0], 24))
+    c2.metric("Top prediction before", visible(before[0][0], 24))
+    c3.metric("Top prediction after", visible(after[0][0], 24))
     if table:
-        st.table([{"rank": i + 1, "before": f"{w!r} ({p:.1%})", "after": f"{a!r} ({q:.1%})"}
+        st.table([{"rank": i + 1, "before": f"{visible(w, 24)} ({p:.1%})", "after": f"{visible(a, 24)} ({q:.1%})"}
                   for i, ((w, p), (a, q)) in enumerate(zip(before, after))])
     st.caption(f"Predictions at {label}.")
     if not chart:
-        st.markdown(prediction_bars(before, after), unsafe_allow_html=True)
+        st.markdown(prediction_bars(before, after, changed), unsafe_allow_html=True)
         return
-    st.plotly_chart(plotting.predictions_figure(before, after, "Top-5 predictions, before and after"),
-                    width="stretch", key=key)
+    st.plotly_chart(plotting.predictions_figure(before, after, "Top-5 predictions, before and after", changed),
+                    width="stretch", key=key, config=chart_config())
 
 
-def prediction_bars(before: list[tuple[str, float]], after: list[tuple[str, float]]) -> str:
+def prediction_bars(before: list[tuple[str, float]], after: list[tuple[str, float]],
+                    changed: str = "with heads off") -> str:
     """The top predictions before and after as two bars per token (every token of either top list), escaped
     HTML: what `plotting.predictions_figure` draws, without plotly."""
     import html
@@ -95,7 +96,8 @@ def prediction_bars(before: list[tuple[str, float]], after: list[tuple[str, floa
                     f"title='{label}: {b.get(w, 0.0):.2%} before, {a.get(w, 0.0):.2%} after'>"
                     f"<code>{label}</code><div>{bars}</div></div>")
     legend = ("<small><span style='color:#4c72b0'>■</span> all heads on &nbsp; "
-              "<span style='color:#c44e52'>■</span> with heads off &nbsp; (bars to scale of the largest shown, "
+              f"<span style='color:#c44e52'>■</span> {html.escape(changed)} &nbsp; "
+              "(bars to scale of the largest shown, "
               f"{top:.1%})</small>")
     return f"<div data-testid='prediction-bars'>{''.join(rows)}{legend}</div>"
 
@@ -211,3 +213,15 @@ def layer_picker(model: Model, model_name: str, layer: int, where=st) -> int:
     st.session_state[key] = layer
     return where.selectbox("Layer", range(model.n_layers), format_func=layer_name, key=key,
                            on_change=_layer_picked, args=(model_name,))
+
+
+# -- saving figures --------------------------------------------------------------------------------------------
+FIG_FORMAT = "fig_format"  # the sidebar's "Save figures as": what every plotly figure's camera button writes
+
+
+def chart_config() -> dict:
+    """Every plotly figure's config: no plotly logo, and the camera button (top right, on hover) saves the
+    figure as SVG (vector: paper-ready, text as text) or PNG at twice its size, as the sidebar says."""
+    fmt = st.session_state.get(FIG_FORMAT, "svg")
+    return {"displaylogo": False, "toImageButtonOptions": {"format": fmt, "scale": 2 if fmt == "png" else 1,
+                                                           "filename": "mha-viz-figure"}}

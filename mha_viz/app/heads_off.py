@@ -11,12 +11,12 @@ from mha_viz.app.context import ViewContext
 from mha_viz.app.names import head_name
 from mha_viz.app.text import chip
 
-SUMMARY_PX = 72  # the summary's reserved height: the same with no head off, one, or many
+SUMMARY_PX = 92  # the summary's reserved height: the same with no head off, one, or many
 
 
 def summary(ctx: ViewContext, first=None) -> None:
     """`first()` draws a line before it (the token count) in the same reserved box."""
-    with st.container(height=SUMMARY_PX, border=False, gap="small"):
+    with st.container(height=SUMMARY_PX, border=False, gap="xsmall"):
         if first is not None:
             first()
         if not ctx.heads_off:
@@ -29,14 +29,15 @@ def summary(ctx: ViewContext, first=None) -> None:
             kl = analysis.next_token_kl(base.logits, run.logits, position)
             before = top_predictions(model, base.logits[position], 1)[0][0]
             after = top_predictions(model, run.logits[position], 1)[0][0]
-            parts.append(f"KL {kl:.4f} nats · top prediction `{md_safe(visible(before, 16))}` → "
-                         f"`{md_safe(visible(after, 16))}`")
+            parts.append(f"KL {kl:.4f} nats · top prediction “{md_safe(visible(before, 16))}” → "
+                         f"“{md_safe(visible(after, 16))}”")
         elif not model.causal:
             parts.append(f"embedding cosine {analysis.cosine_change(base.output, run.output):.5f}")
         names = ", ".join(f"`{head_name(h)}`" for h in sorted(ctx.heads_off)[:12])
         more = f" and {len(ctx.heads_off) - 12} more" if len(ctx.heads_off) > 12 else ""
-        st.markdown(f"**Heads off:** {names}{more} · " + " · ".join(parts) + " · details below the view")
-        st.caption(f"Off means {ABLATION_LABELS[ctx.ablation]} (sidebar: Switching a head off).")
+        st.markdown(f"**Heads off:** {names}{more}")
+        st.caption(f"Off means {ABLATION_LABELS[ctx.ablation]} (sidebar: Switching a head off) · "
+                   + " · ".join(parts + ["in full below the view"]))
 
 
 def effect_panel(ctx: ViewContext) -> None:

@@ -1,10 +1,11 @@
 """How the page writes a head, a layer and a token: one spelling each, formatted and parsed here only.
 
-The browser components receive the spellings in their payload (`head_names`, `layer_names`) instead of a copy of
+The browser components receive the spellings in their payload (`grid_names`: layers and heads) instead of a copy of
 the format in JavaScript, so a head reads "L3 H2" in the grid, the switches, the URL notices and every figure.
-A token is written one way everywhere (`token_label`): control characters made visible (a newline is ↵), a token
-of spaces only as ␣, cut at `limit`. Where the same label appears twice in one picker, `distinct_labels` adds the
-position, so "the" at 3 and "the" at 8 can be told apart (and picked apart: a picker keys its options by label).
+A token is written one way everywhere (`token_label`, on plotting.token_text, which the figures use too):
+control characters made visible (a newline is ↵), a leading space as ␣ (" She" reads ␣She), cut at `limit`.
+Where the same label appears twice in one picker, `distinct_labels` adds the position, so "the" at 3 and "the" at
+8 can be told apart (and picked apart: a picker keys its options by label).
 """
 from __future__ import annotations
 
@@ -65,9 +66,7 @@ def grid_names(n_layers: int, n_heads: int) -> dict:
 
 def token_label(token: str, limit: int = 40) -> str:
     """A token as a short printable label: the one way a token is written on the page."""
-    text = plotting.visible_text(token)
-    if not text.strip():  # a token of spaces only (or none) would read as nothing, and breaks Markdown emphasis
-        text = text.replace(" ", "␣") or "∅"
+    text = plotting.token_text(token) or "∅"  # a leading space as ␣, a newline as ↵
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from mha_viz.app import state
-from mha_viz.app.common import ABLATION_LABELS, LEARNED_NOTE
+from mha_viz.app.common import ABLATION_LABELS, FIG_FORMAT, LEARNED_NOTE
 from mha_viz.contract import Model
 from mha_viz.models import BUILTIN
 
@@ -48,6 +48,10 @@ def display_options(model: Model) -> tuple[int, bool, bool, bool]:
                                        help="Drops [CLS]/[SEP]-like tokens and renormalises each row.")
     merge = st.sidebar.checkbox("Merge word pieces into words", key="merge",
                                 help="Sum over a word's pieces as keys, mean over them as queries.")
+    st.sidebar.radio("Save figures as", ["svg", "png"], format_func=str.upper, horizontal=True, key=FIG_FORMAT,
+                     help="What each figure's camera button (top right, on hover) writes: SVG is vector (text stays "
+                          "text), PNG is drawn at twice the figure's size. The Layer grid has its own SVG and PNG "
+                          "buttons.")
     return n_cols, scale == SHARED_SCALE, hide_special, merge
 
 

@@ -20,6 +20,7 @@ from mha_viz.contract import Head
 # zlib level 1: at 128 tokens MiniLM's 1.18 MB of codes become 0.43 MB in 11 ms (level 6: 0.37 MB in 56 ms), and
 # the browser inflates them natively (DecompressionStream). Measured in benchmarks/RESULTS.md.
 DEFLATE_LEVEL = 1
+LINES_UP_TO = 40  # tokens: up to this many, the grid can also draw a layer as lines (BertViz's head view)
 
 
 def encode(att: torch.Tensor, shared_scale: bool) -> tuple[bytes, list[float]]:
@@ -57,6 +58,8 @@ def grid_data(tokens: list[str], att: torch.Tensor, layer: int, heads_off, n_col
         "off": sorted([int(l), int(h)] for l, h in heads_off), "layer": int(layer), "cols": int(n_cols),
         "badges": {f"{l},{h}": text for (l, h), text in badges.items()}, "shared": bool(shared_scale),
         "names": grid_names(L, H), "unknown": sorted(int(i) for i in unknown),
-        "colours": {"on": [c for _, c in plotting.ATTN_SCALE], "off": [c for _, c in plotting.OFF_SCALE]},
+        "colours": {"on": [c for _, c in plotting.ATTN_SCALE], "off": [c for _, c in plotting.OFF_SCALE],
+                    "heads": list(plotting.HEAD_COLOURS), "head_off": plotting.OFF_COLOUR},
+        "lines_up_to": LINES_UP_TO,
     }
     return data, codes

@@ -7,9 +7,9 @@ import json
 
 import numpy as np
 import pytest
+from helpers import APP, heatmap_z
 from streamlit.testing.v1 import AppTest
 
-from helpers import APP, heatmap_z
 from mha_viz import checkpoints, load_model
 from mha_viz.models.tiny.probes import load_evidence
 
@@ -133,3 +133,20 @@ def test_the_notes_on_the_page_read_the_probe_file():
     for line in section.splitlines():
         if line.startswith("- "):  # every measured line of the section is on the page, as written from the file
             assert line[2:60] in shown, line
+
+
+def test_under_another_model_the_view_shows_no_heads_off_panel_and_says_what_it_cut():
+    """Issue 19: under MiniLM the Training view showed MiniLM's heads-off panel above a view about tiny, and cut
+    the text to the tiny model's token limit without saying so."""
+    from helpers import loaded
+
+    long_text = " ".join(["the dog is happy ."] * 40)  # far more than the tiny model reads
+    at = AppTest.from_file(APP, default_timeout=240)
+    at.query_params.update({"model": "minilm", "view": "Training", "text": long_text, "off": "L0H3"})
+    at.run()
+    assert not at.exception, at.exception
+    assert not [m for m in at.markdown if m.value.startswith("**Heads off:**")]
+    assert not [h for h in at.subheader if h.value.startswith("What changed")]
+    kept = len(loaded("tiny").run(long_text).tokens)
+    assert any(c.value.startswith(f"The tiny model reads at most {kept} tokens") for c in at.caption), \
+        [c.value for c in at.caption]

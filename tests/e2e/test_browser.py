@@ -169,11 +169,12 @@ def test_toggle_head_off_shows_effect(browser, streamlit_url, page, artifacts):
     # The new sentence survives the rerun the toggle caused.
     assert all(w in page.evaluate(GRID_TOKENS) for w in NEW_WORDS)
 
-    # 4. Screenshots: the full page for the record, and one viewport for the README.
+    # 4. Screenshots: the full page for the record, and one viewport for the README (the first-visit hint put away).
+    page.locator(".mhn-hint button").click()
     _settle(page)
     full = artifacts / "page-L0H0-off-full.png"
     _full_page_screenshot(page, full)
-    page.evaluate("() => document.querySelector('[data-testid=\"token-strip\"]').scrollIntoView({block: 'start'})")
+    page.evaluate("() => window.scrollTo(0, 0)")  # the first screen: sentence box, effect summary, first heads
     _settle(page)
     readme_shot = artifacts / "page-L0H0-off-viewport.png"
     page.screenshot(path=str(readme_shot))

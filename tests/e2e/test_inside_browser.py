@@ -35,12 +35,14 @@ def _open(page, url: str, model: str, text: str, view: str, layer: int = 0) -> N
 
 
 def _click_token(page, token: str) -> None:
-    pill = page.locator('[data-testid="stButtonGroup"] button').filter(has_text=re.compile(f"^{re.escape(token)}$"))
+    # A repeated token's pill carries its position as subscript digits ("the₃").
+    pill = page.locator('[data-testid="stButtonGroup"] button').filter(
+        has_text=re.compile(f"^{re.escape(token)}[₀-₉]*$"))
     pill.first.click()
 
 
 def _switch_view(page, view: str) -> None:
-    page.locator('[data-testid="stRadio"] label').filter(has_text=re.compile(f"^{re.escape(view)}$")).click()
+    page.locator(f'nav[aria-label=Views] button[data-view="{view}"]').click()
 
 
 def _wait_title(page, fragment: str, what: str) -> None:
@@ -82,7 +84,7 @@ def test_clicking_a_token_moves_both_views(browser, streamlit_url, page):
 
 SHOTS = {  # model: (text, token to click, layer)
     "minilm": ("The keys to the old cabinet are on the table, so Anna gave the keys to Ben.", "keys", 2),
-    "smollm2": ("Alice put the book on the shelf, and later Alice took the", " took", 3),
+    "smollm2": ("Alice put the book on the shelf, and later Alice took the", "␣took", 3),  # the token " took"
     "tiny": ("the keys to the cabinet are on the table .", "are", 1),
 }
 
@@ -91,7 +93,7 @@ SHOTS = {  # model: (text, token to click, layer)
 def test_both_views_draw_for_each_model(browser, streamlit_url, page, artifacts, model):
     text, token, layer = SHOTS[model]
     _open(page, streamlit_url, model, text, "Inside a head", layer)
-    _click_token(page, token.strip())
+    _click_token(page, token)
     _wait_title(page, f"query {token}", f"Inside a head on {token!r} for {model}")
     _shot(page, artifacts, f"inside-{model}-head.png", "Inside a head", height=1900)  # steps and how heads combine
     _switch_view(page, "Follow a token")
@@ -104,6 +106,7 @@ def _shot(page, artifacts, name: str, heading: str, height: int = 1000) -> None:
     size = page.viewport_size
     page.set_viewport_size({"width": size["width"], "height": height})
     _wait_idle(page)
+    page.evaluate("() => document.querySelector('.mhn-hint')?.remove()")  # the first-visit hint, not the view
     page.evaluate("""(h) => [...document.querySelectorAll('h3')].find(e => e.textContent.startsWith(h))
         .scrollIntoView({block: 'start'})""", heading)
     _settle(page)

@@ -71,7 +71,7 @@ def test_first_row_of_heads_on_the_first_screen(browser, streamlit_url, size, ca
         assert box["y"] < y, "the sentence box is above the heads"
         assert y + tile["height"] * 0.5 < height, f"the first row of heads starts at y={y:.0f} of {height}"
         # The tokens once: the grid's strip, not the page's strip as well.
-        assert page.locator('[data-testid="token-strip"]').count() == 0
+        assert page.locator('[data-testid="token-strip"]').count() == 1
         assert page.locator(".mhv-strip .mhv-tok").count() > 0
         # Every button's label fits it (nothing cut to "Only this hea" or "Sh..."), and the grid's own controls
         # stay inside the page.
@@ -154,5 +154,55 @@ def test_long_text_says_it_draws_fewer_per_row_and_saves(browser, streamlit_url)
                 assert text.startswith("<svg") and "L0 H11" in text and "Off (grey): none" in text
             else:
                 assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    finally:
+        context.close()
+
+
+def test_contrast_and_line_drawing_redraw_in_the_browser(browser, streamlit_url):
+    """The contrast control changes the colours the heads are drawn with (not the weights: hover still reads the
+    weight); a short text can be drawn as lines, a line per weight and a colour per head, switches included."""
+    context, page = _open(browser, streamlit_url, 1600, 1000)
+    try:
+        ink = """() => { const c = document.querySelector('.mhv-grid .mhv-head canvas');
+            const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+            let sum = 0; for (let i = 0; i < px.length; i += 4) sum += 765 - px[i] - px[i + 1] - px[i + 2];
+            return sum; }"""
+        assert page.locator('[data-testid="mhv-contrast"]').input_value() == "sqrt"
+        root = page.evaluate(ink)
+        page.locator('[data-testid="mhv-contrast"]').select_option("linear")
+        linear = page.evaluate(ink)
+        assert linear < root, (linear, root)  # the square root darkens the faint cells
+        assert "the head's max" in page.locator('[data-testid="mhv-legend"]').inner_text()
+        page.locator('[data-testid="mhv-draw"]').select_option("lines")
+        svg = page.locator('[data-testid="mhv-lines-svg"]')
+        assert svg.is_visible() and page.locator(".mhv-grid").is_hidden()
+        n_lines = svg.locator("line").count()
+        assert n_lines > N_HEADS, n_lines
+        page.locator('.mhv-line-tok[data-side="query"][data-q="3"]').hover()
+        assert 0 < svg.locator("line").count() < n_lines  # only the hovered query's lines
+        page.locator('.mhv-chip[data-head="L0 H2"] .mhv-switch').click()
+        _wait(page, "() => document.querySelector('.mhv-chip[data-head=\"L0 H2\"]').innerText.includes('(off)')",
+              "L0 H2 switched off from the line drawing")
+        _wait_idle(page)
+        assert "off=L0H2" in page.url
+        assert not page.js_errors, page.js_errors
+    finally:
+        context.close()
+
+
+def test_first_visit_hint_is_dismissed_for_good(browser, streamlit_url):
+    context, page = _open(browser, streamlit_url, 1000, 800)
+    try:
+        hint = page.locator(".mhn-hint")
+        assert hint.count() == 1 and len(hint.locator("li").all()) == 3
+        # It covers no heatmap and no control of the main column.
+        box, main = hint.bounding_box(), page.locator('[data-testid="stMain"]').bounding_box()
+        assert box["x"] + box["width"] <= main["x"], (box, main)
+        hint.get_by_role("button", name="Got it").click()
+        assert page.locator(".mhn-hint").count() == 0
+        page.reload()
+        _wait(page, f"() => ({GRID_DRAWN})() === {N_HEADS}", "the grid after a reload")
+        _wait_idle(page)
+        assert page.locator(".mhn-hint").count() == 0, "a dismissed hint stays dismissed in this browser"
     finally:
         context.close()

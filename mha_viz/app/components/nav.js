@@ -1,4 +1,4 @@
-// The views, grouped: data = {groups: [[label, [view, ...]], ...], current}. A click sends the view's name as the
+// The views, grouped: data = {groups: [[label, [view, ...]], ...], current, hint: [step, ...]}. A click sends the view's name as the
 // `view` trigger; the server opens it (and marks it current when it answers).
 const STATES = new WeakMap();
 
@@ -47,4 +47,34 @@ export default function (component) {
     if (b.dataset.view === data.current) b.setAttribute("aria-current", "page");
     else b.removeAttribute("aria-current");
   }
+  hint(data.hint);
+}
+
+// -- the first-visit hint: three steps in a card over the sidebar's foot (it moves nothing on the page), shown
+// until dismissed; the dismissal is kept in this browser (localStorage), so it never comes back in the way.
+const HINT_KEY = "mha-viz-hint-dismissed";
+
+function hint(steps) {
+  if (!steps || !steps.length || document.querySelector(".mhn-hint")) return;
+  try { if (window.localStorage.getItem(HINT_KEY)) return; } catch (e) { /* no storage: show it this once */ }
+  const card = document.createElement("aside");
+  card.className = "mhn-hint";
+  card.setAttribute("aria-label", "First visit");
+  const title = document.createElement("strong");
+  title.textContent = "New here? Three steps";
+  const list = document.createElement("ol");
+  for (const step of steps) {
+    const li = document.createElement("li");
+    li.textContent = step;
+    list.append(li);
+  }
+  const close = document.createElement("button");
+  close.className = "mhn-hint-close";
+  close.textContent = "Got it";
+  close.addEventListener("click", () => {
+    try { window.localStorage.setItem(HINT_KEY, "1"); } catch (e) { /* still closes */ }
+    card.remove();
+  });
+  card.append(title, list, close);
+  document.body.append(card);
 }

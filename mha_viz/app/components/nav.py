@@ -1,5 +1,6 @@
 """The views' navigation: a `<nav>` of groups (Look, Open up, Intervene, Learn), one button per view, the open one
-marked `aria-current="page"`. Drawn by the browser (nav.js); a click comes back as a `view` trigger."""
+marked `aria-current="page"`. Drawn by the browser (nav.js); a click comes back as a `view` trigger. It also
+shows the first-visit hint."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,6 +15,15 @@ _COMPONENT = st.components.v2.component(
 )
 
 
+# The first-visit hint (drawn by nav.js over the sidebar's foot until dismissed in this browser).
+FIRST_VISIT = (
+    "Type a sentence in the box and press Show attention.",
+    "Look: each square is one head, a row per query token, a column per key token; hover a row to light it in "
+    "every head, click a head to open it large.",
+    "Switch a head off with the red switch in its corner and watch what changes, above the heads.",
+)
+
+
 def nav(groups: dict[str, list[str]], current: str, key: str, on_view: Callable[[str], None]) -> None:
     """Mount the navigation. `on_view(name)` runs, before the rerun it causes, when a view is clicked."""
 
@@ -22,5 +32,5 @@ def nav(groups: dict[str, list[str]], current: str, key: str, on_view: Callable[
         if isinstance(event, str) and any(event in names for names in groups.values()):
             on_view(event)
 
-    _COMPONENT(data={"groups": [[label, names] for label, names in groups.items()], "current": current},
-               key=key, on_view_change=_clicked)
+    _COMPONENT(data={"groups": [[label, names] for label, names in groups.items()], "current": current,
+                     "hint": list(FIRST_VISIT)}, key=key, on_view_change=_clicked)

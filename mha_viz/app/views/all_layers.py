@@ -6,7 +6,7 @@ import torch
 
 from mha_viz import plotting
 from mha_viz.app import state
-from mha_viz.app.common import head_name
+from mha_viz.app.common import chart_config, head_name
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import Head, Model
 
@@ -42,7 +42,7 @@ def overview(model: Model, model_name: str, tokens: list[str], att: torch.Tensor
         st.caption(f"With {len(tokens)} tokens each tile is shrunk to {tile} x {tile} cells, the pixels it has "
                    "(each cell shows the largest weight it covers); the focused head below is full size.")
     st.plotly_chart(fig, width="stretch", key="overview", on_select="rerun", selection_mode="points",
-                    config={"displaylogo": False})
+                    config=chart_config())
     return st.selectbox("Focused head", options, format_func=head_name, key="focus_pick")
 
 
@@ -60,4 +60,4 @@ def _clicked_head(state) -> Head | None:
 def focused_head(tokens: list[str], att: torch.Tensor, head: Head, off: bool) -> None:
     layer, h = head
     fig = plotting.head_figure(att[layer, h], tokens, head_name(head), off=off, size=460, colorbar=True)
-    st.plotly_chart(fig, width="stretch", key="focused_fig")
+    st.plotly_chart(fig, width="stretch", key="focused_fig", config=chart_config())

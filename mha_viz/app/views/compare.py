@@ -6,7 +6,7 @@ import torch
 
 from mha_viz import analysis, plotting
 from mha_viz.app.cache import get_run
-from mha_viz.app.common import display, head_name, md_safe, parse_head
+from mha_viz.app.common import chart_config, display, head_name, md_safe, parse_head
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import Head, Model
 
@@ -35,12 +35,15 @@ def compare(model: Model, model_name: str, tokens: list[str], att: torch.Tensor,
     _compare_row(heads, tokens, att, [h in heads_off for h in heads], zmax, "", "cmp_row")
     if len(heads) >= 2:
         first = heads[0]
-        cols = st.columns(len(heads) - 1)
-        for col, other in zip(cols, heads[1:]):
+        diffs = [att[other] - att[first] for other in heads[1:]]  # each (Q, K)
+        bound = max(float(d.abs().max()) for d in diffs) or 1e-6  # one scale for every difference map
+        st.caption(f"Differences from {head_name(first)}, all on one scale: −{bound:.2f} (blue, less attention) to "
+                   f"+{bound:.2f} (red, more).")
+        for col, other, diff in zip(st.columns(len(heads) - 1), heads[1:], diffs):
             with col:
-                diff = att[other] - att[first]  # (Q, K)
-                st.plotly_chart(plotting.diff_figure(diff, tokens, f"{head_name(other)} − {head_name(first)}"),
-                                width="stretch", key=f"cmpdiff|{other}")
+                st.plotly_chart(plotting.diff_figure(diff, tokens, f"{head_name(other)} − {head_name(first)}",
+                                                     bound=bound),
+                                width="stretch", key=f"cmpdiff|{other}", config=chart_config())
         distance = analysis.js_divergence(att[heads[0]], att[heads[1]]).mean()
         st.caption(f"Mean Jensen-Shannon divergence between {picked[0]} and {picked[1]} over query rows: "
                    f"{float(distance):.3f} bits (0 = identical patterns, 1 = no overlap).")
@@ -63,5 +66,5 @@ def _compare_row(heads: list[Head], tokens: list[str], att: torch.Tensor, off: l
     """The chosen heads side by side in one figure, on one colour scale, each as large as the page allows."""
     patterns = torch.stack([att[layer, head] for layer, head in heads])  # (N, Q, K)
     fig = plotting.heads_row_figure(patterns, tokens, [head_name(h) + suffix for h in heads], off, zmax=zmax,
-                                    height=int(900 / max(len(heads), 2)))
-    st.plotly_chart(fig, width="stretch", key=key)
+                                    height=int(900 / max(len(heads), 2)), colorbar=True)
+    st.plotly_chart(fig, width="stretch", key=key, config=chart_config())

@@ -9,7 +9,7 @@ from mha_viz import analysis, plotting
 from mha_viz.analysis.importance import effect_measure, head_importance
 from mha_viz.analysis.patching import rank_correlation
 from mha_viz.app.cache import ESTIMATE_SAMPLES, exact_seconds, importance_estimate_cached
-from mha_viz.app.common import ABLATION_LABELS, ABLATION_SHORT, head_name, predictions_panel, where
+from mha_viz.app.common import ABLATION_LABELS, ABLATION_SHORT, chart_config, head_name, predictions_panel, where
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import AttentionRun, Head, InputError, Model, UnavailableError, head_keep_mask
 
@@ -42,11 +42,18 @@ def render(ctx: ViewContext) -> None:
     importance(model, ctx.name, ctx.text, base, ctx.heads_off, position, ctx.ablation)
 
 
+SHIFT_SCALE_FLOOR = 0.05  # bits
+
+
 def pattern_shift(model: Model, base: AttentionRun, run: AttentionRun, heads_off: frozenset[Head]) -> None:
     shift = analysis.pattern_shift(base.attentions, run.attentions)  # (L, H)
+    # A floor under the scale's top: a largest shift of 0.004 bits would otherwise be drawn as full red.
+    top = max(float(shift.max()), SHIFT_SCALE_FLOOR)
     st.plotly_chart(plotting.layer_head_map(shift, "How much each head's pattern moved (mean JS over query rows)",
-                                            "JS (bits)", off=set(heads_off)),
-                    width="stretch", key="shift_map")
+                                            "JS (bits)", off=set(heads_off), zmax=top),
+                    width="stretch", key="shift_map", config=chart_config())
+    st.caption(f"Colour from 0 to {top:.3f} bits (the largest shift, or {SHIFT_SCALE_FLOOR} bits if that is "
+               "smaller, so a tiny shift is not drawn as a large one); 1 bit = no overlap. Outlined: heads off.")
     options = [(layer, head) for layer in range(model.n_layers) for head in range(model.n_heads)]
     pick = st.selectbox("Head to inspect", options, index=int(shift.flatten().argmax()), format_func=head_name,
                         key="shift_pick")
@@ -54,11 +61,12 @@ def pattern_shift(model: Model, base: AttentionRun, run: AttentionRun, heads_off
     c1, c2, c3 = st.columns(3)
     zmax = float(max(base.attentions[layer, head].max(), run.attentions[layer, head].max()))
     c1.plotly_chart(plotting.head_figure(base.attentions[layer, head], base.tokens, f"{head_name(pick)} all on",
-                                         zmax=zmax, size=340), width="stretch", key="fx_base")
+                                         zmax=zmax, size=340), width="stretch", key="fx_base", config=chart_config())
     c2.plotly_chart(plotting.head_figure(run.attentions[layer, head], run.tokens, f"{head_name(pick)} heads off",
-                                         zmax=zmax, size=340), width="stretch", key="fx_abl")
+                                         zmax=zmax, size=340), width="stretch", key="fx_abl", config=chart_config())
     c3.plotly_chart(plotting.diff_figure(run.attentions[layer, head] - base.attentions[layer, head], base.tokens,
-                                         f"{head_name(pick)} change"), width="stretch", key="fx_diff")
+                                         f"{head_name(pick)} change"), width="stretch", key="fx_diff",
+                    config=chart_config())
 
 
 def importance(model: Model, model_name: str, text: str, base: AttentionRun, heads_off: frozenset[Head],
@@ -86,7 +94,7 @@ def importance(model: Model, model_name: str, text: str, base: AttentionRun, hea
     if estimate is not None:
         st.plotly_chart(plotting.layer_head_map(estimate, "Estimate (instant): second-order, sampled", measure,
                                                 off=set(heads_off), fmt=".4f"),
-                        width="stretch", key="imp_estimate")
+                        width="stretch", key="imp_estimate", config=chart_config())
         st.caption(f"An estimate, not a measurement: {ESTIMATE_SAMPLES} backward passes give every head's term at "
                    "once (Michel et al. 2019's head-mask gradient, taken to second order because this measure has "
                    "no first-order change; see `importance_estimate`). It ranks heads; its size is trustworthy only "
@@ -111,7 +119,7 @@ def importance(model: Model, model_name: str, text: str, base: AttentionRun, hea
         st.plotly_chart(plotting.layer_head_map(store[key], f"Output change when each head alone is "
                                                 f"{ABLATION_SHORT[ablation]}", measure,
                                                 off=set(heads_off), fmt=".4f"),
-                        width="stretch", key="imp_map")
+                        width="stretch", key="imp_map", config=chart_config())
         if estimate is not None:
             on = head_keep_mask(heads_off, model.n_layers, model.n_heads).bool()  # (L, H): heads that were measured
             rho = rank_correlation(store[key][on], estimate[on])

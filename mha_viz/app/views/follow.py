@@ -6,7 +6,7 @@ import streamlit as st
 import torch
 
 from mha_viz import plotting
-from mha_viz.app.common import head_name, layer_picker, md_safe, token_picker, visible
+from mha_viz.app.common import chart_config, head_name, layer_picker, md_safe, token_picker, visible
 from mha_viz.app.context import ViewContext
 
 
@@ -26,7 +26,7 @@ def render(ctx: ViewContext) -> None:
     fig = plotting.follow_figure(run.tokens, rows, [head_name(h) for h in heads], [h for _, h in heads],
                                  [h in ctx.heads_off for h in heads], query,
                                  f"Where {token} (position {query}) looks, {where}", shared_scale=ctx.shared_scale)
-    st.plotly_chart(fig, width="stretch", key="follow_fig", config={"displaylogo": False})
+    st.plotly_chart(fig, width="stretch", key="follow_fig", config=chart_config())
     scale = ("shared 0–1 scale: full colour = all of the token's attention" if ctx.shared_scale else
              "each head's own maximum: full colour = where that head looks most (hover for the weight)")
     st.caption(f"Each row is one head; each cell a token of the sentence, shaded in the head's colour by how much "

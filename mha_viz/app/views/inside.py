@@ -7,7 +7,7 @@ import torch
 
 from mha_viz import analysis, plotting
 from mha_viz.app import cache
-from mha_viz.app.common import TOKEN_KEY, head_name, layer_picker, md_safe, token_picker, visible
+from mha_viz.app.common import TOKEN_KEY, chart_config, head_name, layer_picker, md_safe, token_picker, visible
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import Ablation, InputError, UnavailableError
 
@@ -75,7 +75,7 @@ def steps(ctx: ViewContext, h, query: int, token: str) -> None:
     with left:
         st.plotly_chart(plotting.pattern_pick_figure(h.weights, h.tokens, f"{name} weights", query, off=h.ablated),
                         width="stretch", key="inside_pattern", on_select="rerun", selection_mode="points",
-                        config={"displaylogo": False})
+                        config=chart_config())
         if len(h.tokens) <= plotting.CLICKABLE_ROWS_UP_TO:
             st.caption("Click a cell to open its row (query token); the outlined row is the one below.")
     right.markdown(f"**{name}, query token {query}: {token}**" + (" — switched off" if h.ablated else ""))
@@ -94,7 +94,7 @@ def steps(ctx: ViewContext, h, query: int, token: str) -> None:
     )
     st.plotly_chart(plotting.inside_steps_figure(h.tokens, scores, weights, norms, query,
                                                  f"{name}: query {visible(h.tokens[query], 20)}"),
-                    width="stretch", key="inside_steps")
+                    width="stretch", key="inside_steps", config=chart_config())
     with st.expander(f"{name}'s queries, keys and values: one row per token, the vectors the steps use"):
         st.caption("q of the outlined token is dotted with every k to make the scores; the values are mixed by "
                    "the weights.")
@@ -102,10 +102,10 @@ def steps(ctx: ViewContext, h, query: int, token: str) -> None:
                                                                ("v", h.v, "inside_v"))):
             col.plotly_chart(plotting.vectors_figure(vectors, h.tokens, f"{letter} ({vectors.shape[0]} x {dh})",
                                                      row=query if letter == "q" else None),
-                             width="stretch", key=key)
+                             width="stretch", key=key, config=chart_config())
     with st.expander("The weighted sum, row by row (αⱼ vⱼ and their sum z)"):
         st.plotly_chart(plotting.weighted_sum_figure(h.tokens, weighted, z, f"{name}: αⱼ vⱼ for each key, and z"),
-                        width="stretch", key="inside_sum")
+                        width="stretch", key="inside_sum", config=chart_config())
     if h.ablated:
         st.caption("This head is switched off: its weights are still computed (above), but its output z is "
                    + ("replaced by zero before the output projection, so it adds nothing to the layer."
@@ -127,7 +127,7 @@ def combine(ctx: ViewContext, heads, query: int, token: str) -> None:
     names = [head_name((layer, h.head)) for h in heads]
     fig = plotting.heads_combine_figure(names, combo.norms, combo.along, [h.ablated for h in heads],
                                         combo.bias_along, combo.total_norm, f"Layer {layer}, token {query}")
-    st.plotly_chart(fig, width="stretch", key="inside_combine")
+    st.plotly_chart(fig, width="stretch", key="inside_combine", config=chart_config())
     sizes = analysis.update_sizes(heads[0].resid[query], combo.total)
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("‖Σ heads + bias‖ (the update)", f"{sizes['update']:.3f}")

@@ -156,7 +156,9 @@ def export(model: Model, run: AttentionRun, scores: dict | None = None) -> None:
                              for name, value in scores.items()}
     c3.download_button("Attention and scores (JSON)", json.dumps(payload), file_name="attention.json",
                        mime="application/json")
-    st.caption("Every heatmap also has a camera button (top right, on hover) that saves it as PNG.")
+    st.caption("Figures: the Layer grid saves its heads with its SVG and PNG buttons (labels, legend, which heads "
+               "are off); every other figure with the camera button at its top right (on hover), as SVG or PNG as the "
+               "sidebar's 'Save figures as' says.")
 
 
 CSV_MAX_CELLS = 2_000_000  # past this a CSV is hundreds of MB; the NPZ holds the same numbers compactly

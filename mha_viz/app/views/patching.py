@@ -10,7 +10,7 @@ import streamlit as st
 from mha_viz import analysis, plotting
 from mha_viz.analysis.patching import normalise, rank_correlation, top_heads
 from mha_viz.app import cache
-from mha_viz.app.common import head_name, md_safe, parse_head, predictions_panel, visible, where
+from mha_viz.app.common import chart_config, head_name, md_safe, parse_head, predictions_panel, visible, where
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import AttentionRun, InputError, Model
 
@@ -237,10 +237,11 @@ def patching_maps(ctx: ViewContext, source: str, metric_args: tuple, text_value:
     exact = None if result is None else result.moved  # (L, H)
     if exact is not None:
         st.plotly_chart(plotting.signed_layer_head_map(exact, "Exact: share of the gap each head closes",
-                                                       "moved"), width="stretch", key="patch_exact_map")
+                                                       "moved"), width="stretch", key="patch_exact_map",
+                        config=chart_config())
     if estimate is not None:
         st.plotly_chart(plotting.signed_layer_head_map(estimate, "Attribution estimate (first order)", "moved"),
-                        width="stretch", key="patch_attr_map")
+                        width="stretch", key="patch_attr_map", config=chart_config())
         st.caption("Attribution patching (Nanda 2023; Syed et al. 2023): the gradient of the metric on the first "
                    "sentence times the change of each head's output. Exact for a small change; a whole swapped "
                    "name is not small, so check it against the exact map.")
@@ -272,7 +273,8 @@ def direct_map(ctx: ViewContext, position: int | None, metric_args: tuple):
                    "not shown rather than guessed.")
         return None
     st.plotly_chart(plotting.signed_layer_head_map(parts.heads, "Direct effect (logits), first sentence",
-                                                   "Δ logit diff"), width="stretch", key="patch_direct_map")
+                                                   "Δ logit diff"), width="stretch", key="patch_direct_map",
+                    config=chart_config())
     c1, c2, c3 = st.columns(3)
     c1.metric("Sum over heads", f"{float(parts.heads.sum()):+.3f}")
     c2.metric("Rest (embeddings, MLPs, biases)", f"{parts.rest:+.3f}")
@@ -302,7 +304,7 @@ def patch_heads(ctx: ViewContext, model: Model, base: AttentionRun, source: str,
     st.metric(f"Metric with {len(heads)} head(s) patched", f"{value:.3f}",
               delta=f"{value - float(metric(base.output, base.logits)):+.3f}")
     if position is not None:
-        predictions_panel(model, base, run, position, key="patch_pred_fig")
+        predictions_panel(model, base, run, position, key="patch_pred_fig", changed="with those heads patched")
     else:
         st.caption(f"Cosine similarity of the embedding with the unpatched first sentence's: "
                    f"{analysis.cosine_change(base.output, run.output):.5f}")

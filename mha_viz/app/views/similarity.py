@@ -10,7 +10,7 @@ import torch
 from mha_viz import analysis
 from mha_viz.analysis import pairs
 from mha_viz.app.cache import get_run
-from mha_viz.app.common import head_name, md_safe
+from mha_viz.app.common import chart_config, head_name, md_safe
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import AttentionRun, Model
 
@@ -42,7 +42,7 @@ def similarity(model: Model, att: torch.Tensor, cache_key: tuple) -> None:
                       title="Head-to-head pattern distance (similar heads sit together)")
     # Plotly reports no clicks on heatmap cells (only on scatter points), and an overlay of N^2 points would be
     # 73k for SmolLM2: a pair is picked below instead; hover names the pair under the pointer.
-    st.plotly_chart(fig, width="stretch", key="sim_map")
+    st.plotly_chart(fig, width="stretch", key="sim_map", config=chart_config())
     c1, c2 = st.columns(2)
     a = c1.selectbox("Or pick two heads", names, key="sim_a")
     b = c2.selectbox("and", names, index=min(1, len(names) - 1), key="sim_b")
@@ -69,8 +69,16 @@ def scores_table(model: Model, run: AttentionRun) -> dict[str, torch.Tensor]:
             rows.append({"head": head_name((layer, head)),
                          **{name: _fmt(scores[name][layer, head]) for name in analysis.SCORE_NAMES}})
     rows.append({"head": "uniform baseline", **{name: _fmt(torch.tensor(v)) for name, v in base.items()}})
-    st.dataframe(rows, hide_index=True, height=320)
+    st.dataframe(rows, hide_index=True, height=320, column_config=score_columns())
     return scores
+
+
+def score_columns() -> dict:
+    """Each score under the one name the badges use, shares of attention as percentages; spread as 0-1."""
+    return {name: st.column_config.NumberColumn(
+        analysis.SCORE_WORDS[name].short + (" (0–1)" if name == "entropy" else ""),
+        format="%.2f" if name == "entropy" else "percent", help=analysis.SCORE_WORDS[name].target)
+        for name in analysis.SCORE_NAMES}
 
 
 def _fmt(value: torch.Tensor) -> float | None:
@@ -96,11 +104,14 @@ def scores_across(model: Model, model_name: str, sentences: list[str]) -> None:
             for name in analysis.SCORE_NAMES:
                 values = torch.stack(stack[name])[:, layer, head]  # (S,)
                 values = values[~values.isnan()]
-                row[name] = f"{float(values.mean()):.2f} ± {float(values.std()):.2f}" if len(values) > 1 else "—"
+                unit = "{:.2f}" if name == "entropy" else "{:.0%}"  # as in the table above: shares in %
+                row[name] = (f"{unit.format(float(values.mean()))} ± {unit.format(float(values.std()))}"
+                             if len(values) > 1 else "—")
             rows.append(row)
     st.caption(f"Mean ± standard deviation over {len(sentences)} sentences. A large spread means the pattern "
                "depends on the input.")
-    st.dataframe(rows, hide_index=True, height=320)
+    st.dataframe(rows, hide_index=True, height=320, column_config={
+        name: st.column_config.TextColumn(analysis.SCORE_WORDS[name].short) for name in analysis.SCORE_NAMES})
 
 
 def ground_truth_panel(model: Model, run: AttentionRun) -> None:

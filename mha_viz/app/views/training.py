@@ -13,7 +13,7 @@ import streamlit as st
 
 from mha_viz import checkpoints, plotting
 from mha_viz.app.cache import checkpoint_run, training_evidence
-from mha_viz.app.common import head_name, md_safe, trained_here
+from mha_viz.app.common import chart_config, head_name, md_safe, trained_here
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import InputError, ModelLoadError
 
@@ -104,6 +104,9 @@ def _heads(name: str, text: str, step: int, layer: int, key: str, where=None) ->
     except (InputError, ModelLoadError) as err:
         where.warning(md_safe(str(err)))
         return
+    if run.truncated:  # said here: this view runs the tiny model whatever the page's model reads
+        where.caption(f"The tiny model reads at most {len(run.tokens)} tokens: the last {run.truncated} of this text "
+                      "are not shown here.")
     n_heads = run.attentions.shape[1]
     # Two heads per row: the heads share the page with the timeline, and four in a row would be too small to read.
     for start in range(0, n_heads, PER_ROW):
@@ -111,7 +114,7 @@ def _heads(name: str, text: str, step: int, layer: int, key: str, where=None) ->
         fig = plotting.heads_row_figure(run.attentions[layer, heads[0]:heads[-1] + 1], run.tokens,
                                         [f"{head_name((layer, h))} · step {step}" for h in heads],
                                         [False] * len(heads), columns=PER_ROW, height=330)
-        where.plotly_chart(fig, width="stretch", key=f"{key}|{step}|{layer}|{start}", config={"displaylogo": False})
+        where.plotly_chart(fig, width="stretch", key=f"{key}|{step}|{layer}|{start}", config=chart_config())
 
 
 def _draw(name, text, step, layer, evidence, heads, chart, table, key: str) -> None:
@@ -124,7 +127,7 @@ def _draw(name, text, step, layer, evidence, heads, chart, table, key: str) -> N
     baselines = {PANELS[r]: evidence.per_step[0].baselines[r] for r in PANELS}
     fig = plotting.timeline_figure(list(evidence.log_steps), list(evidence.log_loss), evidence.steps, scores,
                                    baselines, layer, step, height=560)
-    chart.plotly_chart(fig, width="stretch", key=f"timeline|{key}|{layer}", config={"displaylogo": False})
+    chart.plotly_chart(fig, width="stretch", key=f"timeline|{key}|{layer}", config=chart_config())
     row = evidence.at(step)
     if row is None:
         table.caption(f"Step {step} was not measured: run `make probe` again.")
