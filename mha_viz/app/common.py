@@ -7,7 +7,6 @@ import torch
 from mha_viz import analysis, plotting
 from mha_viz.app.names import distinct_labels, head_name, parse_head, token_label
 from mha_viz.contract import Ablation, AttentionRun, Model
-from mha_viz.settings import ASSETS
 
 LEARNED_NOTE = (
     "Each heatmap is one head's **learned** attention pattern on this sentence. Heads are not labeled modules: "

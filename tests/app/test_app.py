@@ -2,9 +2,10 @@
 from pathlib import Path
 
 import pytest
+from streamlit.testing.v1 import AppTest
+
 from helpers import app_at, grid_data
 from page_steps import layer_of, open_view, set_layer
-from streamlit.testing.v1 import AppTest
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
@@ -76,10 +77,10 @@ def test_layer_bulk_controls():
 
 
 def test_effect_panel_shows_each_tokens_measured_change():
-    from helpers import loaded
-
     from mha_viz import analysis
     from mha_viz.app.page import DEFAULT_TEXT
+
+    from helpers import loaded
 
     at = _app()
     at.toggle(key="tg|minilm|0|3").set_value(False).run()
@@ -285,9 +286,9 @@ def test_effect_panel_shows_the_top_predictions_before_and_after_as_bars():
     # word of either top-5 list, with the probabilities the model gives it.
     import html
 
-    from helpers import loaded
-
     from mha_viz.app.common import top_predictions, visible
+
+    from helpers import loaded
 
     at = _app("tiny")
     set_layer(at, "tiny", 2)

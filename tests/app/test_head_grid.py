@@ -3,13 +3,14 @@ every layer; heads switched off, the sidebar's layer and the measured badges arr
 from __future__ import annotations
 
 import torch
-from helpers import APP, grid_data, grid_weights, loaded
-from page_steps import set_layer
 from streamlit.testing.v1 import AppTest
 
 from mha_viz import analysis
 from mha_viz.app.common import display
 from mha_viz.app.page import DEFAULT_TEXT
+
+from helpers import APP, grid_data, grid_weights, loaded
+from page_steps import set_layer
 
 
 def test_grid_is_sent_every_layer_of_the_run_the_page_shows():

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from page_steps import open_view
 from streamlit.testing.v1 import AppTest
+
+from page_steps import open_view
 
 REPO = Path(__file__).resolve().parents[2]
 APP = str(REPO / "app.py")

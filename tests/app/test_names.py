@@ -2,8 +2,6 @@
 score in the Similarity table (issue 19's glossary, issue 18's "head names in one module")."""
 from __future__ import annotations
 
-from helpers import APP, grid_data
-from page_steps import open_view
 from streamlit.testing.v1 import AppTest
 
 from mha_viz import analysis, plotting
@@ -16,6 +14,9 @@ from mha_viz.app.names import (
     parse_link_heads,
     token_label,
 )
+
+from helpers import APP, grid_data
+from page_steps import open_view
 
 
 def test_head_names_round_trip_through_the_page_and_the_link():

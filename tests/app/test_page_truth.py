@@ -7,15 +7,16 @@ import json
 import numpy as np
 import pytest
 import torch
-from helpers import app_at, grid_data, heatmap_z, loaded, tiny_masked_lm
-from page_steps import open_view, set_layer
-from reference import head_importance_loop, same_token_reference
 from streamlit.testing.v1 import AppTest
 from streamlit.testing.v1 import app_test as app_test_module
 
 from mha_viz import analysis, load_model
 from mha_viz.app.page import DEFAULT_TEXT
 from mha_viz.contract import ModelLoadError
+
+from helpers import app_at, grid_data, heatmap_z, loaded, tiny_masked_lm
+from page_steps import open_view, set_layer
+from reference import head_importance_loop, same_token_reference
 
 _app = app_at
 

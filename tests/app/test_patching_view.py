@@ -6,12 +6,13 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import loaded
-from page_steps import open_view
 from streamlit.testing.v1 import AppTest
 
 from mha_viz.analysis.patching import Metric, direct_effects, patching_map
 from mha_viz.app.views.patching import swapped
+
+from helpers import loaded
+from page_steps import open_view
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 TINY_TEXT = "Anna met Ben at the park. Later Ben gave the book to"

@@ -7,11 +7,12 @@ import json
 
 import numpy as np
 import pytest
-from helpers import APP, heatmap_z
 from streamlit.testing.v1 import AppTest
 
 from mha_viz import checkpoints, load_model
 from mha_viz.models.tiny.probes import load_evidence
+
+from helpers import APP, heatmap_z
 
 TEXT = "the keys to the old cabinet are on the table ."
 STEPS = checkpoints("tiny")

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from harness import Server, ServerError, chromium, chromium_missing
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"

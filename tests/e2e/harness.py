@@ -14,6 +14,7 @@ REPO = Path(__file__).resolve().parents[2]  # tests/e2e/harness.py -> repo root
 sys.path.insert(0, str(REPO / "deploy"))
 # The app launcher lives with the deployment, which must not depend on the tests; re-exported for tests and benchmarks.
 from launch import HEALTH_TIMEOUT_S, Server, ServerError, free_port, healthy, tail  # noqa: E402,F401
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from harness import GRID_DRAWN, GRID_TITLES, GRID_TOKENS, grid_switch
 from harness import IDLE as _IDLE
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from urllib.parse import urlencode
 
-from harness import GRID_DRAWN, GRID_TITLES, grid_switch
 from test_browser import _assert_no_exception, _wait, _wait_idle
+
+from harness import GRID_DRAWN, GRID_TITLES, grid_switch
 
 N_HEADS = 12  # all-MiniLM-L6-v2
 LONG_TEXT = " ".join(["the cat sat on the mat while anna gave the old keys to ben"] * 10)  # > 128 tokens

@@ -7,8 +7,9 @@ from __future__ import annotations
 from urllib.parse import urlencode
 
 import pytest
-from harness import GRID_DRAWN, GRID_TITLES, grid_switch
 from test_browser import _assert_no_exception, _wait, _wait_idle
+
+from harness import GRID_DRAWN, GRID_TITLES, grid_switch
 
 N_HEADS = 12  # all-MiniLM-L6-v2
 TEXT = "The keys to the old cabinet were on the table, so she took them."

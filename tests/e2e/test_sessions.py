@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from harness import GRID_DRAWN, grid_switch
 from harness import IDLE as _IDLE
 
@@ -109,7 +110,8 @@ HOSTILE = ("<script>alert(1)</script> <img src=x onerror=alert(1)> [x](javascrip
 _INJECTED = """() => ({
   scripts: [...document.querySelectorAll('script')].filter(s => /alert\\(/.test(s.textContent)).length,
   imgs: document.querySelectorAll('img[src="x"], img[onerror], [onerror]').length,
-  jsLinks: [...document.querySelectorAll('a')].filter(a => /^\\s*javascript:/i.test(a.getAttribute('href') || '')).length,
+  jsLinks: [...document.querySelectorAll('a')]
+    .filter(a => /^\\s*javascript:/i.test(a.getAttribute('href') || '')).length,
   strip: document.querySelector('[data-testid="token-strip"]')?.innerText ?? '',
   katex: document.querySelectorAll('[data-testid="stMain"] .katex').length,
   stripElements: [...(document.querySelector('[data-testid="token-strip"]')?.querySelectorAll('*') ?? [])]

@@ -8,8 +8,21 @@ from __future__ import annotations
 from typing import Callable
 
 from mha_viz.app.context import ViewContext
-from mha_viz.app.views import (all_layers, circuits, compare, effects, follow, inside, layer, notes, patching,
-                               rollout, similarity, training, twins)
+from mha_viz.app.views import (
+    all_layers,
+    circuits,
+    compare,
+    effects,
+    follow,
+    inside,
+    layer,
+    notes,
+    patching,
+    rollout,
+    similarity,
+    training,
+    twins,
+)
 from mha_viz.app.views import census as census_view
 
 VIEWS: dict[str, Callable[[ViewContext], None]] = {

@@ -11,7 +11,6 @@ from mha_viz.app.common import TOKEN_KEY, chart_config, head_name, layer_picker,
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import Ablation, InputError, UnavailableError
 
-
 OFF_WORDS = {a.key: f", its output {a.describe}: the head is off ({a.adjective})" for a in Ablation.kinds()}
 
 
