@@ -6,10 +6,12 @@ from mha_viz import head_census, seeds
 from mha_viz.analysis.census_run import MAX_TEXTS
 from tests.helpers import app_at, loaded
 
+from page_steps import layer_of, open_view
+
 
 def _census_page(model="tiny"):
     at = app_at(model)
-    at.radio(key="view").set_value("Census").run()
+    open_view(at, "Census")
     assert not at.exception, at.exception
     return at
 
@@ -60,8 +62,8 @@ def test_a_head_opens_in_the_layer_view(census):
     at.selectbox(key="census_head").set_value((layer, head)).run()
     _button(at, "census_open").click().run()
     assert not at.exception, at.exception
-    assert at.radio(key="view").value == "Layer"
-    assert at.sidebar.selectbox(key="layer|tiny").value == layer
+    assert at.session_state["view"] == "Layer"
+    assert layer_of(at, "tiny") == layer
 
 
 def test_own_texts_are_used_and_too_many_are_refused():

@@ -47,11 +47,10 @@ GROUPS: dict[str, list[str]] = {
     "Open up": ["Inside a head", "Rollout & norms"],
     "Intervene": ["Ablation effects", "Patching"],
     "Learn": ["Training", "Notes & export"],
-    "In general": ["Census", "Circuits"],  # what each head does over many inputs, and in its weights
 }
 HIDDEN = {"Trained vs untrained"}
 # Views about the model in general, not this sentence's run: the heads-off panel is not shown above them.
-NOT_ABOUT_THIS_RUN = {"Census", "Circuits", "Training", "Trained vs untrained", "Notes & export"}
+NOT_ABOUT_THIS_RUN = {"Training", "Trained vs untrained", "Notes & export"}
 
 
 def navigation() -> dict[str, list[str]]:
