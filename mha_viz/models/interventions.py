@@ -129,6 +129,8 @@ class HeadEdit:
             z = z + delta  # (B, H, T, dh): same values, and now a gradient with respect to this layer's outputs
         if self.capture:
             self.outputs.append(z)
+        if self.stop_after is not None and layer >= self.stop_after:
+            raise Stopped  # this layer's head outputs were all the call needed: skip its output projection onwards
         return z
 
     def wants(self, layer: int) -> bool:
