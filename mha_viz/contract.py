@@ -179,6 +179,7 @@ class TrainingEvidence:
     causal: dict | None
     causal_summary: dict | None
     set_verdicts: tuple[bool, ...] = ()
+    shipped: StepScores | None = None  # the shipped weights (float32) measured; the last step's are float16
 
     @property
     def steps(self) -> list[int]:
@@ -186,7 +187,8 @@ class TrainingEvidence:
 
     @property
     def final(self) -> StepScores | None:
-        return self.per_step[-1] if self.per_step else None
+        """The shipped weights' scores when measured, else the last saved step's."""
+        return self.shipped or (self.per_step[-1] if self.per_step else None)
 
     def at(self, step: int) -> StepScores | None:
         return next((s for s in self.per_step if s.step == step), None)

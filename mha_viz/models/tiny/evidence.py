@@ -50,13 +50,17 @@ def load_evidence(folder=None) -> dict | None:
 
 def typed_evidence(evidence: dict | None, log: dict) -> TrainingEvidence:
     """The evidence file and the training log as the contract's `TrainingEvidence`."""
-    per_step = tuple(StepScores(step=int(s["step"]), loss=float(s["loss"]),
-                                agreement_accuracy=float(s["agreement_accuracy"]), scores=s["scores"],
-                                baselines=s["baselines"]) for s in (evidence or {}).get("per_step", []))
+    def typed(s: dict) -> StepScores:
+        return StepScores(step=int(s["step"]), loss=float(s["loss"]), agreement_accuracy=float(s["agreement_accuracy"]),
+                          scores=s["scores"], baselines=s["baselines"])
+
+    per_step = tuple(typed(s) for s in (evidence or {}).get("per_step", []))
+    final = (evidence or {}).get("final")
     causal = (evidence or {}).get("final", {}).get("causal")
     base = causal["none"]["accuracy"] if causal else None
     return TrainingEvidence(
         log_steps=tuple(log.get("steps", [])), log_loss=tuple(log.get("loss", [])), per_step=per_step,
         relations=dict(RELATION_WORDS), probe_config=(evidence or {}).get("probe_config", {}), causal=causal,
         causal_summary=causal_summary(causal) if causal else None,
-        set_verdicts=tuple(set_verdict(e, base) for e in causal.get("sets", [])) if causal else ())
+        set_verdicts=tuple(set_verdict(e, base) for e in causal.get("sets", [])) if causal else (),
+        shipped=typed(final) if final else None)
