@@ -100,7 +100,7 @@ class HeadEdit:
         self.keep, self.replace, self.capture, self.grad = keep, replace, capture, grad
         self.inspect, self.want_values, self.want_inputs, self.want_final = frozenset(inspect), values, inputs, final
         self.want_states, self.start, self.prefix, self.logits_at = states, start, prefix, logits_at
-        self.stop_after = stop_after  # nothing after this block is needed: an adapter may end the forward there
+        self.stop_after = stop_after  # nothing after this layer's head outputs is needed: `__call__` ends the forward
         if start and prefix is None:
             raise ValueError("start > 0 needs the prefix: the unedited run's block output at layer start - 1")
         self.states: dict[int, object] = {}  # layer -> that block's output, as the block returned it
@@ -163,12 +163,9 @@ class HeadEdit:
         return _repeat_batch(self.prefix, batch)
 
     def block_done(self, layer: int, out) -> None:
-        """A block's output (B, T, D), or the block's own return value, for a later run to resume from. Ends
-        the forward (raises Stopped, which the engine catches) after block `stop_after`."""
+        """A block's output (B, T, D), or the block's own return value, for a later run to resume from."""
         if self.want_states:
             self.states[layer] = out
-        if self.stop_after is not None and layer >= self.stop_after:
-            raise Stopped
 
     def finished(self, residual: torch.Tensor, normed: torch.Tensor) -> None:
         """The final norm's input (B, T, D) and output (B, T, D), for direct effects."""
@@ -296,9 +293,7 @@ class EditableModel(Model):
         keep = head_keep_mask(ablate | patch, self.n_layers, self.n_heads)[None]  # (1, L, H)
         means = ablation.outputs(self, reference) if ablate else None  # (L, H, dh) or None for zero
         src = None
-        if patch:
-            if source is None:
-                raise InputError("patch needs source=<another text>: the patched heads' outputs come from a run on it")
+        if patch:  # `_edit_for` has checked that a source was given
             source = check_text(source)
             n_source = self.token_count(source)
             if n_source != n_tokens:
