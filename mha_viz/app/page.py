@@ -110,8 +110,10 @@ def heads_and_views(model: Model, name: str, text: str, n_cols: int, shared_scal
     try:
         if about_run:
             if view not in OWN_STRIP:
-                token_strip(base, model)
-            off_panel.summary(ctx, lambda: token_strip(base, model, chips=False))
+                token_strip(base, model)  # the chips and the token count, once
+                off_panel.summary(ctx)
+            else:  # the view draws the chips itself: only the token count, in the summary's box
+                off_panel.summary(ctx, lambda: token_strip(base, model, chips=False))
             display_notes(hide_special, merge, run)
         VIEWS[view](ctx)
         if about_run:
