@@ -14,51 +14,18 @@ import time
 from collections import defaultdict
 
 import pytest
+from deployment import HEADS_OFF, N_HEADS, STRIP, TIMEOUT_MS, require, sentence, serve, wait
+from deployment import deployment as _deployment
 
 from harness import GRID_DRAWN, IDLE, REPO, grid_switch, page_problems
 
-sys.path.insert(0, str(REPO / "deploy"))
-import serve  # noqa: E402  (deploy/serve.py: the launcher `make serve` runs)
-
 N_PROCS = 2
 MARKERS = ("harbour", "violin", "meadow")  # one sentence each; one WordPiece token each in MiniLM's vocabulary
-N_HEADS = 12  # all-MiniLM-L6-v2, the default model
-TIMEOUT_MS = 150_000  # two cold app processes and three sessions on 2 shared cores
-
-
-def _sentence(marker: str) -> str:
-    return f"The {marker} near the station was quiet before the evening train."
 
 
 @pytest.fixture(scope="module")
 def deployment(artifacts):
-    why = serve.nginx_missing()
-    if why:
-        if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
-            pytest.fail(f"{why}; CI is set, so the proxy test must run")
-        pytest.skip(why)
-    try:
-        d = serve.Deployment(N_PROCS, log_dir=artifacts / "proxy")
-    except serve.DeployError as err:
-        pytest.fail(str(err))
-    try:
-        yield d
-    finally:
-        d.stop(keep_files=False)
-
-
-def _wait(page, js: str, what: str, arg=None) -> None:
-    try:
-        page.wait_for_function(js, arg=arg, timeout=TIMEOUT_MS, polling=200)
-    except Exception as err:
-        if type(err).__name__ != "TimeoutError":
-            raise
-        pytest.fail(f"timed out waiting for {what}; page shows: {page_problems(page)}")
-
-
-_STRIP = "() => document.querySelector('[data-testid=\"token-strip\"]')?.innerText ?? ''"
-_HEADS_OFF = """() => [...document.querySelectorAll('[data-testid="stMarkdownContainer"]')]
-  .map(e => e.innerText).filter(t => t.startsWith('Heads off')).join(' | ')"""
+    yield from _deployment(N_PROCS, artifacts / "proxy", "the proxy test")
 
 
 def test_sticky_sessions_each_see_their_own_state(browser, deployment):
@@ -70,24 +37,24 @@ def test_sticky_sessions_each_see_their_own_state(browser, deployment):
             page.set_default_timeout(TIMEOUT_MS)
             # One after the other: each first request is the next in nginx's round-robin, so two processes are used.
             page.goto(deployment.url, wait_until="domcontentloaded")
-            _wait(page, f"() => ({GRID_DRAWN})() >= {N_HEADS}",
+            wait(page, f"() => ({GRID_DRAWN})() >= {N_HEADS}",
                   f"session {i}: the first heatmaps")
             pages.append(page)
 
         # Every session types its own sentence and switches off its own head; all actions go out before any wait.
         for i, page in enumerate(pages):
-            page.get_by_label("Sentence", exact=True).fill(_sentence(MARKERS[i]))
+            page.get_by_label("Sentence", exact=True).fill(sentence(MARKERS[i]))
             page.get_by_role("button", name="Show attention").click()
         for i, page in enumerate(pages):
-            _wait(page, f"() => ({_STRIP})().includes({MARKERS[i]!r})", f"session {i}: its sentence's tokens")
-            _wait(page, IDLE, f"session {i}: idle")
+            wait(page, f"() => ({STRIP})().includes({MARKERS[i]!r})", f"session {i}: its sentence's tokens")
+            wait(page, IDLE, f"session {i}: idle")
             grid_switch(page, f"L0 H{i}").click()
         for i, page in enumerate(pages):
-            _wait(page, f"() => ({_HEADS_OFF})().includes('L0 H{i}')", f"session {i}: 'Heads off: L0 H{i}'")
-            _wait(page, IDLE, f"session {i}: idle after the toggle")
+            wait(page, f"() => ({HEADS_OFF})().includes('L0 H{i}')", f"session {i}: 'Heads off: L0 H{i}'")
+            wait(page, IDLE, f"session {i}: idle after the toggle")
 
         for i, page in enumerate(pages):
-            strip, heads_off = page.evaluate(_STRIP), page.evaluate(_HEADS_OFF)
+            strip, heads_off = page.evaluate(STRIP), page.evaluate(HEADS_OFF)
             others = [m for j, m in enumerate(MARKERS) if j != i and m in strip]
             assert MARKERS[i] in strip and not others, f"session {i} shows tokens {strip!r}"
             foreign = [f"L0 H{j}" for j in range(len(MARKERS)) if j != i and f"L0 H{j}" in heads_off]
@@ -128,11 +95,7 @@ def test_ctrl_c_stops_nginx_supervisord_and_every_app_process(artifacts):
     import signal
     import subprocess
 
-    why = serve.nginx_missing()
-    if why:
-        if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
-            pytest.fail(f"{why}; CI is set, so the proxy test must run")
-        pytest.skip(why)
+    require("the Ctrl-C test")
     port = serve.harness.free_port()
     log = artifacts / "serve-ctrl-c.log"
     with open(log, "w") as out:

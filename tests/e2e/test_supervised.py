@@ -13,68 +13,36 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 
 import pytest
+from deployment import HEADS_OFF, N_HEADS, STRIP, TIMEOUT_MS, sentence, serve, wait
+from deployment import deployment as _deployment
 
-from harness import GRID_DRAWN, IDLE, REPO, grid_switch, page_problems
-
-sys.path.insert(0, str(REPO / "deploy"))
-import serve  # noqa: E402
+from harness import GRID_DRAWN, IDLE, grid_switch, page_problems
 
 MARKERS = ("harbour", "violin", "meadow", "lantern")  # one WordPiece token each in MiniLM's vocabulary
-N_HEADS = 12  # all-MiniLM-L6-v2, the default model
-TIMEOUT_MS = 150_000  # cold starts and four sessions on 2 shared cores
 REBUILT = "was rebuilt from the page's link"
-_STRIP = "() => document.querySelector('[data-testid=\"token-strip\"]')?.innerText ?? ''"
-_HEADS_OFF = """() => [...document.querySelectorAll('[data-testid="stMarkdownContainer"]')]
-  .map(e => e.innerText).filter(t => t.startsWith('Heads off')).join(' | ')"""
 _BROKEN = """() => document.body.innerText.includes('Connection error')
   || document.querySelectorAll('[data-testid="stException"]').length > 0"""
 
 
-def _sentence(marker: str) -> str:
-    return f"The {marker} near the station was quiet before the evening train."
-
-
 @pytest.fixture(scope="module")
 def deployment(artifacts):
-    why = serve.nginx_missing() or serve.supervisor_missing()
-    if why:
-        if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
-            pytest.fail(f"{why}; CI is set, so the fault tests must run")
-        pytest.skip(why)
-    try:
-        d = serve.Deployment(2, log_dir=artifacts / "supervised")
-    except serve.DeployError as err:
-        pytest.fail(str(err))
-    try:
-        yield d
-    finally:
-        d.stop()  # SIGCONT, SIGTERM, SIGKILL to every child by PID: a stopped process too
-
-
-def _wait(page, js: str, what: str, timeout_ms: int = TIMEOUT_MS) -> None:
-    try:
-        page.wait_for_function(js, timeout=timeout_ms, polling=200)
-    except Exception as err:
-        if type(err).__name__ != "TimeoutError":
-            raise
-        pytest.fail(f"timed out waiting for {what}; page shows: {page_problems(page)}")
+    yield from _deployment(2, artifacts / "supervised", "the fault tests")
 
 
 def _has_off(head: str) -> str:
-    return f"() => ({_HEADS_OFF})().includes({head!r})"
+    return f"() => ({HEADS_OFF})().includes({head!r})"
 
 
 def _toggle(page, head: str, what: str) -> float:
     """Switch `head` off and wait until the page says so; the seconds it took."""
     t0 = time.monotonic()
-    _wait(page, IDLE, f"{what}: idle before toggling {head}")
+    wait(page, IDLE, f"{what}: idle before toggling {head}")
     grid_switch(page, head).click()
-    _wait(page, _has_off(head), f"{what}: 'Heads off: {head}'")
-    _wait(page, IDLE, f"{what}: idle after toggling {head}")
+    wait(page, _has_off(head), f"{what}: 'Heads off: {head}'")
+    wait(page, IDLE, f"{what}: idle after toggling {head}")
     return time.monotonic() - t0
 
 
@@ -87,13 +55,13 @@ def _sessions(browser, d) -> tuple[list, list, list[str]]:
         page = ctx.new_page()
         page.set_default_timeout(TIMEOUT_MS)
         page.goto(d.url, wait_until="domcontentloaded")
-        _wait(page, f"() => ({GRID_DRAWN})() >= {N_HEADS}", f"session {i}: the first heatmaps")
+        wait(page, f"() => ({GRID_DRAWN})() >= {N_HEADS}", f"session {i}: the first heatmaps")
         pages.append(page)
     for i, page in enumerate(pages):
-        page.get_by_label("Sentence", exact=True).fill(_sentence(MARKERS[i]))
+        page.get_by_label("Sentence", exact=True).fill(sentence(MARKERS[i]))
         page.get_by_role("button", name="Show attention").click()
     for i, page in enumerate(pages):
-        _wait(page, f"() => ({_STRIP})().includes({MARKERS[i]!r})", f"session {i}: its sentence's tokens")
+        wait(page, f"() => ({STRIP})().includes({MARKERS[i]!r})", f"session {i}: its sentence's tokens")
         _toggle(page, f"L0 H{i}", f"session {i}")
     routes = [{c["name"]: c["value"] for c in ctx.cookies()}.get(serve.COOKIE) for ctx in contexts]
     assert sorted(set(routes)) == ["b0", "b1"], f"4 sessions should use both processes; cookies {routes}"
@@ -121,11 +89,11 @@ def _fault(browser, deployment, sig: int, label: str) -> dict:
         # The faulty process's sessions come back by themselves: own sentence, own head off, the notice.
         back = {}
         for i in hit:
-            _wait(pages[i], f"() => document.body.innerText.includes({REBUILT!r}) && "
-                            f"({_STRIP})().includes({MARKERS[i]!r}) && ({_has_off(f'L0 H{i}')})()",
+            wait(pages[i], f"() => document.body.innerText.includes({REBUILT!r}) && "
+                            f"({STRIP})().includes({MARKERS[i]!r}) && ({_has_off(f'L0 H{i}')})()",
                   f"{label}: session {i} rebuilt with its sentence and L0 H{i} off")
             back[i] = time.monotonic() - t_fault
-            others = [m for j, m in enumerate(MARKERS) if j != i and m in pages[i].evaluate(_STRIP)]
+            others = [m for j, m in enumerate(MARKERS) if j != i and m in pages[i].evaluate(STRIP)]
             assert not others, f"session {i} shows another session's sentence: {others}"
         # ... and the faulty process itself is running and healthy again, under a new PID.
         deadline = time.monotonic() + TIMEOUT_MS / 1000
