@@ -103,6 +103,12 @@ def test_copying_scores_equal_the_eigenvalues_of_the_full_token_map():
             full = (tokens @ w_v[l, h] @ w_o[l, h] @ unembed.T).double().numpy()  # (V, V)
             lam = np.linalg.eigvals(full)
             assert float(ours[l, h]) == pytest.approx(lam.sum().real / np.abs(lam).sum(), abs=1e-4)
+    # Tied embeddings take the Gram-matrix route (half of Wᵀ W built): the same eigenvalues.
+    tied = C.copying_scores(w_v, w_o, tokens, tokens.clone())
+    for l in range(L):
+        for h in range(H):
+            lam = np.linalg.eigvals((tokens @ w_v[l, h] @ w_o[l, h] @ tokens.T).double().numpy())  # (V,)
+            assert float(tied[l, h]) == pytest.approx(lam.sum().real / np.abs(lam).sum(), abs=1e-4)
 
 
 def test_copying_is_plus_one_for_a_copying_map_and_minus_one_for_its_negative():
@@ -115,6 +121,28 @@ def test_copying_is_plus_one_for_a_copying_map_and_minus_one_for_its_negative():
     assert scores[0, 0] == pytest.approx(1.0, abs=1e-5) and scores[0, 1] == pytest.approx(-1.0, abs=1e-5)
     # An encoder without an LM head: the token embedding stands in for the unembedding.
     assert torch.allclose(C.copying_scores(w_v, w_o, tokens, None), scores)
+
+
+def test_r_factor_gives_the_gram_matrix_also_for_rank_deficient_weights():
+    gen = torch.Generator().manual_seed(6)
+    a = torch.randn(3, 40, 6, generator=gen, dtype=torch.float64)
+    a[1, :, 3] = a[1, :, 0]  # rank 5 of 6: Cholesky fails, the eigendecomposition is used
+    a[2] = 0.0  # a head that is all zeros
+    f = C.r_factor(a)  # (3, 6, 6)
+    assert torch.allclose(f.transpose(-2, -1) @ f, a.transpose(-2, -1) @ a, atol=1e-9)
+    x = torch.randn(6, 7, generator=gen, dtype=torch.float64)
+    assert torch.allclose((a @ x).flatten(1).norm(dim=1), (f @ x).flatten(1).norm(dim=1))
+
+
+@pytest.mark.parametrize("strip", [4, 64], ids=["several-strips", "one-strip"])
+def test_composition_scores_do_not_depend_on_the_strip_width(monkeypatch, strip):
+    weights = _random(L=3, H=4, D=24, dh=6, seed=8)
+    plain = _plain(*weights)
+    monkeypatch.setattr(C, "GRAM_STRIP", strip)
+    monkeypatch.setattr(C, "PAIR_COLUMNS", 4)  # one later layer per product: several column blocks
+    ours = C.composition_scores(*weights)
+    for m in C.MODES:
+        assert torch.allclose(ours[m].nan_to_num(), plain[m].float().nan_to_num(), atol=1e-6)
 
 
 def test_factored_singular_values_and_effective_rank():
