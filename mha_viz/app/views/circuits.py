@@ -34,6 +34,21 @@ def step_circuits(name: str) -> circ.Circuits:
     return circ.circuits(load_model(name))
 
 
+@st.cache_resource(show_spinner=False, max_entries=8)
+def formation(name: str) -> circ.Formation:
+    """Every saved training step of `name` measured once per server: its circuits, and its heads' induction and
+    previous-token scores on the same repeated random texts at every step (`analysis.circuits.formation`). Each
+    step's model is loaded for this and dropped. Shared by this view and the Training view."""
+    steps = checkpoints(name)
+    per_step, patterns, texts = [], [], None
+    for step in steps:
+        model = load_model(f"{name}@{step}")
+        texts = texts or circ.repeated_texts(model)
+        per_step.append(circ.circuits(model))
+        patterns.append(circ.pattern_scores(model, texts))
+    return circ.formation(name, steps, per_step, patterns, texts)
+
+
 @st.cache_resource(show_spinner=False, max_entries=32)
 def causal(name: str, off: Head, ablation: str) -> circ.CausalCheck:
     return circ.causal_check(get_model(name), off, ablation=ablation)
