@@ -516,25 +516,28 @@ class Formation:
         return None
 
 
+def induction_path(induction: torch.Tensor, previous: torch.Tensor) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(previous-token head, induction head) found by measurement, induction and previous (L, H) from
+    `pattern_scores`: the induction head is the highest induction score outside layer 0 (a head of layer 0 has no
+    earlier head to compose with), the previous-token head the highest previous-token score in a layer before it."""
+    n_layers, n_heads = induction.shape
+    if n_layers < 2:
+        raise ValueError("one layer: no earlier head to compose with")
+    flat = int(induction[1:].nan_to_num(-1.0).flatten().argmax())
+    ind = (1 + flat // n_heads, flat % n_heads)
+    flat = int(previous[:ind[0]].nan_to_num(-1.0).flatten().argmax())
+    return (flat // n_heads, flat % n_heads), ind
+
+
 def formation(name: str, steps: list[int], per_step: list[Circuits],
               patterns: list[tuple[torch.Tensor, torch.Tensor]], texts: tuple[str, ...]) -> Formation:
     """`Formation` from each saved step's `circuits` and `pattern_scores` ((L, H) induction, (L, H) previous),
-    in step order. The two heads are found by measurement at the last step, not named: the induction head is the
-    highest induction score outside layer 0 (a head of layer 0 cannot compose with an earlier one), the
-    previous-token head the highest previous-token score in a layer before it."""
+    in step order. The two heads are found by measurement at the last step (`induction_path`), not named."""
     if not steps or len(per_step) != len(steps) or len(patterns) != len(steps):
         raise ValueError(f"need one Circuits and one pattern measurement per step; got {len(steps)} steps, "
                          f"{len(per_step)} circuits, {len(patterns)} measurements")
     last = per_step[-1]
-    if last.n_layers < 2:
-        raise ValueError(f"{name} has one layer: no earlier head to compose with")
-    induction, previous = patterns[-1]  # (L, H) each
-    later = induction[1:].nan_to_num(-1.0)  # (L - 1, H)
-    flat = int(later.flatten().argmax())
-    ind = (1 + flat // last.n_heads, flat % last.n_heads)
-    earlier = previous[:ind[0]].nan_to_num(-1.0)  # (l, H)
-    flat = int(earlier.flatten().argmax())
-    prev = (flat // last.n_heads, flat % last.n_heads)
+    prev, ind = induction_path(*patterns[-1])
     pair = prev + ind
     nan = torch.tensor(float("nan"))
     top = last.top_pairs("k", 1)

@@ -14,6 +14,7 @@ from mha_viz.analysis import circuits as circ
 from mha_viz.app.cache import get_model, training_evidence
 from mha_viz.app.common import head_name, md_safe, trained_here
 from mha_viz.app.context import ViewContext
+from mha_viz.circuits_notes import formation_of
 from mha_viz.contract import Head, InputError, ModelLoadError, UnavailableError
 
 FULL_MAP_VOCAB = 512  # vocabularies up to this size get the full token x token maps; larger ones a chosen row
@@ -37,16 +38,9 @@ def step_circuits(name: str) -> circ.Circuits:
 @st.cache_resource(show_spinner=False, max_entries=8)
 def formation(name: str) -> circ.Formation:
     """Every saved training step of `name` measured once per server: its circuits, and its heads' induction and
-    previous-token scores on the same repeated random texts at every step (`analysis.circuits.formation`). Each
-    step's model is loaded for this and dropped. Shared by this view and the Training view."""
-    steps = checkpoints(name)
-    per_step, patterns, texts = [], [], None
-    for step in steps:
-        model = load_model(f"{name}@{step}")
-        texts = texts or circ.repeated_texts(model)
-        per_step.append(circ.circuits(model))
-        patterns.append(circ.pattern_scores(model, texts))
-    return circ.formation(name, steps, per_step, patterns, texts)
+    previous-token scores on the same repeated random texts at every step (`circuits_notes.formation_of`, as the
+    notes measure it). Each step's model is loaded for this and dropped. Shared by this view and the Training view."""
+    return formation_of(name)
 
 
 @st.cache_resource(show_spinner=False, max_entries=32)
