@@ -502,16 +502,16 @@ class Formation:
     top_pair: tuple[tuple[int, int], tuple[int, int], float] | None
     texts: tuple[str, ...]
 
-    def first_step_at_half(self, values: torch.Tensor, start: float | None = None) -> int | None:
-        """The first saved step where `values` (S,) has covered half of its way from `start` (None: its value at
-        the first step) to its value at the last step; None when it does not rise."""
+    def first_step_at(self, values: torch.Tensor, fraction: float = 0.5) -> int | None:
+        """The first saved step where `values` (S,) has covered `fraction` of its way from its value at the first
+        step to its value at the last step; None when it does not rise."""
         v = values.double()
-        low = float(v[0]) if start is None else start
+        low = float(v[0])
         rise = float(v[-1]) - low
         if not math.isfinite(rise) or rise <= 0:
             return None
         for step, x in zip(self.steps, v.tolist()):
-            if x - low >= 0.5 * rise:
+            if x - low >= fraction * rise:
                 return step
         return None
 
@@ -549,14 +549,18 @@ def formation(name: str, steps: list[int], per_step: list[Circuits],
         baseline=last.baseline, top_pair=top[0] if top else None, texts=tuple(texts))
 
 
+RISE_STARTS = 0.1  # the induction score "has started to rise" once it has covered this share of its rise
+
+
 def describe_formation(f: Formation) -> str:
     """What the measurement says, in words (markdown), every number read from `f`: the two heads, where the
     K-composition and the induction score stand at the first and last step, the first step where each has covered
-    half of its rise, and which comes first."""
+    half of its rise, which comes first, and how far the K-composition has risen by the last saved step before
+    the induction score starts to (has covered RISE_STARTS of its rise)."""
     prev, ind = _head(f.previous_head), _head(f.induction_head)
     k, base = f.composition["k"], f.baseline["k"]
-    k_half = f.first_step_at_half(k)
-    i_half = f.first_step_at_half(f.induction)
+    k_half = f.first_step_at(k)
+    i_half = f.first_step_at(f.induction)
     first, last = f.steps[0], f.steps[-1]
     text = (f"**{f.name}**: {prev} attends most to the previous token at step {last} "
             f"({float(f.previous[-1]):.0%}), and {ind} has the highest induction score ({float(f.induction[-1]):.0%}). "
@@ -574,6 +578,16 @@ def describe_formation(f: Formation) -> str:
         text += "in these saved steps the induction score rises first, the K-composition after it."
     else:
         text += "both by the same saved step, so these steps cannot tell which comes first."
+    starts = f.first_step_at(f.induction, RISE_STARTS)
+    at = f.steps.index(starts) if starts is not None else 0
+    if at > 0:  # the last saved step before the induction score has covered RISE_STARTS of its rise
+
+        def share(v: torch.Tensor) -> float:
+            return (float(v[at - 1]) - float(v[0])) / (float(v[-1]) - float(v[0]))
+
+        text += (f" At step {f.steps[at - 1]}, the last saved step before the induction score has covered "
+                 f"{RISE_STARTS:.0%} of its rise (it has covered {share(f.induction):.0%}), the K-composition has "
+                 f"covered {share(k):.0%} of its.")
     if f.top_pair is not None:
         (a, b, score) = f.top_pair
         same = (a, b) == (f.previous_head, f.induction_head)

@@ -188,3 +188,36 @@ def test_induction_scores_find_the_token_after_the_earlier_occurrence():
     scores = C.induction_scores(att, ids)
     assert scores[0, 0] == 0.0 and scores[0, 1] == 1.0
     assert C.induction_scores(att, [0, 1, 2, 3, 4, 5, 6]).isnan().all()  # nothing repeats
+
+
+def _formation(k, induction, steps=(0, 100, 200, 300)):
+    base = C.Baseline(mean=0.1, std=0.01, p99=0.12, n_pairs=256)
+    t = torch.tensor
+    return C.Formation(name="m", steps=tuple(steps), previous_head=(0, 1), induction_head=(1, 2),
+                       composition={"k": t(k), "q": t(k), "v": t(k)}, induction=t(induction),
+                       previous=t([0.1, 0.5, 0.9, 0.9]), copying=t([0.0, 0.5, 0.9, 0.9]),
+                       baseline={m: base for m in C.MODES}, top_pair=((0, 1), (1, 2), k[-1]), texts=("a b a b",))
+
+
+def test_the_words_on_a_formation_follow_its_numbers():
+    f = _formation([0.1, 0.25, 0.28, 0.3], [0.0, 0.05, 0.6, 0.9])
+    assert f.first_step_at(f.composition["k"]) == 100 and f.first_step_at(f.induction) == 200
+    words = C.describe_formation(f)
+    assert "is 0.100 at step 0 and 0.300 at step 300" in words
+    assert "half of its rise by step 100, the induction score by step 200" in words
+    assert "the K-composition rises first" in words and "the same two heads" in words
+    # Step 100 is the last before the induction score covers 10% of its rise (5 of 90 points: 6%); K: 75%.
+    assert "At step 100, the last saved step before" in words and "(it has covered 6%)" in words
+    assert "the K-composition has covered 75% of its." in words
+    later = C.describe_formation(_formation([0.1, 0.1, 0.11, 0.3], [0.0, 0.6, 0.8, 0.9]))
+    assert "the induction score rises first" in later
+    flat = C.describe_formation(_formation([0.3, 0.2, 0.2, 0.1], [0.0, 0.6, 0.8, 0.9]))
+    assert "The K-composition does not rise over these steps." in flat
+
+
+def test_the_induction_path_is_found_by_measurement():
+    induction = torch.tensor([[0.9, 0.0], [0.1, 0.7], [0.8, 0.2]])  # layer 0's 0.9 cannot compose: ignored
+    previous = torch.tensor([[0.2, 0.6], [0.95, 0.1], [0.0, 0.0]])
+    assert C.induction_path(induction, previous) == ((1, 0), (2, 0))  # the best previous head before layer 2
+    with pytest.raises(ValueError, match="one layer"):
+        C.induction_path(induction[:1], previous[:1])
