@@ -836,13 +836,16 @@ def causal_check_figure(on: torch.Tensor, off: torch.Tensor, title: str, switche
 
 
 def circuits_timeline_figure(steps: list[int], pairs: dict[str, np.ndarray], baseline: float,
-                             copying: np.ndarray | None, pattern: dict[str, np.ndarray] | None = None,
+                             copying: np.ndarray | dict[str, np.ndarray] | None,
+                             pattern: dict[str, np.ndarray] | None = None,
                              current: int | None = None, *, height: int = 620) -> go.Figure:
     """Circuit scores against the training step, one panel each: composition scores of chosen head pairs
-    ({name: (S,)}) with the random baseline dotted; each head's OV copying score ((S, L, H), one line per head; None:
-    no such panel);
+    ({name: (S,)}) with the random baseline dotted; OV copying scores (every head's, (S, L, H), one thin line per
+    head; or chosen heads' lines {name: (S,)}; None: no such panel);
     and, when given, measured pattern scores ({name: (S,)}, e.g. the later head's induction score from the probe
-    file) so a composition can be read against the behaviour it may explain. Logarithmic step axis, step 0 at 1."""
+    file) so a composition can be read against the behaviour it may explain. Line j of each dict has colour j, so
+    a model's lines match across panels. NaN (a step one model did not save) is bridged. Logarithmic step axis,
+    step 0 at 1."""
     x = [max(s, 1) for s in steps]
     panels = (["composition score"] + (["OV copying score"] if copying is not None else [])
               + (["measured pattern score"] if pattern else []))
@@ -877,10 +880,18 @@ def circuits_timeline_figure(steps: list[int], pairs: dict[str, np.ndarray], bas
             for j, (name, values) in enumerate(pairs.items()):
                 data.append(dict(type="scatter", mode="lines+markers", x=x, y=np.asarray(values), xaxis=xa, yaxis=ya,
                                  name=name, line=dict(color=head_colour(j), width=2), customdata=steps,
+                                 connectgaps=True,
                                  hovertemplate=f"{html.escape(name)}<br>step %{{customdata}}: %{{y:.3f}}"
                                                "<extra></extra>"))
             data.append(dict(type="scatter", mode="lines", x=[x[0], x[-1]], y=[baseline] * 2, xaxis=xa, yaxis=ya,
                              name="random matrices", line=dict(color="#999", dash="dot"), hoverinfo="skip"))
+        elif title == "OV copying score" and isinstance(copying, dict):
+            for j, (name, values) in enumerate(copying.items()):
+                data.append(dict(type="scatter", mode="lines+markers", x=x, y=np.asarray(values), xaxis=xa,
+                                 yaxis=ya, name=name, line=dict(color=head_colour(j), width=2, dash="dot"),
+                                 connectgaps=True, customdata=steps,
+                                 hovertemplate=f"{html.escape(name)}<br>step %{{customdata}}: %{{y:+.2f}}"
+                                               "<extra></extra>"))
         elif title == "OV copying score":
             c = np.asarray(copying, dtype=np.float32)  # (S, L, H)
             for layer in range(c.shape[1]):
@@ -896,6 +907,30 @@ def circuits_timeline_figure(steps: list[int], pairs: dict[str, np.ndarray], bas
             for j, (name, values) in enumerate(pattern.items()):
                 data.append(dict(type="scatter", mode="lines+markers", x=x, y=np.asarray(values), xaxis=xa, yaxis=ya,
                                  name=name, line=dict(color=head_colour(j), width=2, dash="dash"), customdata=steps,
+                                 connectgaps=True,
                                  hovertemplate=f"{html.escape(name)}<br>step %{{customdata}}: %{{y:.1%}}"
                                                "<extra></extra>"))
     return go.Figure(data=data, layout=layout, _validate=False)
+
+
+def formation_figure(formations: list, current: int | None = None, *, height: int = 640) -> go.Figure:
+    """`circuits_timeline_figure` for `analysis.circuits.Formation`s (one model or seed each): its K-composition
+    from the previous-token head into the induction head, that head's OV copying score and its induction score,
+    against the step, one colour per model. Steps one model did not save are bridged."""
+    steps = sorted(set().union(*(f.steps for f in formations)))
+
+    def on_steps(f, values) -> np.ndarray:  # (S,) on the union of the steps, NaN where f has no such step
+        at = dict(zip(f.steps, _as_np(values).tolist()))
+        return np.array([at.get(s, np.nan) for s in steps], dtype=np.float64)
+
+    def pair(f) -> str:
+        return f"L{f.previous_head[0]} H{f.previous_head[1]} → L{f.induction_head[0]} H{f.induction_head[1]}"
+
+    def head(f) -> str:
+        return f"L{f.induction_head[0]} H{f.induction_head[1]}"
+
+    pairs = {f"{f.name}: K-composition {pair(f)}": on_steps(f, f.composition["k"]) for f in formations}
+    copying = {f"{f.name}: {head(f)} copying": on_steps(f, f.copying) for f in formations}
+    pattern = {f"{f.name}: {head(f)} induction score": on_steps(f, f.induction) for f in formations}
+    return circuits_timeline_figure(steps, pairs, formations[0].baseline["k"].mean, copying, pattern, current,
+                                    height=height)

@@ -46,12 +46,19 @@ def _check_weights(w: torch.Tensor, name: str, shape: str) -> torch.Tensor:
 
 
 def r_factor(a: torch.Tensor) -> torch.Tensor:
-    """A k x k factor F of a (..., n, k), n >= k, with Fᵀ F = aᵀ a -> (..., k, k): then a = Q F with Q's columns
-    orthonormal, so ||a @ x||_F == ||F @ x||_F for every x. How a product of thin factors is measured without
-    building it. F = S Vᵀ from the eigendecomposition of the k x k Gram matrix (faster than a QR of the tall
-    matrix, and defined for a rank-deficient one)."""
-    e, v = torch.linalg.eigh((a.transpose(-2, -1) @ a).double())  # (..., k), (..., k, k)
-    return e.clamp_min(0).sqrt()[..., :, None] * v.transpose(-2, -1)  # (..., k, k)
+    """A k x k factor F of a (..., n, k), n >= k, with Fᵀ F = aᵀ a -> (..., k, k), float64: then a = Q F with Q's
+    columns orthonormal, so ||a @ x||_F == ||F @ x||_F for every x. How a product of thin factors is measured
+    without building it. F = Lᵀ from the Cholesky factorisation aᵀa = L Lᵀ of the k x k Gram matrix (faster than a
+    QR of the tall matrix, and than an eigendecomposition); where a is rank-deficient, so that Cholesky fails,
+    F = S^(1/2) Vᵀ from the Gram matrix's eigendecomposition instead."""
+    gram = (a.transpose(-2, -1) @ a).double()  # (..., k, k)
+    low, info = torch.linalg.cholesky_ex(gram)  # (..., k, k), (...) 0 where it succeeded
+    f = low.transpose(-2, -1)  # (..., k, k)
+    bad = info != 0
+    if bad.any():
+        e, v = torch.linalg.eigh(gram[bad])  # (n_bad, k), (n_bad, k, k)
+        f[bad] = e.clamp_min(0).sqrt()[..., :, None] * v.transpose(-2, -1)
+    return f
 
 
 def factored_norm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -96,19 +103,25 @@ def _sides(w_q, w_k, w_v, f: dict, mode: str) -> tuple[torch.Tensor, torch.Tenso
     return a, fb, (fa @ fb.transpose(-2, -1)).flatten(-2).norm(dim=-1)
 
 
-def _packed_gram(u: torch.Tensor, rows: bool) -> torch.Tensor:
-    """uᵀu (rows=True, u (N, dh, D)) or u uᵀ (u (N, D, dh)) -> (N, D(D+1)/2), its upper triangle with the
-    off-diagonal entries times sqrt 2, so a dot product of two packed Grams is the Frobenius inner product."""
-    d = u.shape[-1] if rows else u.shape[-2]
-    i, j = torch.triu_indices(d, d)
-    flat = i * d + j  # (P,) positions of the upper triangle in a flattened D x D matrix
-    weight = torch.where(i == j, 1.0, math.sqrt(2.0)).float()  # (P,)
-    packed = torch.empty(u.shape[0], flat.numel())  # (N, P)
-    for start in range(0, u.shape[0], 16):  # 16 heads at a time: every head's full Gram at once can be 700 MB
-        chunk = u[start:start + 16].float()
-        g = chunk.transpose(-2, -1) @ chunk if rows else chunk @ chunk.transpose(-2, -1)  # (n, D, D)
-        torch.mul(g.flatten(1).index_select(1, flat), weight, out=packed[start:start + 16])  # (n, P)
-    return packed  # (N, P) float32: its dot products sum D(D+1)/2 terms, well within float32
+PAIR_COLUMNS = 90  # later heads measured per matrix product (a few sizes timed: 48-135 cost about the same)
+GRAM_STRIP = 64  # columns of a Gram matrix's upper triangle computed per product (see `_gram_strips`)
+
+
+def _gram_strips(v: torch.Tensor, off_weight: float) -> list[torch.Tensor]:
+    """The upper triangle of every head's D x D Gram matrix G = vᵀv, v (N, dh, D), as row strips: strip s holds
+    rows s*b .. s*b+b-1 of G from column s*b on -> [(N, b, D - s*b)], b = GRAM_STRIP. Only ~half of G is computed
+    (D (D + b) / 2 entries instead of D^2), straight into the strips. In each strip the columns right of its
+    diagonal b x b block are multiplied by `off_weight`: with 2 on one side and 1 on the other, the sum of the
+    strips' dot products is the Frobenius inner product <G1, G2> (the diagonal blocks hold both of their own
+    triangles)."""
+    d = v.shape[-1]
+    strips = []
+    for s in range(0, d, GRAM_STRIP):
+        strip = v[:, :, s:s + GRAM_STRIP].transpose(-2, -1) @ v[:, :, s:]  # (N, b, D - s)
+        if off_weight != 1.0:
+            strip[:, :, GRAM_STRIP:] *= off_weight
+        strips.append(strip.flatten(1))  # (N, b (D - s))
+    return strips
 
 
 def composition_scores(w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor, w_o: torch.Tensor,
@@ -141,28 +154,34 @@ def composition_scores(w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor, 
     # The earlier head's OV map W_V W_O: ||W_V W_O X|| = ||F_v W_O X||, so its output side is U1 = F_v W_O.
     u1 = (f["v"].float() @ w_o).reshape(n, d_head, d_model)  # (N, dh, D)
     left_norm = (f["v"] @ f["o"].transpose(-2, -1)).flatten(-2).norm(dim=-1).reshape(n)  # (N,)
-    gram = d_model <= d_head * d_head and n * (d_model * (d_model + 1) // 2) * 4 <= _GRAM_BYTES
-    g1 = _packed_gram(u1, rows=True) if gram else None  # (N, P)
+    gram = d_model <= d_head * d_head and n * (d_model * (d_model + GRAM_STRIP) // 2) * 4 <= _GRAM_BYTES
+    # Every earlier head's OV output side as Gram strips, off-diagonal entries doubled (see `_gram_strips`).
+    g1 = _gram_strips(u1, off_weight=2.0) if gram else None  # [(N, P_s)]
     layer_of = torch.arange(n) // n_heads  # (N,)
     out = {}
     for mode in MODES:
         a, fb, right_norm = _sides(w_q, w_k, w_v, f, mode)  # (L, H, D, dh), (L, H, dh, dh), (L, H)
         u2 = (a @ fb.transpose(-2, -1).float()).reshape(n, d_model, d_head)  # (N, D, dh)
         right_norm = right_norm.reshape(n)  # (N,)
-        num2 = torch.zeros(n, n, dtype=torch.float64)  # (N earlier, N later): ||W_OV^A M^B||_F^2
-        block = max(1, 48 // n_heads)  # later layers at a time: one matmul of ~48 columns, not a vector per layer
+        num2 = torch.zeros(n, n)  # (N earlier, N later): ||W_OV^A M^B||_F^2
+        block = max(1, PAIR_COLUMNS // n_heads)  # later layers at a time: one product, not a vector per layer
         for first in range(1, n_layers, block):
             last = min(first + block, n_layers)
             cols = slice(first * n_heads, last * n_heads)
             rows = slice(0, (last - 1) * n_heads)  # every head of a layer earlier than some of these (rest masked)
             if gram:
                 # ||U1 U2||^2 = <U1ᵀU1, U2 U2ᵀ>_F: one dot product of D x D Grams per pair, cheaper than the
-                # dh x D x dh product when D < dh^2 (SmolLM2: 166k against 2.4M multiply-adds).
-                num2[rows, cols] = (g1[rows] @ _packed_gram(u2[cols], rows=False).T).double()  # (N1, H)
+                # dh x D x dh product when D < dh^2 (SmolLM2: 184k against 2.4M multiply-adds), and each Gram
+                # only half built. All pairs of a strip in one matrix product.
+                g2 = _gram_strips(u2[cols].transpose(-2, -1), off_weight=1.0)  # [(H', P_s)]
+                acc = num2[rows, cols]  # (N1, H') a copy: written back below
+                for s1, s2 in zip(g1, g2):
+                    acc.addmm_(s1[rows], s2.T)  # (N1, H')
+                num2[rows, cols] = acc
             else:
                 prod = torch.einsum("aid,bdj->abij", u1[rows], u2[cols])  # (N1, H', dh, dh)
-                num2[rows, cols] = prod.flatten(-2).pow(2).sum(-1).double()  # (N1, H')
-        score = num2.clamp_min(0).sqrt() / (left_norm[:, None] * right_norm[None, :])  # (N, N)
+                num2[rows, cols] = prod.flatten(-2).pow(2).sum(-1)  # (N1, H')
+        score = num2.double().clamp_min(0).sqrt() / (left_norm[:, None] * right_norm[None, :])  # (N, N)
         earlier = layer_of[:, None] < layer_of[None, :]  # (N, N)
         score = torch.where(earlier, score, torch.full_like(score, float("nan")))  # (N, N)
         out[mode] = score.reshape(n_layers, n_heads, n_layers, n_heads).float()  # (L, H, L, H)
@@ -198,6 +217,15 @@ def random_baselines(d_model: int, d_head: int, n_heads: int = 16, seed: int = 0
     return out
 
 
+def _symmetric_gram(x: torch.Tensor) -> torch.Tensor:
+    """xᵀx for x (V, D) -> (D, D), from its upper triangle in row strips (about half the multiply-adds)."""
+    d = x.shape[1]
+    g = torch.zeros(d, d, dtype=x.dtype)  # (D, D)
+    for s in range(0, d, GRAM_STRIP):
+        g[s:s + GRAM_STRIP, s:] = x[:, s:s + GRAM_STRIP].T @ x[:, s:]  # (b, D - s)
+    return g.triu() + g.triu(1).T  # (D, D)
+
+
 def copying_scores(w_v: torch.Tensor, w_o: torch.Tensor, tokens: torch.Tensor,
                    unembed: torch.Tensor | None) -> torch.Tensor:
     """Each head's copying score from the eigenvalues λ of its token-to-token OV map W_E W_V W_O W_U
@@ -216,7 +244,10 @@ def copying_scores(w_v: torch.Tensor, w_o: torch.Tensor, tokens: torch.Tensor,
     u = e if unembed is None else unembed  # (V, D)
     if e.ndim != 2 or e.shape[1] != w_v.shape[2] or u.shape != e.shape:
         raise ValueError(f"tokens and unembed must be (V, {w_v.shape[2]}); got {tuple(e.shape)}, {tuple(u.shape)}")
-    ue = u.float().T @ e.float()  # (D, D): W_U then W_E, summed over the vocabulary (float32: V x D x D)
+    if u is e or torch.equal(u, e):  # tied embeddings (SmolLM2, BERT's decoder): a Gram matrix, half the work
+        ue = _symmetric_gram(e.float())  # (D, D)
+    else:
+        ue = u.float().T @ e.float()  # (D, D): W_U then W_E, summed over the vocabulary (float32: V x D x D)
     small = (w_o @ ue @ w_v).double()  # (L, H, dh, dh)
     lam = torch.linalg.eigvals(small)  # (L, H, dh) complex
     # The sum of a real matrix's eigenvalues is its (real) trace; .real drops a rounding-sized imaginary part.
@@ -422,17 +453,148 @@ def causal_check(model, off: tuple[int, int], texts: tuple[str, ...] | None = No
     weights is used: e.g. an induction head's score falling when the previous-token head feeding its keys is off."""
     texts = tuple(texts) if texts is not None else repeated_texts(model)
     reference = None if model.examples() else list(texts)
-    on_i, off_i, on_p, off_p = [], [], [], []
+    on_i, on_p = pattern_scores(model, texts)
+    off_i, off_p = pattern_scores(model, texts, ablate={tuple(off)}, ablation=ablation, reference=reference)
+    return CausalCheck(off=tuple(off), texts=texts, induction_on=on_i, induction_off=off_i,
+                       previous_on=on_p, previous_off=off_p, ablation=ablation)
+
+
+def pattern_scores(model, texts: tuple[str, ...], **run_args) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every head's induction score (`induction_scores`) and its mean attention on the previous token, each
+    averaged over `texts` (repeated random words: `repeated_texts`), from `model.run(text, **run_args)`
+    -> ((L, H), (L, H))."""
+    induction, previous = [], []
     for text in texts:
-        base = model.run(text)
-        cut = model.run(text, ablate={tuple(off)}, ablation=ablation, reference=reference)
-        on_i.append(induction_scores(base.attentions, base.token_ids))
-        off_i.append(induction_scores(cut.attentions, cut.token_ids))
-        on_p.append(base.attentions.diagonal(offset=-1, dim1=-2, dim2=-1).mean(-1))  # (L, H)
-        off_p.append(cut.attentions.diagonal(offset=-1, dim1=-2, dim2=-1).mean(-1))  # (L, H)
-    return CausalCheck(off=tuple(off), texts=texts, induction_on=_mean(on_i), induction_off=_mean(off_i),
-                       previous_on=_mean(on_p), previous_off=_mean(off_p), ablation=ablation)
+        run = model.run(text, **run_args)
+        induction.append(induction_scores(run.attentions, run.token_ids))  # (L, H)
+        previous.append(run.attentions.diagonal(offset=-1, dim1=-2, dim2=-1).mean(-1))  # (L, H)
+    return _mean(induction), _mean(previous)
 
 
 def _mean(scores: list[torch.Tensor]) -> torch.Tensor:
     return torch.stack(scores).nanmean(0)  # (L, H) over the texts
+
+
+# -- over training: the previous-token head -> induction head path, step by step ---------------------------------
+@dataclass(frozen=True)
+class Formation:
+    """One model's saved training steps, measured: which heads form the induction path at the last step, and
+    how their composition (from the weights) and their patterns (from runs) grew step by step. S = saved steps.
+
+        induction_head   the head of a layer after the first with the highest induction score at the last step
+        previous_head    the head of an earlier layer with the highest previous-token attention at the last step
+        composition      {"q", "k", "v"}: (S,) composition score previous_head -> induction_head at each step
+        induction        (S,) induction_head's induction score; previous (S,) previous_head's previous-token score
+        copying          (S,) induction_head's OV copying score (NaN without embeddings)
+        top_pair         the highest K-composition pair at the last step (earlier, later, score), found in the
+                         weights alone: the same pair as (previous_head, induction_head), or not
+    The patterns are measured on `texts` (random words said twice, `repeated_texts`), the same texts at every
+    step."""
+    name: str
+    steps: tuple[int, ...]
+    previous_head: tuple[int, int]
+    induction_head: tuple[int, int]
+    composition: dict[str, torch.Tensor]
+    induction: torch.Tensor
+    previous: torch.Tensor
+    copying: torch.Tensor
+    baseline: dict[str, Baseline]
+    top_pair: tuple[tuple[int, int], tuple[int, int], float] | None
+    texts: tuple[str, ...]
+
+    def first_step_at(self, values: torch.Tensor, fraction: float = 0.5) -> int | None:
+        """The first saved step where `values` (S,) has covered `fraction` of its way from its value at the first
+        step to its value at the last step; None when it does not rise."""
+        v = values.double()
+        low = float(v[0])
+        rise = float(v[-1]) - low
+        if not math.isfinite(rise) or rise <= 0:
+            return None
+        for step, x in zip(self.steps, v.tolist()):
+            if x - low >= fraction * rise:
+                return step
+        return None
+
+
+def induction_path(induction: torch.Tensor, previous: torch.Tensor) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(previous-token head, induction head) found by measurement, induction and previous (L, H) from
+    `pattern_scores`: the induction head is the highest induction score outside layer 0 (a head of layer 0 has no
+    earlier head to compose with), the previous-token head the highest previous-token score in a layer before it."""
+    n_layers, n_heads = induction.shape
+    if n_layers < 2:
+        raise ValueError("one layer: no earlier head to compose with")
+    flat = int(induction[1:].nan_to_num(-1.0).flatten().argmax())
+    ind = (1 + flat // n_heads, flat % n_heads)
+    flat = int(previous[:ind[0]].nan_to_num(-1.0).flatten().argmax())
+    return (flat // n_heads, flat % n_heads), ind
+
+
+def formation(name: str, steps: list[int], per_step: list[Circuits],
+              patterns: list[tuple[torch.Tensor, torch.Tensor]], texts: tuple[str, ...]) -> Formation:
+    """`Formation` from each saved step's `circuits` and `pattern_scores` ((L, H) induction, (L, H) previous),
+    in step order. The two heads are found by measurement at the last step (`induction_path`), not named."""
+    if not steps or len(per_step) != len(steps) or len(patterns) != len(steps):
+        raise ValueError(f"need one Circuits and one pattern measurement per step; got {len(steps)} steps, "
+                         f"{len(per_step)} circuits, {len(patterns)} measurements")
+    last = per_step[-1]
+    prev, ind = induction_path(*patterns[-1])
+    pair = prev + ind
+    nan = torch.tensor(float("nan"))
+    top = last.top_pairs("k", 1)
+    return Formation(
+        name=name, steps=tuple(steps), previous_head=prev, induction_head=ind,
+        composition={m: torch.stack([c.composition[m][pair] for c in per_step]) for m in MODES},  # (S,)
+        induction=torch.stack([p[0][ind] for p in patterns]), previous=torch.stack([p[1][prev] for p in patterns]),
+        copying=torch.stack([nan if c.copying is None else c.copying[ind] for c in per_step]),
+        baseline=last.baseline, top_pair=top[0] if top else None, texts=tuple(texts))
+
+
+RISE_STARTS = 0.1  # the induction score "has started to rise" once it has covered this share of its rise
+
+
+def describe_formation(f: Formation) -> str:
+    """What the measurement says, in words (markdown), every number read from `f`: the two heads, where the
+    K-composition and the induction score stand at the first and last step, the first step where each has covered
+    half of its rise, which comes first, and how far the K-composition has risen by the last saved step before
+    the induction score starts to (has covered RISE_STARTS of its rise)."""
+    prev, ind = _head(f.previous_head), _head(f.induction_head)
+    k, base = f.composition["k"], f.baseline["k"]
+    k_half = f.first_step_at(k)
+    i_half = f.first_step_at(f.induction)
+    first, last = f.steps[0], f.steps[-1]
+    text = (f"**{f.name}**: {prev} attends most to the previous token at step {last} "
+            f"({float(f.previous[-1]):.0%}), and {ind} has the highest induction score ({float(f.induction[-1]):.0%}). "
+            f"The K-composition {prev} → {ind} is {float(k[0]):.3f} at step {first} and {float(k[-1]):.3f} at step "
+            f"{last} (random matrices: {base.mean:.3f}, 99th percentile {base.p99:.3f}); {ind}'s induction score "
+            f"goes from {float(f.induction[0]):.0%} to {float(f.induction[-1]):.0%}.")
+    if k_half is None or i_half is None:
+        what = "the K-composition" if k_half is None else "the induction score"
+        return text + f" {what[0].upper() + what[1:]} does not rise over these steps."
+    text += (f" The K-composition has covered half of its rise by step {k_half}, the induction score by step "
+             f"{i_half}: ")
+    if k_half < i_half:
+        text += "in these saved steps the K-composition rises first, the induction score after it."
+    elif k_half > i_half:
+        text += "in these saved steps the induction score rises first, the K-composition after it."
+    else:
+        text += "both by the same saved step, so these steps cannot tell which comes first."
+    starts = f.first_step_at(f.induction, RISE_STARTS)
+    at = f.steps.index(starts) if starts is not None else 0
+    if at > 0:  # the last saved step before the induction score has covered RISE_STARTS of its rise
+
+        def share(v: torch.Tensor) -> float:
+            return (float(v[at - 1]) - float(v[0])) / (float(v[-1]) - float(v[0]))
+
+        text += (f" At step {f.steps[at - 1]}, the last saved step before the induction score has covered "
+                 f"{RISE_STARTS:.0%} of its rise (it has covered {share(f.induction):.0%}), the K-composition has "
+                 f"covered {share(k):.0%} of its.")
+    if f.top_pair is not None:
+        (a, b, score) = f.top_pair
+        same = (a, b) == (f.previous_head, f.induction_head)
+        text += (f" In the weights alone, the highest K-composition pair at step {last} is {_head(a)} → {_head(b)} "
+                 f"({score:.3f}){': the same two heads' if same else ''}.")
+    return text
+
+
+def _head(head: tuple[int, int]) -> str:
+    return f"L{head[0]} H{head[1]}"

@@ -151,3 +151,67 @@ def test_under_another_model_the_view_shows_no_heads_off_panel_and_says_what_it_
     kept = len(loaded("tiny").run(long_text).tokens)
     assert any(c.value.startswith(f"The tiny model reads at most {kept} tokens") for c in at.caption), \
         [c.value for c in at.caption]
+
+
+def _circuits_figure(at: AppTest) -> dict:
+    for chart in at.get("plotly_chart"):
+        spec = json.loads(chart.proto.spec)
+        if any("K-composition" in (t.get("name") or "") for t in spec["data"]):
+            return spec
+    raise AssertionError("no figure of the K-composition against the step")
+
+
+def _half_step(steps: list[int], values: list[float]) -> int | None:
+    """Written again here from the caption's words: the first step that covers half the rise from the first value."""
+    rise = values[-1] - values[0]
+    return next((s for s, v in zip(steps, values) if rise > 0 and v - values[0] >= 0.5 * rise), None)
+
+
+def test_the_induction_path_in_the_weights_over_training_for_every_seed():
+    """Issue 21, part 4: every seed's K-composition from its previous-token head into its induction head against
+    the step, next to that head's induction score and its copying score. The heads are found here by measurement
+    (the causal check's all-on scores at the last step), every value recomputed from each step's own weights."""
+    from mha_viz import circuits, seeds
+    from mha_viz.analysis.circuits import causal_check, repeated_texts
+
+    at = _open()
+    spec = _circuits_figure(at)
+    lines = {t["name"]: _z({"z": t["y"]}).astype(float) for t in spec["data"] if t.get("name")}
+    text = "\n".join(m.value for m in at.markdown)
+    names = seeds("tiny")
+    assert len(names) >= 2
+    for name in names:
+        steps = checkpoints(name)
+        last = load_model(f"{name}@{steps[-1]}")
+        texts = repeated_texts(last)
+        measured = causal_check(last, (0, 0), texts)  # its "all heads on" scores; which head is off is irrelevant
+        n_heads = last.n_heads
+        i = int(measured.induction_on[1:].flatten().argmax())
+        induction_head = (1 + i // n_heads, i % n_heads)
+        p = int(measured.previous_on[:induction_head[0]].flatten().argmax())
+        previous_head = (p // n_heads, p % n_heads)
+        pair = f"L{previous_head[0]} H{previous_head[1]} → L{induction_head[0]} H{induction_head[1]}"
+        k_line = lines[f"{name}: K-composition {pair}"]
+        ind_line = lines[f"{name}: L{induction_head[0]} H{induction_head[1]} induction score"]
+        copy_line = lines[f"{name}: L{induction_head[0]} H{induction_head[1]} copying"]
+        x = [t for t in spec["data"] if t.get("name", "").startswith(f"{name}: K-")][0]["customdata"]
+        shown = [j for j, s in enumerate(x) if s in steps]  # this seed's steps on the union of every seed's steps
+        assert [x[j] for j in shown] == steps and not np.isnan(k_line[shown]).any()
+        k_want, ind_want, copy_want = [], [], []
+        for s in steps:
+            model = load_model(f"{name}@{s}")
+            c = circuits(model)
+            k_want.append(float(c.composition["k"][previous_head + induction_head]))
+            copy_want.append(float(c.copying[induction_head]))
+            ind_want.append(float(causal_check(model, (0, 0), texts).induction_on[induction_head]))
+        np.testing.assert_allclose(k_line[shown], k_want, atol=1e-6)
+        np.testing.assert_allclose(copy_line[shown], copy_want, atol=1e-6)
+        np.testing.assert_allclose(ind_line[shown], ind_want, atol=1e-6)
+        # The words say what was measured: both values at the first and last step, and when each rose.
+        assert f"The K-composition {pair} is {k_want[0]:.3f} at step {steps[0]} and {k_want[-1]:.3f}" in text
+        k_half, i_half = _half_step(steps, k_want), _half_step(steps, ind_want)
+        assert k_half is not None and i_half is not None, "training should raise both"
+        assert (f"half of its rise by step {k_half}, the induction score by step {i_half}") in text
+    # Random matrices of the same shapes, as the baseline line.
+    base = [t for t in spec["data"] if t.get("name") == "random matrices"][0]
+    assert base["y"][0] == pytest.approx(circuits(load_model("tiny")).baseline["k"].mean)

@@ -103,6 +103,12 @@ def test_copying_scores_equal_the_eigenvalues_of_the_full_token_map():
             full = (tokens @ w_v[l, h] @ w_o[l, h] @ unembed.T).double().numpy()  # (V, V)
             lam = np.linalg.eigvals(full)
             assert float(ours[l, h]) == pytest.approx(lam.sum().real / np.abs(lam).sum(), abs=1e-4)
+    # Tied embeddings take the Gram-matrix route (half of Wᵀ W built): the same eigenvalues.
+    tied = C.copying_scores(w_v, w_o, tokens, tokens.clone())
+    for l in range(L):
+        for h in range(H):
+            lam = np.linalg.eigvals((tokens @ w_v[l, h] @ w_o[l, h] @ tokens.T).double().numpy())  # (V,)
+            assert float(tied[l, h]) == pytest.approx(lam.sum().real / np.abs(lam).sum(), abs=1e-4)
 
 
 def test_copying_is_plus_one_for_a_copying_map_and_minus_one_for_its_negative():
@@ -115,6 +121,28 @@ def test_copying_is_plus_one_for_a_copying_map_and_minus_one_for_its_negative():
     assert scores[0, 0] == pytest.approx(1.0, abs=1e-5) and scores[0, 1] == pytest.approx(-1.0, abs=1e-5)
     # An encoder without an LM head: the token embedding stands in for the unembedding.
     assert torch.allclose(C.copying_scores(w_v, w_o, tokens, None), scores)
+
+
+def test_r_factor_gives_the_gram_matrix_also_for_rank_deficient_weights():
+    gen = torch.Generator().manual_seed(6)
+    a = torch.randn(3, 40, 6, generator=gen, dtype=torch.float64)
+    a[1, :, 3] = a[1, :, 0]  # rank 5 of 6: Cholesky fails, the eigendecomposition is used
+    a[2] = 0.0  # a head that is all zeros
+    f = C.r_factor(a)  # (3, 6, 6)
+    assert torch.allclose(f.transpose(-2, -1) @ f, a.transpose(-2, -1) @ a, atol=1e-9)
+    x = torch.randn(6, 7, generator=gen, dtype=torch.float64)
+    assert torch.allclose((a @ x).flatten(1).norm(dim=1), (f @ x).flatten(1).norm(dim=1))
+
+
+@pytest.mark.parametrize("strip", [4, 64], ids=["several-strips", "one-strip"])
+def test_composition_scores_do_not_depend_on_the_strip_width(monkeypatch, strip):
+    weights = _random(L=3, H=4, D=24, dh=6, seed=8)
+    plain = _plain(*weights)
+    monkeypatch.setattr(C, "GRAM_STRIP", strip)
+    monkeypatch.setattr(C, "PAIR_COLUMNS", 4)  # one later layer per product: several column blocks
+    ours = C.composition_scores(*weights)
+    for m in C.MODES:
+        assert torch.allclose(ours[m].nan_to_num(), plain[m].float().nan_to_num(), atol=1e-6)
 
 
 def test_factored_singular_values_and_effective_rank():
@@ -160,3 +188,36 @@ def test_induction_scores_find_the_token_after_the_earlier_occurrence():
     scores = C.induction_scores(att, ids)
     assert scores[0, 0] == 0.0 and scores[0, 1] == 1.0
     assert C.induction_scores(att, [0, 1, 2, 3, 4, 5, 6]).isnan().all()  # nothing repeats
+
+
+def _formation(k, induction, steps=(0, 100, 200, 300)):
+    base = C.Baseline(mean=0.1, std=0.01, p99=0.12, n_pairs=256)
+    t = torch.tensor
+    return C.Formation(name="m", steps=tuple(steps), previous_head=(0, 1), induction_head=(1, 2),
+                       composition={"k": t(k), "q": t(k), "v": t(k)}, induction=t(induction),
+                       previous=t([0.1, 0.5, 0.9, 0.9]), copying=t([0.0, 0.5, 0.9, 0.9]),
+                       baseline={m: base for m in C.MODES}, top_pair=((0, 1), (1, 2), k[-1]), texts=("a b a b",))
+
+
+def test_the_words_on_a_formation_follow_its_numbers():
+    f = _formation([0.1, 0.25, 0.28, 0.3], [0.0, 0.05, 0.6, 0.9])
+    assert f.first_step_at(f.composition["k"]) == 100 and f.first_step_at(f.induction) == 200
+    words = C.describe_formation(f)
+    assert "is 0.100 at step 0 and 0.300 at step 300" in words
+    assert "half of its rise by step 100, the induction score by step 200" in words
+    assert "the K-composition rises first" in words and "the same two heads" in words
+    # Step 100 is the last before the induction score covers 10% of its rise (5 of 90 points: 6%); K: 75%.
+    assert "At step 100, the last saved step before" in words and "(it has covered 6%)" in words
+    assert "the K-composition has covered 75% of its." in words
+    later = C.describe_formation(_formation([0.1, 0.1, 0.11, 0.3], [0.0, 0.6, 0.8, 0.9]))
+    assert "the induction score rises first" in later
+    flat = C.describe_formation(_formation([0.3, 0.2, 0.2, 0.1], [0.0, 0.6, 0.8, 0.9]))
+    assert "The K-composition does not rise over these steps." in flat
+
+
+def test_the_induction_path_is_found_by_measurement():
+    induction = torch.tensor([[0.9, 0.0], [0.1, 0.7], [0.8, 0.2]])  # layer 0's 0.9 cannot compose: ignored
+    previous = torch.tensor([[0.2, 0.6], [0.95, 0.1], [0.0, 0.0]])
+    assert C.induction_path(induction, previous) == ((1, 0), (2, 0))  # the best previous head before layer 2
+    with pytest.raises(ValueError, match="one layer"):
+        C.induction_path(induction[:1], previous[:1])

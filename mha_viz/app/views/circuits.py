@@ -14,6 +14,7 @@ from mha_viz.analysis import circuits as circ
 from mha_viz.app.cache import get_model, training_evidence
 from mha_viz.app.common import head_name, md_safe, trained_here
 from mha_viz.app.context import ViewContext
+from mha_viz.circuits_notes import formation_of
 from mha_viz.contract import Head, InputError, ModelLoadError, UnavailableError
 
 FULL_MAP_VOCAB = 512  # vocabularies up to this size get the full token x token maps; larger ones a chosen row
@@ -32,6 +33,14 @@ def step_circuits(name: str) -> circ.Circuits:
     """The same for a model loaded only for its weights (a training step such as tiny@800): the model is dropped
     once measured, so a timeline does not hold every step's model."""
     return circ.circuits(load_model(name))
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def formation(name: str) -> circ.Formation:
+    """Every saved training step of `name` measured once per server: its circuits, and its heads' induction and
+    previous-token scores on the same repeated random texts at every step (`circuits_notes.formation_of`, as the
+    notes measure it). Each step's model is loaded for this and dropped. Shared by this view and the Training view."""
+    return formation_of(name)
 
 
 @st.cache_resource(show_spinner=False, max_entries=32)

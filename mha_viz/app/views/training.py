@@ -11,11 +11,13 @@ import time
 import numpy as np
 import streamlit as st
 
-from mha_viz import checkpoints, plotting
+from mha_viz import checkpoints, plotting, seeds
+from mha_viz.analysis.circuits import describe_formation
 from mha_viz.app.cache import checkpoint_run, training_evidence
 from mha_viz.app.common import chart_config, head_name, md_safe, trained_here
 from mha_viz.app.context import ViewContext
-from mha_viz.contract import InputError, ModelLoadError
+from mha_viz.app.views.circuits import formation
+from mha_viz.contract import InputError, ModelLoadError, UnavailableError
 
 STEP_KEY = "train_step"
 LAYER_KEY = "train_layer"
@@ -68,6 +70,10 @@ def timeline(ctx: ViewContext, versus_init: bool) -> None:
         if versus_init and steps[0] != step:
             st.markdown(f"**The same heads at step {steps[0]} (the initialisation)**")
             _heads(trained, ctx.text, steps[0], layer, key="train_init")
+    below = st.container()  # drawn before Play walks the steps, so it is there while the steps play
+    if not versus_init:
+        with below:
+            circuits_over_training(trained, step)
     if play:
         for shown in steps:
             _draw(trained, ctx.text, shown, layer, evidence, heads, chart, table, key=f"play{shown}")
@@ -145,4 +151,43 @@ def _draw(name, text, step, layer, evidence, heads, chart, table, key: str) -> N
                    "the previous token of random word sequences; at a word's second occurrence in a random "
                    "sequence said twice, the word after its first occurrence (induction) and the first occurrence "
                    "itself (duplicate); the subject where the verb is predicted.")
+        st.table(rows)
+
+
+def circuits_over_training(trained: str, step: int) -> None:
+    """The induction path read from the weights at every saved step of every seed of the recipe, beside the
+    behaviour it may explain: each seed's K-composition from its previous-token head into its induction head (both
+    found by measurement at its last step), that head's OV copying score and its induction score, against the
+    step (`plotting.formation_figure`, the Circuits view's timeline figure), and what they say in words."""
+    st.markdown("#### The induction path in the weights, step by step")
+    names = [n for n in (seeds(trained) or [trained]) if checkpoints(n)]
+    try:
+        with st.spinner("Measuring every saved step of every seed (once per server)"):
+            forms = [formation(n) for n in names]
+    except (UnavailableError, ModelLoadError, ValueError) as err:
+        st.caption(f"Not available: {md_safe(str(err))}")
+        return
+    f0 = forms[0]
+    st.caption(
+        "For each seed of the recipe, at its last saved step: the head of a later layer with the highest induction "
+        "score and the head of an earlier layer that attends most to the previous token, both measured on "
+        f"{len(f0.texts)} texts of random words said twice (the same texts at every step; Olsson et al. 2022). "
+        "Then, at every saved step: the K-composition score from the first into the second, read from the weights "
+        "alone (how much of what the previous-token head writes lies where the induction head's keys read; Elhage "
+        "et al. 2021), the induction head's OV copying score (its eigenvalues' sum over their sizes: +1 copies), "
+        "and its induction score. The dotted line is random matrices of the same shapes. Measured here, at each "
+        "step, not read from the probe file: the panels above come from it.")
+    st.plotly_chart(plotting.formation_figure(forms, current=step), width="stretch", key="train_circuits",
+                    config=chart_config())
+    for f in forms:
+        st.markdown(describe_formation(f))
+    rows = []
+    for f in forms:
+        pair = f"{head_name(f.previous_head)} → {head_name(f.induction_head)}"
+        for i, s in enumerate(f.steps):
+            rows.append({"model": f.name, "step": s, "K-composition": f"{float(f.composition['k'][i]):.3f}",
+                         "pair": pair, "induction score": f"{float(f.induction[i]):.0%}",
+                         "copying": f"{float(f.copying[i]):+.2f}",
+                         "previous token": f"{float(f.previous[i]):.0%}"})
+    with st.expander("Every number of the figure", expanded=False):
         st.table(rows)
