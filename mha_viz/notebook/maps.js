@@ -148,9 +148,17 @@ function draw(model, parts) {
   parts.status.textContent = model.get("status") || "";
 }
 
+const BOXES = new WeakMap();  // model -> its drawn box, moved into a new output when the view is redrawn
+
 export default {
   render({ model, el }) {
-    const parts = build(model);
+    // Every new picture also updates the output's SVG fallback (update_display), which makes the front end render
+    // the output again: the new view takes over the drawn box (and its hover, pickers and draw count).
+    let parts = BOXES.get(model);
+    if (!parts || parts.box.isConnected) {  // a first view, or a second view of the same widget beside the first
+      parts = build(model);
+      BOXES.set(model, parts);
+    }
     el.append(parts.box);
     let queued = false;
     const again = () => {  // Python sets several traits at once (picture, hover, status): one redraw for them all

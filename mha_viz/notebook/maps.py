@@ -389,17 +389,16 @@ def circuits_svg(circuits, mode: str, selected: Head | None) -> str:
     for layer in range(L):  # layer boundaries and names on both axes
         p = layer * H * cell
         if layer:
-            body.append(f'<line x1="{left + p}" x2="{left + p}" y1="{top}" y2="{top + side}" stroke="#ccc" '
-                        'stroke-width="0.5"/>')
-            body.append(f'<line x1="{left}" x2="{left + side}" y1="{top + p}" y2="{top + p}" stroke="#ccc" '
-                        'stroke-width="0.5"/>')
+            line = 'stroke="#ccc" stroke-width="0.5" pointer-events="none"/>'
+            body.append(f'<line x1="{left + p}" x2="{left + p}" y1="{top}" y2="{top + side}" {line}')
+            body.append(f'<line x1="{left}" x2="{left + side}" y1="{top + p}" y2="{top + p}" {line}')
         mid = p + H * cell / 2
         body.append(_text(left - 4, top + mid + 3, f"L{layer}", 10, "end"))
         body.append(_text(left + mid, top + side + 12, f"L{layer}", 10, "middle"))
     for a, b, _ in circuits.top_pairs(mode, 3):
         col, row = a[0] * H + a[1], b[0] * H + b[1]
         body.append(f'<rect class="mhm-top-pair" x="{left + col * cell}" y="{top + row * cell}" width="{cell}" '
-                    f'height="{cell}" fill="none" stroke="#000" stroke-width="1.5"/>')
+                    f'height="{cell}" fill="none" stroke="#000" stroke-width="1.5" pointer-events="none"/>')
     if selected is not None:
         i = selected[0] * H + selected[1]
         body.append(f'<rect class="mhm-selected" x="{left}" y="{top + i * cell}" width="{side}" height="{cell}" '
