@@ -150,11 +150,18 @@ class CensusMaps(_Maps):
     def census(self):
         return self._census
 
+    @property
+    def examples_by(self) -> str | None:
+        """The score the top examples are ranked by: the shown score when it is measured per natural text, else the
+        first that is (e.g. "previous (text)" while "previous", measured on random words, is shown); None when the
+        census kept no per-text values."""
+        return maps.example_score(self._census, self.score)
+
     def examples(self, head=None) -> list[tuple[float, str]]:
         """The selected head's (or `head`'s) top natural texts on the shown score (or the first score measured per
         text): [(value, text)], as the picture lists them; [] when the census kept no per-text values."""
         lh = _head(head if head is not None else self.selected, self._n_layers, self._n_heads)
-        by = maps.example_score(self._census, self.score)
+        by = self.examples_by
         if lh is None or by is None:
             return []
         return maps.top_examples(self._census, by, lh)
