@@ -105,20 +105,20 @@ def colour_bar(x: float, y: float, height: float, stops: list[str], lo: float, h
         if all(abs(where - 3.5 - m) > 11 for m in at):
             out.append(_text(x + 16, where, f"{value:.3g}", 10, fill="#444"))
     width = 60
-    for value, words in marks:
-        if not math.isfinite(value) or hi <= lo:
-            continue
-        t = min(1.0, max(0.0, (value - lo) / (hi - lo)))
-        my = y + (1 - t) * height
+    shown = sorted(((y + (1 - min(1.0, max(0.0, (v - lo) / (hi - lo)))) * height, v, words) for v, words in marks
+                    if math.isfinite(v) and hi > lo), reverse=True)  # bottom first
+    label_y = y + height + 11
+    for my, value, words in shown:
         out.append(f'<line class="mhm-baseline" x1="{x - 3:.1f}" x2="{x + 15:.1f}" y1="{my:.1f}" y2="{my:.1f}" '
                    f'stroke="#000" stroke-width="1.5" stroke-dasharray="3,2"/>')
-        out.append(_text(x + 18, my + 3.5, f"{words} {value:.3g}", 10, extra=' class="mhm-baseline-label"'))
+        label_y = min(my + 3.5, label_y - 11)  # two baselines close together: their words one above the other
+        out.append(_text(x + 18, label_y, f"{words} {value:.3g}", 10, extra=' class="mhm-baseline-label"'))
         width = max(width, 22 + 5.6 * (len(words) + 6))
     return out, width
 
 
-def _doc(width: float, height: float, title: str, body: list[str], kind: str) -> str:
-    width = max(width, 24 + 8.2 * len(title))  # the title (14 px bold) fits
+def _doc(width: float, height: float, title: str, body: list[str], kind: str, header: str = "") -> str:
+    width = max(width, 24 + 8.2 * len(title), 24 + 6.6 * len(header))  # the title (14 px bold), the header (11 px)
     return (f'<svg xmlns="http://www.w3.org/2000/svg" class="mhm-picture" data-kind="{kind}" width="{width:.0f}" '
             f'height="{height:.0f}" viewBox="0 0 {width:.0f} {height:.0f}" font-family="sans-serif" font-size="11">'
             f'<rect width="{width:.0f}" height="{height:.0f}" fill="#ffffff"/>'
@@ -240,7 +240,7 @@ def census_svg(census, score: str, x: str, y: str, selected: Head | None) -> str
                           extra=' class="mhm-head-info"'))
     height = y0 + 14 * len(lines) + GAP
     return _doc(width, height, f"Head census of {census.model} (seed {census.seed}): {L} layers x {H} heads",
-                body, "census")
+                body, "census", f"{score}: {MEASURES.get(score, score)}")
 
 
 def _axis_range(s: torch.Tensor, base: float) -> tuple[float, float]:
