@@ -236,3 +236,18 @@ def test_show_census_refuses_what_is_not_a_census(census):
         mha_viz.show_census(census, "nope", display=False)
     with pytest.raises(InputError, match=r"selected must be \(layer, head\)"):
         mha_viz.show_census(census, selected="L1", display=False)
+
+
+def test_show_census_without_anywidget_says_how_to_install_it():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys; sys.modules['anywidget'] = None\n"
+            "import mha_viz\n"
+            "try:\n    mha_viz.show_circuits(object(), display=False)\n"
+            "except ImportError as err:\n    print(err)\n")
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True)
+    assert "show_census / show_circuits need anywidget" in out.stdout
+    assert "pip install 'mha-viz[notebook]'" in out.stdout
