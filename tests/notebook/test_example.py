@@ -35,7 +35,8 @@ def executed(tmp_path_factory):
     os.environ.update(env)  # the kernel inherits this process's environment
     try:
         # Widget state is not stored, as JupyterLab saves by default: viewers without a kernel see the fallback.
-        NotebookClient(nb, kernel_name="python3", timeout=300, store_widget_state=False,
+        # 900 s a cell: MiniLM's census took 294 s at load 20 on 2 cores (15 s when the machine is quiet).
+        NotebookClient(nb, kernel_name="python3", timeout=900, store_widget_state=False,
                        resources={"metadata": {"path": str(where)}}).execute()
     finally:
         for k, v in old.items():
