@@ -1,15 +1,18 @@
-"""mha-viz in a Jupyter notebook: `mha_viz.show(model_or_name, text, layer=0)` or `mha_viz.show(run)`.
+"""mha-viz in a Jupyter notebook: `mha_viz.show(model_or_name, text, layer=0)` or `mha_viz.show(run)`, and
+`mha_viz.show_census(census)`, `mha_viz.show_circuits(circuits)`.
 
 Importing this package imports neither anywidget nor Jupyter (the app imports `mha_viz.notebook.payload`, the data
-both hosts draw from); `show` does, when first called.
+both hosts draw from); the show functions do, when first called.
 """
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from mha_viz.contract import AttentionRun, InputError, Model
 
 if TYPE_CHECKING:
+    from mha_viz.notebook.maps_widget import CensusMaps, CircuitsMaps
     from mha_viz.notebook.widget import HeadGrid
 
 __all__ = ["show", "show_census", "show_circuits"]
@@ -29,8 +32,6 @@ def show(model_or_run, text: str | None = None, layer: int = 0, *, heads_off=(),
     In IPython the widget is displayed here (once per cell, even if it is also the cell's last value) and
     returned; `display=False` only returns it.
     """
-    import time
-
     t_show = time.time()
     try:
         from mha_viz.notebook.widget import HeadGrid
@@ -71,17 +72,56 @@ def show(model_or_run, text: str | None = None, layer: int = 0, *, heads_off=(),
     return widget
 
 
-def show_census(census, scores=None):
-    """`mha_viz.head_census(model)`'s layers x heads maps as one SVG picture (the cell's value); `.to_svg()`,
-    `.save_svg(path)`. See mha_viz/notebook/maps.py."""
-    from mha_viz.notebook.maps import show_census as _show
+def _import_widgets():
+    try:
+        from mha_viz.notebook import maps_widget
+    except ImportError as err:
+        if (err.name or "").split(".")[0] not in ("anywidget", "ipywidgets", "traitlets"):
+            raise
+        raise ImportError(f"mha_viz.show_census / show_circuits need {err.name}, which is not installed in this "
+                          "kernel's environment: `pip install 'mha-viz[notebook]'` (or `pip install anywidget`), "
+                          "then restart the kernel") from err
+    return maps_widget
 
-    return _show(census, scores)
+
+def show_census(census, score: str | None = None, *, x: str | None = None, y: str | None = None, selected=None,
+                scores=None, display: bool = True) -> "CensusMaps":
+    """A census (`mha_viz.head_census(model)`) in the notebook: the layers x heads map of one score (a picker in
+    the page; `score` first), its baselines in the legend (uniform attention, the best fixed offset, the control),
+    hover for a head's value and bootstrap interval, every head as a point by two scores (`x`, `y`, default
+    previous and induction), and a click on a head selects it: its numbers and top examples are drawn.
+
+        w = mha_viz.show_census(census, "induction")
+        w.selected                  # (layer, head) clicked in the page, or None; settable: w.selected = (1, 0)
+        w.examples()                # the selected head's top natural texts, as drawn
+        w.save_svg("census.svg")    # the picture as shown (the page's Save SVG button downloads the same)
+
+    `scores` limits the pickers to those scores. Displayed here once (as show()) and returned; display=False
+    only returns it."""
+    t_show = time.time()
+    widget = _import_widgets().CensusMaps(census, score=score, x=x, y=y, selected=selected, scores=scores)
+    widget.t_show = t_show  # the browser test and benchmark measure show_census() -> drawn from it
+    if display:
+        widget.display_once()
+    return widget
 
 
-def show_circuits(circuits, modes=("q", "k", "v")):
-    """`mha_viz.circuits(model)`'s composition maps (and OV copying) as one SVG picture; `.to_svg()`,
-    `.save_svg(path)`. See mha_viz/notebook/maps.py."""
-    from mha_viz.notebook.maps import show_circuits as _show
+def show_circuits(circuits, mode: str = "k", *, selected="auto", modes=("q", "k", "v"),
+                  display: bool = True) -> "CircuitsMaps":
+    """Circuits (`mha_viz.circuits(model)`) in the notebook: the heads x heads composition map through the later
+    head's query, key or value (a picker; `mode` first) with the random matrices' baseline marked in the legend,
+    hover for a pair's score against random, each head's OV copying score, and for the selected head (clicked in
+    a map; default the later head of the strongest pair) the singular values of its QK and OV maps and the heads
+    it reads from and is read by.
 
-    return _show(circuits, modes)
+        w = mha_viz.show_circuits(c, "k")
+        w.selected, w.mode          # what the page shows; both settable from code
+        w.save_svg("circuits.svg")
+
+    Displayed here once (as show()) and returned; display=False only returns it."""
+    t_show = time.time()
+    widget = _import_widgets().CircuitsMaps(circuits, mode=mode, selected=selected, modes=modes)
+    widget.t_show = t_show
+    if display:
+        widget.display_once()
+    return widget

@@ -21,6 +21,7 @@ import traitlets
 from mha_viz import analysis
 from mha_viz.contract import AttentionRun, Head, InputError, Model, check_ablate, check_ablation
 from mha_viz.notebook import svg as _svg
+from mha_viz.notebook.display import FallbackDisplay
 from mha_viz.notebook.payload import deflate, grid_data
 
 _HERE = Path(__file__).resolve().parent
@@ -88,15 +89,7 @@ def effect_readout(model: Model, base: AttentionRun, run: AttentionRun) -> dict:
             "note": ""}
 
 
-def _shell():
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return None
-    return get_ipython()
-
-
-class HeadGrid(anywidget.AnyWidget):
+class HeadGrid(FallbackDisplay, anywidget.AnyWidget):
     """Every head of one layer (tabs for the others), the app's Layer view in a notebook output.
 
     Readable from Python: `heads_off` (a frozenset of (layer, head), settable), `run` (the AttentionRun drawn,
@@ -241,39 +234,9 @@ class HeadGrid(anywidget.AnyWidget):
             raise InputError(f"layer {change['new']} does not exist: this model has layers 0 to {L - 1}")
         self._update_fallback()
 
-    # -- display: the live widget, and the last picture for a notebook saved without its kernel --------------------
-    def _bundle(self) -> tuple[dict, dict]:
-        data, metadata = super()._repr_mimebundle_()
-        data = dict(data)
-        data["text/plain"] = f"<mha-viz head grid: {self._title(self.layer)}>"
-        # What a front end without the widget (nbconvert's HTML of a notebook saved without widget state, GitHub)
-        # draws instead: the same layer, as SVG. Updated with every rerun, so it is the last picture shown.
-        data["image/svg+xml"] = self.to_svg()
-        return data, metadata
+    # -- display: the live widget, and the last picture for a notebook saved without its kernel (display.py) -------
+    def _plain(self) -> str:
+        return f"<mha-viz head grid: {self._title(self.layer)}>"
 
-    def _ipython_display_(self) -> None:
-        shell = _shell()
-        if shell is not None and self._shown_at == shell.execution_count:
-            return  # show() displayed it in this cell already; this is the same widget as the cell's last value
-        self._display()
-
-    def display_once(self) -> None:
-        """Display the widget now if running in IPython (what show() does), and not again as the cell's value."""
-        shell = _shell()
-        if shell is None:
-            return
-        self._shown_at = shell.execution_count
-        self._display()
-
-    def _display(self) -> None:
-        from IPython.display import display
-
-        data, metadata = self._bundle()
-        self._handles.append(display(data, metadata=metadata, raw=True, display_id=True))
-
-    def _update_fallback(self) -> None:
-        if not getattr(self, "_handles", None) or "L" not in self.grid:
-            return
-        data, metadata = self._bundle()
-        for handle in self._handles:
-            handle.update(data, metadata=metadata, raw=True)
+    def _fallback_ready(self) -> bool:
+        return "L" in self.grid  # the first run has been sent

@@ -35,7 +35,8 @@ def executed(tmp_path_factory):
     os.environ.update(env)  # the kernel inherits this process's environment
     try:
         # Widget state is not stored, as JupyterLab saves by default: viewers without a kernel see the fallback.
-        NotebookClient(nb, kernel_name="python3", timeout=300, store_widget_state=False,
+        # 900 s a cell: MiniLM's census took 294 s at load 20 on 2 cores (15 s when the machine is quiet).
+        NotebookClient(nb, kernel_name="python3", timeout=900, store_widget_state=False,
                        resources={"metadata": {"path": str(where)}}).execute()
     finally:
         for k, v in old.items():
@@ -57,6 +58,23 @@ def test_the_example_runs_and_the_induction_pattern_collapses(executed):
     assert int(ind.group(4)) < int(ind.group(3)) / 2
     k = re.search(r"strongest K-composition: L(\d) H(\d) -> L(\d) H(\d)", text)
     assert k and k.groups()[:2] == prev.groups()[:2]
+
+
+def test_the_census_widget_keeps_the_head_selected_from_code(executed):
+    """MiniLM's census: show_census's output is the widget and its fallback picture, which a later cell's
+    `cw.selected = ...` redrew (that head outlined, its numbers and top examples listed)."""
+    text = "".join(o.get("text", "") for c in executed.cells if c.cell_type == "code" for o in c.outputs)
+    strongest = re.search(r"MiniLM's strongest previous-token head: L(\d+) H(\d+)", text)
+    selected = re.search(r"selected: L(\d+) H(\d+); where it scores highest on previous \(text\):\n  \d", text)
+    assert strongest and selected and strongest.groups() == selected.groups(), text
+    (shown,) = [o for o in _outputs(executed, "cw = mha_viz.show_census(") if "data" in o]
+    assert "application/vnd.jupyter.widget-view+json" in shown.data
+    picture = shown.data["image/svg+xml"]
+    l, h = strongest.groups()
+    assert f"Selected: L{l} H{h}" in picture and f'data-lh="{l},{h}" data-tip="L{l} H{h} · previous: ' in picture
+    assert 'data-kind="census"' in picture
+    (circ,) = [o for o in _outputs(executed, 'cc = mha_viz.show_circuits(c, "k")') if "data" in o]
+    assert 'data-map="composition"' in circ.data["image/svg+xml"]
 
 
 def test_the_saved_grid_shows_the_last_picture(executed):

@@ -127,3 +127,97 @@ def test_switching_a_head_off_in_the_page(browser, server, front_end):
         assert np.array_equal(page_rgba[..., :3], saved_rgb)
     finally:
         p.close()
+
+
+MAP_CELLS = [
+    "import mha_viz\n"
+    "tiny = mha_viz.load_model('tiny')\n"
+    "cfg = mha_viz.CensusConfig(n_random=2, random_length=10, n_repeated=2, n_templates=4, n_loss=2, n_boot=10)\n"
+    "census = mha_viz.head_census(tiny, texts=['anna berg went to the market .', 'one , two , three .'], "
+    "config=cfg, control=None)\n"
+    "cw = mha_viz.show_census(census, 'previous')\n"
+    "print('T_SHOW', repr(cw.t_show))",
+    "print('selected:', cw.selected, 'score:', cw.score, 'examples:', [t for _, t in cw.examples()])",
+    "cc = mha_viz.show_circuits(mha_viz.circuits(tiny), 'k')",
+    "print('circuits selected:', cc.selected)",
+]
+
+
+def _tip(page) -> str:
+    return page.locator("[data-testid=mhm-tip]").first.inner_text()
+
+
+@pytest.mark.parametrize("front_end", ["lab"])
+def test_census_and_circuits_widgets_in_the_page(browser, server, front_end):
+    """show_census on tiny: hover a head (its value and interval), pick a score, click a head: `cw.selected`
+    changes in the kernel and the picture redraws with that head outlined and its top examples; the Save SVG button
+    downloads it; the saved notebook keeps it. Then show_circuits: hover the composition map, click a head."""
+    name = f"maps-{front_end}.ipynb"
+    write_notebook(server.root / name, MAP_CELLS)
+    p = Page(browser, server)
+    try:
+        p.open(front_end, name)
+        p.run_cell(0)
+        page = p.page
+        census_box = page.locator(".jp-Notebook .jp-Cell").nth(0).locator(".mhm")
+        census_box.locator("svg.mhm-picture[data-kind=census]").wait_for(timeout=60000)
+        page.wait_for_selector(".mhm[data-drawn-at]")
+        t_show = float(re.search(r"T_SHOW ([\d.]+)", p.output_text(0)).group(1))
+        drawn_ms = int(census_box.get_attribute("data-drawn-at")) - t_show * 1000
+        print(f"show_census(tiny) -> drawn in the page: {drawn_ms:.0f} ms")
+        # Hover: the head, its value and its bootstrap interval.
+        census_box.locator("rect.mhm-cell[data-lh='0,1']").hover()
+        page.wait_for_function("document.querySelector('[data-testid=mhm-tip]').innerText.startsWith('L0 H1 · "
+                               "previous: ')")
+        assert "95% interval" in _tip(page)
+        # The score picker redraws the map of another score.
+        census_box.locator("select[data-trait=score]").select_option("induction")
+        page.wait_for_function("document.querySelector(\".mhm rect.mhm-cell[data-lh='0,0']\")"
+                               ".getAttribute('data-tip').includes(' · induction: ')", timeout=60000)
+        cell = census_box.locator("rect.mhm-cell[data-lh='1,0']")
+        assert cell.get_attribute("stroke") != "#d62728"
+        cell.click()
+        # The kernel redraws the picture: the clicked head outlined red (the only one), its numbers below.
+        page.wait_for_selector(".mhm[data-selected='1,0'] rect.mhm-cell[data-lh='1,0'][stroke='#d62728']",
+                               timeout=60000)
+        assert census_box.locator("rect.mhm-cell[stroke='#d62728']").count() == 1
+        assert "Selected: L1 H0" in census_box.locator("svg.mhm-picture").inner_html()
+        with page.expect_download() as download:
+            census_box.locator("button[data-save=svg]").click()
+        saved_svg = Path(download.value.path()).read_text()
+        assert download.value.suggested_filename == "census-tiny-0.svg" and "Selected: L1 H0" in saved_svg
+        p.run_cell(1)
+        out = p.output_text(1)
+        assert "selected: (1, 0) score: induction examples: [" in out, out
+        assert "anna berg went to the market ." in out
+        # The circuits: the composition map's hover reads the cell under the pointer; a click selects a head.
+        p.run_cell(2)
+        circ_box = page.locator(".jp-Notebook .jp-Cell").nth(2).locator(".mhm")
+        image = circ_box.locator("image[data-map=composition]")
+        image.wait_for(timeout=60000)
+        image.scroll_into_view_if_needed()
+        box = image.bounding_box()
+        n = 12  # tiny: 3 layers x 4 heads
+        # the cell of row L2 H0 (reads), column L0 H1 (writes)
+        page.mouse.move(box["x"] + (1 + 0.5) * box["width"] / n, box["y"] + (8 + 0.5) * box["height"] / n)
+        page.wait_for_function("[...document.querySelectorAll('[data-testid=mhm-tip]')]"
+                               ".some(e => e.innerText.startsWith('L0 H1 → L2 H0 (key): '))")
+        circ_box.locator("rect.mhm-cell[data-lh='2,3']").click()
+        page.wait_for_selector(".jp-Cell .mhm[data-selected='2,3']", timeout=60000)
+        assert "L2 H3: singular values" in circ_box.locator("svg.mhm-picture").inner_html()
+        p.run_cell(3)
+        assert "circuits selected: (2, 3)" in p.output_text(3)
+        assert not p.outside, f"requests left loopback: {p.outside}"
+        # Saved from the front end, the outputs carry the last pictures for viewers without a kernel.
+        page.keyboard.press("Control+s")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            saved = nbformat.read(server.root / name, as_version=4)
+            pics = [o.get("data", {}).get("image/svg+xml", "") for i in (0, 2) for o in saved.cells[i].outputs]
+            if any("Selected: L1 H0" in s for s in pics) and any("L2 H3: singular values" in s for s in pics):
+                break
+            page.wait_for_timeout(500)
+        assert any("Selected: L1 H0" in s and "data-kind=\"census\"" in s for s in pics), [s[:200] for s in pics]
+        assert any("L2 H3: singular values" in s for s in pics)
+    finally:
+        p.close()
