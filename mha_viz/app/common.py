@@ -224,3 +224,45 @@ def chart_config() -> dict:
     fmt = st.session_state.get(FIG_FORMAT, "svg")
     return {"displaylogo": False, "toImageButtonOptions": {"format": fmt, "scale": 2 if fmt == "png" else 1,
                                                            "filename": "mha-viz-figure"}}
+
+
+# -- long steps: the exact maps of Ablation effects and Patching ------------------------------------------------
+def duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds >= 2 else "a second or two"
+
+
+def _running_key(button_key: str) -> str:
+    return f"_running|{button_key}"
+
+
+def exact_map_step(button_key: str, job, n_heads: int, seconds: float, compute, doing: str):
+    """The button of a long exact map, labelled with what it will cost before it is pressed (`seconds`, measured on
+    this server: cache.exact_seconds), then a Stop, a progress bar that counts heads, and the work itself:
+    `compute(progress)` under `cache.long_job` (idle cores may be borrowed). Returns what `compute` returned, or
+    None when the button was not pressed. `job` identifies the work (model, text, ...): a job stopped mid-way (any
+    click on the page ends the script run, Stop included) is still marked as running on the next run, which says
+    so; nothing of it is kept."""
+    from mha_viz.app.cache import long_job
+
+    running = _running_key(button_key)
+    if st.session_state.pop(running, None) == job:
+        st.info("Stopped before every head was measured: nothing was kept. Press the button to start again.")
+    cols = st.columns([3, 1])
+    label = f"Compute the exact map ({n_heads} heads, about {duration(seconds)} on this server)"
+    if not cols[0].button(label, key=button_key, help="Measured: one forward pass of this text on this server, "
+                          "times the heads, times the share of layers each head's pass recomputes (one torch "
+                          "thread; faster when the server is idle and lends it its other cores). Any click on the "
+                          "page (e.g. Stop) stops it."):
+        return None
+    cols[1].button("Stop", key=f"{button_key}_stop", help="Stops the computation; nothing is kept.")
+    st.session_state[running] = job
+    bar = st.progress(0.0, text=f"{doing}: 0 of {n_heads} heads")
+    with long_job() as tick:
+        def progress(fraction: float) -> None:
+            bar.progress(fraction, text=f"{doing}: {round(fraction * n_heads)} of {n_heads} heads")
+            tick()
+
+        result = compute(progress)
+    st.session_state.pop(running, None)
+    bar.empty()
+    return result

@@ -139,12 +139,13 @@ def test_importance_map_is_computed_on_request():
 def test_a_stopped_importance_map_says_so_and_keeps_nothing():
     """Stop (any click while it runs) ends the script run mid-way: the next run finds the job's key still marked
     as running, says it stopped, and shows no exact map."""
-    from mha_viz.app.views.effects import RUNNING
+    from mha_viz.app.common import _running_key
+    from mha_viz.app.views.effects import BUTTON
 
     at = _app()
     open_view(at, "Ablation effects")
     before = len(at.get("plotly_chart"))
-    at.session_state[RUNNING] = ("minilm", at.session_state["text"], (), None, "zero")
+    at.session_state[_running_key(BUTTON)] = ("minilm", at.session_state["text"], (), None, "zero")
     at.run()
     assert any("Stopped before every head was measured" in i.value for i in at.info)
     assert len(at.get("plotly_chart")) == before
