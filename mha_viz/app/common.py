@@ -266,3 +266,25 @@ def exact_map_step(button_key: str, job, n_heads: int, seconds: float, compute, 
     st.session_state.pop(running, None)
     bar.empty()
     return result
+
+
+# -- a head clicked in a chart (All layers' tiles, the Census map and scatter) ------------------------------------
+def clicked_head(chart_state) -> tuple[int, int] | None:
+    """(layer, head) from a plotly chart's selection state (st.session_state[chart key]): the customdata
+    [layer, head] of the first clicked point that carries one."""
+    selection = chart_state.get("selection", {}) if isinstance(chart_state, dict) else getattr(chart_state,
+                                                                                              "selection", None)
+    points = (selection.get("points") if isinstance(selection, dict) else getattr(selection, "points", None)) or []
+    for point in points:
+        data = point.get("customdata") if isinstance(point, dict) else None
+        if data is not None and len(data) == 2:
+            return int(data[0]), int(data[1])
+    return None
+
+
+def pick_clicked_head(clicked, options: list, pick_key: str, seen_key: str) -> None:
+    """Put a clicked head into the select `pick_key`, once per click: a chart's selection lingers across reruns,
+    and must not undo a head picked in the select afterwards. Runs before the select is drawn."""
+    if clicked in options and clicked != st.session_state.get(seen_key):
+        st.session_state[seen_key] = clicked
+        st.session_state[pick_key] = clicked

@@ -258,12 +258,14 @@ def test_all_layers_view_focuses_the_picked_head():
     assert any('"L4 H7"' in spec for spec in titles)
 
 
-def test_overview_click_selection_is_read_from_customdata():
-    from mha_viz.app.views.all_layers import _clicked_head
+def test_a_clicked_head_is_read_from_customdata():
+    """One reader for every chart a head is clicked in (All layers' tiles, the Census map and scatter)."""
+    from mha_viz.app.common import clicked_head
 
-    assert _clicked_head({"selection": {"points": [{"customdata": [2, 5], "x": 1, "y": 2}]}}) == (2, 5)
-    assert _clicked_head({"selection": {"points": []}}) is None
-    assert _clicked_head(None) is None
+    assert clicked_head({"selection": {"points": [{"customdata": [2, 5], "x": 1, "y": 2}]}}) == (2, 5)
+    assert clicked_head({"selection": {"points": [{"x": 1}, {"customdata": [0, 3]}]}}) == (0, 3)
+    assert clicked_head({"selection": {"points": []}}) is None
+    assert clicked_head(None) is None
 
 
 def test_custom_masked_lm_folder_compares_predictions_at_the_mask(tmp_path):
