@@ -60,7 +60,7 @@ def fit_labels(fig, query: int) -> int:
     step = -(-len(labels) // LABELS_UP_TO)  # ceil
     shown = sorted(set(range(0, len(labels), step)) | {query})
     if step > 1:  # a neighbour of the followed token would crowd it
-        shown = [i for i in shown if i == query or abs(i - query) >= max(step // 2, 1)]
+        shown = [i for i in shown if i == query or abs(i - query) >= step]
     longest = max((len(labels[i].replace("\u200b", "")) for i in shown), default=1)  # repeats carry zero-width spaces
     label_px = 8 + 6 * min(longest, 16)  # upright 10 px text: about 6 px per character
     fig.update_xaxes(tickmode="array", tickvals=[labels[i] for i in shown],
