@@ -228,7 +228,7 @@ def chart_config() -> dict:
 
 # -- long steps: the exact maps of Ablation effects and Patching ------------------------------------------------
 def duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds >= 2 else "a second or two"
+    return f"{seconds:.0f} s" if seconds >= 2 else "1–2 s"
 
 
 def _running_key(button_key: str) -> str:
@@ -247,14 +247,14 @@ def exact_map_step(button_key: str, job, n_heads: int, seconds: float, compute, 
     running = _running_key(button_key)
     if st.session_state.pop(running, None) == job:
         st.info("Stopped before every head was measured: nothing was kept. Press the button to start again.")
-    cols = st.columns([3, 1])
+    # Drawn at the page's full width: in a half column at 1000 px the label, and the cost in it, would be cut.
     label = f"Compute the exact map ({n_heads} heads, about {duration(seconds)} on this server)"
-    if not cols[0].button(label, key=button_key, help="Measured: one forward pass of this text on this server, "
-                          "times the heads, times the share of layers each head's pass recomputes (one torch "
-                          "thread; faster when the server is idle and lends it its other cores). Any click on the "
-                          "page (e.g. Stop) stops it."):
+    if not st.button(label, key=button_key, help="The time is measured on this server: one forward pass of this "
+                     "text, times the heads, times the share of layers each head's pass recomputes, at one torch "
+                     "thread (faster when the server is idle and lends its other cores). Any click on the page "
+                     "(e.g. Stop) stops it."):
         return None
-    cols[1].button("Stop", key=f"{button_key}_stop", help="Stops the computation; nothing is kept.")
+    st.button("Stop", key=f"{button_key}_stop", help="Stops the computation; nothing is kept.")
     st.session_state[running] = job
     bar = st.progress(0.0, text=f"{doing}: 0 of {n_heads} heads")
     with long_job() as tick:

@@ -123,6 +123,7 @@ def render(ctx: ViewContext) -> None:
                 "is drawn. Change the second sentence or the answer tokens.")
         offer_pair(ctx)
         return
+    exact_button(ctx, source, metric_args)
     left, right = st.columns(2)
     with left:
         patched = patching_maps(ctx, source, metric_args, text_value, source_value)
@@ -226,6 +227,17 @@ def answer_tokens(model: Model, base: AttentionRun, other: AttentionRun, positio
     return model.decode(first), model.decode(second)
 
 
+def exact_button(ctx: ViewContext, source: str, metric_args: tuple) -> None:
+    """The exact map's button (with its cost), Stop and progress, full width; the map itself is drawn beside its
+    estimate by patching_maps, from the shared cache. No button once the map is there."""
+    job = (ctx.name, ctx.text, source, metric_args)
+    if cache.exact_patching_map(*job, compute=False) is not None:
+        return
+    n = ctx.model.n_layers * ctx.model.n_heads
+    exact_map_step("patch_exact_btn", job, n, cache.exact_seconds(ctx.name, ctx.text, n),
+                   lambda progress: cache.exact_patching_map(*job, progress=progress), "Patching one head at a time")
+
+
 def patching_maps(ctx: ViewContext, source: str, metric_args: tuple, text_value: float, source_value: float):
     """The attribution estimate (cheap, always) and the exact map (on request); returns the map picks start from."""
     st.markdown("**Patching each head alone from the second sentence**")
@@ -237,12 +249,7 @@ def patching_maps(ctx: ViewContext, source: str, metric_args: tuple, text_value:
         st.info(md_safe(str(err)))
         estimate = None
     n = ctx.model.n_layers * ctx.model.n_heads
-    job = (ctx.name, ctx.text, source, metric_args)
-    result = cache.exact_patching_map(*job, compute=False)
-    if result is None:
-        result = exact_map_step(
-            "patch_exact_btn", job, n, cache.exact_seconds(ctx.name, ctx.text, n),
-            lambda progress: cache.exact_patching_map(*job, progress=progress), "Patching one head at a time")
+    result = cache.exact_patching_map(ctx.name, ctx.text, source, metric_args, compute=False)
     exact = None if result is None else result.moved  # (L, H)
     # One colour range for both maps, symmetric about 0: the estimate is drawn to compare with the exact map.
     shown = [m for m in (exact, estimate) if m is not None]
