@@ -37,8 +37,8 @@ def render(ctx: ViewContext) -> None:
                + (" A causal model's token cannot look at later tokens: they stay white." if model.causal else "")
                + " Switched-off heads are grey: their pattern is still computed. Positions are the model's own "
                "tokens; the sidebar's hide/merge options do not apply here."
-               + (f" With {len(run.tokens)} tokens every {thinned}th is labelled (and the followed token); hover "
-                  "a cell for its token." if thinned > 1 else ""))
+               + (f" With {len(run.tokens)} tokens one in {thinned} is labelled (and the followed token, in "
+                  "bold); hover a cell for its token." if thinned > 1 else ""))
     top = rows.argmax(dim=-1)  # (R,)
     summary = ", ".join(f"{head_name(h)} → {md_safe(visible(run.tokens[int(k)], 16))} ({float(rows[i, k]):.0%})"
                         for i, (h, k) in enumerate(zip(heads, top)) if not every)
