@@ -10,6 +10,13 @@ interleaved, and prints the threads each chunk got and the load average beside e
 
     python benchmarks/bench_long_steps.py --borrow [--models smollm2,minilm] [--tokens 16,120] [--steps importance]
 
+Measured 2026-12-01 14:13-15:25 on the shared 2-core machine, load average 9-21 (other sessions' tests), one run:
+MiniLM 126 tokens importance 8.79 s one thread / 19.40 s two threads forced (0.45x), patching 9.28 / 28.75 s
+(0.32x); SmolLM2 18 tokens importance 39.7 / 302.3 s forced (0.13x), patching 62.8 s one thread; SmolLM2 120 tokens
+importance 301.7 s one thread. long_job kept one thread on every chunk of every run (the rest of the machine used
+more than half a core), so its times are one thread's (0.57-0.96x: load noise between the interleaved runs). Two
+threads on a busy machine are 2-8x slower, which is why the policy borrows only when the machine is idle.
+
 What changed (mha_viz/models/interventions.py, run_batch_keep): the layers before the first head a batch switches
 off are taken from the unedited run instead of recomputed per row, and only the logits at the position that is
 read are computed. Same numbers: the script prints the largest difference between the two sides' maps.
