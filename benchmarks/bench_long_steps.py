@@ -10,12 +10,13 @@ interleaved, and prints the threads each chunk got and the load average beside e
 
     python benchmarks/bench_long_steps.py --borrow [--models smollm2,minilm] [--tokens 16,120] [--steps importance]
 
-Measured 2026-12-01 14:13-15:25 on the shared 2-core machine, load average 9-21 (other sessions' tests), one run:
-MiniLM 126 tokens importance 8.79 s one thread / 19.40 s two threads forced (0.45x), patching 9.28 / 28.75 s
-(0.32x); SmolLM2 18 tokens importance 39.7 / 302.3 s forced (0.13x), patching 62.8 s one thread; SmolLM2 120 tokens
-importance 301.7 s one thread. long_job kept one thread on every chunk of every run (the rest of the machine used
-more than half a core), so its times are one thread's (0.57-0.96x: load noise between the interleaved runs). Two
-threads on a busy machine are 2-8x slower, which is why the policy borrows only when the machine is idle.
+Measured 2026-12-01 14:13-15:20 on the shared 2-core machine, load average 9-21 (other sessions' tests), one run
+each: MiniLM 126 tokens importance 5.38-8.79 s one thread against 19.4-26.4 s two threads forced (0.20-0.45x),
+patching 8.30-9.28 s against 18.9-28.8 s (0.32-0.44x); SmolLM2 18 tokens importance 39.7 s against 302.3 s forced
+(0.13x), patching 62.8 s; SmolLM2 120 tokens importance 301.7 s, patching 361.3 s (one thread). long_job kept one
+thread on every chunk of every run (the rest of the machine used more than half a core), so it ran as one thread:
+0.98x and 1.17x on MiniLM at load 11-12 (15:20, after the child imported streamlit before its clock; earlier rows had
+that import inside the timing). Two threads on a busy machine are 2-8x slower: the policy borrows only when idle.
 
 What changed (mha_viz/models/interventions.py, run_batch_keep): the layers before the first head a batch switches
 off are taken from the unedited run instead of recomputed per row, and only the logits at the position that is
@@ -56,9 +57,10 @@ if len(sys.argv) > 8 and sys.argv[8] == "short-warm":
     model.run(text)  # warm the allocator and the unedited run's cache only: the step itself is long
 else:
     step()  # warm: the cache of the unedited run, allocator
+if borrow:
+    from mha_viz.app.cache import long_job  # imports streamlit: before the clock starts
 t0 = time.perf_counter()
 if borrow:
-    from mha_viz.app.cache import long_job
     with long_job() as tick:
         out = step(progress=lambda f: threads.append(tick()))
 else:
