@@ -224,3 +224,67 @@ def chart_config() -> dict:
     fmt = st.session_state.get(FIG_FORMAT, "svg")
     return {"displaylogo": False, "toImageButtonOptions": {"format": fmt, "scale": 2 if fmt == "png" else 1,
                                                            "filename": "mha-viz-figure"}}
+
+
+# -- long steps: the exact maps of Ablation effects and Patching ------------------------------------------------
+def duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds >= 2 else "1–2 s"
+
+
+def _running_key(button_key: str) -> str:
+    return f"_running|{button_key}"
+
+
+def exact_map_step(button_key: str, job, n_heads: int, seconds: float, compute, doing: str):
+    """The button of a long exact map, labelled with what it will cost before it is pressed (`seconds`, measured on
+    this server: cache.exact_seconds), then a Stop, a progress bar that counts heads, and the work itself:
+    `compute(progress)` under `cache.long_job` (idle cores may be borrowed). Returns what `compute` returned, or
+    None when the button was not pressed. `job` identifies the work (model, text, ...): a job stopped mid-way (any
+    click on the page ends the script run, Stop included) is still marked as running on the next run, which says
+    so; nothing of it is kept."""
+    from mha_viz.app.cache import long_job
+
+    running = _running_key(button_key)
+    if st.session_state.pop(running, None) == job:
+        st.info("Stopped before every head was measured: nothing was kept. Press the button to start again.")
+    # Drawn at the page's full width: in a half column at 1000 px the label, and the cost in it, would be cut.
+    label = f"Compute the exact map ({n_heads} heads, about {duration(seconds)} on this server)"
+    if not st.button(label, key=button_key, help="The time is measured on this server: one forward pass of this "
+                     "text, times the heads, times the share of layers each head's pass recomputes, at one torch "
+                     "thread (faster when the server is idle and lends its other cores). Any click on the page "
+                     "(e.g. Stop) stops it."):
+        return None
+    st.button("Stop", key=f"{button_key}_stop", help="Stops the computation; nothing is kept.")
+    st.session_state[running] = job
+    bar = st.progress(0.0, text=f"{doing}: 0 of {n_heads} heads")
+    with long_job() as tick:
+        def progress(fraction: float) -> None:
+            bar.progress(fraction, text=f"{doing}: {round(fraction * n_heads)} of {n_heads} heads")
+            tick()
+
+        result = compute(progress)
+    st.session_state.pop(running, None)
+    bar.empty()
+    return result
+
+
+# -- a head clicked in a chart (All layers' tiles, the Census map and scatter) ------------------------------------
+def clicked_head(chart_state) -> tuple[int, int] | None:
+    """(layer, head) from a plotly chart's selection state (st.session_state[chart key]): the customdata
+    [layer, head] of the first clicked point that carries one."""
+    selection = chart_state.get("selection", {}) if isinstance(chart_state, dict) else getattr(chart_state,
+                                                                                              "selection", None)
+    points = (selection.get("points") if isinstance(selection, dict) else getattr(selection, "points", None)) or []
+    for point in points:
+        data = point.get("customdata") if isinstance(point, dict) else None
+        if data is not None and len(data) == 2:
+            return int(data[0]), int(data[1])
+    return None
+
+
+def pick_clicked_head(clicked, options: list, pick_key: str, seen_key: str) -> None:
+    """Put a clicked head into the select `pick_key`, once per click: a chart's selection lingers across reruns,
+    and must not undo a head picked in the select afterwards. Runs before the select is drawn."""
+    if clicked in options and clicked != st.session_state.get(seen_key):
+        st.session_state[seen_key] = clicked
+        st.session_state[pick_key] = clicked

@@ -139,12 +139,13 @@ def test_importance_map_is_computed_on_request():
 def test_a_stopped_importance_map_says_so_and_keeps_nothing():
     """Stop (any click while it runs) ends the script run mid-way: the next run finds the job's key still marked
     as running, says it stopped, and shows no exact map."""
-    from mha_viz.app.views.effects import RUNNING
+    from mha_viz.app.common import _running_key
+    from mha_viz.app.views.effects import BUTTON
 
     at = _app()
     open_view(at, "Ablation effects")
     before = len(at.get("plotly_chart"))
-    at.session_state[RUNNING] = ("minilm", at.session_state["text"], (), None, "zero")
+    at.session_state[_running_key(BUTTON)] = ("minilm", at.session_state["text"], (), None, "zero")
     at.run()
     assert any("Stopped before every head was measured" in i.value for i in at.info)
     assert len(at.get("plotly_chart")) == before
@@ -257,12 +258,14 @@ def test_all_layers_view_focuses_the_picked_head():
     assert any('"L4 H7"' in spec for spec in titles)
 
 
-def test_overview_click_selection_is_read_from_customdata():
-    from mha_viz.app.views.all_layers import _clicked_head
+def test_a_clicked_head_is_read_from_customdata():
+    """One reader for every chart a head is clicked in (All layers' tiles, the Census map and scatter)."""
+    from mha_viz.app.common import clicked_head
 
-    assert _clicked_head({"selection": {"points": [{"customdata": [2, 5], "x": 1, "y": 2}]}}) == (2, 5)
-    assert _clicked_head({"selection": {"points": []}}) is None
-    assert _clicked_head(None) is None
+    assert clicked_head({"selection": {"points": [{"customdata": [2, 5], "x": 1, "y": 2}]}}) == (2, 5)
+    assert clicked_head({"selection": {"points": [{"x": 1}, {"customdata": [0, 3]}]}}) == (0, 3)
+    assert clicked_head({"selection": {"points": []}}) is None
+    assert clicked_head(None) is None
 
 
 def test_custom_masked_lm_folder_compares_predictions_at_the_mask(tmp_path):

@@ -186,3 +186,69 @@ def test_inside_a_page_scope_each_text_holds_its_share_until_the_page_is_drawn()
         cache.get(("b",), lambda: _run(10), need=20_000, scope_key="text b")
         assert cache.flight_bytes() == 50_000
     assert cache.flight_bytes() == 0
+
+
+def test_a_long_job_borrows_idle_cores_only_alone_and_gives_them_back():
+    """Issue 19: the exact maps may use the idle cores; torch's thread count is process-wide, so only while
+    nothing else runs in the process or on the machine, and never past a page run that opens meanwhile."""
+    from mha_viz.app.cache import long_job_threads
+
+    assert long_job_threads(others=0.1, pages=1, long_jobs=1, cores=2, base=1) == 2
+    assert long_job_threads(others=0.1, pages=2, long_jobs=1, cores=2, base=1) == 1  # another page run is open
+    assert long_job_threads(others=0.1, pages=1, long_jobs=2, cores=2, base=1) == 1  # another long job
+    assert long_job_threads(others=0.8, pages=1, long_jobs=1, cores=2, base=1) == 1  # the machine is busy
+    assert long_job_threads(others=0.0, pages=0, long_jobs=1, cores=1, base=1) == 1  # nothing to borrow
+
+
+def test_long_job_threads_follow_the_machine_and_other_page_runs(monkeypatch):
+    from mha_viz.app import cache
+    from mha_viz.settings import settings
+
+    base = settings().torch_threads
+    clock = {"t": 0.0, "busy": 0.0, "own": 0.0}
+    monkeypatch.setattr(cache, "_cores", lambda: base + 1)
+    monkeypatch.setattr(cache, "_cpu_sample", lambda: (clock["t"], clock["busy"], clock["own"]))
+
+    def chunk(own: float, others: float) -> None:  # one second of work: this process's cores, and the rest's
+        clock["t"] += 1.0
+        clock["own"] += own
+        clock["busy"] += own + others
+
+    torch.set_num_threads(base)
+    try:
+        with cache.memory_scope_of_run(), cache.long_job() as tick:  # as the page runs it: inside its page run
+            chunk(1.0, 0.1)
+            assert tick() == base + 1 and torch.get_num_threads() == base + 1  # idle machine: borrowed
+            opened, release = threading.Event(), threading.Event()
+
+            seen = {}
+
+            def other_page():
+                with cache.memory_scope_of_run():  # another session's page run, in its own thread
+                    seen["page"] = torch.get_num_threads()
+                    opened.set()
+                    release.wait(10)
+
+            def later_thread():
+                seen["later"] = torch.get_num_threads()
+
+            t = threading.Thread(target=other_page)
+            t.start()
+            assert opened.wait(10)
+            later = threading.Thread(target=later_thread)
+            later.start()
+            later.join()
+            # The opening page run and every thread after it are back on the setting at once ...
+            assert seen == {"page": base, "later": base}, seen
+            chunk(1.0, 0.0)
+            # ... and the job drops its own borrowed threads at its next chunk.
+            assert tick() == base  # and the job does not borrow them again while it is open
+            release.set()
+            t.join()
+            chunk(1.0, 0.9)
+            assert tick() == base  # another process used most of a core
+            chunk(2.0, 0.0)
+            assert tick() == base + 1
+        assert torch.get_num_threads() == base, "the threads go back when the job ends"
+    finally:
+        torch.set_num_threads(base)

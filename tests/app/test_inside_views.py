@@ -166,3 +166,28 @@ def test_a_repeated_token_selects_the_position_clicked(view):
         assert at.session_state["token"] == position, (position, labels)
         assert at.pills(key="token_pick").value == position
     assert len(set(labels)) == len(labels), labels
+
+
+def test_follow_a_token_thins_long_text_labels_and_keeps_the_followed_one():
+    """Issue 19: ~120 tokens drew every label at a few pixels under the title; now at most LABELS_UP_TO labels of
+    10 px, the followed token's among them, and the title gets a band of its own above them."""
+    import torch
+
+    from mha_viz import plotting
+    from mha_viz.app.views.follow import LABELS_UP_TO, fit_labels
+
+    for n, query in ((124, 122), (20, 5)):
+        tokens = [f"w{i % 17}" for i in range(n)]
+        rows = torch.softmax(torch.randn(3, n), dim=-1)  # (R, K)
+        fig = plotting.follow_figure(tokens, rows, ["L0 H0", "L0 H1", "L0 H2"], [0, 1, 2], [False] * 3, query, "t")
+        height = fig.layout.height
+        step = fit_labels(fig, query)
+        if n <= 40:  # the words are written in the cells: nothing to thin
+            assert step == 1 and fig.layout.xaxis.tickvals is None
+            continue
+        labels = list(fig.data[0].x)
+        shown = [labels.index(v) for v in fig.layout.xaxis.tickvals]
+        assert step > 1 and len(shown) <= LABELS_UP_TO + 1 and query in shown
+        assert all(abs(i - query) >= step for i in shown if i != query)
+        assert fig.layout.xaxis.tickfont.size >= 10 and fig.layout.height > height
+        assert fig.layout.title.yref == "container" and fig.layout.margin.t > 40

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from mha_viz.analysis.patching import Metric, direct_effects, patching_map
+from mha_viz.analysis.patching import Metric, attribution_patching, direct_effects, normalise, patching_map
 from mha_viz.app.views.patching import swapped
 
 from helpers import loaded
@@ -202,3 +202,46 @@ def test_identical_sentences_say_so_and_the_example_pair_works(model):
     at.button[[i for i, label in enumerate(labels) if label.startswith("Compute the exact map")][0]].click().run()
     assert not at.exception, at.exception
     assert not re.search(r"\bnan\b", _page_text(at), re.IGNORECASE)
+
+
+def _spec(at: AppTest, title: str) -> dict:
+    import json
+
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart") if title in c.proto.spec]
+    assert len(specs) == 1, f"expected one chart titled {title!r}, found {len(specs)}"
+    return specs[0]
+
+
+def test_exact_map_says_its_cost_counts_stops_and_shares_the_estimates_colour_range():
+    """Issue 19, long steps and honest colour: the exact map's button says what it will cost before it is pressed;
+    a stopped job says so and keeps nothing; the exact map and its attribution estimate share one symmetric range."""
+    from mha_viz.app.common import _running_key
+
+    text = "Anna met Ben at the old park. Later Ben gave the cup to"  # a pair no other test computes the map of
+    model = loaded("tiny")
+    n = model.n_layers * model.n_heads
+    at = _app("tiny", text)
+    open_view(at, "Patching")
+    button = at.button(key="patch_exact_btn")
+    assert f"({n} heads, about " in button.label and "on this server" in button.label, button.label
+    boxes = {t.label: t.value for t in at.text_input}
+    metric_args = ("logit_diff", len(model.run(text).tokens) - 1, model.token_id(boxes["Answer token"]),
+                   model.token_id(boxes["Against"]))
+    job = ("tiny", text, swapped(text), metric_args)
+    at.session_state[_running_key("patch_exact_btn")] = job  # as a Stop leaves it: the run ended mid-way
+    at.run()
+    assert any("Stopped before every head was measured" in i.value for i in at.info)
+    assert not [c for c in at.get("plotly_chart") if "Exact: share" in c.proto.spec]
+    at.button(key="patch_exact_btn").click().run()
+    assert not at.exception, at.exception
+    exact, estimate = (_spec(at, t)["data"][0] for t in ("Exact: share", "Attribution estimate"))
+    assert exact["zmin"] == estimate["zmin"] == -exact["zmax"] and exact["zmax"] == estimate["zmax"]
+    source, metric = swapped(text), Metric(*metric_args)
+    run, other = model.run(text), model.run(source)
+    ends = float(metric(None, run.logits)), float(metric(None, other.logits))
+    largest = max(float(patching_map(model, text, source, metric).moved.abs().max()),
+                  float(normalise(attribution_patching(model, text, source, metric), *ends).abs().max()))
+    assert exact["zmax"] == pytest.approx(largest, rel=1e-3)  # the largest value of either map
+    at.run()
+    assert not [b for b in at.button if b.key == "patch_exact_btn"], "no button once the map is there"
+    assert _spec(at, "Exact: share")["data"][0]["zmax"] == exact["zmax"]

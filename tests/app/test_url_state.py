@@ -215,3 +215,34 @@ def test_link_to_a_saved_tiny_step_opens_it_without_asking():
     assert "Hugging Face" not in said and not any("Hugging Face" in i.value for i in at2.info)
     at2.button(key="link_model_decline").click().run()
     assert not at2.exception and len(at2.toggle) == load_model("tiny").n_heads
+
+
+def test_the_navigation_places_every_view_once_and_census_and_circuits_in_general():
+    from mha_viz.app.views import HIDDEN, VIEWS, navigation
+
+    groups = navigation()
+    placed = [v for names in groups.values() for v in names]
+    assert sorted(placed) == sorted(v for v in VIEWS if v not in HIDDEN) and len(placed) == len(set(placed))
+    assert groups["In general"] == ["Census", "Circuits"] and "More" not in groups
+
+
+@pytest.mark.parametrize("view", ["Census", "Circuits", "Training", "Trained vs untrained", "Notes & export"])
+def test_views_about_the_model_in_general_show_no_sentence_strip_or_heads_off_line(view):
+    """Issue 19: Census and Circuits read the weights or generated inputs, not this sentence's run: the page's token
+    strip, its token count and the heads-off summary are not drawn above them (an old link opens them too)."""
+    from mha_viz.app.views import NOT_ABOUT_THIS_RUN
+
+    assert view in NOT_ABOUT_THIS_RUN
+    at = _open({"model": "tiny", "view": view, "off": "L0H1"})
+    assert at.session_state["view"] == view and not _notices(at), _notices(at)
+    page = " ".join(str(e.value) for kind in ("markdown", "caption", "info") for e in getattr(at, kind))
+    assert "token-strip" not in page and "Heads off:" not in page and "All heads are on" not in page
+    assert not any(c.value.endswith(" tokens") for c in at.caption), [c.value for c in at.caption]
+
+
+@pytest.mark.parametrize("view", ["Layer", "Follow a token", "Patching"])
+def test_views_about_this_run_still_show_the_sentence(view):
+    at = _open({"model": "tiny", "view": view})
+    assert at.session_state["view"] == view and not _notices(at), _notices(at)
+    page = " ".join(str(e.value) for kind in ("markdown", "caption") for e in getattr(at, kind))
+    assert "All heads are on" in page

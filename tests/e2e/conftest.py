@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import Server, ServerError, chromium, chromium_missing
+from harness import Server, ServerError, chromium, chromium_missing, new_page
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 
@@ -64,12 +64,7 @@ def browser():
 @pytest.fixture
 def page(browser, artifacts: Path, request):
     """A fresh page 1400 px wide; on failure its screenshot goes to artifacts/ for a look."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    pg = context.new_page()
-    pg.set_default_timeout(90_000)
-    errors: list[str] = []
-    pg.on("pageerror", lambda exc: errors.append(str(exc)))
-    pg.js_errors = errors  # read by tests that want to report them
+    context, pg = new_page(browser, 1400, 1000)  # pg.js_errors: read by tests that want to report them
     try:
         yield pg
     finally:

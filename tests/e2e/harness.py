@@ -53,6 +53,18 @@ def chromium():
             browser.close()
 
 
+def new_page(browser, width: int = 1400, height: int = 1000):
+    """(context, page): a fresh browser context at width x height, 90 s default timeout, the page's JS errors
+    collected in `page.js_errors`. The one way tests open a page at a viewport (conftest's `page`, the layout
+    tests' two sizes). Close the context when done."""
+    context = browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    page.set_default_timeout(90_000)
+    page.js_errors = []
+    page.on("pageerror", lambda exc: page.js_errors.append(str(exc)))
+    return context, page
+
+
 def settle(page) -> None:
     """Two animation frames, so the last redraw is on screen."""
     page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")

@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 import pytest
 from test_browser import _assert_no_exception, _wait, _wait_idle
 
-from harness import GRID_DRAWN, GRID_TITLES, grid_switch
+from harness import GRID_DRAWN, GRID_TITLES, grid_switch, new_page
 
 N_HEADS = 12  # all-MiniLM-L6-v2
 TEXT = "The keys to the old cabinet were on the table, so she took them."
@@ -18,11 +18,7 @@ FIRST_HEAT = """() => { const c = document.querySelector('.mhv-grid .mhv-head ca
 
 
 def _open(browser, url: str, width: int, height: int, **params):
-    context = browser.new_context(viewport={"width": width, "height": height})
-    page = context.new_page()
-    page.set_default_timeout(90_000)
-    page.js_errors = []
-    page.on("pageerror", lambda exc: page.js_errors.append(str(exc)))
+    context, page = new_page(browser, width, height)
     query = urlencode({"model": "minilm", "text": TEXT, **params})
     page.goto(f"{url}/?{query}", wait_until="domcontentloaded")
     _wait(page, f"() => ({GRID_DRAWN})() === {N_HEADS}", "the grid")
@@ -107,7 +103,7 @@ def test_first_row_of_heads_on_the_first_screen(browser, streamlit_url, size, ca
         # The views in a grouped <nav>, every one a button.
         groups = page.evaluate("""() => [...document.querySelectorAll('nav[aria-label=Views] [role=group]')]
             .map(g => g.getAttribute('aria-label'))""")
-        assert groups[:4] == ["Look", "Open up", "Intervene", "Learn"], groups
+        assert groups == ["Look", "Open up", "Intervene", "In general", "Learn"], groups
         # A head switched off does not move the grid.
         grid_switch(page, "L0 H3").click()
         _wait(page, f"() => ({GRID_TITLES})().includes('L0 H3 (off)')", "L0 H3 off")
@@ -129,6 +125,13 @@ def test_nav_opens_views_and_old_links_still_work(browser, streamlit_url):
         page.goto(f"{streamlit_url}/?{urlencode({'model': 'minilm', 'view': 'Trained vs untrained'})}")
         _wait_idle(page)
         _wait(page, "() => document.body.innerText.includes('training step')", "the old view's link")
+        # A view about the model in general (its weights, generated inputs): no sentence strip, no heads-off line.
+        page.locator('nav[aria-label=Views] [role=group][aria-label="In general"] button[data-view="Census"]').click()
+        _wait(page, "() => document.body.innerText.includes('Census: what each head does in general')", "Census")
+        _wait_idle(page)
+        assert "view=Census" in page.url, page.url
+        assert page.locator('[data-testid="token-strip"]').count() == 0
+        assert "All heads are on" not in page.locator('[data-testid="stMain"]').inner_text()
     finally:
         context.close()
 
@@ -205,5 +208,39 @@ def test_first_visit_hint_is_dismissed_for_good(browser, streamlit_url):
         _wait(page, f"() => ({GRID_DRAWN})() === {N_HEADS}", "the grid after a reload")
         _wait_idle(page)
         assert page.locator(".mhn-hint").count() == 0, "a dismissed hint stays dismissed in this browser"
+    finally:
+        context.close()
+
+
+LONG = ("The garden the cat sat on the mat while Anna gave the old keys to Ben because the table was near the door "
+        "and every bird in the small garden sang a song about rain wind and the long road home ") * 3
+
+
+@pytest.mark.parametrize("size", [(1600, 1000), (1000, 800)])
+def test_follow_a_token_on_a_long_text_keeps_its_title_clear_of_readable_labels(browser, streamlit_url, size):
+    """Issue 19: on ~120 tokens the Follow a token title overlapped the token labels, which shrank to ~6 px. The
+    labels are thinned to a readable size, the title sits above them, and the title says which scale it uses."""
+    width, height = size
+    context, page = new_page(browser, width, height)
+    try:
+        page.goto(f"{streamlit_url}/?{urlencode({'model': 'minilm', 'text': LONG, 'view': 'Follow a token'})}",
+                  wait_until="domcontentloaded")
+        _wait(page, "() => document.querySelectorAll('.js-plotly-plot .xtick text').length > 5", "the labels")
+        _wait_idle(page)
+        _assert_no_exception(page, "opening Follow a token on a long text")
+        got = page.evaluate("""() => {
+            const plot = document.querySelector('.js-plotly-plot');
+            const title = plot.querySelector('.gtitle').getBoundingClientRect();
+            const ticks = [...plot.querySelectorAll('.xtick text')].map(t => t.getBoundingClientRect());
+            ticks.sort((a, b) => a.left - b.left);
+            let overlaps = 0;
+            for (let i = 1; i < ticks.length; i++) if (ticks[i].left < ticks[i - 1].right - 0.5) overlaps++;
+            const size = parseFloat(getComputedStyle(plot.querySelector('.xtick text')).fontSize);
+            return {title: plot.querySelector('.gtitle').textContent, titleBottom: title.bottom,
+                    labelsTop: Math.min(...ticks.map(t => t.top)), overlaps, size, n: ticks.length}; }""")
+        assert got["titleBottom"] <= got["labelsTop"], got
+        assert got["overlaps"] == 0 and got["size"] >= 10, got
+        assert "each head to its own max" in got["title"], got
+        assert not page.js_errors, page.js_errors
     finally:
         context.close()

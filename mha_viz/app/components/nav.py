@@ -1,6 +1,6 @@
-"""The views' navigation: a `<nav>` of groups (Look, Open up, Intervene, Learn), one button per view, the open one
-marked `aria-current="page"`. Drawn by the browser (nav.js); a click comes back as a `view` trigger. It also
-shows the first-visit hint."""
+"""The views' navigation: a `<nav>` of groups (Look, Open up, Intervene, In general, Learn), one button per view,
+the open one marked `aria-current="page"`. Drawn by the browser (nav.js, compact in nav.css: one row at 1600 px);
+a click comes back as a `view` trigger. It also shows the first-visit hint."""
 from __future__ import annotations
 
 from pathlib import Path

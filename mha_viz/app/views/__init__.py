@@ -46,11 +46,13 @@ GROUPS: dict[str, list[str]] = {
     "Look": ["Layer", "All layers", "Compare", "Follow a token", "Similarity & scores"],
     "Open up": ["Inside a head", "Rollout & norms"],
     "Intervene": ["Ablation effects", "Patching"],
+    "In general": ["Census", "Circuits"],
     "Learn": ["Training", "Notes & export"],
 }
 HIDDEN = {"Trained vs untrained"}
-# Views about the model in general, not this sentence's run: the heads-off panel is not shown above them.
-NOT_ABOUT_THIS_RUN = {"Training", "Trained vs untrained", "Notes & export"}
+# Views about the model in general (its weights, generated inputs, its training), not this sentence's run: the page
+# shows neither the sentence's token strip nor the heads-off summary and effect panel above or below them.
+NOT_ABOUT_THIS_RUN = {"Census", "Circuits", "Training", "Trained vs untrained", "Notes & export"}
 
 
 def navigation() -> dict[str, list[str]]:

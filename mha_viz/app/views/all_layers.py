@@ -6,7 +6,7 @@ import torch
 
 from mha_viz import plotting
 from mha_viz.app import state
-from mha_viz.app.common import chart_config, head_name
+from mha_viz.app.common import chart_config, clicked_head, head_name, pick_clicked_head
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import Head, Model
 
@@ -24,10 +24,7 @@ def overview(model: Model, model_name: str, tokens: list[str], att: torch.Tensor
     options = [(layer, head) for layer in range(model.n_layers) for head in range(model.n_heads)]
     # The chart's selection is in session state before the chart is drawn, so this run can already focus it.
     # A click is applied once: the selection lingers across reruns and must not undo a later pick below.
-    clicked = _clicked_head(st.session_state.get("overview"))
-    if clicked in options and clicked != st.session_state.get("_overview_click"):
-        st.session_state["_overview_click"] = clicked
-        st.session_state["focus_pick"] = clicked
+    pick_clicked_head(clicked_head(st.session_state.get("overview")), options, "focus_pick", "_overview_click")
     if st.session_state.get("focus_pick") not in options:
         st.session_state["focus_pick"] = options[0]
     fig = plotting.tiled_figure(
@@ -44,17 +41,6 @@ def overview(model: Model, model_name: str, tokens: list[str], att: torch.Tensor
     st.plotly_chart(fig, width="stretch", key="overview", on_select="rerun", selection_mode="points",
                     config=chart_config())
     return st.selectbox("Focused head", options, format_func=head_name, key="focus_pick")
-
-
-def _clicked_head(state) -> Head | None:
-    """(layer, head) from the overview's selection state: the customdata of a clicked tile centre."""
-    selection = state.get("selection", {}) if isinstance(state, dict) else getattr(state, "selection", None)
-    points = (selection.get("points") if isinstance(selection, dict) else getattr(selection, "points", None)) or []
-    for point in points:
-        data = point.get("customdata") if isinstance(point, dict) else None
-        if data is not None and len(data) == 2:
-            return int(data[0]), int(data[1])
-    return None
 
 
 def focused_head(tokens: list[str], att: torch.Tensor, head: Head, off: bool) -> None:

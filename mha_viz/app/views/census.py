@@ -25,7 +25,7 @@ from mha_viz.analysis.census_run import (
     seed_roles,
 )
 from mha_viz.app.cache import RunCache, get_model
-from mha_viz.app.common import head_name, md_safe
+from mha_viz.app.common import clicked_head, head_name, md_safe, pick_clicked_head
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import Head, InputError, Model, ModelLoadError
 
@@ -150,14 +150,7 @@ def _overview(c: HeadCensus) -> None:
 
 
 def _clicked(key: str) -> Head | None:
-    sel = st.session_state.get(key)
-    selection = sel.get("selection", {}) if isinstance(sel, dict) else getattr(sel, "selection", None)
-    points = (selection.get("points") if isinstance(selection, dict) else getattr(selection, "points", None)) or []
-    for point in points:
-        data = point.get("customdata") if isinstance(point, dict) else None
-        if data is not None and len(data) == 2:
-            return int(data[0]), int(data[1])
-    return None
+    return clicked_head(st.session_state.get(key))
 
 
 def _maps(c: HeadCensus) -> Head | None:
@@ -195,9 +188,7 @@ def _go_layer(name: str, head: Head) -> None:
 def _open_head(ctx: ViewContext, picked: Head | None) -> None:
     picked = _clicked("census_scatter") or picked
     options = [(l, h) for l in range(ctx.model.n_layers) for h in range(ctx.model.n_heads)]
-    if picked in options and picked != st.session_state.get("_census_click"):
-        st.session_state["_census_click"] = picked
-        st.session_state["census_head"] = picked
+    pick_clicked_head(picked, options, "census_head", "_census_click")
     head = st.selectbox("Head (or click one in the map or the scatter)", options, format_func=head_name,
                         key="census_head")
     st.button(f"Open {head_name(head)} in the Layer view", key="census_open", on_click=_go_layer,

@@ -9,11 +9,19 @@ from mha_viz import analysis, plotting
 from mha_viz.analysis.importance import effect_measure, head_importance
 from mha_viz.analysis.patching import rank_correlation
 from mha_viz.app.cache import ESTIMATE_SAMPLES, exact_seconds, importance_estimate_cached
-from mha_viz.app.common import ABLATION_LABELS, ABLATION_SHORT, chart_config, head_name, predictions_panel, where
+from mha_viz.app.common import (
+    ABLATION_LABELS,
+    ABLATION_SHORT,
+    chart_config,
+    exact_map_step,
+    head_name,
+    predictions_panel,
+    where,
+)
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import AttentionRun, Head, InputError, Model, UnavailableError, head_keep_mask
 
-RUNNING = "_importance_running"  # the key of an exact map being computed; still set on the next run: it was stopped
+BUTTON = "imp_btn"  # the exact map's button; common.exact_map_step keeps its running job beside it
 
 
 def render(ctx: ViewContext) -> None:
@@ -85,8 +93,6 @@ def importance(model: Model, model_name: str, text: str, base: AttentionRun, hea
     at = -1 if position is None else position
     key = (model_name, text, tuple(sorted(heads_off)), position, ablation)
     store = st.session_state.setdefault("importance", {})
-    if st.session_state.pop(RUNNING, None) == key and key not in store:
-        st.info("Stopped before every head was measured: nothing was kept. Press the button to start again.")
     try:
         estimate = importance_estimate_cached(model_name, text, tuple(sorted(heads_off)), at, ablation)
     except (InputError, UnavailableError):
@@ -100,21 +106,13 @@ def importance(model: Model, model_name: str, text: str, base: AttentionRun, hea
                    "no first-order change; see `importance_estimate`). It ranks heads; its size is trustworthy only "
                    "for small changes. The exact map below measures each head.")
     n_heads = model.n_layers * model.n_heads - len(heads_off)
-    seconds = exact_seconds(model_name, text, n_heads)
-    cols = st.columns([3, 1])
-    label = f"Compute the exact map ({n_heads} heads, about {_duration(seconds)} on this server)"
-    if cols[0].button(label, key="imp_btn", help="Measured: one forward pass of this text on this server, times "
-                      "the heads, times the share of layers each head's pass recomputes. Any click on the page "
-                      "(e.g. Stop) stops it."):
-        cols[1].button("Stop", key="imp_stop", help="Stops the computation; nothing is kept.")
-        st.session_state[RUNNING] = key
-        bar = st.progress(0.0, text="Switching off one head at a time...")
+    measured = exact_map_step(
+        BUTTON, key, n_heads, exact_seconds(model_name, text, n_heads),
+        lambda progress: head_importance(model, text, heads_off, position=at, progress=progress, ablation=ablation),
+        "Switching off one head at a time")
+    if measured is not None:
         store.clear()
-        store[key] = head_importance(model, text, heads_off, position=at,
-                                     progress=lambda f: bar.progress(f, text=f"Switching off heads... {f:.0%}"),
-                                     ablation=ablation)
-        st.session_state.pop(RUNNING, None)
-        bar.empty()
+        store[key] = measured
     if key in store:
         st.plotly_chart(plotting.layer_head_map(store[key], f"Output change when each head alone is "
                                                 f"{ABLATION_SHORT[ablation]}", measure,
@@ -127,6 +125,3 @@ def importance(model: Model, model_name: str, text: str, base: AttentionRun, hea
                        + ("not defined (every head scores the same)" if math.isnan(rho) else f"{rho:.2f}")
                        + f" over {n_heads} heads.")
 
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds >= 2 else "a second or two"

@@ -10,7 +10,16 @@ import streamlit as st
 from mha_viz import analysis, plotting
 from mha_viz.analysis.patching import normalise, rank_correlation, top_heads
 from mha_viz.app import cache
-from mha_viz.app.common import chart_config, head_name, md_safe, parse_head, predictions_panel, visible, where
+from mha_viz.app.common import (
+    chart_config,
+    exact_map_step,
+    head_name,
+    md_safe,
+    parse_head,
+    predictions_panel,
+    visible,
+    where,
+)
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import AttentionRun, InputError, Model
 
@@ -114,6 +123,7 @@ def render(ctx: ViewContext) -> None:
                 "is drawn. Change the second sentence or the answer tokens.")
         offer_pair(ctx)
         return
+    exact_button(ctx, source, metric_args)
     left, right = st.columns(2)
     with left:
         patched = patching_maps(ctx, source, metric_args, text_value, source_value)
@@ -217,6 +227,17 @@ def answer_tokens(model: Model, base: AttentionRun, other: AttentionRun, positio
     return model.decode(first), model.decode(second)
 
 
+def exact_button(ctx: ViewContext, source: str, metric_args: tuple) -> None:
+    """The exact map's button (with its cost), Stop and progress, full width; the map itself is drawn beside its
+    estimate by patching_maps, from the shared cache. No button once the map is there."""
+    job = (ctx.name, ctx.text, source, metric_args)
+    if cache.exact_patching_map(*job, compute=False) is not None:
+        return
+    n = ctx.model.n_layers * ctx.model.n_heads
+    exact_map_step("patch_exact_btn", job, n, cache.exact_seconds(ctx.name, ctx.text, n),
+                   lambda progress: cache.exact_patching_map(*job, progress=progress), "Patching one head at a time")
+
+
 def patching_maps(ctx: ViewContext, source: str, metric_args: tuple, text_value: float, source_value: float):
     """The attribution estimate (cheap, always) and the exact map (on request); returns the map picks start from."""
     st.markdown("**Patching each head alone from the second sentence**")
@@ -228,23 +249,24 @@ def patching_maps(ctx: ViewContext, source: str, metric_args: tuple, text_value:
         st.info(md_safe(str(err)))
         estimate = None
     n = ctx.model.n_layers * ctx.model.n_heads
-    if st.button(f"Compute the exact map ({n} patched runs, batched)", key="patch_exact_btn"):
-        bar = st.progress(0.0, text="Patching one head at a time...")
-        cache.exact_patching_map(ctx.name, ctx.text, source, metric_args,
-                                 progress=lambda f: bar.progress(f, text=f"Patching heads... {f:.0%}"))
-        bar.empty()
     result = cache.exact_patching_map(ctx.name, ctx.text, source, metric_args, compute=False)
     exact = None if result is None else result.moved  # (L, H)
+    # One colour range for both maps, symmetric about 0: the estimate is drawn to compare with the exact map.
+    shown = [m for m in (exact, estimate) if m is not None]
+    bound = max((float(m.abs().nan_to_num(0.0).max()) for m in shown), default=0.0) or 1.0
     if exact is not None:
-        st.plotly_chart(plotting.signed_layer_head_map(exact, "Exact: share of the gap each head closes",
-                                                       "moved"), width="stretch", key="patch_exact_map",
-                        config=chart_config())
+        fig = plotting.signed_layer_head_map(exact, "Exact: share of the gap each head closes", "moved")
+        fig.update_traces(zmid=0.0, zmin=-bound, zmax=bound)
+        st.plotly_chart(fig, width="stretch", key="patch_exact_map", config=chart_config())
     if estimate is not None:
-        st.plotly_chart(plotting.signed_layer_head_map(estimate, "Attribution estimate (first order)", "moved"),
-                        width="stretch", key="patch_attr_map", config=chart_config())
+        fig = plotting.signed_layer_head_map(estimate, "Attribution estimate (first order)", "moved")
+        fig.update_traces(zmid=0.0, zmin=-bound, zmax=bound)
+        st.plotly_chart(fig, width="stretch", key="patch_attr_map", config=chart_config())
         st.caption("Attribution patching (Nanda 2023; Syed et al. 2023): the gradient of the metric on the first "
                    "sentence times the change of each head's output. Exact for a small change; a whole swapped "
-                   "name is not small, so check it against the exact map.")
+                   "name is not small, so check it against the exact map."
+                   + (f" Both maps share one colour range, −{bound:.2f} to +{bound:.2f} (the largest value of "
+                      "either), so a colour means the same share in each." if exact is not None else ""))
     if exact is not None and estimate is not None:
         rho = rank_correlation(exact, estimate)
         agreement = (f"rank correlation **{rho:.2f}**" if math.isfinite(rho)
