@@ -13,10 +13,10 @@ saves figures with a plain font stack instead (`font_for` returns None, and the 
 """
 from __future__ import annotations
 
-import functools
 import io
 import logging
 import os
+import threading
 from pathlib import Path
 
 FAMILY = "DejaVu Sans"
@@ -44,12 +44,40 @@ def font_file() -> Path | None:
 
 def font_for(tokens) -> bytes | None:
     """WOFF bytes of DejaVu Sans holding every character of BASE and of `tokens` that the font has, or None when
-    the font or fontTools is missing. Cached by the characters beyond BASE, so most texts share one subset."""
+    the font or fontTools is missing, or while that subset is still being made. Subsetting takes about a second
+    (several on a loaded machine), so it never holds up a page: the first call for a set of characters starts it
+    in a thread and returns None (a figure saved meanwhile names the font stack instead); a later run sends it.
+    Cached by the characters beyond BASE, so most texts share one subset, made once per process (`warm`)."""
     extra = "".join(sorted({ch for t in tokens for ch in str(t)} - set(BASE)))
-    return _subset(extra)
+    with _LOCK:
+        if extra in _READY:
+            return _READY[extra]
+        if extra not in _STARTED and len(_STARTED) < MAX_SUBSETS:
+            _STARTED.add(extra)
+            threading.Thread(target=_make, args=(extra,), name="figure-font", daemon=True).start()
+    return None
 
 
-@functools.lru_cache(maxsize=32)
+def warm() -> None:
+    """Start making the common subset (BASE alone), so the first page that needs it finds it ready."""
+    font_for([])
+
+
+def _make(extra: str) -> None:
+    try:
+        font = _subset(extra)
+    except Exception:  # a broken font file: figures fall back to the font stack
+        font = None
+    with _LOCK:
+        _READY[extra] = font
+
+
+MAX_SUBSETS = 64  # distinct character sets made per process; beyond that, figures use the font stack
+_LOCK = threading.Lock()
+_READY: dict[str, bytes | None] = {}
+_STARTED: set[str] = set()
+
+
 def _subset(extra: str) -> bytes | None:
     path = font_file()
     try:
@@ -67,7 +95,7 @@ def _subset(extra: str) -> bytes | None:
     options.hinting = False  # screen hints: not needed at figure sizes, a third of the bytes
     options.layout_features = ["kern", "liga"]
     options.notdef_outline = True
-    font = TTFont(str(path), lazy=False)
+    font = TTFont(str(path), lazy=None)  # tables read as used: half the time of lazy=False
     subsetter = subset.Subsetter(options)
     subsetter.populate(text=BASE + extra)
     subsetter.subset(font)

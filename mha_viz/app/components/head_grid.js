@@ -188,6 +188,7 @@ async function update(s, d) {
     const font = d.font && d.att.getChild ? d.att.getChild("font") : null;
     s.font = font ? font.get(0) : null;
     s.fontFace = null;
+    s.box.dataset.font = s.font ? d.font.family : "";  // the saved figures embed it (else: the font stack)
     s.pending.clear();
     s.pinQ = s.pinQ !== null && s.pinQ < d.T ? s.pinQ : null;
     buildStrip(s);

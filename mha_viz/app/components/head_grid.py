@@ -21,6 +21,7 @@ from mha_viz.contract import Head
 from mha_viz.notebook.payload import DEFLATE_LEVEL, deflate, encode, grid_data  # noqa: F401  (encode: re-exported)
 
 BULK_ACTIONS = ("off", "on", "only", "reset")
+figure_font.warm()  # the saved figures' font, made in a thread while the server starts
 _HERE = Path(__file__).resolve().parent
 # isolate_styles=False: no shadow root, so browser tests and benchmarks can query the grid's DOM; every class is
 # prefixed `mhv-` instead.
