@@ -275,7 +275,7 @@ def _check_saved_svg(data: bytes, n_tokens: int) -> None:
     assert woff[:4] == b"wOFF" and 'font-family: "DejaVu Sans"' in style
     assert b"Bitstream Vera licence" in data
     texts = list(root.iter(f"{SVG}text"))
-    heads = [t.text for t in texts if t.get("class", "").startswith("head")]
+    heads = [t.text for t in texts if t.get("class", "").startswith("head-name")]
     assert heads == [f"L0 H{h}" for h in range(N_HEADS)], heads
     for axis in ("token query", "token key"):
         labels = [t for t in texts if t.get("class") == axis]

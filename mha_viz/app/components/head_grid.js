@@ -681,7 +681,7 @@ function figure(s) {
     const r = Math.floor(h / cols), c = h % cols;
     const x0 = pad + c * (gutter + tile + pad) + gutter, y0 = top + r * (titleH + gutter + tile + pad);
     const off = s.off.has(l + "," + h), gy = y0 + titleH + gutter;
-    ops.push({ text: [x0, y0 + 13, headName(s, l, h) + (off ? " (off)" : ""), 12, "start", off ? "head off" : "head"] });
+    ops.push({ text: [x0, y0 + 13, headName(s, l, h) + (off ? " (off)" : ""), 12, "start", off ? "head-name off" : "head-name"] });
     ops.push({ head: [h, off, x0, gy, tile] });
     ops.push({ stroke: [x0, gy, tile, tile] });
     for (const i of shown) {
