@@ -7,6 +7,7 @@
 //         uint8 codes, scale[L*H], off: [[l, h]...], layer, cols, badges: {"l,h": text}, shared,
 //         names: {layers: ["L0", ...], heads: [["L0 H0", ...], ...]}, unknown: [positions],
 //         colours: {on: [stops], off: [stops]}}   (names and colours come from Python: one spelling, one scale)
+//        att may hold a second binary column "font": the saved figures' WOFF, family and licence in its metadata
 //        optional: controls: {bulk: true, link: true} (the Streamlit page): the layer's heading and its bulk
 //         switches are drawn here, so every layer control shows the one layer at once, and a tab writes the
 //         link's `layer` itself (the server's next run writes the same value)
@@ -185,10 +186,13 @@ async function update(s, d) {
   if (fresh) {
     s.digest = d.digest;
     // The saved figures' font (figure_font.py): WOFF bytes in the same Arrow blob, when the host sent one.
-    const font = d.font && d.att.getChild ? d.att.getChild("font") : null;
-    s.font = font ? font.get(0) : null;
+    // Its family and licence ride in the column's metadata; the notebook's host sends no such column.
+    const field = d.att.schema && d.att.schema.fields ? d.att.schema.fields.find(f => f.name === "font") : null;
+    const meta = field && field.metadata ? field.metadata : new Map();
+    s.font = field ? d.att.getChild("font").get(0) : null;
+    s.fontInfo = { family: meta.get("family") || "DejaVu Sans", licence: meta.get("licence") || "" };
     s.fontFace = null;
-    s.box.dataset.font = s.font ? d.font.family : "";  // the saved figures embed it (else: the font stack)
+    s.box.dataset.font = s.font ? s.fontInfo.family : "";  // the saved figures embed it (else: the font stack)
     s.pending.clear();
     s.pinQ = s.pinQ !== null && s.pinQ < d.T ? s.pinQ : null;
     buildStrip(s);
@@ -715,8 +719,8 @@ function toSVG(s, f) {
     `<desc>${f.width} x ${f.height} px (${mm(f.width)} x ${mm(f.height)} mm at 96 px per inch). Heads off: `
     + `${esc(f.offNames.join(", ") || "none")}.</desc>`];
   if (s.font) {
-    out.push(`<!-- Font: ${esc(d.font.licence)} -->`);
-    out.push(`<defs><style>@font-face { font-family: "${d.font.family}"; font-weight: normal; font-style: normal; `
+    out.push(`<!-- Font: ${esc(s.fontInfo.licence)} -->`);
+    out.push(`<defs><style>@font-face { font-family: "${s.fontInfo.family}"; font-weight: normal; font-style: normal; `
       + `src: url(data:font/woff;base64,${base64(s.font)}) format("woff"); }</style></defs>`);
   }
   for (const op of f.ops) {

@@ -38,9 +38,10 @@ def pack(codes: bytes, font: bytes | None = None) -> pa.Table:
     of a component's data as a binary blob beside the JSON, so the page receives the bytes themselves. With `font`
     (the saved figures' WOFF, figure_font.py), a second binary column "font" in the same blob."""
     columns = {"z": pa.array([deflate(codes)], type=pa.binary())}
+    table = pa.table(columns)
     if font is not None:
-        columns["font"] = pa.array([font], type=pa.binary())
-    return pa.table(columns)
+        table = table.append_column(_font_field(), pa.array([font], type=pa.binary()))
+    return table
 
 
 def unpack(table: pa.Table) -> bytes:
@@ -62,13 +63,16 @@ def payload(tokens: list[str], att: torch.Tensor, layer: int, heads_off, n_cols:
             "badges": {f"{l},{h}": text for (l, h), text in badges.items()},
             "unknown": sorted(int(i) for i in unknown)}
     font = figure_font.font_for(tokens)
-    if font is not None:
-        data["font"] = {"family": figure_font.FAMILY, "licence": figure_font.LICENCE, "bytes": len(font)}
     if controls:
         data["controls"] = {"bulk": True, "link": True}
     if font is not None:
-        table = table.append_column("font", pa.array([font], type=pa.binary()))
+        table = table.append_column(_font_field(), pa.array([font], type=pa.binary()))
     return {**data, "att": table}
+
+
+def _font_field() -> pa.Field:
+    """The font's column, its family and licence in the field's metadata (the JSON stays the notebook's own)."""
+    return pa.field("font", pa.binary(), metadata={"family": figure_font.FAMILY, "licence": figure_font.LICENCE})
 
 
 # The codes of the last few runs' attention, deflated: a layer tab's or the heading's rerun sends the same run again
