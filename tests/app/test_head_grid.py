@@ -68,3 +68,4 @@ def test_band_heads_of_minilm_l0_carry_the_census_nearby_badge():
         assert float(nearby[0, head]) > uniform + 0.1
     # A previous-token head is named for that, not for the wider window that also holds its weight.
     assert data["badges"]["0,2"].startswith("measured: 100% → previous token"), data["badges"]["0,2"]
+    assert word not in data["badges"]["0,2"], "its nearby mass is the previous token's: not said twice"

@@ -59,7 +59,12 @@ def badge_text(badges, layer: int, head: int) -> tuple[str, str]:
     """(caption, its help) for a head's two strongest measured scores on this input (two, so a band along the
     diagonal shows as `nearby` beside the special tokens that the same head also rests on)."""
     scores, baselines = badges
-    top = analysis.top_badges(scores, baselines, layer, head, n=BADGES)
+    top = analysis.top_badges(scores, baselines, layer, head, n=BADGES + 1)
+    if len(top) > 1:  # `nearby` restating a previous/next-token head (its mass is the +-1 neighbour's) says nothing
+        neighbour = float(scores["previous"][layer, head]) + float(scores["next"][layer, head])
+        top = [(name, value) for name, value in top
+               if not (name == "nearby" and top[0][0] in ("previous", "next") and neighbour >= 0.8 * value)]
+    top = top[:BADGES]
     if top:
         caption = " · ".join(f"{value:.0%} → {analysis.SCORE_WORDS[name].short}" for name, value in top)
         return ("measured: " + caption,
