@@ -104,6 +104,21 @@ TYPE_IN_PAGE = """async ([text, word]) => {
   return performance.now() - t0; }"""
 
 
+ONE_LAYER_STATE = """async ([layer]) => {
+  const frame = () => new Promise(r => requestAnimationFrame(r));
+  const t0 = performance.now();
+  document.querySelector(`.mhv-tab[data-layer="${layer}"]`).click();
+  for (;;) {
+    const titles = [...document.querySelectorAll('.mhv-grid .mhv-title')].map(e => e.textContent);
+    const headings = [...document.querySelectorAll('p')].map(p => p.innerText).filter(t => /^Layer \\d+:/.test(t));
+    if (titles.length && titles.every(x => x.startsWith('L' + layer + ' '))
+        && headings.length && headings.every(t => t.startsWith('Layer ' + layer + ':'))
+        && new URLSearchParams(location.search).get('layer') === String(layer)) break;
+    await frame();
+  }
+  return performance.now() - t0; }"""
+
+
 class BertVizPage:
     def __init__(self, browser, base_url: str, model, ref):
         self.pg = A.Page(browser)
@@ -243,6 +258,14 @@ class OurApp:
           await frame(); await frame();
           return performance.now() - t0; }""", [layer])
 
+    def layer_state_in_page(self, layer: int) -> float:
+        """ms from a click on the grid's layer tab until the page holds one layer everywhere: every head of the
+        grid, the layer's heading ("Layer N: ...", and no other) and the link's `layer` (issue 19: before, the
+        heading and link waited for the server's rerun)."""
+        if not self.pg.page.evaluate(A.COMPONENT):
+            return float("nan")
+        return self.pg.page.evaluate(ONE_LAYER_STATE, [layer])
+
     def hover_ms(self, q: int) -> float:
         return self.pg.page.evaluate(A.HOVER_MS, [q]) if self.pg.page.evaluate(A.COMPONENT) else float("nan")
 
@@ -256,6 +279,7 @@ def main() -> None:
     ap.add_argument("--tokens", default="16,64,128", help="sentence lengths in tokens, specials included")
     ap.add_argument("--before", default="", help="also time the app as of this commit, interleaved (e.g. 05ba8f3)")
     ap.add_argument("--model-view", action="store_true", help="also time BertViz model_view (slow past 64 tokens)")
+    ap.add_argument("--no-toggle", action="store_true", help="skip the toggle and hover steps (ours only)")
     args = ap.parse_args()
     import copy
 
@@ -314,9 +338,12 @@ def main() -> None:
                         if ms == ms:
                             add(n, app.label, "switch layer, in-page (ms)", ms)
                     add(n, "BertViz head_view", "switch layer, in-page (ms)", bv.switch_layer_in_page(other))
-                    for app in apps:
-                        app.layer_in_page(layer)  # back to the layer the toggles below are on
-                    for app in apps:
+                    for app in apps:  # click -> grid, heading and link on one layer (ours only: head_view has one)
+                        ms = app.layer_state_in_page(layer)
+                        if ms == ms:
+                            add(n, app.label, "switch layer: tab -> grid, heading and link agree, in-page (ms)", ms)
+                        app.pg.wait_idle()
+                    for app in apps if not args.no_toggle else []:
                         head = f"L{layer} H{i % 12}"
                         add(n, app.label, "toggle a head off -> updated", app.toggle(head, True))
                         app.toggle(head, False)

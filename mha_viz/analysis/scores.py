@@ -15,11 +15,12 @@ from mha_viz.analysis.tokens import special_mask
 from mha_viz.contract import AttentionRun
 
 # Keys of the dict returned by `pattern_scores`, in display order.
-SCORE_NAMES = ("previous", "next", "self", "first", "special", "same_token", "entropy")
+SCORE_NAMES = ("previous", "next", "nearby", "self", "first", "special", "same_token", "entropy")
+NEARBY_WINDOW = 2  # positions either side: the census's `nearby` window (census_run.CensusConfig.window)
 
 
-def pattern_scores(att: torch.Tensor, token_ids=None, special_mask=None, causal: bool = False
-                   ) -> dict[str, torch.Tensor]:
+def pattern_scores(att: torch.Tensor, token_ids=None, special_mask=None, causal: bool = False,
+                   content=None) -> dict[str, torch.Tensor]:
     """Where each head's attention went on this input: a dict of (L, H) scores, keys `SCORE_NAMES`.
 
     Each score is a fraction of attention mass in [0, 1], averaged over the query rows where the target
@@ -32,6 +33,11 @@ def pattern_scores(att: torch.Tensor, token_ids=None, special_mask=None, causal:
                   `first`), so counting query 1 would credit a head that rests on position 0 with reading the
                   previous token. Clark et al. count every query; the tiny model's probes use this same function
       next        att[q, q+1], mean over queries q = 0..T-2 (always 0 in a causal model)
+      nearby      sum of att[q, k] over keys 1 <= |q - k| <= 2 (itself excluded), mean over queries q = 2..T-1:
+                  the census's `nearby` (`census.nearby_mask`, the same function), here on this one input; keys
+                  and queries only at `content` positions (not tokenizer-added specials), never position 0.
+                  Ours: a windowed `previous`/`next` (Voita et al. 2019 count only the +-1 neighbour); it shows a
+                  band along the diagonal that neither `previous` nor `next` alone may reach
       self        att[q, q], mean over all queries
       first       att[q, 0], mean over queries q = 1..T-1 (query 0 attending to itself is `self`)
       special     sum of att[q, k] over keys k with special_mask[k], mean over all queries; NaN if the
@@ -45,7 +51,8 @@ def pattern_scores(att: torch.Tensor, token_ids=None, special_mask=None, causal:
 
     att: (L, H, T, T) attention probabilities; token_ids: T ids, or T token strings (equal values mean
     the same token; None or empty: same_token is NaN); special_mask: (T,) bool (see
-    `special_mask`); causal: True for decoder-only models (att must be lower-triangular).
+    `special_mask`); causal: True for decoder-only models (att must be lower-triangular); content: (T,) bool,
+    the positions `nearby` may count (None: every position; `run_scores` passes the non-special ones).
     """
     att = _attention(att, "att", (4,), "(L, H, Q, K)")
     n_layers, n_heads, t, _ = att.shape
@@ -64,6 +71,8 @@ def pattern_scores(att: torch.Tensor, token_ids=None, special_mask=None, causal:
         "self": mean_or_nan(att.diagonal(dim1=-2, dim2=-1)),  # (L, H)  from (L, H, T)
         "first": mean_or_nan(att[..., 1:, 0]),  # (L, H)  from (L, H, T-1)
     }
+
+    scores["nearby"] = _nearby(att, content, causal)  # (L, H)
 
     mask = None if special_mask is None else _position_mask(special_mask, t, "special_mask")  # (T,)
     if mask is None or not mask.any():
@@ -98,6 +107,19 @@ def pattern_scores(att: torch.Tensor, token_ids=None, special_mask=None, causal:
     return {name: scores[name] for name in SCORE_NAMES}
 
 
+def _nearby(att: torch.Tensor, content, causal: bool) -> torch.Tensor:
+    """(L, H, Q, K) -> (L, H): the census's nearby mass (its own mask), NaN when no query has a nearby key."""
+    from mha_viz.analysis.census import nearby_mask  # census builds on this module: imported when first used
+
+    n_layers, n_heads, t, _ = att.shape
+    content = [True] * t if content is None else [bool(c) for c in _position_mask(content, t, "content")]
+    mask = nearby_mask(t, NEARBY_WINDOW, content, causal)  # (Q, K)
+    rows = mask.any(-1)  # (Q,)
+    if not rows.any():
+        return torch.full((n_layers, n_heads), float("nan"))  # (L, H)
+    return (att * mask).sum(-1)[..., rows].mean(-1)  # (L, H)  from (L, H, R)
+
+
 def previous_pairs(t: int) -> list[tuple[int, int]]:
     """The (query, key) pairs the previous-token score averages over: (q, q - 1) for q = 2..T-1. The one
     definition of "previous token" for the page (`pattern_scores`), the census and the tiny model's probes; the
@@ -116,11 +138,11 @@ def uniform_pattern(t: int, causal: bool) -> torch.Tensor:
     return allowed / allowed.sum(-1, keepdim=True)  # (Q, K)
 
 
-def uniform_baselines(t: int, causal: bool, token_ids=None, special_mask=None) -> dict[str, float]:
+def uniform_baselines(t: int, causal: bool, token_ids=None, special_mask=None, content=None) -> dict[str, float]:
     """What `pattern_scores` gives for `uniform_pattern(t, causal)` on the same positions: a dict of
     floats with keys `SCORE_NAMES`. A measured score means something only above its baseline."""
     uniform = uniform_pattern(t, causal)[None, None]  # (1, 1, T, T)
-    scores = pattern_scores(uniform, token_ids, special_mask, causal)
+    scores = pattern_scores(uniform, token_ids, special_mask, causal, content)
     return {name: float(value[0, 0]) for name, value in scores.items()}
 
 
@@ -157,8 +179,10 @@ def run_scores(run: AttentionRun, causal: bool) -> tuple[dict[str, torch.Tensor]
     token ids as plain ints, special and punctuation positions from `special_mask`."""
     special = special_mask(run.tokens, run.special)  # (T,)
     ids = list(run.token_ids) or None
-    scores = pattern_scores(run.attentions, ids, special, causal)
-    return scores, uniform_baselines(len(run.tokens), causal, ids, special)
+    added = set(run.special)
+    content = [i not in added for i in range(len(run.tokens))]  # (T,)  as the census's inputs (census_run)
+    scores = pattern_scores(run.attentions, ids, special, causal, content)
+    return scores, uniform_baselines(len(run.tokens), causal, ids, special, content)
 
 
 @dataclass(frozen=True)
@@ -173,6 +197,8 @@ class ScoreWords:
 SCORE_WORDS = {
     "previous": ScoreWords("previous token", "the previous token", "the text has fewer than three tokens"),
     "next": ScoreWords("next token", "the next token", "the text has a single token"),
+    "nearby": ScoreWords("nearby", "the tokens within 2 positions of it (itself excluded)",
+                         "the text has fewer than three tokens"),
     "self": ScoreWords("itself", "the token itself", "the text has no tokens"),
     "first": ScoreWords("first token", "the first token", "the text has a single token"),
     "special": ScoreWords("special/punct.", "special and punctuation tokens",

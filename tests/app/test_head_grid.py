@@ -44,3 +44,28 @@ def test_shared_scale_sends_weights_on_zero_to_one():
     at.sidebar.radio(key="scale").set_value("shared 0–1").run()
     data = grid_data(at)
     assert data["shared"] and set(data["scale"]) == {1.0}
+
+
+def test_band_heads_of_minilm_l0_carry_the_census_nearby_badge():
+    """Issue 19: MiniLM L0 H4 and H5 draw a band along the diagonal, yet their badges said "no location stands
+    out". The badge now names the census's `nearby` score (mass within 2 positions, itself excluded), measured on
+    the sentence shown, with the census's own scorer giving the same value."""
+    from mha_viz.analysis import census
+
+    from helpers import open_link
+
+    text = "The keys to the old cabinet were on the table, so she took them."
+    at = open_link({"model": "minilm", "text": text, "view": "Layer", "layer": "0"})
+    data = grid_data(at)
+    model = loaded("minilm")
+    run = model.run(text)
+    content = [i not in run.special for i in range(len(run.tokens))]
+    nearby, uniform = census.nearby_score(run.attentions, content, window=2)  # (L, H), float
+    word = analysis.SCORE_WORDS["nearby"].short
+    for head in (4, 5):
+        badge = data["badges"][f"0,{head}"]
+        assert f"{float(nearby[0, head]):.0%} → {word}" in badge, badge
+        assert float(nearby[0, head]) > uniform + 0.1
+    # A previous-token head is named for that, not for the wider window that also holds its weight.
+    assert data["badges"]["0,2"].startswith("measured: 100% → previous token"), data["badges"]["0,2"]
+    assert word not in data["badges"]["0,2"], "its nearby mass is the previous token's: not said twice"

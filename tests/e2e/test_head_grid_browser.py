@@ -12,6 +12,12 @@ N_HEADS = 12  # all-MiniLM-L6-v2
 LONG_TEXT = " ".join(["the cat sat on the mat while anna gave the old keys to ben"] * 10)  # > 128 tokens
 
 
+# The small heatmaps' label strips: the step between labels, their font, the px per token, the labels per strip.
+LABELS = """() => { const g = document.querySelector('.mhv-grid');
+  return {step: Number(g.dataset.labelStep), font: Number(g.dataset.labelFont), cell: Number(g.dataset.labelCell),
+          shown: [...g.querySelectorAll('.mhv-labels')].filter(e => !e.hidden).map(e => Number(e.dataset.labels))}; }"""
+
+
 def _count_frames(page) -> list[int]:
     """A live count of websocket frames the page receives: a browser-only step must add none."""
     frames = [0]
@@ -27,6 +33,10 @@ def test_layer_switch_hover_and_focus_stay_in_the_browser(browser, streamlit_url
     _wait_idle(page)
     _assert_no_exception(page, "opening the Layer view")
     assert page.evaluate(GRID_TITLES) == [f"L0 H{h}" for h in range(N_HEADS)]
+    # Issue 19: a short text's small heatmaps carry every token on both axes, at 8 px or more.
+    labels = page.evaluate(LABELS)
+    n_tokens = page.locator(".mhv-strip .mhv-tok").count()
+    assert labels["step"] == 1 and labels["font"] >= 8 and labels["shown"] == [n_tokens] * (2 * N_HEADS), labels
 
     # Layer switch: the tab redraws every head of layer 3 at once, in the click's own task (before any answer from
     # the server); then the page's one layer state follows it (the heading, and the link the server writes).
@@ -82,12 +92,24 @@ def test_long_text_is_readable(browser, streamlit_url, page):
     cols = int(page.locator(".mhv-grid").get_attribute("data-cols"))
     width = page.locator(".mhv-grid .mhv-head canvas").first.bounding_box()["width"]
     assert cols < 4 and width / n_tokens >= 3, (cols, width, n_tokens)
+    # Labels thinned to every k-th token, never overlapping (k rows hold one label's height) and never under 8 px.
+    labels = page.evaluate(LABELS)
+    assert labels["step"] > 1 and labels["font"] >= 8, labels
+    assert labels["step"] * labels["cell"] >= labels["font"] + 1, labels
+    assert set(labels["shown"]) == {-(-n_tokens // labels["step"])}, labels
     # A focused head gives every token a row tall enough for its 11 px label; zoom makes it larger still.
     page.locator('.mhv-grid .mhv-head[data-head="L0 H1"] canvas').click()
     focus = page.locator(".mhv-focus-canvas")
     _wait(page, "() => !!document.querySelector('.mhv-focus-canvas')?.dataset.cell", "the focused head")
     cell = int(focus.get_attribute("data-cell"))
     assert cell >= 14, cell
+    assert focus.get_attribute("data-label-step") == "1"  # every token labelled at the fitted size
+    page.locator(".mhv-focus .mhv-btn", has_text="−").click()
+    page.locator(".mhv-focus .mhv-btn", has_text="−").click()
+    page.locator(".mhv-focus .mhv-btn", has_text="−").click()  # zoomed out: thinned labels, still 8 px or more
+    assert int(focus.get_attribute("data-label-step")) > 1 and int(focus.get_attribute("data-label-font")) >= 8
+    page.locator(".mhv-focus .mhv-btn", has_text="fit").click()
+    assert int(focus.get_attribute("data-cell")) == cell
     page.locator(".mhv-focus .mhv-btn", has_text="+").click()
     assert int(focus.get_attribute("data-cell")) > cell
     # ... and the box pans: it scrolls over a canvas larger than itself.

@@ -27,6 +27,35 @@ def _open(browser, url: str, width: int, height: int, **params):
     return context, page
 
 
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _with_figure_font(page) -> None:
+    """The figures' font is made in a thread while the server starts (figure_font.warm); a page whose run came
+    before it was ready gets it on its next run."""
+    for attempt in range(3):
+        try:
+            page.wait_for_function("() => document.querySelector('.mhv')?.dataset.font === 'DejaVu Sans'",
+                                   timeout=20_000, polling=200)
+            return
+        except Exception as err:
+            if type(err).__name__ != "TimeoutError" or attempt == 2:
+                raise
+            page.reload()
+            _wait(page, f"() => ({GRID_DRAWN})() === {N_HEADS}", "the grid")
+            _wait_idle(page)
+
+
+def _saved_svg(page):
+    """The grid's SVG download, parsed (it must be well-formed XML)."""
+    import xml.etree.ElementTree as ET
+
+    _with_figure_font(page)
+    with page.expect_download() as info:
+        page.locator('.mhv-btn[data-save="svg"]').click()
+    return ET.fromstring(open(info.value.path(), "rb").read())
+
+
 def _heading(page) -> str:
     return page.locator("p", has_text="all 12 heads").first.inner_text()
 
@@ -37,8 +66,16 @@ def test_one_layer_state_for_tabs_heading_switches_and_link(browser, streamlit_u
     context, page = _open(browser, streamlit_url, 1600, 1000, layer="3", view="Layer")
     try:
         assert _heading(page).startswith("Layer 3")
-        page.locator('.mhv-tab[data-layer="5"]').click()
-        _wait(page, f"() => ({GRID_TITLES})().every(t => t.startsWith('L5 '))", "the heads of L5")
+        # The tab, the heading, the bulk switches' help and the link change together, in the click's own task:
+        # before any answer from the server, there is one layer on the page.
+        now = page.evaluate(f"""() => {{ document.querySelector('.mhv-tab[data-layer="5"]').click();
+            return {{titles: ({GRID_TITLES})(), link: new URLSearchParams(location.search).get('layer'),
+                     headings: [...document.querySelectorAll('p')].map(p => p.innerText)
+                                 .filter(t => /^Layer \\d+:/.test(t)),
+                     off: document.querySelector('.mhv-bulk[data-action="off"]').title}}; }}""")
+        assert all(t.startswith("L5 ") for t in now["titles"]), now
+        assert now["link"] == "5" and now["headings"] == ["Layer 5: all 12 heads"], now
+        assert "L5" in now["off"], now
         _wait(page, "() => [...document.querySelectorAll('p')].some(p => p.innerText.startsWith('Layer 5:'))",
               "the heading to follow the tab")
         _wait_idle(page)
@@ -49,6 +86,13 @@ def test_one_layer_state_for_tabs_heading_switches_and_link(browser, streamlit_u
         _wait_idle(page)
         assert "layer=5" in page.url and "off=L5H0" in page.url, page.url
         assert all(t.startswith("L5 ") for t in page.evaluate(GRID_TITLES))
+        assert _heading(page).startswith("Layer 5")
+        # The saved picture says which heads are off: every head of L5, drawn grey.
+        root = _saved_svg(page)
+        assert root.find(f"{SVG}title").text.startswith("L5: 12 heads")
+        assert [g.get("data-off") for g in root.iter() if g.get("class") == "head"] == ["true"] * N_HEADS
+        caption = next(t.text for t in root.iter(f"{SVG}text") if t.get("class") == "caption")
+        assert "Off (grey): " + ", ".join(f"L5 H{h}" for h in range(N_HEADS)) in caption, caption
         assert not page.js_errors, page.js_errors
     finally:
         context.close()
@@ -147,6 +191,7 @@ def test_long_text_says_it_draws_fewer_per_row_and_saves(browser, streamlit_url)
         cols = int(page.locator(".mhv-grid").get_attribute("data-cols"))
         note = page.locator('[data-testid="mhv-cols-note"]').inner_text()
         assert cols < 4 and note.startswith(f"{cols} per row, not 4"), (cols, note)
+        _with_figure_font(page)
         for kind in ("svg", "png"):
             with page.expect_download() as info:
                 page.locator(f'.mhv-btn[data-save="{kind}"]').click()
@@ -156,6 +201,7 @@ def test_long_text_says_it_draws_fewer_per_row_and_saves(browser, streamlit_url)
             if kind == "svg":
                 text = data.decode()
                 assert text.startswith("<svg") and "L0 H11" in text and "Off (grey): none" in text
+                _check_saved_svg(data, n_tokens=page.locator(".mhv-strip .mhv-tok").count())
             else:
                 assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
     finally:
@@ -244,3 +290,36 @@ def test_follow_a_token_on_a_long_text_keeps_its_title_clear_of_readable_labels(
         assert not page.js_errors, page.js_errors
     finally:
         context.close()
+
+
+def _check_saved_svg(data: bytes, n_tokens: int) -> None:
+    """Paper-ready: the SVG parses, states its size (px and a viewBox), embeds its font (a WOFF subset of DejaVu Sans
+    with its licence noted) and names every word in that family; it has the heads' names, token labels on both
+    axes (thinned on a long text, never below 8 px), the colour legend and which heads are off."""
+    import base64
+    import re
+    import xml.etree.ElementTree as ET
+
+    root = ET.fromstring(data)
+    assert root.tag == f"{SVG}svg"
+    width, height = root.get("width"), root.get("height")
+    assert width.endswith("px") and height.endswith("px"), (width, height)
+    assert root.get("viewBox") == f"0 0 {width[:-2]} {height[:-2]}"
+    assert "px" in root.find(f"{SVG}desc").text and "mm" in root.find(f"{SVG}desc").text
+    assert root.get("font-family").startswith("'DejaVu Sans'")
+    style = root.find(f"{SVG}defs/{SVG}style").text
+    woff = base64.b64decode(re.search(r"base64,([A-Za-z0-9+/=]+)", style).group(1))
+    assert woff[:4] == b"wOFF" and 'font-family: "DejaVu Sans"' in style
+    assert b"Bitstream Vera licence" in data
+    texts = list(root.iter(f"{SVG}text"))
+    heads = [t.text for t in texts if t.get("class", "").startswith("head-name")]
+    assert heads == [f"L0 H{h}" for h in range(N_HEADS)], heads
+    for axis in ("token query", "token key"):
+        labels = [t for t in texts if t.get("class") == axis]
+        assert 0 < len(labels) <= n_tokens * N_HEADS and len(labels) % N_HEADS == 0
+        assert min(float(t.get("font-size")) for t in labels) >= 8
+        per_head = len(labels) // N_HEADS
+        assert per_head < n_tokens, "a long text's labels are thinned"
+    legend = next(g for g in root.iter(f"{SVG}g") if g.get("class") == "legend")
+    assert len(legend.findall(f"{SVG}rect")) >= 5 and [t.text for t in legend.iter(f"{SVG}text")] == ["0", "max"]
+    assert [g.get("data-off") for g in root.iter() if g.get("class") == "head"] == ["false"] * N_HEADS

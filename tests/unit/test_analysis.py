@@ -420,3 +420,25 @@ def test_checks_still_catch_nan_inf_and_negative_weights():
         broken[0, 0, 1, 2] = bad
         with pytest.raises(ValueError, match=message):
             A.pattern_scores(broken, causal=False)
+
+
+def test_nearby_score_is_the_census_nearby_on_one_input():
+    """`pattern_scores`' nearby is the census's (one name, one unit): a band of width 2 either side scores 1,
+    the baseline is uniform attention's, and the census scorer gives the same numbers on random attention."""
+    from mha_viz.analysis import census
+
+    t = 12
+    pos = torch.arange(t)
+    dist = (pos[:, None] - pos[None, :]).abs()  # (Q, K)
+    band = ((dist >= 1) & (dist <= 2)).float()  # (Q, K)
+    band = band / band.sum(-1, keepdim=True)
+    att = torch.stack([band, torch.softmax(torch.randn(t, t), -1)])[None]  # (1, 2, T, T)
+    content = [True] * t
+    content[-1] = False  # a trailing [SEP]: neither a query nor a key of the score
+    scores = A.pattern_scores(att, content=content)
+    ref, uniform = census.nearby_score(att, content, window=2)
+    torch.testing.assert_close(scores["nearby"], ref)
+    assert scores["nearby"][0, 0] > 0.9
+    base = A.uniform_baselines(t, False, content=content)
+    assert base["nearby"] == pytest.approx(uniform)
+    assert [name for name, _ in A.top_badges(scores, base, 0, 0, n=1)] == ["nearby"]

@@ -7,13 +7,38 @@
 //         uint8 codes, scale[L*H], off: [[l, h]...], layer, cols, badges: {"l,h": text}, shared,
 //         names: {layers: ["L0", ...], heads: [["L0 H0", ...], ...]}, unknown: [positions],
 //         colours: {on: [stops], off: [stops]}}   (names and colours come from Python: one spelling, one scale)
-// The host (the Streamlit component, or the notebook widget's wrapper) receives the triggers "toggle" and "layer".
+//        att may hold a second binary column "font": the saved figures' WOFF, family and licence in its metadata
+//        optional: controls: {bulk: true, link: true} (the Streamlit page): the layer's heading and its bulk
+//         switches are drawn here, so every layer control shows the one layer at once, and a tab writes the
+//         link's `layer` itself (the server's next run writes the same value)
+// The host (the Streamlit component, or the notebook widget's wrapper) receives the triggers "toggle" and "layer"
+// (and "bulk": {layer, action: "off" | "on" | "only" | "reset", head}, with controls.bulk).
 // weight of cell (l, h, q, k) = codes[((l*H + h)*T + q)*T + k] / 255 * scale[l*H + h]
 const HINT = "Hover a heatmap or a token: its row lights up in every head. Click a head to open it large.";
 const MIN_CELL = 3;       // px per token in a grid tile: below this the columns of the grid fold into fewer
 const LABEL_CELL = 14;    // px per token in the focused head: room for an 11 px label on every row and column
 const FOCUS_MAX_CELL = 30;
 const LABEL_FONT = "11px monospace";
+// Token labels on the grid's small heatmaps: a font of TILE_FONT_MIN..TILE_FONT_MAX px, every k-th token where a
+// row is thinner than the font (never overlapping, never smaller than TILE_FONT_MIN), in a gutter of at most
+// TILE_GUTTER of the tile's width; none when that gutter is too narrow to hold a few characters.
+const TILE_FONT_MIN = 8, TILE_FONT_MAX = 11, TILE_GUTTER = 0.28, TILE_GUTTER_MAX = 64, TILE_GUTTER_MIN = 22;
+
+// Which tokens get a label on an axis of `n` rows `cell` px tall: the font size and the step between labels
+// (every label at least font + 1 px from the next). Shared by the tiles, the enlarged head and the saved figure.
+function labelPlan(cell, n, maxFont = TILE_FONT_MAX, minFont = TILE_FONT_MIN) {
+  const font = Math.max(minFont, Math.min(maxFont, Math.floor(cell - 1)));
+  const step = Math.max(1, Math.ceil((font + 1) / cell));
+  return { font, step, shown: Math.ceil(n / step) };
+}
+
+// A label cut to `room` px at the context's font, with an ellipsis when it was cut.
+function fitText(ctx, text, room) {
+  if (ctx.measureText(text).width <= room) return text;
+  let n = text.length;
+  while (n > 1 && ctx.measureText(text.slice(0, n) + "…").width > room) n--;
+  return text.slice(0, n) + "…";
+}
 
 function lut(colors) {  // 256 RGBA entries interpolated along the colour stops
   const rgb = colors.map(c => [1, 3, 5].map(i => parseInt(c.slice(i, i + 2), 16)));
@@ -138,7 +163,9 @@ function build(root, setTrigger) {
   s.grid = el("div", "mhv-grid");
   s.lines = el("div", "mhv-lines");
   s.lines.hidden = true;
-  box.append(bar, s.info, s.note, s.strip, s.focusBox, s.grid, s.lines);
+  s.controls = el("div", "mhv-controls");
+  s.controls.hidden = true;
+  box.append(s.controls, bar, s.info, s.note, s.strip, s.focusBox, s.grid, s.lines);
   root.append(box);
   s.box = box;
   // Column count follows the width the page gives us, and the text length (`cols`).
@@ -158,6 +185,14 @@ async function update(s, d) {
   s.d = d;
   if (fresh) {
     s.digest = d.digest;
+    // The saved figures' font (figure_font.py): WOFF bytes in the same Arrow blob, when the host sent one.
+    // Its family and licence ride in the column's metadata; the notebook's host sends no such column.
+    const field = d.att.schema && d.att.schema.fields ? d.att.schema.fields.find(f => f.name === "font") : null;
+    const meta = field && field.metadata ? field.metadata : new Map();
+    s.font = field ? d.att.getChild("font").get(0) : null;
+    s.fontInfo = { family: meta.get("family") || "DejaVu Sans", licence: meta.get("licence") || "" };
+    s.fontFace = null;
+    s.box.dataset.font = s.font ? s.fontInfo.family : "";  // the saved figures embed it (else: the font stack)
     s.pending.clear();
     s.pinQ = s.pinQ !== null && s.pinQ < d.T ? s.pinQ : null;
     buildStrip(s);
@@ -174,9 +209,84 @@ async function update(s, d) {
   s.off = new Set(d.off.map(([l, h]) => l + "," + h));
   s.pending.clear();
   buildTabs(s);
+  buildControls(s);
   buildHeads(s);
+  if (fresh) s.labelsFor = null;  // new tokens: the tiles' labels are drawn again
+  layoutGrid(s);
   drawLayer(s);
   if (s.focus) openFocus(s, s.focus[0], s.focus[1]);
+}
+
+// The layer's heading and its bulk switches (the Streamlit page only: controls.bulk). They act on the layer shown,
+// which travels with each request, so a switch never reaches heads that are not on screen.
+function buildControls(s) {
+  const d = s.d, want = !!(d.controls && d.controls.bulk);
+  s.controls.hidden = !want;
+  if (!want) return;
+  if (!s.heading || s.controlsH !== d.H) {
+    s.controls.replaceChildren();
+    s.controlsH = d.H;
+    s.heading = el("p", "mhv-heading");
+    s.heading.setAttribute("data-testid", "mhv-heading");
+    const button = (text, action, help) => {
+      const b = el("button", "mhv-btn mhv-bulk", text);
+      b.dataset.action = action;
+      b.addEventListener("click", () => bulk(s, action, null));
+      b.helpText = help;
+      return b;
+    };
+    s.bulkOff = button("All off", "off", "Switch every head of ");
+    s.bulkOn = button("All on", "on", "Switch every head of ");
+    s.only = el("select", "mhv-select mhv-only");
+    s.only.setAttribute("data-testid", "mhv-only");
+    s.only.setAttribute("aria-label", "Only this head on");
+    s.only.append(el("option", null, "Only one on…"));
+    for (let h = 0; h < d.H; h++) {
+      const o = el("option", null, "H" + h);
+      o.value = String(h);
+      s.only.append(o);
+    }
+    s.only.addEventListener("change", () => {
+      const h = Number(s.only.value);
+      s.only.selectedIndex = 0;
+      if (Number.isInteger(h)) bulk(s, "only", h);
+    });
+    const reset = button("Reset", "reset", "");
+    reset.title = "Every head of every layer on.";
+    s.controls.append(s.heading, s.bulkOff, s.bulkOn, s.only, reset);
+  }
+  headingFor(s);
+}
+
+function headingFor(s) {
+  if (!s.heading || s.controls.hidden) return;
+  const d = s.d, name = d.names.layers[s.layer];
+  s.heading.replaceChildren(el("strong", null, `Layer ${s.layer}: all ${d.H} heads`));
+  s.heading.dataset.layer = s.layer;
+  s.bulkOff.title = `Switch every head of ${name} off.`;
+  s.bulkOn.title = `Switch every head of ${name} on.`;
+  s.only.title = `Switch off every other head of ${name}.`;
+}
+
+function bulk(s, action, head) {
+  const d = s.d, l = s.layer;
+  for (let h = 0; h < d.H; h++) {
+    const key = l + "," + h, off = s.off.has(key);
+    const changes = action === "off" ? !off : action === "on" ? off : action === "only" ? off === (h === head) : off;
+    if (changes || action === "reset") { s.pending.add(key); s.heads[h].cell.classList.add("mhv-pending"); }
+  }
+  s.setTrigger("bulk", { layer: l, action, head });
+}
+
+// The link's `layer`, written at once (the server's next run writes the same link: one value, never two).
+function linkLayer(s, l) {
+  if (!(s.d.controls && s.d.controls.link)) return;
+  try {
+    const url = new URL(window.location.href);
+    if (url.searchParams.get("layer") === String(l)) return;
+    url.searchParams.set("layer", String(l));
+    window.history.replaceState(window.history.state, "", url.toString());
+  } catch (err) { /* a page without a writable history (a sandboxed frame) keeps the server's link */ }
 }
 
 function buildTabs(s) {
@@ -201,8 +311,9 @@ function setLayer(s, l) {
   [...s.tabs.children].forEach((b, i) => b.setAttribute("aria-selected", String(i === l)));
   drawLayer(s);
   if (s.focus) openFocus(s, l, s.focus[1]);
+  linkLayer(s, l);
   s.askedLayer = l;
-  s.setTrigger("layer", l);  // the page's layer state, which writes the link
+  s.setTrigger("layer", l);  // the page's layer state: the sidebar's summary and the other views follow
 }
 
 function buildStrip(s) {
@@ -233,13 +344,21 @@ function buildHeads(s) {
       sw.setAttribute("role", "switch");
       sw.addEventListener("click", (ev) => { ev.stopPropagation(); toggle(s, h); });
       top.append(title, sw);
+      // The heatmap first (tests and benchmarks find it as the head's first canvas), then its token labels:
+      // queries on the left, keys on top, placed by the wrap's grid areas.
       const wrap = el("div", "mhv-wrap");
+      const heat = el("div", "mhv-heat");
       const canvas = el("canvas", "mhv-canvas");
       canvas.width = d.T;
       canvas.height = d.T;
       const row = el("div", "mhv-row");
       row.hidden = true;
-      wrap.append(canvas, row);
+      heat.append(canvas, row);
+      // Label strips are divs showing one shared picture (drawn once per width and text), not canvases: a head's
+      // only canvas is its heatmap.
+      const qLabels = el("div", "mhv-labels mhv-labels-q"), kLabels = el("div", "mhv-labels mhv-labels-k");
+      qLabels.hidden = kLabels.hidden = true;
+      wrap.append(heat, qLabels, kLabels);
       const badge = el("div", "mhv-badge");
       cell.append(top, wrap, badge);
       s.grid.append(cell);
@@ -250,11 +369,11 @@ function buildHeads(s) {
       });
       wrap.addEventListener("mouseleave", () => hover(s, null, null, null));
       wrap.addEventListener("click", () => openFocus(s, s.layer, h));
-      s.heads.push({ cell, title, sw, canvas, ctx: canvas.getContext("2d"), row, badge,
+      s.heads.push({ cell, title, sw, canvas, ctx: canvas.getContext("2d"), row, badge, wrap, qLabels, kLabels,
                      img: new ImageData(d.T, d.T) });
     }
+    s.labelsFor = null;
   }
-  layoutGrid(s);
 }
 
 function layoutGrid(s) {
@@ -270,6 +389,76 @@ function layoutGrid(s) {
   s.note.textContent = s.cols < asked
     ? `${s.cols} per row, not ${asked}: at ${d.T} tokens a heatmap needs ${d.T * MIN_CELL} px to give each token ${MIN_CELL} px`
     : "";
+  tileLabels(s);
+}
+
+// The small heatmaps' token labels, for the tile width the grid gives: every token when a row is at least
+// TILE_FONT_MIN + 1 px tall, every k-th otherwise; none when the gutter could not hold a few characters.
+function tileLabels(s) {
+  const d = s.d;
+  if (!s.heads || !s.heads.length) return;
+  const tile = s.heads[0].cell.clientWidth;
+  if (!tile) return;
+  const probe = (s.probe = s.probe || document.createElement("canvas").getContext("2d"));
+  const cap = Math.min(TILE_GUTTER_MAX, Math.floor(tile * TILE_GUTTER));
+  let gutter = cap, plan = labelPlan((tile - gutter) / d.T, d.T), longest = 0;
+  for (let pass = 0; pass < 2; pass++) {  // the font depends on the gutter, the gutter on the font's widest label
+    probe.font = `${plan.font}px monospace`;
+    longest = 0;
+    for (const t of d.tokens) longest = Math.max(longest, probe.measureText(t).width);
+    gutter = Math.min(cap, Math.ceil(longest) + 8);
+    plan = labelPlan((tile - gutter) / d.T, d.T);
+  }
+  const show = gutter >= TILE_GUTTER_MIN || longest + 4 <= gutter;
+  const key = [tile, d.digest, show].join();
+  if (s.labelsFor === key) return;
+  s.labelsFor = key;
+  const heat = tile - (show ? gutter : 0), cell = heat / d.T, dpr = window.devicePixelRatio || 1;
+  s.grid.dataset.labelStep = show ? String(plan.step) : "";
+  s.grid.dataset.labelFont = show ? String(plan.font) : "";
+  s.grid.dataset.labelCell = cell.toFixed(2);
+  s.grid.dataset.labelGutter = show ? String(gutter) : "";
+  const pictures = {};
+  if (show) {
+    for (const side of ["q", "k"]) {
+      const w = side === "q" ? gutter : heat, h = side === "q" ? heat : gutter;
+      const c = document.createElement("canvas");
+      c.width = Math.round(w * dpr); c.height = Math.round(h * dpr);
+      const ctx = c.getContext("2d");
+      ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+      ctx.font = `${plan.font}px monospace`;
+      ctx.fillStyle = "#444";
+      ctx.textBaseline = "middle";
+      for (let i = 0; i < d.T; i += plan.step) {
+        const text = fitText(ctx, d.tokens[i], gutter - 5);
+        if (side === "q") {
+          ctx.textAlign = "right";
+          ctx.fillText(text, gutter - 2, (i + 0.5) * cell);
+        } else {
+          ctx.save();
+          ctx.translate((i + 0.5) * cell, gutter - 2);
+          ctx.rotate(-Math.PI / 2);
+          ctx.textAlign = "left";
+          ctx.fillText(text, 0, 0);
+          ctx.restore();
+        }
+      }
+      pictures[side] = { url: `url(${c.toDataURL("image/png")})`, w, h };
+    }
+  }
+  for (const head of s.heads) {
+    head.wrap.style.gridTemplateColumns = show ? `${gutter}px minmax(0, 1fr)` : "minmax(0, 1fr)";
+    head.wrap.style.gridTemplateRows = show ? `${gutter}px auto` : "auto";
+    head.wrap.classList.toggle("mhv-labelled", show);
+    head.qLabels.hidden = head.kLabels.hidden = !show;
+    if (!show) continue;
+    for (const [div, side] of [[head.qLabels, "q"], [head.kLabels, "k"]]) {
+      const p = pictures[side];
+      div.style.width = p.w + "px"; div.style.height = p.h + "px";
+      div.style.backgroundImage = p.url;
+      div.dataset.labels = String(plan.shown);
+    }
+  }
 }
 
 function headName(s, l, h) { return s.d.names.heads[l][h]; }
@@ -321,6 +510,7 @@ function drawLayer(s) {
     head.badge.textContent = d.badges[l + "," + h] || "";
   }
   s.grid.dataset.layer = l;
+  headingFor(s);
   legend(s);
   paintRows(s);
   showDraw(s);
@@ -427,12 +617,15 @@ function drawFocus(s) {
   ctx.fillRect(0, 0, c.width, c.height);
   ctx.imageSmoothingEnabled = false;
   ctx.drawImage(tmp, room, room, T * cell, T * cell);
-  ctx.font = LABEL_FONT;
+  // Always labelled: every token from 12 px rows up, else every k-th at 8-11 px (zoom in to read them all).
+  const plan = labelPlan(cell, T);
+  ctx.font = `${plan.font}px monospace`;
   ctx.fillStyle = "#222";
   ctx.textBaseline = "middle";
-  const fits = cell >= 9;  // below ~9 px rows the labels would overlap: zoom in to read them
-  for (let i = 0; i < T && fits; i++) {
-    const t = d.tokens[i];
+  c.dataset.labelStep = plan.step;
+  c.dataset.labelFont = plan.font;
+  for (let i = 0; i < T; i += plan.step) {
+    const t = fitText(ctx, d.tokens[i], room - 6);
     ctx.textAlign = "right";
     ctx.fillText(t, room - 4, room + (i + 0.5) * cell, room - 6);  // queries, left
     ctx.save();
@@ -454,37 +647,54 @@ function drawFocus(s) {
 // or PNG (the same drawing at 2x). Drawn from one list of shapes, so both files show the same thing.
 const SAVE_VECTOR_UP_TO = 64;
 
+// One family for every word of a saved figure: the embedded DejaVu Sans when the page sent it (the SVG's @font-face,
+// the PNG's FontFace), else the first of a generic stack that the viewer has.
+const FIG_STACK = "'DejaVu Sans', 'Helvetica Neue', Helvetica, Arial, sans-serif";
+const FIG_CANVAS_FAMILY = "mhv-figure";  // the embedded face under its own name, so no system font stands in for it
+const FIG_LABEL_MAX = 9, FIG_LABEL_MIN = 8, FIG_GUTTER_MAX = 70;
+
 function figure(s) {
   const d = s.d, T = d.T, l = s.layer, cols = s.cols || Math.min(d.cols, d.H);
-  const tile = Math.max(160, Math.min(320, T * 12)), cell = tile / T, labels = cell >= 8;
-  const gutter = labels ? 70 : 8, top = 58, titleH = 18, pad = 16;
+  const tile = Math.max(160, Math.min(320, T * 12)), cell = tile / T;
+  // Every figure is labelled: every token when a row holds a 9 px label, else every k-th (8-9 px, never overlapping).
+  const plan = labelPlan(cell, T, FIG_LABEL_MAX, FIG_LABEL_MIN);
+  const probe = document.createElement("canvas").getContext("2d");
+  probe.font = `${plan.font}px ${FIG_STACK}`;
+  let longest = 0;
+  const shown = [];
+  for (let i = 0; i < T; i += plan.step) shown.push(i);
+  for (const i of shown) longest = Math.max(longest, probe.measureText(d.tokens[i]).width);
+  const gutter = Math.min(FIG_GUTTER_MAX, Math.ceil(longest) + 8), top = 58, titleH = 18, pad = 16;
   const width = pad * 2 + cols * (gutter + tile + pad), rows = Math.ceil(d.H / cols);
-  const height = top + rows * (titleH + (labels ? gutter : 0) + tile + pad) + 20;
+  const height = top + rows * (titleH + gutter + tile + pad) + 20;
   const ops = [{ rect: [0, 0, width, height, "#ffffff"] }];
   const offNames = [];
   for (let h = 0; h < d.H; h++) if (s.off.has(l + "," + h)) offNames.push(headName(s, l, h));
   const scaleWords = s.contrast === "row" ? "each row to its maximum" : d.shared ? "0 to 1, shared" : "0 to each head's maximum";
-  ops.push({ text: [pad, 20, `${d.names.layers[l]}: ${d.H} heads, ${T} tokens`, 15, "start", "bold"] });
+  ops.push({ text: [pad, 20, `${d.names.layers[l]}: ${d.H} heads, ${T} tokens`, 15, "start", "title"] });
   ops.push({ text: [pad, 38, `Colour: attention weight, ${scaleWords}, ${CONTRASTS[s.contrast].label}. `
-    + `Rows: queries ↓, columns: keys →. Off (grey): ${offNames.join(", ") || "none"}.`, 11, "start"] });
-  const stops = d.colours.on, lx = width - pad - 160;
+    + `Rows: queries ↓, columns: keys →. Off (grey): ${offNames.join(", ") || "none"}.`
+    + (plan.step > 1 ? ` Every ${plan.step}th token labelled.` : ""), 11, "start", "caption"] });
+  const stops = d.colours.on, lx = width - pad - 160 - 48;  // room for "row max" after the bar
+  ops.push({ group: "legend" });
   stops.forEach((c, i) => ops.push({ rect: [lx + i * 160 / stops.length, 44, 160 / stops.length + 0.5, 8, c] }));
-  ops.push({ text: [lx - 4, 52, "0", 10, "end"] });
-  ops.push({ text: [lx + 164, 52, s.contrast === "row" ? "row max" : d.shared ? "1" : "max", 10, "start"] });
+  ops.push({ text: [lx - 4, 52, "0", 10, "end", "legend"] });
+  ops.push({ text: [lx + 164, 52, s.contrast === "row" ? "row max" : d.shared ? "1" : "max", 10, "start", "legend"] });
+  ops.push({ end: true });
   for (let h = 0; h < d.H; h++) {
     const r = Math.floor(h / cols), c = h % cols;
-    const x0 = pad + c * (gutter + tile + pad) + gutter, y0 = top + r * (titleH + (labels ? gutter : 0) + tile + pad);
-    const off = s.off.has(l + "," + h), gy = y0 + titleH + (labels ? gutter : 0);
-    ops.push({ text: [x0, y0 + 13, headName(s, l, h) + (off ? " (off)" : ""), 12, "start", "bold"] });
+    const x0 = pad + c * (gutter + tile + pad) + gutter, y0 = top + r * (titleH + gutter + tile + pad);
+    const off = s.off.has(l + "," + h), gy = y0 + titleH + gutter;
+    ops.push({ text: [x0, y0 + 13, headName(s, l, h) + (off ? " (off)" : ""), 12, "start", off ? "head-name off" : "head-name"] });
     ops.push({ head: [h, off, x0, gy, tile] });
     ops.push({ stroke: [x0, gy, tile, tile] });
-    if (!labels) continue;
-    d.tokens.forEach((t, i) => {
-      ops.push({ text: [x0 - 3, gy + (i + 0.5) * cell + 3, t.slice(0, 10), 9, "end", "normal", "monospace"] });
-      ops.push({ text: [x0 + (i + 0.5) * cell + 3, gy - 3, t.slice(0, 10), 9, "start", "normal", "monospace", -90] });
-    });
+    for (const i of shown) {
+      const t = fitText(probe, d.tokens[i], gutter - 6);
+      ops.push({ text: [x0 - 3, gy + (i + 0.5) * cell + plan.font * 0.35, t, plan.font, "end", "token query"] });
+      ops.push({ text: [x0 + (i + 0.5) * cell + plan.font * 0.35, gy - 3, t, plan.font, "start", "token key", -90] });
+    }
   }
-  return { ops, width, height, T };
+  return { ops, width, height, T, step: plan.step, offNames };
 }
 
 function headPixels(s, h, off) {
@@ -495,20 +705,39 @@ function headPixels(s, h, off) {
 
 function esc(t) { return String(t).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;"); }
 
+function base64(bytes) {
+  let out = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) out += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+  return btoa(out);
+}
+
 function toSVG(s, f) {
-  const out = [`<svg xmlns="http://www.w3.org/2000/svg" width="${f.width}" height="${f.height}" viewBox="0 0 ${f.width} ${f.height}" font-family="Helvetica, Arial, sans-serif">`];
+  const d = s.d, mm = (px) => (px * 25.4 / 96).toFixed(1);
+  const out = [`<svg xmlns="http://www.w3.org/2000/svg" version="1.1" width="${f.width}px" height="${f.height}px" `
+    + `viewBox="0 0 ${f.width} ${f.height}" font-family="${FIG_STACK}" data-width-px="${f.width}" data-height-px="${f.height}">`,
+    `<title>${esc(d.names.layers[s.layer])}: ${d.H} heads, ${d.T} tokens (mha-viz)</title>`,
+    `<desc>${f.width} x ${f.height} px (${mm(f.width)} x ${mm(f.height)} mm at 96 px per inch). Heads off: `
+    + `${esc(f.offNames.join(", ") || "none")}.</desc>`];
+  if (s.font) {
+    out.push(`<!-- Font: ${esc(s.fontInfo.licence)} -->`);
+    out.push(`<defs><style>@font-face { font-family: "${s.fontInfo.family}"; font-weight: normal; font-style: normal; `
+      + `src: url(data:font/woff;base64,${base64(s.font)}) format("woff"); }</style></defs>`);
+  }
   for (const op of f.ops) {
+    if (op.group) out.push(`<g class="${op.group}">`);
+    if (op.end) out.push("</g>");
     if (op.rect) { const [x, y, w, h, c] = op.rect; out.push(`<rect x="${x}" y="${y}" width="${w}" height="${h}" fill="${c}"/>`); }
     if (op.stroke) { const [x, y, w, h] = op.stroke; out.push(`<rect x="${x}" y="${y}" width="${w}" height="${h}" fill="none" stroke="#cccccc"/>`); }
     if (op.text) {
-      const [x, y, t, size, anchor, weight = "normal", family = null, rot = 0] = op.text;
-      out.push(`<text x="${x}" y="${y}" font-size="${size}" text-anchor="${anchor}" font-weight="${weight}"`
-        + (family ? ` font-family="${family}"` : "") + (rot ? ` transform="rotate(${rot} ${x} ${y})"` : "") + `>${esc(t)}</text>`);
+      const [x, y, t, size, anchor, cls, rot = 0] = op.text;
+      out.push(`<text class="${cls}" x="${x.toFixed(2)}" y="${y.toFixed(2)}" font-size="${size}" text-anchor="${anchor}" fill="#222222"`
+        + (rot ? ` transform="rotate(${rot} ${x.toFixed(2)} ${y.toFixed(2)})"` : "") + `>${esc(t)}</text>`);
     }
     if (op.head) {
       const [h, off, x, y, tile] = op.head, img = headPixels(s, h, off), T = f.T, cell = tile / T;
+      const attrs = `class="head" data-head="${esc(headName(s, s.layer, h))}" data-off="${off}"`;
       if (T <= SAVE_VECTOR_UP_TO) {
-        out.push(`<g class="head" data-head="${esc(headName(s, s.layer, h))}">`);
+        out.push(`<g ${attrs}>`);
         for (let i = 0; i < T * T; i++) {
           const p = img.data.subarray(i * 4, i * 4 + 3);
           if (p[0] === 255 && p[1] === 255 && p[2] === 255) continue;  // the white background shows through
@@ -520,7 +749,7 @@ function toSVG(s, f) {
         const c = document.createElement("canvas");
         c.width = T; c.height = T;
         c.getContext("2d").putImageData(img, 0, 0);
-        out.push(`<image x="${x}" y="${y}" width="${tile}" height="${tile}" style="image-rendering:pixelated" href="${c.toDataURL("image/png")}"/>`);
+        out.push(`<image ${attrs} x="${x}" y="${y}" width="${tile}" height="${tile}" style="image-rendering:pixelated" href="${c.toDataURL("image/png")}"/>`);
       }
     }
   }
@@ -528,7 +757,21 @@ function toSVG(s, f) {
   return out.join("\n");
 }
 
-function toCanvas(s, f, zoom) {
+// The embedded face for the PNG's canvas (loaded once per text's font), or null: the stack then.
+async function figureFont(s) {
+  if (!s.font || typeof FontFace === "undefined") return null;
+  if (!s.fontFace) {
+    try {
+      const face = new FontFace(FIG_CANVAS_FAMILY, s.font.slice().buffer);
+      await face.load();
+      document.fonts.add(face);
+      s.fontFace = face;
+    } catch (err) { return null; }
+  }
+  return FIG_CANVAS_FAMILY;
+}
+
+function toCanvas(s, f, zoom, family) {
   const c = document.createElement("canvas");
   c.width = f.width * zoom; c.height = f.height * zoom;
   const ctx = c.getContext("2d");
@@ -537,9 +780,9 @@ function toCanvas(s, f, zoom) {
     if (op.rect) { const [x, y, w, h, col] = op.rect; ctx.fillStyle = col; ctx.fillRect(x, y, w, h); }
     if (op.stroke) { const [x, y, w, h] = op.stroke; ctx.strokeStyle = "#cccccc"; ctx.strokeRect(x, y, w, h); }
     if (op.text) {
-      const [x, y, t, size, anchor, weight = "normal", family = null, rot = 0] = op.text;
+      const [x, y, t, size, anchor, , rot = 0] = op.text;
       ctx.save();
-      ctx.font = `${weight} ${size}px ${family || "Helvetica, Arial, sans-serif"}`;
+      ctx.font = `${size}px ${family ? `"${family}", ` : ""}${FIG_STACK}`;
       ctx.fillStyle = "#222";
       ctx.textAlign = anchor === "end" ? "right" : anchor === "middle" ? "center" : "left";
       ctx.translate(x, y);
@@ -568,11 +811,11 @@ function download(blob, name) {
   setTimeout(() => URL.revokeObjectURL(a.href), 10000);
 }
 
-function save(s, kind) {
+async function save(s, kind) {
   if (!s.d) return;
   const f = figure(s), name = `mha-viz-${s.d.names.layers[s.layer]}-heads.${kind}`;
   if (kind === "svg") download(new Blob([toSVG(s, f)], { type: "image/svg+xml" }), name);
-  else toCanvas(s, f, 2).toBlob(b => download(b, name), "image/png");
+  else toCanvas(s, f, 2, await figureFont(s)).toBlob(b => download(b, name), "image/png");
 }
 
 // -- the same layer as lines (BertViz's head view): queries on the left, keys on the right, one line per weight,

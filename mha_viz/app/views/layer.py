@@ -1,8 +1,10 @@
-"""Layer: every head of the chosen layer side by side, each with its on/off switch and one measured score.
+"""Layer: every head of the chosen layer side by side, each with its on/off switch and its measured scores.
 
 The heads are drawn by the browser component in app/components/head_grid (all layers sent once: switching layer,
-hovering a token and opening a head large stay in the page); the same switches are also Streamlit toggles, for the
-keyboard and for AppTest, which cannot run the component's JavaScript."""
+hovering a token and opening a head large stay in the page). The layer's heading and its bulk switches are drawn
+by the component too, so a layer tab changes every one of them in the browser, with the link; the server learns the
+layer after (state.set_layer), and a bulk switch names the layer it was clicked on. The same switches are also
+Streamlit widgets in an expander, for the keyboard and for AppTest, which cannot run the component's JavaScript."""
 from __future__ import annotations
 
 import streamlit as st
@@ -15,10 +17,10 @@ from mha_viz.app.names import head_name, layer_name, token_label
 from mha_viz.contract import AttentionRun, Model
 
 ONLY_PROMPT = "Only one on…"
+BADGES = 2  # scores named under each head, strongest first
 
 
 def render(ctx: ViewContext) -> None:
-    controls(ctx.model, ctx.name, ctx.layer)
     grid(ctx)
 
 
@@ -33,14 +35,16 @@ def grid(ctx: ViewContext) -> None:
         labels = {(layer, head): badge_text(badges, layer, head)[0]
                   for layer in range(ctx.model.n_layers) for head in range(ctx.model.n_heads)}
     data = payload([token_label(t) for t in ctx.tokens], ctx.att, ctx.layer, ctx.heads_off,
-                   ctx.n_cols, ctx.shared_scale, labels, unknown=_shown_unknown(ctx))
-    name = ctx.name
+                   ctx.n_cols, ctx.shared_scale, labels, unknown=_shown_unknown(ctx), controls=True)
+    name, n_heads = ctx.name, ctx.model.n_heads
     head_grid(data, key=f"grid|{name}", on_toggle=lambda layer, head, on: state.set_head(name, layer, head, on),
-              on_layer=lambda layer: state.set_layer(name, layer))
+              on_layer=lambda layer: state.set_layer(name, layer),
+              on_bulk=lambda layer, action, head: bulk(name, n_heads, layer, action, head))
     # The badges are already under each head in the grid, so the switches come without them; one per line, no
     # columns: a toggle's rerun sends each element again, and columns cost a message apiece (28 messages for
     # MiniLM's 12 heads in rows of 4, 13 stacked).
     with st.expander(f"Switches for the heads of {layer_name(ctx.layer)} (the same as in each head's corner above)"):
+        controls(ctx.model, ctx.name, ctx.layer)
         for head in range(ctx.model.n_heads):
             switch(ctx.name, ctx.layer, head)
 
@@ -52,13 +56,19 @@ def _shown_unknown(ctx: ViewContext) -> list[int]:
 
 
 def badge_text(badges, layer: int, head: int) -> tuple[str, str]:
-    """(caption, its help) for a head's strongest measured score on this input."""
+    """(caption, its help) for a head's two strongest measured scores on this input (two, so a band along the
+    diagonal shows as `nearby` beside the special tokens that the same head also rests on)."""
     scores, baselines = badges
-    top = analysis.top_badges(scores, baselines, layer, head, n=1)
+    top = analysis.top_badges(scores, baselines, layer, head, n=BADGES + 1)
+    if len(top) > 1:  # `nearby` restating a previous/next-token head (its mass is the +-1 neighbour's) says nothing
+        neighbour = float(scores["previous"][layer, head]) + float(scores["next"][layer, head])
+        top = [(name, value) for name, value in top
+               if not (name == "nearby" and top[0][0] in ("previous", "next") and neighbour >= 0.8 * value)]
+    top = top[:BADGES]
     if top:
-        name, value = top[0]
-        return (f"measured: {value:.0%} → {analysis.SCORE_WORDS[name].short}",
-                analysis.describe_score(name, value) + " A measurement, not a role.")
+        caption = " · ".join(f"{value:.0%} → {analysis.SCORE_WORDS[name].short}" for name, value in top)
+        return ("measured: " + caption,
+                " ".join(analysis.describe_score(name, value) for name, value in top) + " A measurement, not a role.")
     return ("measured: no location stands out",
             "No score is 10 points above what uniform attention would give on this input.")
 
@@ -83,6 +93,18 @@ def _badges(name: str, tokens: tuple, ablated: frozenset, _run: AttentionRun, ca
         return None
 
 
+def bulk(model_name: str, n_heads: int, layer: int, action: str, head: int | None) -> None:
+    """A bulk switch clicked in the grid, on the layer the grid showed: that layer becomes the page's (it is
+    already the one on screen), then its heads switch."""
+    state.set_layer(model_name, layer)
+    if action in ("off", "on"):
+        state.layer_off(model_name, layer, n_heads, action == "off")
+    elif action == "only" and head is not None:
+        state.only_head(model_name, layer, n_heads, head)
+    elif action == "reset":
+        state.reset(model_name)
+
+
 def _only(model_name: str, layer: int, n_heads: int) -> None:
     key = f"only|{model_name}|{layer}"
     choice = st.session_state.get(key, ONLY_PROMPT)
@@ -92,12 +114,12 @@ def _only(model_name: str, layer: int, n_heads: int) -> None:
 
 
 def controls(model: Model, model_name: str, layer: int) -> None:
-    """The layer's heading and its bulk switches on one row. Callbacks, not st.rerun: they change state before the
-    page is drawn, so one run suffices. Short labels: at 1000 px the row still fits."""
+    """The bulk switches as Streamlit widgets (the grid draws the same ones above the heads), on one row.
+    Callbacks, not st.rerun: they change state before the page is drawn, so one run suffices."""
     n, name = model.n_heads, layer_name(layer)
     row = st.container(key="wrap")  # the page's style lets this row fold onto two lines on a narrow screen
     head, c1, c2, c3, c4 = row.columns([1.5, 1, 1, 1.6, 1], vertical_alignment="center")
-    head.markdown(f"**Layer {layer}: all {n} heads**")
+    head.markdown(f"{name}:")
     c1.button("All off", width="stretch", on_click=state.layer_off, args=(model_name, layer, n, True),
               key=f"layer_off|{model_name}", help=f"Switch every head of {name} off.")
     c2.button("All on", width="stretch", on_click=state.layer_off, args=(model_name, layer, n, False),
