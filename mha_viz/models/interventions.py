@@ -380,9 +380,10 @@ class EditableModel(Model):
 
     def run_batch_keep(self, text: str, keep: torch.Tensor, replace: torch.Tensor | None = None,
                        positions: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """See `Model.run_batch_keep`. Two savings that change no number: the layers before the first one any row
-        edits are taken from the unedited run of this text (kept per text), not recomputed for every row; and
-        with `positions`, only those positions' logits are computed -> logits (B, P, V)."""
+        """See `Model.run_batch_keep`. Two savings that change no number: each row's layers before the first one it
+        edits are taken from the unedited run of this text (kept per text), not recomputed (rows that first edit
+        the same layer share a forward resumed there; a row that edits nothing is the unedited run's end); and with
+        `positions`, only those positions' logits are computed -> logits (B, P, V)."""
         text = check_text(text)
         if not isinstance(keep, torch.Tensor) or keep.ndim != 3 or tuple(keep.shape[1:]) != (self.n_layers,
                                                                                                 self.n_heads):
@@ -393,13 +394,25 @@ class EditableModel(Model):
         n = len(enc.ids)
         at = None if positions is None else [_index(p % n if isinstance(p, int) and -n <= p < 0 else p, n,
                                                     "position") for p in positions]
-        edited = ((keep < 1).sum(dim=(0, 2)) > 0).nonzero()  # (layers that some row edits, 1)
-        start = int(edited[0]) if self.can_resume and len(edited) else 0
-        prefix = self._states(enc, ids)[start - 1] if start else None
-        edit = HeadEdit(keep.float(), replace, start=start, prefix=prefix, logits_at=at)
-        with torch.no_grad():
-            out = self.forward(ids.expand(keep.shape[0], -1), edit)  # (B, T) in
-        return out.hidden.float().cpu(), None if out.logits is None else out.logits.float().cpu()
+        B, keep = keep.shape[0], keep.float()
+        if B == 0:
+            raise InputError("keep has no rows: give at least one (L, H) mask")
+        edits = (keep < 1).any(dim=2)  # (B, L): the layers each row edits
+        first = torch.where(edits.any(1), edits.float().argmax(1), torch.tensor(self.n_layers))  # (B,)
+        starts = first.tolist() if self.can_resume else [0] * B
+        hidden, logits = [None] * B, [None] * B
+        for start in sorted(set(starts)):
+            rows = [b for b in range(B) if starts[b] == start]
+            pick = torch.tensor(rows)
+            rep = replace[pick] if replace is not None and replace.shape[0] == B else replace
+            prefix = self._states(enc, ids)[start - 1] if start else None
+            edit = HeadEdit(keep[pick], rep, start=start, prefix=prefix, logits_at=at)
+            with torch.no_grad():
+                out = self.forward(ids.expand(len(rows), -1), edit)  # (rows, T) in
+            for j, b in enumerate(rows):
+                hidden[b] = out.hidden[j].float().cpu()  # (T, D)
+                logits[b] = None if out.logits is None else out.logits[j].float().cpu()  # (T or P, V)
+        return torch.stack(hidden), None if logits[0] is None else torch.stack(logits)  # (B, T, D), (B, T|P, V)
 
     def run_many(self, texts: Sequence[str], reduce: Callable[[int, AttentionRun], R], logits: bool = False,
                  progress: Callable[[int], None] | None = None) -> list[R]:
