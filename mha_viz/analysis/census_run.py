@@ -31,7 +31,7 @@ from mha_viz.contract import Head, InputError, Model, check_text
 
 Progress = Callable[[float, str], None]
 MASS = "mass:"  # internal prefix: a relation's mean attention on the gold word, kept beside its accuracy
-MAX_TEXTS = 200  # the most natural texts one census takes (one forward each)
+MAX_TEXTS = 200  # the most natural texts one census takes
 MAX_TEXT_CHARS = 2000  # per text
 
 

@@ -150,3 +150,30 @@ def test_seed_roles_are_worded_from_the_censuses(tiny_census):
     (l, h), v = tiny_census.top("previous", 1)[0]
     assert roles["rows"][0]["previous token"].startswith(f"L{l} H{h} {v:.2f}")
     assert any("previous token pattern leads" in s for s in roles["sentences"])
+
+
+@pytest.mark.parametrize("kind", ["tiny", "minilm", "smollm2", "gpt2", "masked"])
+def test_the_batched_census_gives_the_numbers_of_the_one_by_one_census(kind, folders, monkeypatch):
+    """The census reads its inputs through `run_many` in padded batches; with padding turned off (the contract's
+    one-text-per-forward default, and one forward per text for the head means) every number is the same."""
+    from mha_viz.models import interventions
+
+    model = _model(kind, folders)
+    batched = head_census(model, texts=TEXTS, seed=2, config=SMALL)
+    monkeypatch.setattr(type(model), "pads", False)
+    monkeypatch.setattr(interventions, "_MEANS", interventions._PerModelCache())
+    monkeypatch.setattr(interventions, "_STATES", interventions._PerModelCache(per_model=4))
+    alone = head_census(model, texts=TEXTS, seed=2, config=SMALL)
+    assert batched.names == alone.names and batched.n_inputs == alone.n_inputs
+    for table in ("scores", "low", "high", "control", "mass", "text_values"):
+        a, b = getattr(batched, table), getattr(alone, table)
+        assert set(a) == set(b), table
+        for name in a:
+            torch.testing.assert_close(a[name], b[name], atol=1e-4, rtol=0, equal_nan=True, msg=f"{table} {name}")
+    assert batched.uniform == pytest.approx(alone.uniform, nan_ok=True) and batched.offset == alone.offset
+    if model.causal:
+        x, y = batched.in_context, alone.in_context
+        assert (x.top_heads, x.partners, x.other_sets) == (y.top_heads, y.partners, y.other_sets)
+        assert x.loss_first == pytest.approx(y.loss_first, abs=1e-4)
+        assert x.loss_second == pytest.approx(y.loss_second, abs=1e-4)
+        assert x.lost == pytest.approx(y.lost, abs=1e-3, nan_ok=True)
