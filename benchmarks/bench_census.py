@@ -1,13 +1,22 @@
-"""How long the default head census takes, cold, next to the bare forward passes it needs (the floor), and what it
-found: the leading heads of every score against both baselines.
+"""How long the default head census takes, cold and cached, next to the bare forward passes it needs (the floor),
+and what it found: the leading heads of every score against both baselines.
 
-    python benchmarks/bench_census.py [tiny minilm smollm2 ...]
+    python benchmarks/bench_census.py [tiny minilm smollm2 ...] [--json DIR]
 
-Prints per model: census seconds, the seconds of the same number of bare `model.run` calls on the same texts (the
-floor), their ratio, the peak resident memory, and the top heads of each score. Nothing is asserted.
+Per model, in this order, in one process with one torch thread (as the app runs):
+    census, cold       the first `head_census(model)` (head means and unedited states not yet kept)
+    cached             the same census asked again through the app's census cache (`RunCache`, views/census.py's)
+    floor, batched     the same inputs (model and control inputs; the untrained twin's for tiny) through
+                       `run_many` with a reduction that keeps nothing: the forward passes alone, padded
+    floor, one by one  the same inputs as bare `model.run` calls, one forward each (how the census ran before)
+wall seconds and the process's CPU seconds (on a shared machine the wall clock waits for other processes), the
+load average over the run, and the peak resident memory. Nothing is asserted. --json DIR writes each census's
+`to_json()` there (to compare two versions of the code).
 """
 from __future__ import annotations
 
+import json
+import os
 import resource
 import sys
 import time
@@ -19,29 +28,69 @@ import torch  # noqa: E402
 
 from mha_viz import head_census, load_model  # noqa: E402
 from mha_viz.analysis.census_run import CensusConfig, census_inputs  # noqa: E402
+from mha_viz.models.lexicon import untrained_twin  # noqa: E402
 
 
 def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def main(names: list[str]) -> None:
+class Clock:
+    def __enter__(self):
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall, self.cpu = time.perf_counter() - self.wall, time.process_time() - self.cpu
+
+    def __str__(self):
+        return f"{self.wall:.1f} s (CPU {self.cpu:.1f} s)"
+
+
+def main(names: list[str], out: Path | None) -> None:
+    from mha_viz.app.cache import RunCache
+
     torch.set_num_threads(1)  # as the app runs (MHA_VIZ_TORCH_THREADS=1)
+    cache = RunCache(8, size=lambda _: 1)  # as views/census.py keeps censuses
+    print("| model | census, cold | cached | floor: batched forwards | floor: one forward per input | ratio to "
+          "batched floor | inputs | peak RSS | load average |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    found = []
     for name in names:
         model = load_model(name)
         cfg = CensusConfig.for_model(model)
-        start = time.perf_counter()
-        census = head_census(model, config=cfg)
-        seconds = time.perf_counter() - start
+        load_before = os.getloadavg()[0]
+        key = (name, 0, None)
+        with Clock() as cold:
+            census = cache.get(key, lambda: head_census(model, config=cfg))
+        with Clock() as cached:
+            again = cache.get(key, lambda: head_census(model, config=cfg))
+        assert again is census
         sets = census_inputs(model, 0, cfg)
-        texts = [i.text for k in ("random", "repeated", "templates") for i in sets[k]] + list(sets["texts"])
-        start = time.perf_counter()
-        for text in texts:
-            model.run(text)
-        floor = time.perf_counter() - start
-        print(f"\n## {name}: census {seconds:.1f} s cold; {len(texts)} bare forwards of its own inputs {floor:.1f} s "
-              f"(ratio {seconds / floor:.1f}: the rest is the control and the in-context check); peak RSS "
-              f"{peak_mb():.0f} MB; control: {census.control_kind}")
+        kinds = ("random", "repeated", "templates", "unrepeated", "shuffled")
+        texts = [i.text for k in kinds for i in sets[k]] + list(sets["texts"])
+        twin = untrained_twin(model)
+        readers = [model] if twin is None else [model, twin]
+        if twin is not None:  # the twin reads the model's inputs, not the destroyed-relation ones
+            texts = [i.text for k in ("random", "repeated", "templates") for i in sets[k]] + list(sets["texts"])
+        with Clock() as batched:
+            for m in readers:
+                m.run_many(texts, lambda i, run: None)
+        with Clock() as single:
+            for m in readers:
+                for text in texts:
+                    m.run(text)
+        load = (load_before + os.getloadavg()[0]) / 2
+        n = len(texts) * len(readers)
+        print(f"| {name} | {cold} | {cached.wall * 1000:.2f} ms | {batched} | {single} | "
+              f"{cold.wall / batched.wall:.1f} | {n} (+ {census.in_context.n_inputs if census.in_context else 0} "
+              f"in-context) | {peak_mb():.0f} MB | {load:.1f} |", flush=True)
+        found.append((name, census))
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / f"{name}.json").write_text(json.dumps(census.to_json()))
+    for name, census in found:
+        print(f"\n## {name}: control: {census.control_kind}")
         for score in census.names:
             (lh, value), *rest = census.top(score, 3)
             ctrl = census.control.get(score)
@@ -61,4 +110,10 @@ def main(names: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or ["tiny", "minilm", "smollm2"])
+    args = sys.argv[1:]
+    json_dir = None
+    if "--json" in args:
+        i = args.index("--json")
+        json_dir = Path(args[i + 1])
+        del args[i:i + 2]
+    main(args or ["tiny", "minilm", "smollm2"], json_dir)

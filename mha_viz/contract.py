@@ -14,6 +14,7 @@ A `Model` turns text into an `AttentionRun`:
     run.logits      torch.float32 (T, V) or None   where the model has an LM head
 
 `Model.inside(text, layer, head)` opens one head up as a `HeadInside` (dh = one head's size, see its docstring).
+`Model.run_many(texts, reduce)` runs many texts (in padded batches) and keeps only `reduce(i, run)` of each.
 
 Everything is on the CPU in float32, so views never care which model produced it.
 
@@ -24,8 +25,8 @@ from __future__ import annotations
 
 import operator
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, ClassVar, Iterable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Callable, ClassVar, Iterable, Sequence, TypeVar
 
 import torch
 
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     import torch as _torch  # noqa: F401
 
 Head = tuple[int, int]  # (layer, head), both 0-based
+R = TypeVar("R")  # what a `Model.run_many` reduction returns
 
 
 @dataclass(frozen=True)
@@ -192,6 +194,27 @@ class TrainingEvidence:
 
     def at(self, step: int) -> StepScores | None:
         return next((s for s in self.per_step if s.step == step), None)
+
+
+@dataclass(frozen=True)
+class Lexicon:
+    """Whole-word items that are one token each for one model (`Model.lexicon`), for generated inputs in which
+    word i is the i-th non-special token and "the same word" is the same token.
+
+    words: any of them, for random sequences (each drawn word is one token, so a repeat is the same token);
+    nouns and verbs: (singular, plural) pairs, for agreement; determiner: the one used before every noun;
+    object_determiner: before the object (the tiny corpus says "has a ..."); period: the sentence end, or "" when
+    the model reads it as more than one token; source: where the words came from, in words for the page.
+    """
+    words: tuple[str, ...]
+    nouns: tuple[tuple[str, str], ...]
+    adjectives: tuple[str, ...]
+    prepositions: tuple[str, ...]
+    verbs: tuple[tuple[str, str], ...]
+    determiner: str
+    object_determiner: str
+    period: str
+    source: str
 
 
 class InputError(ValueError):
@@ -384,6 +407,27 @@ class Model(ABC):
         position, from a run on `source` with all heads on (activation patching); `source` must have as many
         tokens as `text`. Their own patterns are still computed."""
 
+    def run_many(self, texts: Sequence[str], reduce: Callable[[int, AttentionRun], R], logits: bool = False,
+                 progress: Callable[[int], None] | None = None) -> list[R]:
+        """Many texts, each run with all heads on, reduced as soon as it is read: returns
+        `[reduce(i, model.run(text)) for i, text in enumerate(texts)]`, in the order of `texts`, keeping only what
+        `reduce` returns, so memory holds one batch of attention at a time, never every text's.
+
+        reduce(i, run): i is the text's index in `texts`; runs may be handed over in another order (the engine
+        runs texts of similar length together, padded, with the same numbers as one by one to float tolerance).
+        logits=False: `run.logits` is None, and the LM head may be skipped. progress(n): called with how many
+        texts are done after each batch. This default runs the texts one by one."""
+        texts = [check_text(t) for t in (texts if not isinstance(texts, str) else [texts])]
+        out = []
+        for i, text in enumerate(texts):
+            run = self.run(text)
+            if not logits and run.logits is not None:
+                run = replace(run, logits=None)
+            out.append(reduce(i, run))
+            if progress is not None:
+                progress(i + 1)
+        return out
+
     @abstractmethod
     def run_batch_keep(self, text: str, keep: torch.Tensor, replace: torch.Tensor | None = None,
                        positions: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -488,6 +532,11 @@ class Model(ABC):
     def examples(self) -> list[tuple[str, str, str]]:
         """(button label, sentence, what to look for) triples offered as one-click examples; [] for none."""
         return []
+
+    def lexicon(self) -> Lexicon:
+        """Whole words this model reads as one token each, sorted by the part they play in a template sentence
+        (see `Lexicon`): what the head census builds its inputs from."""
+        raise UnavailableError(f"{self.info.title}: no list of single-token words is known for its tokenizer.")
 
 
 def _index(value, n: int, what: str) -> int:

@@ -1,9 +1,10 @@
 """`head_census(model)`: what each head of any model does in general, measured on inputs made for each question.
 
-It drives the model through the contract only (`run`, `run_batch_keep`, `head_means`, `token_id`) and scores with
-the pure functions of `analysis.census`; the inputs come from `analysis.census_inputs` with the model's own
-single-token words (`models.lexicon`). Memory stays bounded: every input is reduced to per-head numbers at once,
-and only those are kept (per input, for the bootstrap and the top examples), never an attention matrix.
+It drives the model through the contract only (`run_many`, `run_batch_keep`, `head_means`, `token_id`, `lexicon`)
+and scores with the pure functions of `analysis.census`; the inputs come from `analysis.census_inputs` with the
+model's own single-token words (`Model.lexicon`). Memory stays bounded: `run_many` reads the inputs in padded
+batches and every input is reduced to per-head numbers as soon as its batch is done; only those are kept (per input,
+for the bootstrap and the top examples), never an attention matrix.
 
 Scores (each an (L, H) tensor in `HeadCensus.scores`, with its uniform baseline, bootstrap interval and control):
     previous, nearby, distance       random word sequences (no grammar: only position tells where the previous is)
@@ -20,7 +21,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable
 
 import torch
 
@@ -30,7 +31,7 @@ from mha_viz.contract import Head, InputError, Model, check_text
 
 Progress = Callable[[float, str], None]
 MASS = "mass:"  # internal prefix: a relation's mean attention on the gold word, kept beside its accuracy
-MAX_TEXTS = 200  # the most natural texts one census takes (one forward each)
+MAX_TEXTS = 200  # the most natural texts one census takes
 MAX_TEXT_CHARS = 2000  # per text
 
 
@@ -179,136 +180,129 @@ def _num(x) -> float | None:
     return None if math.isnan(v) else round(v, 4)
 
 
-# -- running one input ---------------------------------------------------------------------------------------------
+# -- reading the inputs ----------------------------------------------------------------------------------------------
+MAIN = ("random", "texts", "repeated", "templates")  # the input sets every census reads, in this order
+DESTROYED = ("unrepeated", "shuffled")  # the control's inputs, for models without an untrained twin
+
+
 @dataclass(frozen=True)
-class _Seen:
-    """One input as the model read it: attention, which positions are words, and where each word sits."""
-    att: torch.Tensor  # (L, H, T, T)
-    content: tuple[bool, ...]  # (T,)
-    special: tuple[int, ...]
-    word_pos: tuple[int, ...]  # token position of each word, or () when the words did not line up
+class _Read:
+    """What one input leaves once its attention is scored: per score its per-head value and uniform baseline, per
+    relation the fixed-offset accuracies, and where its words are (`word_pos`, () when they did not line up one
+    token per word: then nothing is scored)."""
+    values: dict[str, tuple[torch.Tensor, float]]  # name -> ((L, H), uniform)
+    offsets: dict[str, dict[int, float]]
+    word_pos: tuple[int, ...]
     token_ids: tuple[int, ...]
-    logits: torch.Tensor | None  # (T, V)
-
-
-def _see(model: Model, text: str, n_words: int | None) -> _Seen:
-    run = model.run(text)
-    special = tuple(sorted(set(run.special)))
-    content = tuple(i not in special for i in range(len(run.tokens)))
-    pos = tuple(i for i, c in enumerate(content) if c)
-    if n_words is not None and (len(pos) != n_words or run.truncated):
-        pos = ()
-    return _Seen(run.attentions, content, special, pos, tuple(run.token_ids), run.logits)
-
-
-def _token_pairs(seen: _Seen, pairs: Iterable[I.Arc]) -> list[C.Pair]:
-    return [(seen.word_pos[q], seen.word_pos[k]) for q, k in pairs]
-
-
-def _aligned(model: Model, item: I.WordInput, seen: _Seen) -> bool:
-    """Each word is one token, and the same token wherever it stands (checked against `token_id`)."""
-    if not seen.word_pos:
-        return False
-    if not seen.token_ids:
-        return True  # the adapter reports no ids; the count of positions matched
-    try:
-        return all(seen.token_ids[p] == model.token_id(" " + w) for p, w in zip(seen.word_pos[1:], item.words[1:]))
-    except InputError:
-        return False
-
-
-class _Acc:
-    """Per-input values and uniform baselines of every score, appended as inputs are read."""
-
-    def __init__(self):
-        self.values: dict[str, list[torch.Tensor]] = {}
-        self.uniform: dict[str, list[float]] = {}
-
-    def add(self, name: str, result: tuple[torch.Tensor, float]) -> None:
-        value, uni = result
-        self.values.setdefault(name, []).append(value)
-        self.uniform.setdefault(name, []).append(uni)
 
 
 def _text_names(suffix: str) -> dict[str, str]:
     return {"previous": "previous" + suffix, "nearby": "nearby" + suffix, "distance": "distance" + suffix}
 
 
-def _measure(model: Model, sets: dict, cfg: CensusConfig, tick: Callable[[str], None]) -> tuple[_Acc, dict, int, list]:
-    """Every score of `model` on the input sets -> (accumulated values, per-input offset accuracies per relation,
-    how many inputs were skipped, per repeated input its _Seen for the loss check (first n_loss))."""
-    acc, offsets, skipped, kept_repeats = _Acc(), {}, 0, []
-    causal = model.causal
-    for item in sets["random"]:
-        seen = _see(model, item.text, len(item.words))
-        tick("random word sequences")
-        if not _aligned(model, item, seen):
-            skipped += 1
-            continue
-        scores = C.text_scores(seen.att, causal, seen.content, seen.special, cfg.window)
-        for key, name in _text_names("").items():
-            acc.add(name, scores[key])
-    for text in sets["texts"]:
-        seen = _see(model, text, None)
-        tick("natural text")
-        scores = C.text_scores(seen.att, causal, seen.content, seen.special, cfg.window)
-        for key, name in {**_text_names(" (text)"), "first": "first", "special": "special",
-                          "entropy": "entropy"}.items():
-            acc.add(name, scores[key])
-    for item in sets["repeated"]:
-        seen = _see(model, item.text, len(item.words))
-        tick("repeated random sequences")
-        if not _aligned(model, item, seen):
-            skipped += 1
-            continue
-        for name in ("induction", "duplicate"):
-            acc.add(name, C.pair_mass(seen.att, _token_pairs(seen, item.pairs[name])))
-        if len(kept_repeats) < cfg.n_loss and seen.logits is not None:
-            kept_repeats.append((item, seen))
-    for item in sets["templates"]:
-        seen = _see(model, item.text, len(item.words))
-        tick("template sentences")
-        if not _aligned(model, item, seen):
-            skipped += 1
-            continue
-        for rel, arcs in item.pairs.items():
-            pairs = _token_pairs(seen, arcs)
-            acc.add(rel, C.dependency_hits(seen.att, pairs, seen.content, causal))
-            acc.add(MASS + rel, C.pair_mass(seen.att, pairs))
-            offsets.setdefault(rel, []).append(C.offset_accuracy(pairs))
-    return acc, offsets, skipped, kept_repeats
+TEXT_NAMES = {**_text_names(" (text)"), "first": "first", "special": "special", "entropy": "entropy"}
 
 
-def _destroyed(model: Model, sets: dict, cfg: CensusConfig, tick: Callable[[str], None]) -> _Acc:
-    """The control for models without an untrained twin: the same scores on inputs whose relation is gone (no word
-    repeated; the template words shuffled), on the same positions."""
-    acc = _Acc()
-    for item in sets["unrepeated"]:
-        seen = _see(model, item.text, len(item.words))
-        tick("control: unrepeated sequences")
-        if _aligned(model, item, seen):
-            for name in ("induction", "duplicate"):
-                acc.add(name, C.pair_mass(seen.att, _token_pairs(seen, item.pairs[name])))
-    for item in sets["shuffled"]:
-        seen = _see(model, item.text, len(item.words))
-        tick("control: shuffled sentences")
-        if _aligned(model, item, seen):
-            for rel, arcs in item.pairs.items():
-                pairs = _token_pairs(seen, arcs)
-                acc.add(rel, C.dependency_hits(seen.att, pairs, seen.content, model.causal))
-    return acc
+def _scores(kind: str, item: I.WordInput | None, att: torch.Tensor, pos: tuple[int, ...], content, special,
+            causal: bool, window: int) -> tuple[dict, dict]:
+    """One input's scores by the kind of input it is -> (name -> ((L, H), uniform), relation -> offset accuracies).
+    att (L, H, T, T); pos: each word's token position."""
+    if kind in ("random", "texts"):
+        scores = C.text_scores(att, causal, content, special, window)
+        names = _text_names("") if kind == "random" else TEXT_NAMES
+        return {name: scores[key] for key, name in names.items()}, {}
+    pairs = {name: [(pos[q], pos[k]) for q, k in arcs] for name, arcs in item.pairs.items()}
+    if kind in ("repeated", "unrepeated"):
+        return {name: C.pair_mass(att, pairs[name]) for name in ("induction", "duplicate")}, {}
+    values, offsets = {}, {}
+    for rel, ps in pairs.items():  # templates, shuffled: Clark et al.'s accuracy per relation
+        values[rel] = C.dependency_hits(att, ps, content, causal)
+        if kind == "templates":
+            values[MASS + rel] = C.pair_mass(att, ps)
+            offsets[rel] = C.offset_accuracy(ps)
+    return values, offsets
 
 
-def _losses(logits: torch.Tensor, ids: torch.Tensor, word_pos: tuple[int, ...], m: int) -> tuple[float, float]:
-    """Mean next-token loss (nats) on the first copy's words 1..m-1 and the second copy's m+1..2m-1 (their first
-    words cannot be predicted from the text): logits (T, V) or (B, T, V), ids (T,) -> per batch row."""
-    logp = torch.log_softmax(logits.float(), -1)  # (..., T, V)
+def _read(model: Model, sets: dict, kinds: tuple[str, ...], cfg: CensusConfig,
+          tick: Callable[[int, str], None], what: str) -> dict[str, list[_Read]]:
+    """Every input of the sets `kinds` run through `model.run_many` (padded batches) and reduced at once to its
+    scores -> per kind, one `_Read` per input in the set's order. A generated input counts only where each word is
+    one token, the same token wherever it stands (checked against `token_id`)."""
+    # (kind, the generated input or None for a natural text, its text), in the order of `kinds` and of each set
+    jobs = [(kind, None, item) if kind == "texts" else (kind, item, item.text) for kind in kinds for item in sets[kind]]
+    piece_ids: dict[str, int | None] = {}
 
-    def mean_loss(words: range) -> torch.Tensor:
-        pos = torch.tensor([word_pos[w] for w in words])  # (P,)
-        return -logp[..., pos - 1, :].gather(-1, ids[pos].expand(*logp.shape[:-2], -1)[..., None])[..., 0].mean(-1)
+    def piece_id(word: str) -> int | None:
+        if word not in piece_ids:
+            try:
+                piece_ids[word] = model.token_id(" " + word)
+            except InputError:
+                piece_ids[word] = None
+        return piece_ids[word]
 
-    return mean_loss(range(1, m)), mean_loss(range(m + 1, 2 * m))
+    def reduce(i: int, run) -> _Read:
+        kind, item, _ = jobs[i]
+        special = tuple(sorted(set(run.special)))
+        content = tuple(p not in special for p in range(len(run.tokens)))
+        pos = tuple(p for p, c in enumerate(content) if c)
+        if item is not None:  # a generated input: word i is the i-th non-special token, the same token each time
+            ids = run.token_ids
+            lined_up = len(pos) == len(item.words) and not run.truncated and (not ids or all(
+                ids[p] == piece_id(w) for p, w in zip(pos[1:], item.words[1:])))
+            if not lined_up:
+                return _Read({}, {}, (), tuple(ids))
+        values, offsets = _scores(kind, item, run.attentions, pos, content, special, model.causal, cfg.window)
+        return _Read(values, offsets, pos, tuple(run.token_ids))
+
+    done = [0]
+
+    def progress(n: int) -> None:
+        tick(n - done[0], what)
+        done[0] = n
+
+    reads = model.run_many([text for _, _, text in jobs], reduce, progress=progress)
+    out: dict[str, list[_Read]] = {kind: [] for kind in kinds}
+    for (kind, _, _), r in zip(jobs, reads):
+        out[kind].append(r)
+    return out
+
+
+class _Acc:
+    """Per-input values and uniform baselines of every score, in the order the inputs were generated, and per
+    relation the fixed-offset accuracies of each input."""
+
+    def __init__(self, reads: dict[str, list[_Read]]):
+        self.values: dict[str, list[torch.Tensor]] = {}
+        self.uniform: dict[str, list[float]] = {}
+        self.offsets: dict[str, list[dict[int, float]]] = {}
+        for kind_reads in reads.values():
+            for r in kind_reads:
+                for name, (value, uni) in r.values.items():
+                    self.values.setdefault(name, []).append(value)
+                    self.uniform.setdefault(name, []).append(uni)
+                for rel, acc in r.offsets.items():
+                    self.offsets.setdefault(rel, []).append(acc)
+
+
+def _skipped(reads: dict[str, list[_Read]]) -> int:
+    """Generated inputs dropped because the tokenizer did not read each word as one token."""
+    return sum(1 for kind in ("random", "repeated", "templates") for r in reads.get(kind, ()) if not r.word_pos)
+
+
+def _loss_positions(word_pos: tuple[int, ...], m: int) -> tuple[list[int], list[int]]:
+    """The positions whose logits predict the first copy's words 1..m-1 and the second copy's m+1..2m-1 (each
+    copy's first word cannot be predicted from the text): one before each word."""
+    return [word_pos[w] - 1 for w in range(1, m)], [word_pos[w] - 1 for w in range(m + 1, 2 * m)]
+
+
+def _losses(logits: torch.Tensor, ids: torch.Tensor, first: list[int], second: list[int]
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean next-token loss (nats) at the `first` and at the `second` positions: logits (B, P, V) at the positions
+    first + second, ids (T,) the input's tokens -> ((B,), (B,)), one per batch row."""
+    logp = torch.log_softmax(logits.float(), -1)  # (B, P, V)
+    targets = ids[torch.tensor(first + second) + 1]  # (P,): the token each position predicts
+    nll = -logp.gather(-1, targets.expand(logp.shape[0], -1)[..., None])[..., 0]  # (B, P)
+    return nll[:, : len(first)].mean(-1), nll[:, len(first):].mean(-1)  # (B,), (B,)
 
 
 def _leaders(scores: torch.Tensor, uniform: float, cap: int) -> list[Head]:
@@ -323,7 +317,7 @@ def _leaders(scores: torch.Tensor, uniform: float, cap: int) -> list[Head]:
 
 def _in_context(model: Model, repeats: list, induction: torch.Tensor, uniform: float, previous: torch.Tensor,
                 previous_uniform: float, cfg: CensusConfig, reference: list[str], seed: int,
-                tick: Callable[[str], None]) -> InContext | None:
+                tick: Callable[[int, str], None]) -> InContext | None:
     if not repeats:
         return None
     L, H = model.n_layers, model.n_heads
@@ -359,14 +353,15 @@ def _in_context(model: Model, repeats: list, induction: torch.Tensor, uniform: f
     if replace is None:
         keep = keep[: len(configs)]
     firsts, seconds = [], []
-    for item, seen in repeats:
-        m = len(item.words) // 2
-        ids = torch.tensor(seen.token_ids)  # (T,)
-        _, logits = model.run_batch_keep(item.text, keep, replace)  # (B, T, V)
-        f, s = _losses(logits, ids, seen.word_pos, m)  # (B,) each
+    for item, read in repeats:
+        first, second = _loss_positions(read.word_pos, len(item.words) // 2)
+        _, logits = model.run_batch_keep(item.text, keep, replace, positions=first + second)  # (B, P, V)
+        if logits is None:
+            return None  # no LM head: no loss to measure
+        f, s = _losses(logits, torch.tensor(read.token_ids), first, second)  # (B,) each
         firsts.append(f)
         seconds.append(s)
-        tick("in-context loss, heads switched off")
+        tick(1, "in-context loss, heads switched off")
     first, second = torch.stack(firsts).mean(0), torch.stack(seconds).mean(0)  # (B,)
     drops = first - second  # (B,)
     drop = float(drops[0])
@@ -418,10 +413,8 @@ def default_texts(model: Model) -> tuple[str, ...]:
 
 def census_inputs(model: Model, seed: int = 0, cfg: CensusConfig | None = None, texts=None) -> dict:
     """The census's input sets for `model`, from its own single-token words and `seed` (same seed, same inputs)."""
-    from mha_viz.models.lexicon import lexicon
-
     cfg = cfg or CensusConfig.for_model(model)
-    lex = lexicon(model)
+    lex = model.lexicon()
     base = 7919 * (seed + 1)  # seeds the tiny trainer (1234) and probes (2024-2028) never use
     hi = min(cfg.repeated_lengths[1], (model.info.max_tokens - 2) // 2)
     lo = min(cfg.repeated_lengths[0], hi)
@@ -448,7 +441,7 @@ def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | 
     default `default_texts(model)`); seed: which inputs (the same seed gives the same inputs and intervals);
     control: "auto" (the untrained twin where one ships, else inputs with the relation destroyed), a Model to
     compare with (the same architecture, e.g. re-initialised), or None; progress(fraction, message) is called after
-    every forward pass.
+    every batch of inputs read.
     """
     from mha_viz.models.lexicon import untrained_twin
 
@@ -458,17 +451,21 @@ def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | 
     if twin is not None and (twin.n_layers, twin.n_heads) != (model.n_layers, model.n_heads):
         raise InputError(f"the control {twin.name} has {twin.n_layers} x {twin.n_heads} heads, {model.name} has "
                          f"{model.n_layers} x {model.n_heads}: compare the same architecture")
-    n_main = sum(len(sets[k]) for k in ("random", "texts", "repeated", "templates"))
-    n_control = n_main if twin is not None else (len(sets["unrepeated"]) + len(sets["shuffled"]) if control else 0)
+    destroyed = twin is None and bool(control)  # the control is inputs with the relation destroyed
+    n_main = sum(len(sets[k]) for k in MAIN)
+    n_control = n_main if twin is not None else (sum(len(sets[k]) for k in DESTROYED) if destroyed else 0)
     n_loss = min(cfg.n_loss, len(sets["repeated"])) if model.causal else 0
     total, done = n_main + n_control + n_loss, [0]
 
-    def tick(what: str) -> None:
-        done[0] += 1
+    def tick(n: int, what: str) -> None:
+        done[0] += n
         if progress is not None:
-            progress(min(1.0, done[0] / total), f"{model.name}: {what} ({done[0]}/{total} forward passes)")
+            progress(min(1.0, done[0] / total), f"{model.name}: {what} ({done[0]}/{total} inputs read)")
 
-    acc, offsets, skipped, repeats = _measure(model, sets, cfg, tick)
+    # One `run_many` over the model's inputs, the destroyed-relation control's with them (so they share batches).
+    reads = _read(model, sets, MAIN + (DESTROYED if destroyed else ()), cfg, tick,
+                  "generated inputs and natural text" + (", and the control's inputs" if destroyed else ""))
+    acc = _Acc({k: reads[k] for k in MAIN})
     if not acc.values.get("induction"):
         raise InputError(f"{model.name}: none of the generated inputs was read one token per word, so the census "
                          "has nothing to score; the tokenizer splits or merges the census's words")
@@ -478,12 +475,12 @@ def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | 
               if not name.startswith(MASS)}
     control_values, no_control = {}, {}
     if twin is not None:
-        twin_acc, _, _, _ = _measure(twin, sets, cfg, tick)
+        twin_acc = _Acc(_read(twin, sets, MAIN, cfg, tick, f"control: the same inputs on {twin.name}"))
         control_values = {n: C.summarise(v, twin_acc.uniform[n], seed, 1).mean for n, v in twin_acc.values.items()
                           if not n.startswith(MASS)}
         control_kind = f"the untrained twin ({twin.name}) on the same inputs"
-    elif control:
-        d = _destroyed(model, sets, cfg, tick)
+    elif destroyed:
+        d = _Acc({k: reads[k] for k in DESTROYED})
         control_values = {n: C.summarise(v, d.uniform[n], seed, 1).mean for n, v in d.values.items()}
         control_kind = ("inputs with the relation destroyed: no word repeated (induction, duplicate); the template's "
                         "words shuffled, gold positions kept (relations)")
@@ -493,6 +490,8 @@ def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | 
     else:
         control_kind = "none (control=None)"
         no_control = {n: "no control asked for" for n in pooled}
+    # The in-context check reads the first n_loss repeated inputs that lined up one token per word.
+    repeats = [(item, r) for item, r in zip(sets["repeated"], reads["repeated"]) if r.word_pos][:n_loss]
     ic = None
     if model.causal and repeats:
         ic = _in_context(model, repeats, pooled["induction"].mean, pooled["induction"].uniform,
@@ -514,10 +513,10 @@ def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | 
         low={n: p.low for n, p in pooled.items()}, high={n: p.high for n, p in pooled.items()},
         n_inputs={n: p.n for n, p in pooled.items()},
         inputs={n: inputs_words[where.get(n, "templates")] for n in pooled},
-        offset={rel: C.best_offset(v) for rel, v in offsets.items()},
+        offset={rel: C.best_offset(v) for rel, v in acc.offsets.items()},
         control=control_values, control_kind=control_kind, no_control=no_control, in_context=ic,
         texts=tuple(sets["texts"]), text_values={n: torch.stack(acc.values[n]) for n in text_names if n in acc.values},
-        lexicon_source=sets["lexicon"], mass=mass, skipped=skipped,
+        lexicon_source=sets["lexicon"], mass=mass, skipped=_skipped(reads),
     )
 
 

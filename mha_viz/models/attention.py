@@ -70,12 +70,14 @@ def check_stack_inputs(ids: torch.Tensor, head_keep: torch.Tensor | None, n_laye
 class MultiHeadSelfAttention(nn.Module):
     """Causal multi-head self-attention: one fused qkv projection split into H heads, and an output projection.
 
-    forward(x (B, T, D), head_keep (B, H) or (H,) or None, edit, layer) -> (out (B, T, D), weights (B, H, T, T)).
+    forward(x (B, T, D), head_keep (B, H) or (H,) or None, edit, layer, keys (B, T) bool or None)
+        -> (out (B, T, D), weights (B, H, T, T)).
     `edit` (models/interventions.HeadEdit) is the one mechanism that changes heads: it maps the head outputs
     (B, H, T, dh) to what the output projection sees (switched off, mean, patched) and records what the call asks
     for; `layer` is this layer's index in its stack. `head_keep` (1 = on, 0 = off) is a shorthand that builds such
     an edit for this layer alone: an ablated head's pattern is still computed (and returned) but adds nothing
     downstream. Both are arguments, never state on `self`: one loaded model is shared by every session.
+    `keys` marks the real positions of right-padded rows: no query may attend to a key it marks False.
     """
 
     def __init__(self, d_model: int, n_heads: int, max_len: int, causal: bool = True):
@@ -91,7 +93,8 @@ class MultiHeadSelfAttention(nn.Module):
         self.register_buffer("tril", torch.ones(max_len, max_len, dtype=torch.bool).tril(), persistent=False)
 
     def forward(
-        self, x: torch.Tensor, head_keep: torch.Tensor | None = None, edit=None, layer: int = 0
+        self, x: torch.Tensor, head_keep: torch.Tensor | None = None, edit=None, layer: int = 0,
+        keys: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         B, T, D = x.shape
         H, dh = self.n_heads, self.d_head
@@ -113,12 +116,16 @@ class MultiHeadSelfAttention(nn.Module):
 
         # 2. Attend, every head on its own: a query sees only itself and earlier positions.
         mask = self.tril[:T, :T] if self.causal else None  # (T, T)
+        if keys is not None:  # padded rows: no query sees padding
+            real = keys[:, None, None, :]  # (B, 1, 1, K)
+            mask = real if mask is None else mask & real  # (B, 1, Q, K)
         ctx, weights = attention(q, k, v, mask)  # (B, H, T, dh), (B, H, T, T)
 
         # 3. The intervention passed for this call only (models/interventions.py): keep, zero or replace each
         # head's output (0 removes that head's contribution, not its pattern), and record what was asked.
         if edit is not None:
-            edit.attended(layer, q, k, v, weights, mask, dh ** -0.5)  # as transformers' BertSelfAttention.scaling
+            allowed = mask if keys is None else mask[0, 0]  # (Q, K): batch row 0's, the one an edit shows
+            edit.attended(layer, q, k, v, weights, allowed, dh ** -0.5)  # as transformers' BertSelfAttention.scaling
             ctx = edit(layer, ctx)  # (B, H, T, dh)
 
         # 4. Concatenate: the H head outputs are laid side by side, then mixed by the output projection.

@@ -11,7 +11,8 @@ replacing it:
 An adapter (tiny/, bert/, hf/) derives from `EditableModel` and implements only what is specific to its model:
 
     encoding(text) -> Encoded                      tokens, ids, what was cut, special and unknown positions
-    forward(ids (B, T), edit, attentions) -> Forward   one forward pass with `edit` applied at every layer
+    forward(ids (B, T), edit, attentions, lengths) -> Forward   one forward pass with `edit` applied at every
+                                                   layer; `lengths`: rows right-padded to T (see `pads`)
     output_projection(layer) -> (weight (D, H*dh), bias (D,) or None) or None
     final_parts() -> FinalParts or None              the final norm and LM head, for direct effects
     decode, token_id, head_weights, embeddings, examples, ...
@@ -31,7 +32,7 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import torch
 
@@ -41,8 +42,10 @@ from mha_viz.contract import (
     Head,
     HeadInside,
     InputError,
+    Lexicon,
     Metric,
     Model,
+    R,
     Readout,
     UnavailableError,
     _index,
@@ -177,6 +180,22 @@ class HeadEdit:
         return torch.stack([z[0] for z in self.outputs]).detach().float().cpu()  # (L, H, T, dh)
 
 
+# How big one padded forward of `run_many` (and of the head means) may get. Rows x padded length: matrix products
+# of a few hundred rows already run at nearly full speed on this CPU (benchmarks/RESULTS.md, the census); more only
+# holds more activations. Attention weights B x L x H x T x T: 2^25 float32 = 128 MB, what bounds memory.
+BATCH_TOKENS = 1024
+BATCH_ATTENTION = 1 << 25
+
+
+def _padded(encs: list[Encoded]) -> tuple[torch.Tensor, list[int]]:
+    """Token ids of several texts right-padded (with id 0, which no text position sees) -> (ids (B, T), lengths)."""
+    lengths = [len(e.ids) for e in encs]
+    ids = torch.zeros(len(encs), max(lengths), dtype=torch.long)  # (B, T)
+    for row, enc in enumerate(encs):
+        ids[row, : lengths[row]] = torch.tensor(enc.ids)
+    return ids, lengths
+
+
 class Stopped(Exception):
     """Raised through a forward by `HeadEdit.block_done` once the block the call needs has run."""
 
@@ -254,9 +273,15 @@ class EditableModel(Model):
         """Valid, non-empty `text` as tokens (see `Encoded`)."""
         raise NotImplementedError
 
-    def forward(self, ids: torch.Tensor, edit: HeadEdit, attentions: bool = False) -> Forward:
+    def forward(self, ids: torch.Tensor, edit: HeadEdit, attentions: bool = False,
+                lengths: Sequence[int] | None = None) -> Forward:
         """ids (B, T) -> one forward pass with `edit` applied at every layer's head-combine step (see `HeadEdit`
-        for what the adapter must report to it). Gradients follow torch's mode: the engine sets it."""
+        for what the adapter must report to it). Gradients follow torch's mode: the engine sets it.
+
+        lengths (B,): row b holds a text of lengths[b] tokens followed by padding (only asked of adapters whose
+        `pads` is True). No position of a text may see its padding, and positions keep their numbers, so a
+        row's first lengths[b] positions come out as that text run alone (to float tolerance); what the padded
+        positions hold is undefined."""
         raise NotImplementedError
 
     def output_projection(self, layer: int) -> tuple[torch.Tensor, torch.Tensor | None] | None:
@@ -271,6 +296,9 @@ class EditableModel(Model):
     # Whether `forward` honours `edit.start` (resumes from the unedited run's state instead of recomputing the
     # layers before it) and records `edit.states`. An adapter that does not still gives the same numbers.
     can_resume: bool = False
+    # Whether `forward` takes right-padded rows of different texts (`lengths`). Without it `run_many` runs one text
+    # per forward: the same numbers, slower.
+    pads: bool = False
 
     # -- built once ----------------------------------------------------------------------------------------
     def _ids(self, text: str) -> tuple[Encoded, torch.Tensor]:
@@ -352,9 +380,10 @@ class EditableModel(Model):
 
     def run_batch_keep(self, text: str, keep: torch.Tensor, replace: torch.Tensor | None = None,
                        positions: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """See `Model.run_batch_keep`. Two savings that change no number: the layers before the first one any row
-        edits are taken from the unedited run of this text (kept per text), not recomputed for every row; and
-        with `positions`, only those positions' logits are computed -> logits (B, P, V)."""
+        """See `Model.run_batch_keep`. Two savings that change no number: each row's layers before the first one it
+        edits are taken from the unedited run of this text (kept per text), not recomputed (rows that first edit
+        the same layer share a forward resumed there; a row that edits nothing is the unedited run's end); and with
+        `positions`, only those positions' logits are computed -> logits (B, P, V)."""
         text = check_text(text)
         if not isinstance(keep, torch.Tensor) or keep.ndim != 3 or tuple(keep.shape[1:]) != (self.n_layers,
                                                                                                 self.n_heads):
@@ -365,13 +394,72 @@ class EditableModel(Model):
         n = len(enc.ids)
         at = None if positions is None else [_index(p % n if isinstance(p, int) and -n <= p < 0 else p, n,
                                                     "position") for p in positions]
-        edited = ((keep < 1).sum(dim=(0, 2)) > 0).nonzero()  # (layers that some row edits, 1)
-        start = int(edited[0]) if self.can_resume and len(edited) else 0
-        prefix = self._states(enc, ids)[start - 1] if start else None
-        edit = HeadEdit(keep.float(), replace, start=start, prefix=prefix, logits_at=at)
-        with torch.no_grad():
-            out = self.forward(ids.expand(keep.shape[0], -1), edit)  # (B, T) in
-        return out.hidden.float().cpu(), None if out.logits is None else out.logits.float().cpu()
+        B, keep = keep.shape[0], keep.float()
+        if B == 0:
+            raise InputError("keep has no rows: give at least one (L, H) mask")
+        edits = (keep < 1).any(dim=2)  # (B, L): the layers each row edits
+        first = torch.where(edits.any(1), edits.float().argmax(1), torch.tensor(self.n_layers))  # (B,)
+        starts = first.tolist() if self.can_resume else [0] * B
+        hidden, logits = [None] * B, [None] * B
+        for start in sorted(set(starts)):
+            rows = [b for b in range(B) if starts[b] == start]
+            pick = torch.tensor(rows)
+            rep = replace[pick] if replace is not None and replace.shape[0] == B else replace
+            prefix = self._states(enc, ids)[start - 1] if start else None
+            edit = HeadEdit(keep[pick], rep, start=start, prefix=prefix, logits_at=at)
+            with torch.no_grad():
+                out = self.forward(ids.expand(len(rows), -1), edit)  # (rows, T) in
+            for j, b in enumerate(rows):
+                hidden[b] = out.hidden[j].float().cpu()  # (T, D)
+                logits[b] = None if out.logits is None else out.logits[j].float().cpu()  # (T or P, V)
+        return torch.stack(hidden), None if logits[0] is None else torch.stack(logits)  # (B, T, D), (B, T|P, V)
+
+    def run_many(self, texts: Sequence[str], reduce: Callable[[int, AttentionRun], R], logits: bool = False,
+                 progress: Callable[[int], None] | None = None) -> list[R]:
+        """See `Model.run_many`. Texts of similar length share a forward, right-padded (`_batches`), with the
+        padding masked out by the adapter; each text's run is its rows cut back to its own tokens, handed to
+        `reduce`, and dropped. logits=False leaves the LM head out of the forward (no logits at any position)."""
+        if not self.pads:
+            return super().run_many(texts, reduce, logits, progress)
+        texts = [check_text(t) for t in (texts if not isinstance(texts, str) else [texts])]
+        encs = [self.encoding(t) for t in texts]
+        out: list = [None] * len(texts)
+        zero, done = Ablation.of("zero"), 0
+        for group in self._batches([len(e.ids) for e in encs]):
+            ids, lengths = _padded([encs[i] for i in group])  # (B, T)
+            with torch.no_grad():
+                fwd = self.forward(ids, HeadEdit(logits_at=None if logits else []), attentions=True,
+                                   lengths=lengths)
+            for row, i in enumerate(group):
+                enc, t = encs[i], lengths[row]
+                run = AttentionRun(
+                    tokens=enc.labels,
+                    attentions=fwd.attentions[row, :, :, :t, :t].float().cpu().clone(),  # (L, H, Q, K), its own copy
+                    ablated=frozenset(), output=fwd.hidden[row, :t].float().cpu().clone(),  # (T, D)
+                    logits=fwd.logits[row, :t].float().cpu().clone() if logits and fwd.logits is not None else None,
+                    token_ids=list(enc.ids), truncated=enc.dropped, unknown=enc.unknown, special=enc.special,
+                    ablation=zero)
+                out[i] = reduce(i, run)
+            del fwd  # this batch's attention goes before the next is computed
+            done += len(group)
+            if progress is not None:
+                progress(done)
+        return out
+
+    def _batches(self, lengths: list[int]) -> list[list[int]]:
+        """The indices of texts of these token counts, grouped for padded forwards: sorted by length (the shortest
+        first, so little is padding), each group within `BATCH_TOKENS` rows x padded length and `BATCH_ATTENTION`
+        attention weights (B x L x H x T x T); a text over either budget on its own goes alone."""
+        per_row = self.n_layers * self.n_heads
+        groups: list[list[int]] = []
+        for i in sorted(range(len(lengths)), key=lambda i: (lengths[i], i)):
+            t = lengths[i]  # the longest of its group so far: sorted
+            n = len(groups[-1]) + 1 if groups else 0
+            if groups and n * t <= BATCH_TOKENS and n * per_row * t * t <= BATCH_ATTENTION:
+                groups[-1].append(i)
+            else:
+                groups.append([i])
+        return groups
 
     def _states(self, enc: Encoded, ids: torch.Tensor) -> list:
         """The unedited run's block outputs on these ids, one per layer (kept for a few texts per model)."""
@@ -416,11 +504,24 @@ class EditableModel(Model):
         return _MEANS.get(self, texts, lambda: self._mean_outputs(texts))
 
     def _mean_outputs(self, texts: tuple[str, ...]) -> torch.Tensor:
-        per_text = []
-        for text in texts:
-            enc = self.encoding(text)
-            ordinary = [i for i in range(len(enc.ids)) if i not in set(enc.special)] or list(range(len(enc.ids)))
-            per_text.append(self.head_outputs(text)[:, :, ordinary].mean(dim=2))  # (L, H, dh)
+        encs = [self.encoding(text) for text in texts]
+        per_text: list = [None] * len(texts)
+        # One padded forward per group of texts where the adapter pads, else one per text; each stops at the last
+        # layer's head outputs (nothing after them is needed).
+        groups = self._batches([len(e.ids) for e in encs]) if self.pads else [[i] for i in range(len(encs))]
+        for group in groups:
+            ids, lengths = _padded([encs[i] for i in group])  # (B, T)
+            edit = HeadEdit(capture=True, stop_after=self.n_layers - 1)
+            with torch.no_grad():
+                try:
+                    self.forward(ids, edit, **({"lengths": lengths} if self.pads else {}))
+                except Stopped:
+                    pass
+            z = torch.stack(edit.outputs, dim=1).float().cpu()  # (B, L, H, T, dh)
+            for row, i in enumerate(group):
+                n, special = lengths[row], set(encs[i].special)
+                ordinary = [p for p in range(n) if p not in special] or list(range(n))
+                per_text[i] = z[row][:, :, ordinary].mean(dim=2)  # (L, H, dh)
         return torch.stack(per_text).mean(dim=0)  # (L, H, dh)
 
     def head_gradients(self, text: str, metric: Metric, ablate: Iterable[Head] = (), ablation: str = "zero",
@@ -541,6 +642,14 @@ class EditableModel(Model):
         return Readout(outputs=edit.stacked(), w_o=torch.stack([w for w, _ in w_o]), residual=residual, scale=scale,
                        centered=parts.centered, gain=gain, bias=bias, unembed=parts.unembed,
                        unembed_bias=parts.unembed_bias, logits=logits)  # w_o (L, H, dh, D)
+
+    def lexicon(self) -> Lexicon:
+        """English words from a fixed list, kept where this model's tokenizer reads each as one token both after a
+        space and at the start of a text (`models.lexicon.english_lexicon`); an adapter whose model has its own
+        vocabulary (the tiny model) answers with that instead. InputError when too few words are single tokens."""
+        from mha_viz.models.lexicon import english_lexicon
+
+        return english_lexicon(self)
 
     def head_weights_from(self, layer: int, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor,
                           b_q, b_k, b_v, rotary: bool):

@@ -1,23 +1,21 @@
-"""Words a model reads as one token each, sorted by the part they can play in a template sentence, and the
-untrained twin a model's census is compared with.
+"""The word lists a model's census inputs are drawn from, and the untrained twin a model's census is compared with.
 
-Two capabilities the census needs and the contract does not declare yet; written here, as functions of the model,
-until the Model base declares them (see the census report):
+    english_lexicon(model)  -> Lexicon: the English words below that `model` reads as one token each; what
+                               `EditableModel.lexicon()` answers for every model without a vocabulary of its own
+                               (the tiny model answers with its corpus's words, `TinyModel.lexicon`)
+    lexicon(model)          -> model.lexicon(), kept for callers of the function
+    untrained_twin(model)   -> Model | None: the same architecture at its initialisation, where one is shipped
 
-    lexicon(model)         -> Lexicon: whole-word, single-token items (random sequences, template sentences)
-    untrained_twin(model)  -> Model | None: the same architecture at its initialisation, where one is shipped
-
-For the in-repo tiny model the words are its corpus's own (nouns with their plurals, adjectives, prepositions, the
-agreeing verb forms), since those are the only words it was trained on. For every other model the words come from
-a fixed English list, kept only where `model.token_id` says the word is exactly one token both after a space (" dog")
-and at the start of a text ("dog"): so "the same word" is one token wherever it stands, and positions line up.
+A word is kept only where `model.token_id` says it is exactly one token both after a space (" dog") and at the start
+of a text ("dog"): so "the same word" is one token wherever it stands, and positions line up.
 """
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
-from mha_viz.contract import InputError, Model
+from mha_viz.contract import InputError, Lexicon, Model
+
+__all__ = ["Lexicon", "english_lexicon", "lexicon", "untrained_twin"]
 
 # (singular, plural) nouns, adjectives, prepositions and (singular, plural) transitive verbs for English models.
 NOUNS = (
@@ -53,26 +51,6 @@ OTHER_WORDS = (
 )
 
 
-@dataclass(frozen=True)
-class Lexicon:
-    """Whole-word items that are one token each for one model.
-
-    words: any of them, for random sequences (each drawn word is one token, so a repeat is the same token);
-    nouns and verbs: (singular, plural) pairs, for agreement; determiner: the one used before every noun;
-    object_determiner: before the object (the tiny corpus says "has a ..."); period: the sentence end, or "" when
-    the model reads it as more than one token; source: where the words came from, in words for the page.
-    """
-    words: tuple[str, ...]
-    nouns: tuple[tuple[str, str], ...]
-    adjectives: tuple[str, ...]
-    prepositions: tuple[str, ...]
-    verbs: tuple[tuple[str, str], ...]
-    determiner: str
-    object_determiner: str
-    period: str
-    source: str
-
-
 def _one_token(model: Model, word: str) -> bool:
     try:
         model.token_id(word)
@@ -82,21 +60,14 @@ def _one_token(model: Model, word: str) -> bool:
     return True
 
 
-def lexicon(model: Model, min_words: int = 24) -> Lexicon:
-    """The census's words for `model` (see the module docstring); InputError when too few are single tokens."""
-    from mha_viz.models.tiny.adapter import TinyModel
-
-    if isinstance(model, TinyModel):
-        from mha_viz.models.tiny import corpus
-
-        return Lexicon(words=corpus.vocabulary_words(), nouns=corpus.NOUNS, adjectives=corpus.ADJECTIVES,
-                       prepositions=corpus.PREPOSITIONS, verbs=(("has", "have"),), determiner="the",
-                       object_determiner="a", period=".", source="the tiny model's corpus vocabulary")
-    return _english(model, min_words)
+def lexicon(model: Model) -> Lexicon:
+    """The census's words for `model`: `model.lexicon()`."""
+    return model.lexicon()
 
 
 @functools.lru_cache(maxsize=8)  # a pure function of the tokenizer; kept off the shared model object
-def _english(model: Model, min_words: int) -> Lexicon:
+def english_lexicon(model: Model, min_words: int = 24) -> Lexicon:
+    """The words of the lists above that `model` reads as one token each; InputError when too few are."""
     one = {w for w in {*OTHER_WORDS, *ADJECTIVES, *PREPOSITIONS, *(w for p in NOUNS + TRANSITIVE for w in p)}
            if _one_token(model, w)}
     nouns = tuple(p for p in dict.fromkeys(NOUNS) if p[0] in one and p[1] in one)

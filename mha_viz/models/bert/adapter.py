@@ -80,9 +80,10 @@ class BertModel(EditableModel):
                        unknown=tuple(i for i, t in enumerate(ids) if t == self._unk))
 
     can_resume = True  # BertEncoder.forward resumes at edit.start
+    pads = True  # BertEncoder.forward masks the padding out of every key
 
-    def forward(self, ids: torch.Tensor, edit: HeadEdit, attentions: bool = False) -> Forward:
-        hidden, att = self.encoder(ids, None, edit)  # (B, T, D), (B, L, H, T, T)
+    def forward(self, ids: torch.Tensor, edit: HeadEdit, attentions: bool = False, lengths=None) -> Forward:
+        hidden, att = self.encoder(ids, None, edit, lengths)  # (B, T, D), (B, L, H, T, T)
         return Forward(hidden=hidden, logits=None, attentions=att)
 
     def output_projection(self, layer: int) -> tuple[torch.Tensor, torch.Tensor | None]:

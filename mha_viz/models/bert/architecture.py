@@ -57,11 +57,11 @@ class BertLayer(nn.Module):
         self.down = nn.Linear(cfg.d_mlp, cfg.d_model)
         self.ln2 = nn.LayerNorm(cfg.d_model, eps=cfg.eps)
 
-    def forward(self, x: torch.Tensor, edit: HeadEdit | None = None,
-                layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, edit: HeadEdit | None = None, layer: int = 0,
+                keys: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         if edit is not None:
             edit.entering(layer, x)
-        a, weights = self.attn(x, None, edit, layer)  # (B, T, D), (B, H, T, T)
+        a, weights = self.attn(x, None, edit, layer, keys)  # (B, T, D), (B, H, T, T)
         x = self.ln1(x + a)  # (B, T, D)
         # BERT's "gelu" is the exact, erf-based one (transformers' ACT2FN["gelu"]).
         x = self.ln2(x + self.down(nn.functional.gelu(self.up(x))))  # (B, T, D)
@@ -71,8 +71,10 @@ class BertLayer(nn.Module):
 class BertEncoder(nn.Module):
     """Embeddings (word + position + token type 0, then LayerNorm) and L post-LN layers; no pooler, no LM head.
 
-    forward(ids (B, T), head_keep (B, L, H) or (L, H) or None, edit (models/interventions.HeadEdit) or None)
-        -> hidden (B, T, D) after the last layer, attentions (B, L, H, T, T).
+    forward(ids (B, T), head_keep (B, L, H) or (L, H) or None, edit (models/interventions.HeadEdit) or None,
+            lengths (B,) or None) -> hidden (B, T, D) after the last layer, attentions (B, L, H, T, T).
+    `lengths`: row b is a text of lengths[b] tokens, right-padded; no position attends to the padding, and every
+    other part of a layer works per position, so a text's positions come out as when it runs alone.
     Dropout is left out: the model is only ever evaluated.
     """
 
@@ -91,8 +93,8 @@ class BertEncoder(nn.Module):
         x = self.tok(ids) + self.pos(torch.arange(T, device=ids.device)) + self.typ.weight[0]  # (B, T, D)
         return self.ln_emb(x)  # (B, T, D)
 
-    def forward(self, ids: torch.Tensor, head_keep: torch.Tensor | None = None,
-                edit: HeadEdit | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, ids: torch.Tensor, head_keep: torch.Tensor | None = None, edit: HeadEdit | None = None,
+                lengths=None) -> tuple[torch.Tensor, torch.Tensor]:
         cfg = self.cfg
         head_keep = check_stack_inputs(ids, head_keep, cfg.n_layers, cfg.n_heads, cfg.max_len)  # (B, L, H) or None
         if head_keep is not None:
@@ -102,11 +104,15 @@ class BertEncoder(nn.Module):
         start = edit.start if edit is not None else 0
         # Layers before `start` are as in the unedited run: resume from its state.
         x = edit.resumed(ids.shape[0]) if start else self.embed(ids)  # (B, T, D)
+        keys = None
+        if lengths is not None:
+            keys = torch.arange(ids.shape[1], device=ids.device)[None] < torch.as_tensor(
+                list(lengths), device=ids.device)[:, None]  # (B, T): the real positions of each row
         patterns = []
         for layer, block in enumerate(self.layers):
             if layer < start:
                 continue
-            x, weights = block(x, edit, layer)  # (B, T, D), (B, H, T, T)
+            x, weights = block(x, edit, layer, keys)  # (B, T, D), (B, H, T, T)
             if edit is not None:
                 edit.block_done(layer, x)
             patterns.append(weights)

@@ -33,7 +33,9 @@ class HFModel(EditableModel):
         if blocks is not None:
             make_resumable(blocks)
         self.can_resume = blocks is not None  # set once, here: which layers a batch may skip
-        self._keeps_logits = "logits_to_keep" in _forward_params(model)
+        params = _forward_params(model)
+        self._keeps_logits = "logits_to_keep" in params
+        self._no_cache = {"use_cache": False} if "use_cache" in params else {}  # no key/value cache: one pass
 
     # -- loading helpers -------------------------------------------------------------------------------------
     def _discover_layers(self) -> LayerIndex:
@@ -127,15 +129,22 @@ class HFModel(EditableModel):
         return int(ids[0])
 
     # -- the one forward ---------------------------------------------------------------------------------------
-    def forward(self, ids: torch.Tensor, edit: HeadEdit, attentions: bool = False) -> Forward:
-        """One forward of ids (B, T) with `edit` in this context; a single unpadded text per row, so the attention
-        mask is all ones (and token type 0 where the model takes types)."""
+    pads = True  # transformers' attention mask keeps every query off the padding; positions count from 0
+
+    def forward(self, ids: torch.Tensor, edit: HeadEdit, attentions: bool = False, lengths=None) -> Forward:
+        """One forward of ids (B, T) with `edit` in this context: one text per row, right-padded to T when
+        `lengths` says so (the attention mask is 1 on each row's own tokens, 0 on its padding; without `lengths`
+        all ones), token type 0 where the model takes types, and no key/value cache."""
         ids = ids.to(self._device)
-        inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        mask = torch.ones_like(ids)  # (B, T)
+        if lengths is not None:
+            mask = (torch.arange(ids.shape[1])[None] < torch.as_tensor(list(lengths))[:, None]).long()  # (B, T)
+            mask = mask.to(self._device)
+        inputs = {"input_ids": ids, "attention_mask": mask, **self._no_cache}
         if "token_type_ids" in getattr(self._tokenizer, "model_input_names", ()):
             inputs["token_type_ids"] = torch.zeros_like(ids)
         if edit.logits_at is not None and self._keeps_logits:  # only these positions' logits: (B, P, V)
-            inputs["logits_to_keep"] = torch.tensor(edit.logits_at, device=self._device)
+            inputs["logits_to_keep"] = torch.tensor(edit.logits_at, dtype=torch.long, device=self._device)
         with editing(self._layers, edit):
             out = self._model(**inputs, output_attentions=attentions, output_hidden_states=True)
         if edit.want_inputs and not self.can_resume:  # no block wrappers: transformers' hidden_states[l]

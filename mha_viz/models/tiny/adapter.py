@@ -10,7 +10,16 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from mha_viz.contract import Embeddings, HeadWeights, InputError, ModelInfo, ModelLoadError, TrainingEvidence, _index
+from mha_viz.contract import (
+    Embeddings,
+    HeadWeights,
+    InputError,
+    Lexicon,
+    ModelInfo,
+    ModelLoadError,
+    TrainingEvidence,
+    _index,
+)
 from mha_viz.models.interventions import EditableModel, Encoded, FinalParts, Forward, HeadEdit
 from mha_viz.models.tiny.architecture import TinyConfig, TinyLM, build_model
 from mha_viz.models.tiny.corpus import BOS, Vocab, build_vocab, example_sentences, ground_truth, tokenize
@@ -55,8 +64,11 @@ class TinyModel(EditableModel):
                        unknown=tuple(i for i, t in enumerate(ids) if t == self.vocab.unk_id))
 
     can_resume = True  # TinyLM.forward resumes at edit.start
+    pads = True  # right padding needs no mask here (see `forward`)
 
-    def forward(self, ids: torch.Tensor, edit: HeadEdit, attentions: bool = False) -> Forward:
+    def forward(self, ids: torch.Tensor, edit: HeadEdit, attentions: bool = False, lengths=None) -> Forward:
+        """`lengths` (rows right-padded) needs nothing more: TinyLM is causal, so no position ever attends to a
+        later one, padding included; its positions are numbered from 0 and the rest works per position."""
         logits, hidden, att = self.lm(ids, None, edit)  # (B, T, V), (B, T, D), (B, L, H, T, T)
         return Forward(hidden=hidden, logits=logits, attentions=att)
 
@@ -96,6 +108,15 @@ class TinyModel(EditableModel):
 
     def examples(self) -> list[tuple[str, str, str]]:
         return [(f"{e.relation}: {e.label}"[:48], e.text, e.label) for e in example_sentences()]
+
+    def lexicon(self) -> Lexicon:
+        """The corpus's own words (nouns with their plurals, adjectives, prepositions, the agreeing verb forms):
+        the only words this model was trained on, each one token."""
+        from mha_viz.models.tiny import corpus
+
+        return Lexicon(words=corpus.vocabulary_words(), nouns=corpus.NOUNS, adjectives=corpus.ADJECTIVES,
+                       prepositions=corpus.PREPOSITIONS, verbs=(("has", "have"),), determiner="the",
+                       object_determiner="a", period=".", source="the tiny model's corpus vocabulary")
 
     def token_id(self, piece: str) -> int:
         words = tokenize(piece)
