@@ -285,14 +285,30 @@ def vocabulary_words() -> tuple[str, ...]:
     return tuple(w for w in build_vocab().words[len(SPECIALS):] if w[0].isalnum())
 
 
+LONG_SHARE = 0.5  # the share of random repeats with a long unrepeated stretch (see random_repeat_text)
+
+
 def random_repeat_text(rng: random.Random, max_len: int) -> Example:
-    """ "<bos> [a few random words] w1 w2 ... wn w1 w2 ... wn w1 ..." : n distinct random vocabulary words, repeated
+    """ "<bos> [random words] w1 w2 ... wn w1 w2 ... wn w1 ..." : n distinct random vocabulary words, repeated
     until the text is full, after an unrepeated random prefix (so a repeat does not always start at position 1).
+    Half the time (LONG_SHARE) the prefix is 0-8 words and at least two copies fit; otherwise the prefix and the
+    first copy may each run almost to the end of the context, so every position up to `max_len` sees unrepeated
+    random words and first copies, not only later copies.
     Every token of a later copy is recorded as (its position in the first copy, its position now)."""
     words = vocabulary_words()
-    prefix = [rng.choice(words) for _ in range(rng.randint(0, 8))]
-    room = max_len - 1 - len(prefix)
-    n = rng.randint(4, max(4, room // 2))  # at least two full copies fit
+    if rng.random() < LONG_SHARE:
+        # A long unrepeated stretch: the prefix runs up to the last 8 positions and the first copy may fill the
+        # rest but two words, so unrepeated words and first copies sit at every position up to max_len. Without
+        # these, past position ~35 the texts held only later copies, and the previous-token and induction heads
+        # fell to ~0.4 there on unrepeated random words (issue 20).
+        prefix_len = rng.randint(0, max_len - 1 - 8)
+        room = max_len - 1 - prefix_len
+        n = rng.randint(4, max(4, room - 2))  # a second copy of at least two words fits
+    else:
+        prefix_len = rng.randint(0, 8)
+        room = max_len - 1 - prefix_len
+        n = rng.randint(4, max(4, room // 2))  # at least two full copies fit
+    prefix = [rng.choice(words) for _ in range(prefix_len)]
     seq = rng.sample(words, n)
     body = (seq * (room // n + 1))[:room]
     start = 1 + len(prefix)
@@ -344,6 +360,41 @@ def random_sequences(n: int, seed: int, length: int = 32) -> list[Example]:
     words = vocabulary_words()
     return [Example(tokens=(BOS, *(rng.choice(words) for _ in range(length))), relation="random")
             for _ in range(n)]
+
+
+def unrepeated_sequences(n: int, seed: int, length: int) -> list[Example]:
+    """Held-out probes for nearby context over the whole context: `length` tokens (with <bos>), the words drawn
+    at random *without* replacement from the whole vocabulary, so no word recurs and only a head that reads
+    positions can find the previous token."""
+    rng = random.Random(seed)
+    words = vocabulary_words()
+    if not 2 <= length <= len(words) + 1:
+        raise ValueError(f"length counts <bos> and distinct words: 2 to {len(words) + 1}; got {length}")
+    return [Example(tokens=(BOS, *rng.sample(words, length - 1)), relation="random") for _ in range(n)]
+
+
+def placed_repeats(n: int, seed: int, length: int, min_len: int = 3) -> list[Example]:
+    """Held-out induction probes over the whole context: `length` tokens (with <bos>) of distinct random words,
+    where a sequence of m >= `min_len` words is said twice at a random place: "<bos> [p words] w1..wm w1..wm
+    [the rest]". m and p are drawn so the second copy lands anywhere from early to the very end; with m >= 3 the
+    word after a first occurrence is never the previous token, so induction is not previous-token attention.
+    repeats: (position in the first copy, position in the second) for every word of the second copy."""
+    rng = random.Random(seed)
+    words = vocabulary_words()
+    room = length - 1
+    if room < 2 * min_len:
+        raise ValueError(f"a {length}-token text cannot hold a {min_len}-word sequence twice after <bos>")
+    out = []
+    for _ in range(n):
+        m = rng.randint(min_len, room // 2)
+        p = rng.randint(0, room - 2 * m)
+        fresh = rng.sample(words, m + room - 2 * m)  # the sequence, then every other word: all distinct
+        seq, other = fresh[:m], fresh[m:]
+        tokens = (BOS, *other[:p], *seq, *seq, *other[p:])
+        start = 1 + p
+        repeats = tuple((start + i, start + m + i) for i in range(m))
+        out.append(Example(tokens=tokens, relation="repeat", repeats=repeats))
+    return out
 
 
 def repeated_sequences(n: int, seed: int, lengths: tuple[int, int] = (8, 24)) -> list[Example]:

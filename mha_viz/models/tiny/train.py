@@ -210,9 +210,16 @@ def _train(out: Path, model_cfg: TinyConfig | None, cfg: TrainConfig, quiet: boo
     return weights
 
 
-SEEDS = (1, 2)  # more seeds of the same recipe, under assets/tiny/seeds/seed<N>/ (load_model("tiny#seed<N>"))
+SEEDS = (1, 2, 3)  # more seeds of the same recipe, under assets/tiny/seeds/seed<N>/ (load_model("tiny#seed<N>"))
 SEED_CHECKPOINTS = (0, 600, 1000, 1300)  # a few steps where the patterns form: keeps each seed's folder under 2 MB
 SEEDS_DIR = "seeds"
+
+
+def seed_folders(root: str | Path = TINY_ASSETS) -> list[Path]:
+    """The folders of the other training seeds saved under `root` (seeds/seed<N> with weights), by seed."""
+    found = [p for p in (Path(root) / SEEDS_DIR).glob("seed*")
+             if p.name.removeprefix("seed").isdigit() and (p / "model.safetensors").exists()]
+    return sorted(found, key=lambda p: int(p.name.removeprefix("seed")))
 
 
 def seed_folder(seed: int, root: str | Path = TINY_ASSETS) -> Path:
