@@ -365,9 +365,19 @@ def best_head(scores: list[list[float]]) -> tuple[tuple[int, int], float]:
     return head, scores[head[0]][head[1]]
 
 
+def write_probe(folder, causal: bool = True) -> dict:
+    """`probe` the folder and write its evidence file there (what `make probe` does for each seed)."""
+    import json
+    from pathlib import Path
+
+    evidence = probe(folder, quiet=False, causal=causal)
+    (Path(folder) / EVIDENCE).write_text(json.dumps(evidence, indent=1) + "\n")
+    print(f"wrote {Path(folder) / EVIDENCE}")
+    return evidence
+
+
 def main(argv: list[str] | None = None) -> None:
     import argparse
-    import json
     from pathlib import Path
 
     from mha_viz.models.tiny.evidence import context_roles
@@ -379,16 +389,17 @@ def main(argv: list[str] | None = None) -> None:
                                                  "each one's weights.")
     parser.add_argument("--folder", default=str(ASSETS / "tiny"), help="the tiny model's folder")
     parser.add_argument("--no-seeds", action="store_true", help="only the folder itself, not its seeds/seedN")
+    parser.add_argument("--seed", type=int, default=None, help="only seed N under the folder (0: the folder)")
     args = parser.parse_args(argv)
     root = Path(args.folder)
     folders = [root] if args.no_seeds else [root, *seed_folders(root)]
+    if args.seed is not None:
+        folders = [root if args.seed == 0 else root / "seeds" / f"seed{args.seed}"]
     for folder in folders:
         print(f"{folder}:")
         # The causal check (every set of up to 3 heads switched off) on the shipped seed only: it is most of
         # the probe's time, and the other seeds are there to show which head took which pattern.
-        evidence = probe(folder, quiet=False, causal=folder == root)
-        (folder / EVIDENCE).write_text(json.dumps(evidence, indent=1) + "\n")
-        print(f"wrote {folder / EVIDENCE}")
+        evidence = write_probe(folder, causal=folder == root)
         final = evidence["final"]
         for rel in RELATIONS:  # the notes view words the rest (mha_viz/app/views/notes.py)
             (layer, head), value = best_head(final["scores"][rel])
