@@ -69,7 +69,8 @@ train: setup
 	$(MAKE) train-seeds
 
 # The same recipe from seeds 1, 2 and 3 (assets/tiny/seeds/seedN: float16 weights and 4 steps besides the last;
-# TRAIN_SEEDS_NOTE), then the probes of every seed, the shipped one included.
+# each run is about 7 min of one core alone, 40-80 min when a loaded 2-core machine gives it 8% of a core), then
+# the probes of every seed, the shipped one included.
 train-seeds: setup
 	$(PY) -m mha_viz.models.tiny.train --seed 1 --quiet
 	$(PY) -m mha_viz.models.tiny.train --seed 2 --quiet

@@ -386,7 +386,8 @@ def placed_repeats(n: int, seed: int, length: int, min_len: int = 3) -> list[Exa
         raise ValueError(f"a {length}-token text cannot hold a {min_len}-word sequence twice after <bos>")
     out = []
     for _ in range(n):
-        m = rng.randint(min_len, room // 2)
+        # Half the sequences short (at most a sixth of the text), so second copies often fall early too.
+        m = rng.randint(min_len, room // 2 if rng.random() < 0.5 else max(min_len, room // 6))
         p = rng.randint(0, room - 2 * m)
         fresh = rng.sample(words, m + room - 2 * m)  # the sequence, then every other word: all distinct
         seq, other = fresh[:m], fresh[m:]

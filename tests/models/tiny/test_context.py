@@ -85,7 +85,7 @@ def test_the_files_context_numbers_match_a_fresh_measurement_of_the_weights(fold
 def _fresh_bands(model, length: int, seed: int) -> dict[str, list]:
     """Both relations per band on new texts, one `run` per text as the page does; heads found by score."""
     texts = {"previous_token": corpus.unrepeated_sequences(20, seed, length),
-             "induction": corpus.placed_repeats(20, seed + 1, length)}
+             "induction": corpus.placed_repeats(30, seed + 1, length)}
     out = {}
     for rel, examples in texts.items():
         runs = [model.run(ex.text) for ex in examples]
