@@ -285,30 +285,14 @@ def vocabulary_words() -> tuple[str, ...]:
     return tuple(w for w in build_vocab().words[len(SPECIALS):] if w[0].isalnum())
 
 
-LONG_SHARE = 0.5  # the share of random repeats with a long unrepeated stretch (see random_repeat_text)
-
-
 def random_repeat_text(rng: random.Random, max_len: int) -> Example:
-    """ "<bos> [random words] w1 w2 ... wn w1 w2 ... wn w1 ..." : n distinct random vocabulary words, repeated
+    """ "<bos> [a few random words] w1 w2 ... wn w1 w2 ... wn w1 ..." : n distinct random vocabulary words, repeated
     until the text is full, after an unrepeated random prefix (so a repeat does not always start at position 1).
-    Half the time (LONG_SHARE) the prefix is 0-8 words and at least two copies fit; otherwise the prefix and the
-    first copy may each run almost to the end of the context, so every position up to `max_len` sees unrepeated
-    random words and first copies, not only later copies.
     Every token of a later copy is recorded as (its position in the first copy, its position now)."""
     words = vocabulary_words()
-    if rng.random() < LONG_SHARE:
-        # A long unrepeated stretch: the prefix runs up to the last 8 positions and the first copy may fill the
-        # rest but two words, so unrepeated words and first copies sit at every position up to max_len. Without
-        # these, past position ~35 the texts held only later copies, and the previous-token and induction heads
-        # fell to ~0.4 there on unrepeated random words (issue 20).
-        prefix_len = rng.randint(0, max_len - 1 - 8)
-        room = max_len - 1 - prefix_len
-        n = rng.randint(4, max(4, room - 2))  # a second copy of at least two words fits
-    else:
-        prefix_len = rng.randint(0, 8)
-        room = max_len - 1 - prefix_len
-        n = rng.randint(4, max(4, room // 2))  # at least two full copies fit
-    prefix = [rng.choice(words) for _ in range(prefix_len)]
+    prefix = [rng.choice(words) for _ in range(rng.randint(0, 8))]
+    room = max_len - 1 - len(prefix)
+    n = rng.randint(4, max(4, room // 2))  # at least two full copies fit
     seq = rng.sample(words, n)
     body = (seq * (room // n + 1))[:room]
     start = 1 + len(prefix)

@@ -159,20 +159,6 @@ def test_random_repeats_ground_truth_and_share():
         training_texts(1, 0, 64, random_share=1.5)
 
 
-def test_random_repeats_put_first_copies_and_unrepeated_words_across_the_whole_context():
-    # Issue 20: without long unrepeated stretches, past position ~35 the training texts held only later copies,
-    # and the previous-token head fell to ~0.4 there on unrepeated words. Now every late position is, in a
-    # share of the random texts, a word seen for the first time (in the prefix or the first copy). The old recipe
-    # (a prefix of p <= 8 words, then at least two copies of (63 - p) // 2 words at most) had none past 35.
-    rand = training_texts(2000, 11, 64, random_share=1.0)
-    later = [{s for _, s in ex.repeats} for ex in rand]
-    shares = {q: sum(q not in lat for lat in later) / len(rand) for q in range(40, 61, 5)}
-    print("share of random-repeat texts with a first occurrence at position q:", shares)
-    assert all(v >= 0.04 for v in shares.values())
-    firsts = [max(f for f, _ in ex.repeats) for ex in rand if ex.repeats]
-    assert max(firsts) >= 58  # a first copy reaches the end of the context
-
-
 def test_held_out_random_probes():
     seqs = corpus.random_sequences(20, seed=5, length=30)
     assert all(len(ex.tokens) == 31 and ex.tokens[0] == BOS for ex in seqs)

@@ -62,7 +62,7 @@ def test_committed_assets_exist_are_small_and_load():
     # The issue's bound is on weights (screenshots and notes are not): every safetensors file, checkpoints included.
     total = sum(p.stat().st_size for p in ALL_ASSETS.rglob("*.safetensors"))
     print(f"weights in assets/: {total / 1e6:.2f} MB")
-    # The shipped recipe and three more training seeds (assets/tiny/seeds/), float16, checkpoints included.
+    # The shipped recipe and two more training seeds (assets/tiny/seeds/), float16, checkpoints included.
     assert total <= 10 * 1024 * 1024, "all weights in assets/, checkpoints and seeds included, stay under 10 MB"
     # Issue 20's bound on the whole folder (weights, probe files, logs), about as `du` counts it: whole 4 KiB
     # blocks per file, one per folder.
