@@ -62,18 +62,21 @@ test: setup-test lint setup-browser setup-nginx
 test-fast: setup-test
 	$(PY) -m pytest -q tests/unit tests/models tests/app
 
-# Retrains the tiny model bit for bit (weights, checkpoints, loss log in assets/tiny/), then measures every saved
-# step (assets/tiny/probes.json, which the notes and the Training view read).
+# Retrains the tiny model bit for bit (weights, checkpoints, loss log in assets/tiny/) and its other seeds, then
+# measures every saved step of each (probes.json in each folder, which the notes and the Training view read).
 train: setup
 	$(PY) -m mha_viz.models.tiny.train
-	$(PY) -m mha_viz.models.tiny.probes
 	$(MAKE) train-seeds
 
-# The same recipe from seeds 1 and 2 (assets/tiny/seeds/seedN: float16 weights and 4 steps; ~7 min of one core each).
+# The same recipe from seeds 1 and 2 (assets/tiny/seeds/seedN: float16 weights and 4 steps besides the last;
+# each run is about 7 min of one core alone, 40-80 min when a loaded 2-core machine gives it 8% of a core), then
+# the probes of every seed, the shipped one included.
 train-seeds: setup
 	$(PY) -m mha_viz.models.tiny.train --seed 1 --quiet
 	$(PY) -m mha_viz.models.tiny.train --seed 2 --quiet
+	$(PY) -m mha_viz.models.tiny.probes
 
+# Every saved step of assets/tiny/ and of each seed under it: assets/tiny/probes.json, seeds/seedN/probes.json.
 probe: setup
 	$(PY) -m mha_viz.models.tiny.probes
 

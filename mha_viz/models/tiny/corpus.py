@@ -346,6 +346,42 @@ def random_sequences(n: int, seed: int, length: int = 32) -> list[Example]:
             for _ in range(n)]
 
 
+def unrepeated_sequences(n: int, seed: int, length: int) -> list[Example]:
+    """Held-out probes for nearby context over the whole context: `length` tokens (with <bos>), the words drawn
+    at random *without* replacement from the whole vocabulary, so no word recurs and only a head that reads
+    positions can find the previous token."""
+    rng = random.Random(seed)
+    words = vocabulary_words()
+    if not 2 <= length <= len(words) + 1:
+        raise ValueError(f"length counts <bos> and distinct words: 2 to {len(words) + 1}; got {length}")
+    return [Example(tokens=(BOS, *rng.sample(words, length - 1)), relation="random") for _ in range(n)]
+
+
+def placed_repeats(n: int, seed: int, length: int, min_len: int = 3) -> list[Example]:
+    """Held-out induction probes over the whole context: `length` tokens (with <bos>) of distinct random words,
+    where a sequence of m >= `min_len` words is said twice at a random place: "<bos> [p words] w1..wm w1..wm
+    [the rest]". m and p are drawn so the second copy lands anywhere from early to the very end; with m >= 3 the
+    word after a first occurrence is never the previous token, so induction is not previous-token attention.
+    repeats: (position in the first copy, position in the second) for every word of the second copy."""
+    rng = random.Random(seed)
+    words = vocabulary_words()
+    room = length - 1
+    if room < 2 * min_len:
+        raise ValueError(f"a {length}-token text cannot hold a {min_len}-word sequence twice after <bos>")
+    out = []
+    for _ in range(n):
+        # Half the sequences short (at most a sixth of the text), so second copies often fall early too.
+        m = rng.randint(min_len, room // 2 if rng.random() < 0.5 else max(min_len, room // 6))
+        p = rng.randint(0, room - 2 * m)
+        fresh = rng.sample(words, m + room - 2 * m)  # the sequence, then every other word: all distinct
+        seq, other = fresh[:m], fresh[m:]
+        tokens = (BOS, *other[:p], *seq, *seq, *other[p:])
+        start = 1 + p
+        repeats = tuple((start + i, start + m + i) for i in range(m))
+        out.append(Example(tokens=tokens, relation="repeat", repeats=repeats))
+    return out
+
+
 def repeated_sequences(n: int, seed: int, lengths: tuple[int, int] = (8, 24)) -> list[Example]:
     """Held-out probes for repeated terms: a sequence of distinct random vocabulary words (its length drawn from
     `lengths`), said twice. repeats: (position in the first copy, position in the second) for every word."""

@@ -7,6 +7,7 @@ from mha_viz.contract import StepScores, TrainingEvidence
 
 EVIDENCE = "probes.json"  # in the tiny model's folder; written by `python -m mha_viz.models.tiny.probes`
 RELATIONS = ("previous_token", "induction", "duplicate", "subject")
+CONTEXT_RELATIONS = ("previous_token", "induction")  # measured per position band and length (probes.measure_context)
 RELATION_WORDS = {
     "previous_token": "previous token (random word sequences)",
     "induction": "induction: token after the first occurrence (a random sequence said twice)",
@@ -35,6 +36,25 @@ def causal_summary(causal: dict) -> dict:
             "base_margin": causal["none"]["margin"], "base_accuracy": causal["none"]["accuracy"],
             "next": head, "next_margin": margin, "next_accuracy": c["accuracy"],
             "min_other_accuracy": min(o[2]["accuracy"] for o in others)}
+
+
+def context_roles(context: dict) -> dict:
+    """Which head holds each whole-context relation and how well, read from a step's "context" entry:
+    {relation: {"head": (layer, head), "min": lowest band score, "mean": mean band score,
+    "bands": {length: [score or None per band]}}}. The head is the one with the highest mean over every band
+    with pairs at every length (ties to the lowest (layer, head)), so one head must hold the whole context."""
+    out = {}
+    for rel in CONTEXT_RELATIONS:
+        entries = [(length, e) for length, bands in context[rel].items() for e in bands]
+        scored = [e["scores"] for _, e in entries if e["scores"] is not None]
+        L, H = len(scored[0]), len(scored[0][0])
+        mean = {(l, h): sum(s[l][h] for s in scored) / len(scored) for l in range(L) for h in range(H)}
+        head = min(mean, key=lambda lh: (-mean[lh], lh))
+        l, h = head
+        out[rel] = {"head": head, "min": min(s[l][h] for s in scored), "mean": mean[head],
+                    "bands": {length: [None if e["scores"] is None else e["scores"][l][h] for e in bands]
+                              for length, bands in context[rel].items()}}
+    return out
 
 
 def load_evidence(folder=None) -> dict | None:

@@ -81,7 +81,13 @@ class ProbeConfig:
     n_agreement: int = 300  # agreement sentences whose attractor has the other number: subject and accuracy
     n_loss: int = 200  # texts from the training distribution: held-out loss
     n_reference: int = 200  # other agreement sentences: the mean outputs that switched-off heads give instead
-    seed: int = 2024  # seed, seed + 1, ..., seed + 4 for the five sets
+    # The whole context: previous-token and induction per position band (thirds of the text), at several input
+    # lengths (tokens with <bos>; 64 is the model's max_len), on distinct random words (corpus.unrepeated_sequences
+    # and corpus.placed_repeats, a sequence said twice anywhere in the text).
+    context_lengths: tuple[int, ...] = (12, 40, 64)
+    n_context: int = 60  # texts per length and relation
+    n_bands: int = 3
+    seed: int = 2024  # seed, seed + 1, ..., seed + 4 for the five sets; seed + 5 + 2i, seed + 6 + 2i for length i
 
 
 def forward_batch(model, examples, keep: torch.Tensor | None = None,
@@ -126,23 +132,92 @@ def heldout_loss(model, examples) -> float:
 
 
 @dataclass(frozen=True)
+class ContextSets:
+    """Texts of one input length for the whole-context measures: distinct random words (previous token) and
+    distinct random words with a sequence said twice somewhere (induction)."""
+    length: int
+    unrepeated: list
+    repeated: list
+
+    @classmethod
+    def build(cls, length: int, n: int, seed: int) -> "ContextSets":
+        from mha_viz.models.tiny import corpus
+
+        return cls(length, corpus.unrepeated_sequences(n, seed, length), corpus.placed_repeats(n, seed + 1, length))
+
+
+def band_of(q: int, length: int, n_bands: int) -> int:
+    """The position band (0 = the first of n_bands equal stretches of a `length`-token text) query q falls in."""
+    return q * n_bands // length
+
+
+def band_positions(band: int, length: int, n_bands: int) -> list[int]:
+    """[first, last] query position of `band` in a `length`-token text (<bos> is position 0)."""
+    inside = [q for q in range(length) if band_of(q, length, n_bands) == band]
+    return [inside[0], inside[-1]]
+
+
+def banded_scores(attentions: list[torch.Tensor], pairs: list[list[Pair]], length: int, n_bands: int,
+                  relation: str) -> list[dict]:
+    """`score_pairs` on the (query, key) pairs of each position band separately: per band its query positions,
+    the number of pairs, the (L, H) scores as nested lists and the uniform baseline. A band no pair falls in
+    (induction at the start of a short text) has n_pairs 0 and scores None."""
+    out = []
+    for band in range(n_bands):
+        inside = [[(q, k) for q, k in ps if band_of(q, length, n_bands) == band] for ps in pairs]
+        entry = {"band": band, "positions": band_positions(band, length, n_bands),
+                 "n_pairs": sum(len(ps) for ps in inside), "scores": None, "baseline": None}
+        if entry["n_pairs"]:
+            kept = [(a, ps) for a, ps in zip(attentions, inside) if ps]
+            s = score_pairs([a for a, _ in kept], [ps for _, ps in kept], relation)
+            entry["scores"] = [[round(float(v), 4) for v in row] for row in s.scores]
+            entry["baseline"] = round(s.baseline, 4)
+        out.append(entry)
+    return out
+
+
+def measure_context(model, sets: "list[ContextSets]", n_bands: int) -> dict:
+    """Previous-token and induction scores per position band at every probed length:
+    {"previous_token": {"12": [band, ...], ...}, "induction": {...}} (`banded_scores` entries)."""
+    out: dict = {"previous_token": {}, "induction": {}}
+    for cs in sets:
+        _, att_u, len_u = forward_batch(model, cs.unrepeated)
+        _, att_r, len_r = forward_batch(model, cs.repeated)
+        prev_pairs = [previous_token_pairs(n) for n in len_u]
+        ind_pairs = [[(s, f + 1) for f, s in ex.repeats] for ex in cs.repeated]
+        out["previous_token"][str(cs.length)] = banded_scores(_per_text(att_u, len_u), prev_pairs, cs.length,
+                                                              n_bands, "previous token")
+        out["induction"][str(cs.length)] = banded_scores(_per_text(att_r, len_r), ind_pairs, cs.length, n_bands,
+                                                         "induction")
+    return out
+
+
+@dataclass(frozen=True)
 class ProbeSets:
     random: list
     repeated: list
     agreement: list
     loss: list
     reference: list
+    context: tuple = ()  # ContextSets, one per length
+    n_bands: int = 3
 
     @classmethod
     def build(cls, cfg: ProbeConfig, max_len: int, random_share: float = 0.0) -> "ProbeSets":
         from mha_viz.models.tiny import corpus
 
+        too_long = [n for n in cfg.context_lengths if n > max_len]
+        if too_long:
+            raise ValueError(f"context lengths {too_long} exceed the model's max_len {max_len}")
         return cls(
             random=corpus.random_sequences(cfg.n_random, cfg.seed, cfg.random_length),
             repeated=corpus.repeated_sequences(cfg.n_repeated, cfg.seed + 1, cfg.repeated_lengths),
             agreement=corpus.agreement_examples(cfg.n_agreement, cfg.seed + 2, "opposite", max_len),
             loss=corpus.training_texts(cfg.n_loss, cfg.seed + 3, max_len, random_share),
             reference=corpus.agreement_examples(cfg.n_reference, cfg.seed + 4, "opposite", max_len),
+            context=tuple(ContextSets.build(n, cfg.n_context, cfg.seed + 5 + 2 * i)
+                          for i, n in enumerate(cfg.context_lengths)),
+            n_bands=cfg.n_bands,
         )
 
 
@@ -160,12 +235,15 @@ def measure(model, sets: ProbeSets) -> dict:
         "subject": subject_score(_per_text(att_agr, len_agr),
                                  [(ex.subject_pos, ex.verb_pos) for ex in sets.agreement]),
     }
-    return {
+    out = {
         "loss": round(heldout_loss(model, sets.loss), 4),
         "agreement_accuracy": round(agreement_from_logits(model, sets.agreement, logits_agr), 4),
         "scores": {k: [[round(float(v), 4) for v in row] for row in s.scores] for k, s in scores.items()},
         "baselines": {k: round(s.baseline, 4) for k, s in scores.items()},
     }
+    if sets.context:
+        out["context"] = measure_context(model, list(sets.context), sets.n_bands)
+    return out
 
 
 def agreement_margin_from_logits(model, examples, logits: torch.Tensor) -> float:
@@ -231,9 +309,9 @@ def causal_check(model, sets: ProbeSets, subject_scores: torch.Tensor) -> dict:
             "top": list(ranked[0]), "heads": heads, "sets": out_sets}
 
 
-def probe(folder, cfg: ProbeConfig = ProbeConfig(), quiet: bool = True) -> dict:
-    """Measure every saved checkpoint of the tiny model in `folder` (and the causal check on the last one);
-    returns the evidence as written to `folder`/probes.json."""
+def probe(folder, cfg: ProbeConfig = ProbeConfig(), quiet: bool = True, causal: bool = True) -> dict:
+    """Measure every saved checkpoint of the tiny model in `folder` (and, with `causal`, the causal check on the
+    last one); returns the evidence as written to `folder`/probes.json."""
     import json
     from pathlib import Path
 
@@ -262,19 +340,21 @@ def probe(folder, cfg: ProbeConfig = ProbeConfig(), quiet: bool = True) -> dict:
                       + f", agreement {result['agreement_accuracy']:.3f}", flush=True)
         last = measure(final, sets)
         subject = torch.tensor(last["scores"]["subject"])  # (L, H)
-        causal = causal_check(final, sets, subject)
+        checked = {"causal": causal_check(final, sets, subject)} if causal else {}
     finally:
         torch.set_num_threads(before)
     return {
         "about": "Written by `make probe` (python -m mha_viz.models.tiny.probes) from the saved weights. Scores "
                  "are mean attention weights on held-out inputs, per head (layer, head); baselines are uniform "
-                 "attention over the visible keys. A test recomputes every number from the shipped weights.",
+                 "attention over the visible keys; \"context\" holds previous-token and induction per position "
+                 "band (thirds of the text) at several input lengths. A test recomputes every number from the "
+                 "shipped weights.",
         "probe_config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(cfg).items()},
         "weights": {p.relative_to(folder).as_posix(): sha256(p)
                     for p in [folder / "model.safetensors", *sorted((folder / "checkpoints").glob("*.safetensors"))]},
         "steps": steps,
         "per_step": per_step,
-        "final": {**last, "step": steps[-1], "causal": causal},
+        "final": {**last, "step": steps[-1], **checked},
     }
 
 
@@ -285,25 +365,51 @@ def best_head(scores: list[list[float]]) -> tuple[tuple[int, int], float]:
     return head, scores[head[0]][head[1]]
 
 
-def main(argv: list[str] | None = None) -> None:
-    import argparse
+def write_probe(folder, causal: bool = True) -> dict:
+    """`probe` the folder and write its evidence file there (what `make probe` does for each seed)."""
     import json
     from pathlib import Path
 
+    evidence = probe(folder, quiet=False, causal=causal)
+    (Path(folder) / EVIDENCE).write_text(json.dumps(evidence, indent=1) + "\n")
+    print(f"wrote {Path(folder) / EVIDENCE}")
+    return evidence
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+    from pathlib import Path
+
+    from mha_viz.models.tiny.evidence import context_roles
+    from mha_viz.models.tiny.train import seed_folders
     from mha_viz.settings import ASSETS
 
-    parser = argparse.ArgumentParser(description="Measure every saved checkpoint of the tiny model and write "
-                                                 "probes.json next to its weights.")
+    parser = argparse.ArgumentParser(description="Measure every saved checkpoint of the tiny model and of every "
+                                                 "other training seed under it, and write probes.json next to "
+                                                 "each one's weights.")
     parser.add_argument("--folder", default=str(ASSETS / "tiny"), help="the tiny model's folder")
+    parser.add_argument("--no-seeds", action="store_true", help="only the folder itself, not its seeds/seedN")
+    parser.add_argument("--seed", type=int, default=None, help="only seed N under the folder (0: the folder)")
     args = parser.parse_args(argv)
-    folder = Path(args.folder)
-    evidence = probe(folder, quiet=False)
-    (folder / EVIDENCE).write_text(json.dumps(evidence, indent=1) + "\n")
-    print(f"wrote {folder / EVIDENCE}\n")
-    final = evidence["final"]
-    for rel in RELATIONS:  # the notes view words the rest (mha_viz/app/views/notes.py)
-        (layer, head), value = best_head(final["scores"][rel])
-        print(f"{rel}: L{layer} H{head} {value:.0%} (uniform {final['baselines'][rel]:.0%})")
+    root = Path(args.folder)
+    folders = [root] if args.no_seeds else [root, *seed_folders(root)]
+    if args.seed is not None:
+        folders = [root if args.seed == 0 else root / "seeds" / f"seed{args.seed}"]
+    for folder in folders:
+        print(f"{folder}:")
+        # The causal check (every set of up to 3 heads switched off) on the shipped seed only: it is most of
+        # the probe's time, and the other seeds are there to show which head took which pattern.
+        evidence = write_probe(folder, causal=folder == root)
+        final = evidence["final"]
+        for rel in RELATIONS:  # the notes view words the rest (mha_viz/app/views/notes.py)
+            (layer, head), value = best_head(final["scores"][rel])
+            print(f"{rel}: L{layer} H{head} {value:.0%} (uniform {final['baselines'][rel]:.0%})")
+        for rel, role in context_roles(final["context"]).items():
+            bands = "; ".join(f"length {n}: " + " / ".join("-" if v is None else f"{v:.2f}" for v in b)
+                              for n, b in role["bands"].items())
+            print(f"{rel} over the context: L{role['head'][0]} H{role['head'][1]}, lowest band {role['min']:.2f} "
+                  f"({bands})")
+        print()
 
 
 if __name__ == "__main__":

@@ -215,6 +215,13 @@ SEED_CHECKPOINTS = (0, 600, 1000, 1300)  # a few steps where the patterns form: 
 SEEDS_DIR = "seeds"
 
 
+def seed_folders(root: str | Path = TINY_ASSETS) -> list[Path]:
+    """The folders of the other training seeds saved under `root` (seeds/seed<N> with weights), by seed."""
+    found = [p for p in (Path(root) / SEEDS_DIR).glob("seed*")
+             if p.name.removeprefix("seed").isdigit() and (p / "model.safetensors").exists()]
+    return sorted(found, key=lambda p: int(p.name.removeprefix("seed")))
+
+
 def seed_folder(seed: int, root: str | Path = TINY_ASSETS) -> Path:
     """Where the weights of training seed `seed` live (seed 0 is the shipped model, in `root` itself)."""
     return Path(root) if seed == 0 else Path(root) / SEEDS_DIR / f"seed{seed}"
