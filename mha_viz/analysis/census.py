@@ -33,7 +33,7 @@ from typing import Sequence
 import torch
 
 from mha_viz.analysis._checks import attention as _attention
-from mha_viz.analysis.scores import pattern_scores, uniform_pattern
+from mha_viz.analysis.scores import allowed_keys, nearby_mask, pattern_scores, uniform_pattern  # noqa: F401 (re-exported)
 
 Pair = tuple[int, int]  # (query position, key position)
 OFFSETS = tuple(k for k in range(-5, 6) if k != 0)  # Clark et al.'s fixed-offset baselines: the word k away
@@ -41,11 +41,6 @@ OFFSETS = tuple(k for k in range(-5, 6) if k != 0)  # Clark et al.'s fixed-offse
 
 def _att(att: torch.Tensor) -> torch.Tensor:
     return _attention(att, "att", (4,), "(L, H, Q, K)")
-
-
-def allowed_keys(t: int, causal: bool) -> torch.Tensor:
-    """(Q, K) bool: the keys each query may attend to."""
-    return torch.ones(t, t, dtype=torch.bool).tril() if causal else torch.ones(t, t, dtype=torch.bool)  # (Q, K)
 
 
 def mask_mass(att: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, float]:
@@ -102,21 +97,6 @@ def repeat_pairs(token_ids: Sequence[int], content: Sequence[bool]) -> tuple[lis
             duplicate.append((q, f))
         last[tok] = q
     return induction, duplicate
-
-
-def nearby_mask(t: int, window: int, content: Sequence[bool], causal: bool) -> torch.Tensor:
-    """(Q, K) bool: for each non-special query q from position 2 on, the non-special keys k with
-    1 <= |q - k| <= window that q may see (position 0 is never a target: it is <bos>/[CLS] or the attention sink
-    of models without one, as for `previous` in `pattern_scores`)."""
-    if window < 1:
-        raise ValueError(f"window must be at least 1; got {window}")
-    c = torch.as_tensor(list(content), dtype=torch.bool)  # (T,)
-    pos = torch.arange(t)
-    dist = (pos[:, None] - pos[None, :]).abs()  # (Q, K)
-    mask = (dist >= 1) & (dist <= window) & allowed_keys(t, causal) & c[:, None] & c[None, :]  # (Q, K)
-    mask[:, 0] = False
-    mask[:2] = False
-    return mask
 
 
 def nearby_score(att: torch.Tensor, content: Sequence[bool], window: int = 2) -> tuple[torch.Tensor, float]:

@@ -443,7 +443,7 @@ def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | 
     compare with (the same architecture, e.g. re-initialised), or None; progress(fraction, message) is called after
     every batch of inputs read.
     """
-    from mha_viz.models.lexicon import untrained_twin
+    from mha_viz.models.registry import untrained_twin
 
     cfg = config or CensusConfig.for_model(model)
     sets = census_inputs(model, seed, cfg, texts)

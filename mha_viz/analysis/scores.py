@@ -5,6 +5,7 @@ head "does".
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -17,6 +18,26 @@ from mha_viz.contract import AttentionRun
 # Keys of the dict returned by `pattern_scores`, in display order.
 SCORE_NAMES = ("previous", "next", "nearby", "self", "first", "special", "same_token", "entropy")
 NEARBY_WINDOW = 2  # positions either side: the census's `nearby` window (census_run.CensusConfig.window)
+
+
+def allowed_keys(t: int, causal: bool) -> torch.Tensor:
+    """(Q, K) bool: the keys each query may attend to."""
+    return torch.ones(t, t, dtype=torch.bool).tril() if causal else torch.ones(t, t, dtype=torch.bool)  # (Q, K)
+
+
+def nearby_mask(t: int, window: int, content: Sequence[bool], causal: bool) -> torch.Tensor:
+    """(Q, K) bool: for each non-special query q from position 2 on, the non-special keys k with
+    1 <= |q - k| <= window that q may see (position 0 is never a target: it is <bos>/[CLS] or the attention sink
+    of models without one, as for `previous` in `pattern_scores`)."""
+    if window < 1:
+        raise ValueError(f"window must be at least 1; got {window}")
+    c = torch.as_tensor(list(content), dtype=torch.bool)  # (T,)
+    pos = torch.arange(t)
+    dist = (pos[:, None] - pos[None, :]).abs()  # (Q, K)
+    mask = (dist >= 1) & (dist <= window) & allowed_keys(t, causal) & c[:, None] & c[None, :]  # (Q, K)
+    mask[:, 0] = False
+    mask[:2] = False
+    return mask
 
 
 def pattern_scores(att: torch.Tensor, token_ids=None, special_mask=None, causal: bool = False,
@@ -34,7 +55,7 @@ def pattern_scores(att: torch.Tensor, token_ids=None, special_mask=None, causal:
                   previous token. Clark et al. count every query; the tiny model's probes use this same function
       next        att[q, q+1], mean over queries q = 0..T-2 (always 0 in a causal model)
       nearby      sum of att[q, k] over keys 1 <= |q - k| <= 2 (itself excluded), mean over queries q = 2..T-1:
-                  the census's `nearby` (`census.nearby_mask`, the same function), here on this one input; keys
+                  the census's `nearby` (`nearby_mask`, the same function the census uses), here on this one input; keys
                   and queries only at `content` positions (not tokenizer-added specials), never position 0.
                   Ours: a windowed `previous`/`next` (Voita et al. 2019 count only the +-1 neighbour); it shows a
                   band along the diagonal that neither `previous` nor `next` alone may reach
@@ -109,7 +130,6 @@ def pattern_scores(att: torch.Tensor, token_ids=None, special_mask=None, causal:
 
 def _nearby(att: torch.Tensor, content, causal: bool) -> torch.Tensor:
     """(L, H, Q, K) -> (L, H): the census's nearby mass (its own mask), NaN when no query has a nearby key."""
-    from mha_viz.analysis.census import nearby_mask  # census builds on this module: imported when first used
 
     n_layers, n_heads, t, _ = att.shape
     content = [True] * t if content is None else [bool(c) for c in _position_mask(content, t, "content")]

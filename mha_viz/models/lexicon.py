@@ -1,10 +1,9 @@
-"""The word lists a model's census inputs are drawn from, and the untrained twin a model's census is compared with.
+"""The word lists a model's census inputs are drawn from.
 
     english_lexicon(model)  -> Lexicon: the English words below that `model` reads as one token each; what
                                `EditableModel.lexicon()` answers for every model without a vocabulary of its own
                                (the tiny model answers with its corpus's words, `TinyModel.lexicon`)
     lexicon(model)          -> model.lexicon(), kept for callers of the function
-    untrained_twin(model)   -> Model | None: the same architecture at its initialisation, where one is shipped
 
 A word is kept only where `model.token_id` says it is exactly one token both after a space (" dog") and at the start
 of a text ("dog"): so "the same word" is one token wherever it stands, and positions line up.
@@ -15,7 +14,7 @@ import functools
 
 from mha_viz.contract import InputError, Lexicon, Model
 
-__all__ = ["Lexicon", "english_lexicon", "lexicon", "untrained_twin"]
+__all__ = ["Lexicon", "english_lexicon", "lexicon"]
 
 # (singular, plural) nouns, adjectives, prepositions and (singular, plural) transitive verbs for English models.
 NOUNS = (
@@ -85,12 +84,3 @@ def english_lexicon(model: Model, min_words: int = 24) -> Lexicon:
                    prepositions=tuple(p for p in PREPOSITIONS if p in one) or ("of",), verbs=verbs,
                    determiner=determiner, object_determiner=determiner, period=period,
                    source="English words that are one token for this model's tokenizer")
-
-
-def untrained_twin(model: Model) -> Model | None:
-    """The same architecture at its seeded initialisation, when one ships (the tiny model and its seeds: step 0 of
-    the same run); None for every other model, whose initialisation is not shipped."""
-    from mha_viz.models.registry import load_model, untrained_name
-
-    name = untrained_name(model.name)
-    return None if name is None else load_model(name)

@@ -198,3 +198,10 @@ def _load_seed(seed: int, step: int | None) -> Model:
     title = f"tiny, training seed {seed}" + ("" if step is None else f", at step {step}")
     # A new adapter around the loaded network with its own name, so caches keyed on the name keep seeds apart.
     return TinyModel(base.lm, base.vocab, dataclasses.replace(base.info, name=name, title=title), folder)
+
+
+def untrained_twin(model: Model) -> Model | None:
+    """The same architecture at its seeded initialisation, when one ships (the tiny model and its seeds: step 0 of
+    the same run); None for every other model, whose initialisation is not shipped."""
+    name = untrained_name(model.name)
+    return None if name is None else load_model(name)
