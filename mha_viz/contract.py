@@ -162,6 +162,9 @@ class StepScores:
     agreement_accuracy: float  # share of agreement sentences where the agreeing verb form scores higher
     scores: dict[str, list[list[float]]]  # score name -> (L, H) as nested lists: each head's measured score
     baselines: dict[str, float]  # score name -> the same score under uniform attention
+    # Whole-context relations (previous token, induction) per text length and position band, for the one head that
+    # holds each best over all of them: {relation: {"head": (l, h), "min", "mean", "bands": {length: [score|None]}}}
+    context: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,26 @@ def _fmt_head(head) -> str:
     return f"L{head[0]} H{head[1]}"
 
 
+def context_lines(final, words: dict[str, str]) -> list[str]:
+    """The whole-context check, worded from `final.context`: for the previous-token and induction relations, the
+    one head that holds each best over every text length and position band, its lowest band and where it is."""
+    if not final.context:
+        return []
+    lines = []
+    for rel, role in final.context.items():
+        bands = role["bands"]
+        low_len, low_band = min(((n, i) for n, b in bands.items() for i, v in enumerate(b) if v is not None),
+                                key=lambda nb: bands[nb[0]][nb[1]])
+        per_len = "; ".join(f"{n} tokens: " + " / ".join("-" if v is None else f"{v:.0%}" for v in b)
+                            for n, b in sorted(bands.items(), key=lambda kv: int(kv[0])))
+        lines.append(f"- Across the whole context, {words[rel].split(' (')[0].split(':')[0].lower()}: "
+                     f"{_fmt_head(role['head'])} holds it best over every length and position third ({per_len}); "
+                     f"its lowest is {role['min']:.0%}, in the {('first', 'middle', 'last')[low_band]} third at "
+                     f"{low_len} tokens" + (" - it holds across the context." if role["min"] >= 0.9 else
+                                             " - below 90% there."))
+    return lines
+
+
 def evidence_markdown(evidence: TrainingEvidence) -> str:
     """The notes' section on the in-repo model, worded from its measured training record, so no number in it is
     typed by hand."""
@@ -94,6 +114,7 @@ def evidence_markdown(evidence: TrainingEvidence) -> str:
                 f"({', '.join(_fmt_head(h) for h in entry['worst_other'])}) leaves {worst['accuracy']:.0%}"
                 + (" - far less harm than the subject heads do." if verdict
                    else " - not far enough below the subject heads to say agreement runs through them."))
+    lines += context_lines(final, words)
     untouched = all(best_head(first.scores[r])[1] <= first.baselines[r] + 0.05 for r in ORDER)
     lines += [
         "",

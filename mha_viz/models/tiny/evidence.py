@@ -72,7 +72,8 @@ def typed_evidence(evidence: dict | None, log: dict) -> TrainingEvidence:
     """The evidence file and the training log as the contract's `TrainingEvidence`."""
     def typed(s: dict) -> StepScores:
         return StepScores(step=int(s["step"]), loss=float(s["loss"]), agreement_accuracy=float(s["agreement_accuracy"]),
-                          scores=s["scores"], baselines=s["baselines"])
+                          scores=s["scores"], baselines=s["baselines"],
+                          context=context_roles(s["context"]) if s.get("context") else {})
 
     per_step = tuple(typed(s) for s in (evidence or {}).get("per_step", []))
     final = (evidence or {}).get("final")

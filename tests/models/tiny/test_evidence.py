@@ -68,3 +68,19 @@ def test_the_notes_show_the_files_numbers(shipped):
             assert f"agreement accuracy {entry['top_result']['accuracy']:.0%}" in section
     # Without the file the notes say how to write it instead of showing stale numbers.
     assert "make probe" in fill_notes(notes, None)
+
+
+def test_the_notes_say_how_far_across_the_context_each_head_holds(shipped):
+    """The whole-context lines: for each relation, the head with the best mean over every length and band (found
+    here from the raw file), and its lowest band, as the notes state them."""
+    section = evidence_markdown(load_tiny().training_evidence())
+    context = shipped["final"]["context"]
+    for rel, words in (("previous_token", "previous token"), ("induction", "induction")):
+        cells = [e["scores"] for bands in context[rel].values() for e in bands if e["scores"] is not None]
+        n_layers, n_heads = len(cells[0]), len(cells[0][0])
+        heads = [(l, h) for l in range(n_layers) for h in range(n_heads)]
+        best = max(heads, key=lambda lh: (sum(c[lh[0]][lh[1]] for c in cells), -lh[0], -lh[1]))
+        lowest = min(c[best[0]][best[1]] for c in cells)
+        line = next(s for s in section.splitlines() if s.startswith(f"- Across the whole context, {words}"))
+        assert f"L{best[0]} H{best[1]} holds it best" in line and f"its lowest is {lowest:.0%}" in line, line
+        assert ("holds across the context" in line) == (lowest >= 0.9), line
