@@ -68,12 +68,13 @@ train: setup
 	$(PY) -m mha_viz.models.tiny.train
 	$(MAKE) train-seeds
 
-# The same recipe from seeds 1 and 2 (assets/tiny/seeds/seedN: float16 weights and 4 steps besides the last;
+# The same recipe from seeds 1, 2 and 3 (assets/tiny/seeds/seedN: float16 weights and 4 steps besides the last;
 # each run is about 7 min of one core alone, 40-80 min when a loaded 2-core machine gives it 8% of a core), then
 # the probes of every seed, the shipped one included.
 train-seeds: setup
 	$(PY) -m mha_viz.models.tiny.train --seed 1 --quiet
 	$(PY) -m mha_viz.models.tiny.train --seed 2 --quiet
+	$(PY) -m mha_viz.models.tiny.train --seed 3 --quiet
 	$(PY) -m mha_viz.models.tiny.probes
 
 # Every saved step of assets/tiny/ and of each seed under it: assets/tiny/probes.json, seeds/seedN/probes.json.

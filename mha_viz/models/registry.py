@@ -79,7 +79,7 @@ def _seed_folder(seed: int):
 
 def seeds(name: str) -> list[str]:
     """The names `load_model` accepts for the same training recipe under every seed shipped, `name`'s own first
-    (["tiny", "tiny#seed1", "tiny#seed2"]); [name] for a model trained once, [] for a name that is
+    (["tiny", "tiny#seed1", "tiny#seed2", "tiny#seed3"]); [name] for a model trained once, [] for a name that is
     not a model."""
     if not isinstance(name, str) or not name.strip():
         return []

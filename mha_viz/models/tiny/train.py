@@ -210,7 +210,7 @@ def _train(out: Path, model_cfg: TinyConfig | None, cfg: TrainConfig, quiet: boo
     return weights
 
 
-SEEDS = (1, 2)  # more seeds of the same recipe, under assets/tiny/seeds/seed<N>/ (load_model("tiny#seed<N>"))
+SEEDS = (1, 2, 3)  # more seeds of the same recipe, under assets/tiny/seeds/seed<N>/ (load_model("tiny#seed<N>"))
 SEED_CHECKPOINTS = (0, 600, 1000, 1300)  # a few steps where the patterns form: keeps each seed's folder under 2 MB
 SEEDS_DIR = "seeds"
 
