@@ -73,7 +73,10 @@ class JupyterServer:
             return json.loads(resp.read())
 
     def page_url(self, front_end: str, name: str) -> str:
-        where = {"lab": f"lab/tree/{name}", "notebook7": f"notebooks/{name}"}[front_end]
+        # JupyterLab restores a workspace's open tabs on every page load: an earlier test's notebook would come
+        # back, hidden behind this one, and match every cell locator first. One workspace per notebook keeps it out.
+        workspace = Path(name).stem
+        where = {"lab": f"lab/workspaces/{workspace}/tree/{name}", "notebook7": f"notebooks/{name}"}[front_end]
         return f"{self.url}/{where}?token={self.token}"
 
     def kernel_ready(self, name: str) -> bool:
