@@ -147,7 +147,7 @@ def _tip(page) -> str:
     return page.locator("[data-testid=mhm-tip]").first.inner_text()
 
 
-@pytest.mark.parametrize("front_end", ["lab"])
+@pytest.mark.parametrize("front_end", ["lab", "notebook7"])
 def test_census_and_circuits_widgets_in_the_page(browser, server, front_end):
     """show_census on tiny: hover a head (its value and interval), pick a score, click a head: `cw.selected`
     changes in the kernel and the picture redraws with that head outlined and its top examples; the Save SVG button
