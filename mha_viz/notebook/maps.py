@@ -125,23 +125,12 @@ def _doc(width: float, height: float, title: str, body: list[str], kind: str, he
             + _text(GAP, GAP + 11, title, 14, bold=True) + "\n" + "\n".join(body) + "\n</svg>")
 
 
-def _wrap(text: str, width: int) -> list[str]:
-    lines, line = [], ""
-    for word in text.split():
-        if line and len(line) + 1 + len(word) > width:
-            lines.append(line)
-            line = word
-        else:
-            line = f"{line} {word}" if line else word
-    return lines + ([line] if line else [])
-
-
 def _lines(lines: list[tuple[str, str]], width: float) -> list[tuple[str, str]]:
     """Text lines wrapped to the picture's width (11 px text, about 5.9 px a character)."""
     chars = max(40, int((width - 2 * GAP) / 5.9))
     out = []
     for words, kind in lines:
-        out += [(part, kind) for part in (_wrap(words, chars) or [""])]
+        out += [(part, kind) for part in (_svg._wrap(words.split(), chars) or [""])]
     return out
 
 

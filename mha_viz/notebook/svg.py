@@ -57,6 +57,8 @@ def png(rgb: np.ndarray) -> bytes:
 
 
 def _wrap(words: list[str], width: int) -> list[str]:
+    """Greedy line filling: `words` joined by spaces into lines of at most `width` characters (a longer word gets
+    a line of its own). The maps' captions use it too."""
     lines, line = [], ""
     for w in words:
         if line and len(line) + 1 + len(w) > width:
