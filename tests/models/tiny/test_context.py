@@ -24,12 +24,7 @@ LENGTHS = ProbeConfig().context_lengths
 FOLDERS = [TINY_ASSETS, *seed_folders(TINY_ASSETS)]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/models/tiny/conftest.py
 
 
 def _name(folder) -> str:

@@ -26,13 +26,7 @@ REPEATED = corpus.repeated_sequences(40, seed=3102)
 AGREEMENT = corpus.agreement_examples(200, seed=3103, attractor="opposite")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # Many tiny forwards: one thread avoids oversubscription when other processes share the 2 cores.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/models/tiny/conftest.py
 
 
 @pytest.fixture(scope="module")
