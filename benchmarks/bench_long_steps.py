@@ -59,14 +59,14 @@ else:
     step()  # warm: the cache of the unedited run, allocator
 if borrow:
     from mha_viz.app.cache import long_job  # imports streamlit: before the clock starts
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 if borrow:
     with long_job() as tick:
         out = step(progress=lambda f: threads.append(tick()))
 else:
     out = step()
-secs = time.perf_counter() - t0
-print(json.dumps({"secs": secs, "map": out.tolist(), "threads": threads}))
+secs, cpu = time.perf_counter() - t0, time.process_time() - c0
+print(json.dumps({"secs": secs, "cpu": cpu, "map": out.tolist(), "threads": threads}))
 """
 
 
@@ -149,25 +149,31 @@ def main() -> None:
     print(f"# bench_long_steps | {machine()} | threads {args.threads} | before {args.before}", flush=True)
     from mha_viz import load_model
 
-    print("| model | tokens | step | before (s) | after (s) | before / after | max |diff| |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    from _common import load_avg
+
+    print("| model | tokens | step | before (s) | after (s) | before / after | CPU s before / after | max |diff| "
+          "| load avg |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in args.models.split(","):
         model = load_model(name)
         for n in [int(x) for x in args.tokens.split(",")]:
             text, source = pair(model, n)
             tokens = model.token_count(text)
             for what in ("importance", "patching"):
-                old, new = [], []
+                old, new, old_cpu, new_cpu = [], [], [], []
                 for _ in range(args.reps):
-                    a = run(before, args.threads, name, text, source, what)
-                    b = run(REPO, args.threads, name, text, source, what)
+                    a = run(before, args.threads, name, text, source, what, short_warm=tokens > 64)
+                    b = run(REPO, args.threads, name, text, source, what, short_warm=tokens > 64)
                     old.append(a["secs"])
                     new.append(b["secs"])
+                    old_cpu.append(a.get("cpu", float("nan")))
+                    new_cpu.append(b["cpu"])
                 import torch
 
                 diff = float((torch.tensor(a["map"]) - torch.tensor(b["map"])).abs().max())
                 print(f"| {name} | {tokens} | {what} | {median(old):.2f} | {median(new):.2f} | "
-                      f"{median(old) / median(new):.2f}x | {diff:.2g} |", flush=True)
+                      f"{median(old) / median(new):.2f}x | {median(old_cpu):.1f} / {median(new_cpu):.1f} "
+                      f"({median(old_cpu) / median(new_cpu):.2f}x) | {diff:.2g} | {load_avg()} |", flush=True)
     print(f"# finished {time.strftime('%H:%M')} | {machine()}")
 
 

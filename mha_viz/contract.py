@@ -439,6 +439,17 @@ class Model(ABC):
         Returns (output (B, T, D), logits (B, T, V), or (B, P, V) at `positions` when given, or None). Used to
         ablate or patch many heads in one pass."""
 
+    def single_head_work(self, text: str, source: str | None = None) -> float:
+        """What a map of single-head runs over every head costs, in unedited forwards of `text`: head importance
+        (source None) or the exact patching map from `source`. Here one forward per head; the engine counts what
+        its batches recompute."""
+        return float(self.n_layers * self.n_heads)
+
+    def wave_rows(self, n_tokens: int) -> int:
+        """How many rows one `run_batch_keep` call on a text of `n_tokens` tokens should carry: long maps go this
+        many heads per call (and report progress per call)."""
+        return 16
+
     @abstractmethod
     def head_outputs(self, text: str) -> torch.Tensor:
         """Every head's output on `text` with all heads on -> (L, H, T, dh): its slice of the output

@@ -22,7 +22,7 @@ def head_importance(
     text: str,
     base_off: frozenset[Head] = frozenset(),
     position: int = -1,
-    chunk: int = 16,
+    chunk: int | None = None,
     progress: Callable[[float], None] | None = None,
     ablation: str = "zero",
 ) -> torch.Tensor:
@@ -33,7 +33,8 @@ def head_importance(
     the loss's sensitivity to a head mask; KL needs no label. For encoders: 1 - cosine similarity of the mean-pooled
     sentence
     embedding. Heads already in `base_off` score 0. The single-head ablations go through the model as a
-    batch of keep masks, `chunk` at a time, instead of one forward per head. `ablation` (an `Ablation` or its key)
+    batch of keep masks, `chunk` at a time (None: `Model.wave_rows`, one growing batch per call), instead of one
+    forward per head. `ablation` (an `Ablation` or its key)
     says what each switched-off head (those in `base_off` too) outputs, as in `Model.run`: "mean" its mean over the
     model's example sentences instead of zero.
     """
@@ -48,6 +49,7 @@ def head_importance(
     at = [position] if model.info.kind != "encoder" else None
     base_out, base_logits = model.run_batch_keep(text, base_keep[None], replace, at)  # (1, T, D), (1, 1, V) or None
     scores = torch.zeros(n_layers, n_heads)  # (L, H)
+    chunk = chunk or model.wave_rows(model.token_count(text))
     for start in range(0, len(heads), chunk):
         part = heads[start:start + chunk]
         keep = base_keep.repeat(len(part), 1, 1)  # (B, L, H)

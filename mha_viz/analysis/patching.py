@@ -79,13 +79,16 @@ def normalise(change: torch.Tensor, text_value: float, source_value: float) -> t
     return change / gap if abs(gap) > 1e-6 else change
 
 
-def patching_map(model: Model, text: str, source: str, metric: Metric, chunk: int = 16,
+def patching_map(model: Model, text: str, source: str, metric: Metric, chunk: int | None = None,
                  progress: Callable[[float], None] | None = None) -> PatchingMap:
     """Patch every head alone from `source` into `text` (all other heads on) and measure `metric` -> PatchingMap.
 
     Activation patching as in Vig et al. 2020 and Wang et al. 2022, per head output (its slice of the output
-    projection's input), every later layer recomputed. One row of a batched forward per head, `chunk` at a time,
-    the way the head-importance map is batched; the source's outputs are computed once and shared by every row.
+    projection's input), every later layer recomputed. One row of a batched forward per head, `chunk` at a time
+    (None: `Model.wave_rows`), the way the head-importance map is batched; the source's outputs are computed once
+    and shared by every row. On a causal model where the two texts agree up to some token, the positions before it
+    are not recomputed (the engine sees that the patched outputs equal the text's own there; see
+    `run_batch_keep`): the same numbers.
     """
     n_tokens, n_source = model.token_count(text), model.token_count(source)
     if n_tokens != n_source:
@@ -101,6 +104,7 @@ def patching_map(model: Model, text: str, source: str, metric: Metric, chunk: in
         at, metric = [metric.position], dataclasses.replace(metric, position=0)
     heads = [(layer, head) for layer in range(L) for head in range(H)]
     patched = torch.zeros(L, H)  # (L, H)
+    chunk = chunk or model.wave_rows(n_tokens)  # one growing batch per call (see Model.wave_rows)
     for start in range(0, len(heads), chunk):
         part = heads[start:start + chunk]
         keep = torch.ones(len(part), L, H)  # (B, L, H)

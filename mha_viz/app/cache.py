@@ -478,10 +478,11 @@ def importance_estimate_cached(name: str, text: str, heads_off: tuple[Head, ...]
                                samples=ESTIMATE_SAMPLES)
 
 
-def exact_seconds(name: str, text: str, n_heads: int) -> float:
-    """What a map of `n_heads` single-head passes will take here: one measured forward pass of this text (a batch
-    row, all heads on; measured once per model and token count on this server), times the heads, times the mean
-    share of layers a head's pass recomputes (the layers before it are reused: about half)."""
+def exact_seconds(name: str, text: str, n_heads: int, source: str | None = None) -> float:
+    """What a map of `n_heads` single-head passes will take here (head importance, or patching from `source`): one
+    measured forward pass of this text (all heads on; measured once per model and token count on this server),
+    times the forwards' worth the engine's batches recompute (`Model.single_head_work`: the layers before a head
+    are reused, and on causal models a patch recomputes only the positions where the texts differ), per head."""
     model = get_model(name)
     n = model.token_count(text)
     with _FORWARD_LOCK:
@@ -489,11 +490,10 @@ def exact_seconds(name: str, text: str, n_heads: int) -> float:
     if seconds is None:
         import time
 
-        keep = torch.ones(1, model.n_layers, model.n_heads)  # (1, L, H)
         start = time.perf_counter()
-        model.run_batch_keep(text, keep, positions=[-1] if model.info.kind != "encoder" else None)
+        model.head_outputs(text)  # one forward of one row
         seconds = time.perf_counter() - start
         with _FORWARD_LOCK:
             _FORWARD_SECONDS[(name, n)] = seconds
-    share = (model.n_layers + 1) / (2 * model.n_layers) if model.can_resume else 1.0
-    return seconds * n_heads * share
+    per_head = model.single_head_work(text, source) / (model.n_layers * model.n_heads)
+    return seconds * n_heads * per_head

@@ -81,10 +81,18 @@ class HeadEdit:
         values   every layer's values, in `values`                 inputs   the residual entering each layer
         final    the final norm's (input, output), in `final_io`   states   each block's output, in `states`
 
+        past     (with `tails`) run positions offset.. only, on the unedited run's keys and values before them
+
     and what it asks the forward to skip: `start` > 0 says layers 0..start-1 are exactly as in the unedited run,
     whose block output at start-1 is `prefix` (batch 1; an adapter that can skip feeds it to layer `start`, one
     that cannot runs every layer: the numbers are the same); `logits_at` (positions) says only those positions'
     logits are read.
+
+    A growing batch (`rows`, for adapters whose `grows` is True): the forward is called with one row of ids, and
+    `rows[l]` rows enter layer l (non-decreasing from `start` on). Rows that join at layer l are the unedited run
+    up to there: copies of its input to layer l (`bases[l - 1]`, the unedited run's block outputs; at `start`,
+    the one row the forward brings). Row b's edits (keep[b], replace[b]) apply from the layer it joins, so a row
+    that first edits layer l costs the layers from l on, and every layer runs as one batch of all rows begun.
 
     Not frozen: the records fill up during the one call this object is made for.
     """
@@ -92,7 +100,9 @@ class HeadEdit:
     def __init__(self, keep: torch.Tensor | None = None, replace: torch.Tensor | None = None,
                  capture: bool = False, grad: bool = False, inspect: Iterable[int] = (), values: bool = False,
                  inputs: bool = False, final: bool = False, states: bool = False, start: int = 0,
-                 prefix=None, logits_at: list[int] | None = None, stop_after: int | None = None):
+                 prefix=None, logits_at: list[int] | None = None, stop_after: int | None = None,
+                 rows: Sequence[int] | None = None, bases: Sequence | None = None,
+                 past: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None):
         if replace is not None and keep is None:
             raise ValueError("replace needs a keep mask saying which heads take it (0 = replace)")
         if keep is not None and keep.ndim != 3:
@@ -106,6 +116,14 @@ class HeadEdit:
         self.stop_after = stop_after  # nothing after this layer's head outputs is needed: `__call__` ends the forward
         if start and prefix is None:
             raise ValueError("start > 0 needs the prefix: the unedited run's block output at layer start - 1")
+        if rows is not None and (keep is None or rows[-1] != keep.shape[0] or bases is None
+                                 or any(a > b for a, b in zip(rows, rows[1:]))):
+            raise ValueError("rows must be non-decreasing up to keep's batch size, with the unedited run's bases")
+        self.rows, self.bases = (None if rows is None else list(rows)), bases
+        # A tail (adapters whose `tails` is True): the ids are positions offset.. of the text only, and `past` holds
+        # every layer's keys and values (1, H_kv, offset, dh) of positions 0..offset-1 from the unedited run.
+        self.past = None if past is None else list(past)
+        self.offset = 0 if past is None else int(past[0][0].shape[-2])
         self.states: dict[int, object] = {}  # layer -> that block's output, as the block returned it
         self.outputs: list[torch.Tensor] = []  # per layer (B, H, T, dh)
         self.deltas: list[torch.Tensor] = []  # per layer (B, H, T, dh), leaves with requires_grad
@@ -113,6 +131,7 @@ class HeadEdit:
         self.values: dict[int, torch.Tensor] = {}  # layer -> (B, H_kv, K, dh)
         self.inputs: dict[int, torch.Tensor] = {}  # layer -> (B, T, D)
         self.final_io: tuple[torch.Tensor, torch.Tensor] | None = None  # (B, T, D) in, (B, T, D) out
+        self.final_out: torch.Tensor | None = None  # (B, T, D) the final norm's output
 
     @classmethod
     def keeping(cls, head_keep: torch.Tensor) -> "HeadEdit":
@@ -122,10 +141,14 @@ class HeadEdit:
     def __call__(self, layer: int, z: torch.Tensor) -> torch.Tensor:
         """z (B, H, T, dh): one layer's head outputs -> the outputs the output projection should see."""
         if self.keep is not None:
-            keep = self.keep[:, layer].to(device=z.device, dtype=z.dtype)[:, :, None, None]  # (B, H, 1, 1)
+            b = z.shape[0]  # all of keep's rows, or those begun by this layer of a growing batch
+            keep = self.keep[:b, layer].to(device=z.device, dtype=z.dtype)[:, :, None, None]  # (B, H, 1, 1)
             z = z * keep  # (B, H, T, dh)
             if self.replace is not None:
-                z = z + (1.0 - keep) * self.replace[:, layer].to(device=z.device, dtype=z.dtype)  # (B, H, T, dh)
+                replace = self.replace[:b, layer].to(device=z.device, dtype=z.dtype)  # (B or 1, H, T or 1, dh)
+                if self.offset and replace.shape[2] > 1:
+                    replace = replace[:, :, self.offset:]  # (B or 1, H, T - offset, dh): the tail's positions
+                z = z + (1.0 - keep) * replace  # (B, H, T, dh)
         if self.grad:
             delta = torch.zeros_like(z, requires_grad=True)  # (B, H, T, dh)
             self.deltas.append(delta)
@@ -151,6 +174,17 @@ class HeadEdit:
                 allowed = allowed()
             self.seen[layer] = Attended(q=q, k=k, v=v, weights=weights, allowed=allowed, scale=float(scale))
 
+    def grown(self, layer: int, x: torch.Tensor) -> torch.Tensor:
+        """x (B, T, D) entering `layer` -> the batch that enters it: with `rows`, the rows that join here appended
+        (copies of the unedited run's input to this layer); otherwise x itself."""
+        if self.rows is None or layer < self.start:
+            return x
+        want = self.rows[layer]
+        if want == x.shape[0]:
+            return x
+        base = x[:1] if layer == self.start else _first(self.bases[layer - 1])  # (1, T, D): as if unedited
+        return torch.cat([x, base.to(x.dtype).expand(want - x.shape[0], *x.shape[1:])])  # (rows[layer], T, D)
+
     def entering(self, layer: int, x: torch.Tensor) -> None:
         """x (B, T, D): the residual stream entering `layer` (the block's input)."""
         if self.want_inputs:
@@ -171,7 +205,9 @@ class HeadEdit:
             self.states[layer] = out
 
     def finished(self, residual: torch.Tensor, normed: torch.Tensor) -> None:
-        """The final norm's input (B, T, D) and output (B, T, D), for direct effects."""
+        """The final norm's input (B, T, D) and output (B, T, D), for direct effects; the output is kept in
+        `final_out` in any case (an adapter may read its final hidden states there)."""
+        self.final_out = normed
         if self.want_final:
             self.final_io = (residual, normed)
 
@@ -185,6 +221,10 @@ class HeadEdit:
 # holds more activations. Attention weights B x L x H x T x T: 2^25 float32 = 128 MB, what bounds memory.
 BATCH_TOKENS = 1024
 BATCH_ATTENTION = 1 << 25
+# Rows x tokens of one growing batch of `run_batch_keep` (the importance and patching maps). Its layers hold one
+# layer's activations at a time (no attention maps kept), so it can be bigger: a 576 x 1536 product runs at 23
+# GFLOPS on 18 rows and 55-58 on 2,000-5,000 on one core here, less again past 8,000 (benchmarks/RESULTS.md).
+WAVE_TOKENS = 4096
 
 
 def _padded(encs: list[Encoded]) -> tuple[torch.Tensor, list[int]]:
@@ -198,6 +238,18 @@ def _padded(encs: list[Encoded]) -> tuple[torch.Tensor, list[int]]:
 
 class Stopped(Exception):
     """Raised through a forward by `HeadEdit.block_done` once the block the call needs has run."""
+
+
+def _first(out) -> torch.Tensor:
+    """A block's output as its tensor (B, T, D): the block's own return value may be a tuple led by it."""
+    return out if isinstance(out, torch.Tensor) else out[0]
+
+
+def _tail(out, start: int):
+    """A block's output (a tensor (B, T, D) or a tuple led by one) cut to positions start.."""
+    if isinstance(out, torch.Tensor):
+        return out[:, start:]  # (B, T - start, D)
+    return (out[0][:, start:], *out[1:])
 
 
 def _repeat_batch(out, batch: int):
@@ -261,6 +313,8 @@ class _PerModelCache:
 
 _MEANS = _PerModelCache()
 _STATES = _PerModelCache(per_model=4)  # a few texts' block outputs: L x T x D floats each (8 MB for SmolLM2 at 120)
+_OUTPUTS = _PerModelCache(per_model=4)  # a few texts' head outputs: L x H x T x dh floats each (8 MB likewise)
+_PAST = _PerModelCache(per_model=4)  # a few prefixes' keys and values per layer (3 MB for SmolLM2 at 120)
 
 
 class EditableModel(Model):
@@ -284,6 +338,11 @@ class EditableModel(Model):
         positions hold is undefined."""
         raise NotImplementedError
 
+    def key_values(self, ids: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """ids (1, P) -> every layer's keys and values (1, H_kv, P, dh) in the unedited run, as its attention
+        keeps them (after rotary embeddings): what a tail (`edit.past`) continues from. Only where `tails`."""
+        raise NotImplementedError
+
     def output_projection(self, layer: int) -> tuple[torch.Tensor, torch.Tensor | None] | None:
         """The linear map combining layer `layer`'s heads: (weight (D, H * dh) as nn.Linear stores it, bias (D,)
         or None), float32 on the CPU; None when it cannot be identified."""
@@ -296,6 +355,13 @@ class EditableModel(Model):
     # Whether `forward` honours `edit.start` (resumes from the unedited run's state instead of recomputing the
     # layers before it) and records `edit.states`. An adapter that does not still gives the same numbers.
     can_resume: bool = False
+    # Whether `forward` honours `edit.rows` (a growing batch: rows join at the layer they first edit, see HeadEdit).
+    # Without it `run_batch_keep` runs one forward per first-edited layer: the same numbers, in smaller batches.
+    grows: bool = False
+    # Whether `forward` honours `edit.past` (runs the tail of a text on the unedited run's keys and values before
+    # it) and `key_values` gives them: causal models only, where no position sees a later one. Without it
+    # `run_batch_keep` recomputes every position: the same numbers.
+    tails: bool = False
     # Whether `forward` takes right-padded rows of different texts (`lengths`). Without it `run_many` runs one text
     # per forward: the same numbers, slower.
     pads: bool = False
@@ -401,18 +467,135 @@ class EditableModel(Model):
         first = torch.where(edits.any(1), edits.float().argmax(1), torch.tensor(self.n_layers))  # (B,)
         starts = first.tolist() if self.can_resume else [0] * B
         hidden, logits = [None] * B, [None] * B
-        for start in sorted(set(starts)):
-            rows = [b for b in range(B) if starts[b] == start]
+        same = self._same_until(enc, ids, keep, replace, at)  # positions 0..same-1 are as in the unedited run
+        base_out = None
+        if same:
+            starts = [s if s < self.n_layers else self.n_layers for s in starts]
+            base_out = self._unedited_end(enc, ids, at)
+            if same == n:  # no row changes anything (e.g. patched from an identical text): all are the unedited run
+                starts = [self.n_layers] * B
+        for start, rows, grow in self._waves(starts, n):
             pick = torch.tensor(rows)
             rep = replace[pick] if replace is not None and replace.shape[0] == B else replace
-            prefix = self._states(enc, ids)[start - 1] if start else None
-            edit = HeadEdit(keep[pick], rep, start=start, prefix=prefix, logits_at=at)
-            with torch.no_grad():
-                out = self.forward(ids.expand(len(rows), -1), edit)  # (rows, T) in
+            if start == self.n_layers and same:
+                out = base_out  # the unedited run's end, computed once
+            else:
+                out = self._wave(enc, ids, keep[pick], rep, start, [starts[b] for b in rows] if grow else None,
+                                 at, same)
             for j, b in enumerate(rows):
-                hidden[b] = out.hidden[j].float().cpu()  # (T, D)
-                logits[b] = None if out.logits is None else out.logits[j].float().cpu()  # (T or P, V)
+                j = 0 if out is base_out else j  # one row, shared by every row that edits nothing
+                row_hidden = out.hidden[j].float().cpu()  # (T, D), or (T - same, D): the tail
+                row_logits = None if out.logits is None else out.logits[j].float().cpu()  # (T or P, V), or the tail
+                if same and start < self.n_layers:
+                    row_hidden = torch.cat([base_out.hidden[0, :same].float().cpu(), row_hidden])  # (T, D)
+                    if at is None and row_logits is not None:
+                        row_logits = torch.cat([base_out.logits[0, :same].float().cpu(), row_logits])  # (T, V)
+                hidden[b], logits[b] = row_hidden, row_logits
         return torch.stack(hidden), None if logits[0] is None else torch.stack(logits)  # (B, T, D), (B, T|P, V)
+
+    def _wave(self, enc: Encoded, ids: torch.Tensor, keep: torch.Tensor, replace: torch.Tensor | None, start: int,
+              joins: list[int] | None, at: list[int] | None, same: int) -> Forward:
+        """One forward of `run_batch_keep`: rows `keep` (B, L, H) resumed at `start`; growing (each row joining at
+        its layer in `joins`) or not (joins None); with same > 0 only positions same.. run, on the unedited run's
+        keys and values before them (the rows' edits change nothing there, and no position sees a later one)."""
+        states = self._states(enc, ids) if start or joins is not None else None
+        past = None
+        if same:
+            past = self._past(enc, ids, same)
+            states = [_tail(state, same) for state in states] if states is not None else None
+            ids = ids[:, same:]  # (1, T - same)
+            at = None if at is None else [p - same for p in at]
+        prefix = states[start - 1] if start else None
+        if joins is not None:  # one row of ids in; rows join at the layer they first edit (HeadEdit.rows)
+            joined = [sum(s <= layer for s in joins) for layer in range(self.n_layers)]
+            edit = HeadEdit(keep, replace, start=start, prefix=prefix, logits_at=at, rows=joined, bases=states,
+                            past=past)
+        else:
+            edit = HeadEdit(keep, replace, start=start, prefix=prefix, logits_at=at, past=past)
+            ids = ids.expand(keep.shape[0], -1)  # (B, T)
+        with torch.no_grad():
+            return self.forward(ids, edit)
+
+    def _unedited_end(self, enc: Encoded, ids: torch.Tensor, at: list[int] | None) -> Forward:
+        """The unedited run's final hidden states (1, T, D) and logits (at `at`), from its kept last block output."""
+        states = self._states(enc, ids)
+        edit = HeadEdit(torch.ones(1, self.n_layers, self.n_heads), start=self.n_layers, prefix=states[-1],
+                        logits_at=at)
+        with torch.no_grad():
+            return self.forward(ids, edit)
+
+    def _same_until(self, enc: Encoded, ids: torch.Tensor, keep: torch.Tensor, replace: torch.Tensor | None,
+                    at: list[int] | None) -> int:
+        """The first position where some row's edit changes a head output (what its replaced heads output there
+        differs from their own output in the unedited run): 0 unless the adapter `tails`, the edits replace outputs
+        position by position (patching) and agree with the unedited run at the start (a source text that differs
+        from this one only from some token on). Capped at the first position whose logits are read."""
+        if not self.tails or replace is None or replace.shape[3] == 1:
+            return 0
+        n = ids.shape[1]
+        own = self.head_outputs_cached(enc, ids)  # (L, H, T, dh)
+        tol = 1e-6 * (float(own.abs().max()) + 1.0)
+        changed = torch.zeros(n, dtype=torch.bool)  # (T,)
+        rows = range(replace.shape[0]) if replace.shape[0] == keep.shape[0] else [None]
+        for r in rows:
+            off = (keep < 1).any(0) if r is None else keep[r] < 1  # (L, H): the heads this row replaces
+            if not off.any():
+                continue
+            rep = replace[0 if r is None else r][off].float().cpu()  # (n_off, T, dh)
+            changed |= ((rep - own[off]).abs() > tol).any(dim=-1).any(dim=0)  # (T,)
+        same = int(changed.float().argmax()) if changed.any() else n
+        if at is not None:
+            same = min(same, *at)
+        return same
+
+    def head_outputs_cached(self, enc: Encoded, ids: torch.Tensor) -> torch.Tensor:
+        """`head_outputs` of these ids (L, H, T, dh), kept for a few texts per model."""
+        def compute():
+            edit = HeadEdit(capture=True)
+            with torch.no_grad():
+                self.forward(ids, edit)
+            return edit.stacked()
+
+        return _OUTPUTS.get(self, tuple(enc.ids), compute)
+
+    def _past(self, enc: Encoded, ids: torch.Tensor, same: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The unedited run's keys and values of positions 0..same-1, per layer (kept for a few prefixes)."""
+        return _PAST.get(self, tuple(enc.ids[:same]), lambda: self.key_values(ids[:, :same]))
+
+    def single_head_work(self, text: str, source: str | None = None) -> float:
+        """See `Model.single_head_work`: a head of layer l recomputes layers l.. (where the adapter resumes), and
+        with a source on a model that `tails`, only the positions from the first token where the two texts differ
+        (the last position is always read). Growing batches make each unit cheaper on short texts; not counted."""
+        L, H = self.n_layers, self.n_heads
+        layers = (L + 1) / 2 if self.can_resume else L  # the mean number of layers a head's row runs
+        share = 1.0
+        if source is not None and self.tails:
+            a, b = self.encoding(check_text(text)).ids, self.encoding(check_text(source)).ids
+            same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(a))
+            share = (len(a) - min(same, len(a) - 1)) / len(a)
+        return L * H * layers / L * share
+
+    def wave_rows(self, n_tokens: int) -> int:
+        """How many rows of `run_batch_keep` on a text of `n_tokens` tokens one growing batch takes (see
+        `_waves`): what callers chunk a long map by, so each chunk is one batch and progress is reported per batch."""
+        per_row = max(self.n_heads * n_tokens * n_tokens, 1)  # one layer's attention weights, per row
+        # Eager attention holds about four arrays of that size at once (scores, masked, softmax, dropout's copy).
+        return max(1, min(WAVE_TOKENS // max(n_tokens, 1), BATCH_ATTENTION // (per_row * 4)))
+
+    def _waves(self, starts: list[int], n_tokens: int) -> list[tuple[int, list[int], bool]]:
+        """The forwards `run_batch_keep` makes: (first layer run, the rows in it, whether they grow). Where the
+        adapter grows a batch, rows sorted by the layer they first edit go `wave_rows` at a time, each row joining
+        at its own first edited layer, so a layer runs as one batch of every row begun (few, big matrix products)
+        and no row recomputes a layer the unedited run already has. Otherwise one forward per first-edited layer.
+        Rows that edit nothing (start = L) are the unedited run's end, in a forward of their own."""
+        n_layers = self.n_layers
+        if not (self.grows and self.can_resume):
+            return [(s, [b for b in range(len(starts)) if starts[b] == s], False) for s in sorted(set(starts))]
+        order = sorted((b for b in range(len(starts)) if starts[b] < n_layers), key=lambda b: (starts[b], b))
+        size = self.wave_rows(n_tokens)
+        waves = [(starts[order[i]], order[i:i + size], True) for i in range(0, len(order), size)]
+        rest = [b for b in range(len(starts)) if starts[b] >= n_layers]
+        return waves + ([(n_layers, rest, False)] if rest else [])
 
     def run_many(self, texts: Sequence[str], reduce: Callable[[int, AttentionRun], R], logits: bool = False,
                  progress: Callable[[int], None] | None = None) -> list[R]:

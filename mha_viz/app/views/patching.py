@@ -234,7 +234,7 @@ def exact_button(ctx: ViewContext, source: str, metric_args: tuple) -> None:
     if cache.exact_patching_map(*job, compute=False) is not None:
         return
     n = ctx.model.n_layers * ctx.model.n_heads
-    exact_map_step("patch_exact_btn", job, n, cache.exact_seconds(ctx.name, ctx.text, n),
+    exact_map_step("patch_exact_btn", job, n, cache.exact_seconds(ctx.name, ctx.text, n, source),
                    lambda progress: cache.exact_patching_map(*job, progress=progress), "Patching one head at a time")
 
 

@@ -81,9 +81,10 @@ class BertModel(EditableModel):
 
     can_resume = True  # BertEncoder.forward resumes at edit.start
     pads = True  # BertEncoder.forward masks the padding out of every key
+    grows = True  # BertEncoder.forward appends a growing batch's rows (HeadEdit.grown)
 
     def forward(self, ids: torch.Tensor, edit: HeadEdit, attentions: bool = False, lengths=None) -> Forward:
-        hidden, att = self.encoder(ids, None, edit, lengths)  # (B, T, D), (B, L, H, T, T)
+        hidden, att = self.encoder(ids, None, edit, lengths, patterns=attentions)  # (B, T, D), (B, L, H, T, T)
         return Forward(hidden=hidden, logits=None, attentions=att)
 
     def output_projection(self, layer: int) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -94,7 +94,7 @@ class BertEncoder(nn.Module):
         return self.ln_emb(x)  # (B, T, D)
 
     def forward(self, ids: torch.Tensor, head_keep: torch.Tensor | None = None, edit: HeadEdit | None = None,
-                lengths=None) -> tuple[torch.Tensor, torch.Tensor]:
+                lengths=None, patterns: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
         cfg = self.cfg
         head_keep = check_stack_inputs(ids, head_keep, cfg.n_layers, cfg.n_heads, cfg.max_len)  # (B, L, H) or None
         if head_keep is not None:
@@ -108,15 +108,18 @@ class BertEncoder(nn.Module):
         if lengths is not None:
             keys = torch.arange(ids.shape[1], device=ids.device)[None] < torch.as_tensor(
                 list(lengths), device=ids.device)[:, None]  # (B, T): the real positions of each row
-        patterns = []
+        kept = []  # every layer's weights, when `patterns` asks for them
         for layer, block in enumerate(self.layers):
             if layer < start:
                 continue
+            if edit is not None:
+                x = edit.grown(layer, x)  # (B', T, D): a growing batch's rows that begin here (HeadEdit.rows)
             x, weights = block(x, edit, layer, keys)  # (B, T, D), (B, H, T, T)
             if edit is not None:
                 edit.block_done(layer, x)
-            patterns.append(weights)
-        return x, torch.stack(patterns, dim=1) if not start else None  # (B, T, D), (B, L, H, T, T)
+            if patterns:
+                kept.append(weights)
+        return x, torch.stack(kept, dim=1) if patterns and not start else None  # (B, T, D), (B, L, H, T, T)
 
 
 def load_bert(folder: str | Path) -> BertEncoder:

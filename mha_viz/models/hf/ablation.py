@@ -144,6 +144,14 @@ def _resumable_forward(block: torch.nn.Module, *args, **kwargs):
     hidden = args[0] if args else kwargs.get("hidden_states")
     if edit.skips(layer):
         return edit.resumed(hidden.shape[0])  # the unedited run's output of layer start - 1, over the batch
+    grown = edit.grown(layer, hidden)  # (B', T, D): with the rows of a growing batch that join at this layer
+    if grown is not hidden:
+        # The mask and rotary tables that come with it were made for the forward's one row: they broadcast.
+        hidden = grown
+        if args:
+            args = (grown, *args[1:])
+        else:
+            kwargs["hidden_states"] = grown
     edit.entering(layer, hidden)  # (B, T, D): the residual stream entering this block
     out = forward(block, *args, **kwargs)
     edit.block_done(layer, out)

@@ -7,7 +7,16 @@ import functools
 
 import torch
 
-from mha_viz.contract import Embeddings, HeadWeights, InputError, ModelInfo, ModelLoadError, _index, check_text
+from mha_viz.contract import (
+    Embeddings,
+    HeadWeights,
+    InputError,
+    ModelInfo,
+    ModelLoadError,
+    UnavailableError,
+    _index,
+    check_text,
+)
 from mha_viz.models.examples import shipped_examples
 from mha_viz.models.hf.ablation import LayerIndex, editing, make_resumable, watch_final_norm
 from mha_viz.models.interventions import EditableModel, Encoded, FinalParts, Forward, HeadEdit
@@ -33,9 +42,15 @@ class HFModel(EditableModel):
         if blocks is not None:
             make_resumable(blocks)
         self.can_resume = blocks is not None  # set once, here: which layers a batch may skip
+        self.grows = self.can_resume  # the block wrappers append a growing batch's rows (HeadEdit.grown)
         params = _forward_params(model)
         self._keeps_logits = "logits_to_keep" in params
         self._no_cache = {"use_cache": False} if "use_cache" in params else {}  # no key/value cache: one pass
+        # The argument a key/value cache goes in ("cache" in transformers 5.2x, "past_key_values" before).
+        self._cache_arg = next((a for a in ("cache", "past_key_values") if a in params), None)
+        # A tail of a text on the unedited run's keys and values (HeadEdit.past): causal LMs, with blocks to wrap.
+        self.tails = self.can_resume and info.kind == "causal-lm" and self._cache_arg is not None and \
+            "use_cache" in params
 
     # -- loading helpers -------------------------------------------------------------------------------------
     def _discover_layers(self) -> LayerIndex:
@@ -140,17 +155,23 @@ class HFModel(EditableModel):
         if lengths is not None:
             mask = (torch.arange(ids.shape[1])[None] < torch.as_tensor(list(lengths))[:, None]).long()  # (B, T)
             mask = mask.to(self._device)
-        inputs = {"input_ids": ids, "attention_mask": mask, **self._no_cache}
-        if "token_type_ids" in getattr(self._tokenizer, "model_input_names", ()):
-            inputs["token_type_ids"] = torch.zeros_like(ids)
+        inputs = self._inputs(ids, mask)
+        if edit.past is not None:  # positions offset.. only, after the unedited run's keys and values
+            inputs.update(self._tail_inputs(ids, edit))
         if edit.logits_at is not None and self._keeps_logits:  # only these positions' logits: (B, P, V)
             inputs["logits_to_keep"] = torch.tensor(edit.logits_at, dtype=torch.long, device=self._device)
+        # Every layer's hidden states only when nothing else gives what is read: L + 1 of them for each row is the
+        # largest thing a batch of rows would otherwise hold.
+        watched = self._final_norm is not None  # its hook leaves the final hidden states in edit.final_out
+        every = (edit.want_inputs and not self.can_resume) or (not watched and self.info.kind != "encoder")
         with editing(self._layers, edit):
-            out = self._model(**inputs, output_attentions=attentions, output_hidden_states=True)
+            out = self._model(**inputs, output_attentions=attentions, output_hidden_states=every)
         if edit.want_inputs and not self.can_resume:  # no block wrappers: transformers' hidden_states[l]
             for layer in range(self.n_layers):
                 edit.entering(layer, out.hidden_states[layer])
         hidden = getattr(out, "last_hidden_state", None)
+        if hidden is None and watched:
+            hidden = edit.final_out  # (B, T, D): the final norm's output, what the LM head reads
         if hidden is None:
             hidden = out.hidden_states[-1]  # (B, T, D): a causal LM's last entry is after its final norm
         logits = getattr(out, "logits", None)
@@ -158,6 +179,36 @@ class HFModel(EditableModel):
             logits = logits[:, edit.logits_at]  # (B, P, V)
         att = torch.stack(out.attentions, dim=1) if attentions else None  # (B, L, H, Q, K)
         return Forward(hidden=hidden, logits=logits, attentions=att)
+
+    def _inputs(self, ids: torch.Tensor, mask: torch.Tensor) -> dict:
+        """What every forward passes: ids (B, T), mask (B, T), token type 0 where the model takes types (GPT-2
+        adds their embedding at every position), no key/value cache."""
+        inputs = {"input_ids": ids, "attention_mask": mask, **self._no_cache}
+        if "token_type_ids" in getattr(self._tokenizer, "model_input_names", ()):
+            inputs["token_type_ids"] = torch.zeros_like(ids)
+        return inputs
+
+    def _tail_inputs(self, ids: torch.Tensor, edit: HeadEdit) -> dict:
+        """The mask over past and new positions, and a fresh cache holding `edit.past`: each layer's entry repeated
+        over the rows that enter that layer (all of them, or a growing batch's count), since attention appends the
+        new keys to it row by row. Fresh per call: the forward writes into it."""
+        from transformers import DynamicCache
+
+        rows = edit.rows or [ids.shape[0]] * self.n_layers
+        entries = [(k.expand(max(r, 1), *k.shape[1:]).contiguous(), v.expand(max(r, 1), *v.shape[1:]).contiguous())
+                   for (k, v), r in zip(edit.past, rows)]  # per layer (rows, H_kv, offset, dh) twice
+        mask = torch.ones(ids.shape[0], edit.offset + ids.shape[1], dtype=torch.long, device=self._device)
+        return {"attention_mask": mask, self._cache_arg: DynamicCache(entries), "use_cache": True}
+
+    def key_values(self, ids: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        ids = ids.to(self._device)
+        with torch.no_grad(), editing(self._layers, HeadEdit()):  # the same inputs as `forward`'s, with a cache
+            out = self._model(**{**self._inputs(ids, torch.ones_like(ids)), "use_cache": True})
+        cache = getattr(out, self._cache_arg, None) or getattr(out, "past_key_values", None)
+        layers = getattr(cache, "layers", None)
+        if layers is None or len(layers) != self.n_layers:
+            raise UnavailableError(f"{self.info.title}: its key/value cache does not have one entry per layer")
+        return [(layer.keys, layer.values) for layer in layers]  # per layer (1, H_kv, P, dh) twice
 
     def output_projection(self, layer: int) -> tuple[torch.Tensor, torch.Tensor | None] | None:
         out = self._out_layers[layer]

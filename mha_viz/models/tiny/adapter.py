@@ -65,11 +65,12 @@ class TinyModel(EditableModel):
 
     can_resume = True  # TinyLM.forward resumes at edit.start
     pads = True  # right padding needs no mask here (see `forward`)
+    grows = True  # TinyLM.forward appends a growing batch's rows (HeadEdit.grown)
 
     def forward(self, ids: torch.Tensor, edit: HeadEdit, attentions: bool = False, lengths=None) -> Forward:
         """`lengths` (rows right-padded) needs nothing more: TinyLM is causal, so no position ever attends to a
         later one, padding included; its positions are numbered from 0 and the rest works per position."""
-        logits, hidden, att = self.lm(ids, None, edit)  # (B, T, V), (B, T, D), (B, L, H, T, T)
+        logits, hidden, att = self.lm(ids, None, edit, patterns=attentions)  # (B, T, V), (B, T, D), (B, L, H, T, T)
         return Forward(hidden=hidden, logits=logits, attentions=att)
 
     def output_projection(self, layer: int) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -93,8 +93,9 @@ class TinyLM(nn.Module):
             nn.init.zeros_(module.bias)
 
     def forward(
-        self, ids: torch.Tensor, head_keep: torch.Tensor | None = None, edit: HeadEdit | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        self, ids: torch.Tensor, head_keep: torch.Tensor | None = None, edit: HeadEdit | None = None,
+        patterns: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         cfg = self.cfg
         head_keep = check_stack_inputs(ids, head_keep, cfg.n_layers, cfg.n_heads, cfg.max_len)  # (B, L, H) or None
         if head_keep is not None:
@@ -109,21 +110,24 @@ class TinyLM(nn.Module):
         else:
             positions = torch.arange(T, device=ids.device)  # (T,)
             x = self.tok(ids) + self.pos(positions)  # (B, T, D)
-        patterns = []
+        kept = []  # every layer's weights, when `patterns` asks for them
         for layer, block in enumerate(self.blocks):
             if layer < start:
                 continue
+            if edit is not None:
+                x = edit.grown(layer, x)  # (B', T, D): a growing batch's rows that begin here (HeadEdit.rows)
             x, weights = block(x, edit, layer)  # (B, T, D), (B, H, T, T)
             if edit is not None:
                 edit.block_done(layer, x)
-            patterns.append(weights)
+            if patterns:
+                kept.append(weights)
         hidden = self.ln_f(x)  # (B, T, D)
         if edit is not None:
             edit.finished(x, hidden)
         at = edit.logits_at if edit is not None else None
         logits = self.head(hidden if at is None else hidden[:, at])  # (B, T, V), or (B, P, V) at those positions
         # Skipped layers have no pattern here; callers that skip ask for none.
-        attentions = torch.stack(patterns, dim=1) if not start else None  # (B, L, H, T, T)
+        attentions = torch.stack(kept, dim=1) if patterns and not start else None  # (B, L, H, T, T)
         return logits, hidden, attentions
 
     def loss(self, ids: torch.Tensor, ignore_index: int) -> torch.Tensor:
