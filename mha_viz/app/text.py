@@ -44,7 +44,18 @@ def text_input(model: Model) -> str:
     if len(text) > MAX_TEXT_CHARS:
         st.info(f"The text has {len(text):,} characters; only the first {MAX_TEXT_CHARS:,} are tokenized.")
         text = text[:MAX_TEXT_CHARS]
-    return text
+    read = read_text(text)
+    if read != text and read:
+        st.caption("The space or line break at the end of the text is left out: it would be a token of its own "
+                   "(a byte-level tokenizer makes one) and a causal LM would predict what follows the space.")
+    return read
+
+
+def read_text(text: str) -> str:
+    """A typed sentence as the page runs it: without trailing whitespace, which is nearly always what typing or
+    pasting leaves behind (Enter at the end, a copied line's newline), not part of the sentence. Leading and
+    inner whitespace are kept: they change the tokens of the words around them."""
+    return text.rstrip()
 
 
 def chip(token: str, title: str, style: str = "", note: str = "") -> str:
