@@ -15,6 +15,13 @@ N_HEADS = 12  # all-MiniLM-L6-v2
 TEXT = "The keys to the old cabinet were on the table, so she took them."
 FIRST_HEAT = """() => { const c = document.querySelector('.mhv-grid .mhv-head canvas');
   return c ? c.getBoundingClientRect().top + window.scrollY : null; }"""
+# The heads-off summary's reserved box (heads_off.SUMMARY_PX): its height, and the space left under its last line
+# (negative: a line overflows the box, hidden behind its scroll).
+SUMMARY_FILL = """() => { const box = document.querySelector('.st-key-heads_off_summary');
+  const r = box.getBoundingClientRect();
+  const bottom = Math.max(...[...box.querySelectorAll('[data-testid=stElementContainer]')]
+    .map(e => e.getBoundingClientRect().bottom));
+  return {height: r.height, blank: r.bottom - bottom, text: box.innerText}; }"""
 
 
 def _open(browser, url: str, width: int, height: int, **params):
@@ -148,11 +155,21 @@ def test_first_row_of_heads_on_the_first_screen(browser, streamlit_url, size, ca
         groups = page.evaluate("""() => [...document.querySelectorAll('nav[aria-label=Views] [role=group]')]
             .map(g => g.getAttribute('aria-label'))""")
         assert groups == ["Look", "Open up", "Intervene", "In general", "Learn"], groups
+        # The summary's box is used, not held blank for the first toggle: with every head on it says where the
+        # switches are and what they will be measured against; every line fits in it at both sizes.
+        on = page.evaluate(SUMMARY_FILL)
+        with capsys.disabled():
+            print(f"[layout] {width}x{height}: heads-off summary {on['height']:.0f} px, {on['blank']:.0f} px "
+                  "blank under its lines with every head on")
+        assert "All heads are on." in on["text"] and "Off means" in on["text"], on
+        assert 0 <= on["blank"] < 24, on
         # A head switched off does not move the grid.
         grid_switch(page, "L0 H3").click()
         _wait(page, f"() => ({GRID_TITLES})().includes('L0 H3 (off)')", "L0 H3 off")
         _wait_idle(page)
         assert abs(page.evaluate(FIRST_HEAT) - y) < 1, (page.evaluate(FIRST_HEAT), y)
+        off = page.evaluate(SUMMARY_FILL)
+        assert off["height"] == on["height"] and 0 <= off["blank"] < 24 and "Heads off:" in off["text"], off
         assert not page.js_errors, page.js_errors
     finally:
         context.close()
