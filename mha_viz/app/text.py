@@ -45,9 +45,10 @@ def text_input(model: Model) -> str:
         st.info(f"The text has {len(text):,} characters; only the first {MAX_TEXT_CHARS:,} are tokenized.")
         text = text[:MAX_TEXT_CHARS]
     read = read_text(text)
-    if read != text and read:
-        st.caption("The space or line break at the end of the text is left out: it would be a token of its own "
-                   "(a byte-level tokenizer makes one) and a causal LM would predict what follows the space.")
+    if read != text and read and model.token_count(read) != model.token_count(text):  # only where it made a token
+        st.caption("The space or line break at the end of the text is left out: this model's tokenizer would make "
+                   "it a token of its own, and the last token is where the token views start and the next word is "
+                   "predicted.")
     return read
 
 
