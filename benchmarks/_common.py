@@ -74,3 +74,55 @@ def table(headers: list[str], rows: list[list]) -> str:
 def verdict(value: float, target: float, lower_is_better: bool = True) -> str:
     ok = value <= target if lower_is_better else value >= target
     return "met" if ok else "MISSED"
+
+
+def widget_timings(cells: list[str], keys: list, box: str, front_ends: list[str], name: str,
+                   setup_timeout_s: float = 180) -> dict[str, dict]:
+    """Run a notebook in each front end ("lab", "notebook7") of one `jupyter lab` server on loopback, in headless
+    Debian Chromium (tests/notebook/jupyter_harness.py), and time its widgets from the call to drawn in the page.
+
+    `cells[0]` is the setup, run first and not timed. Each later cell `i + 1` shows one widget and prints
+    `T{i} <widget.t_show> <seconds the call took in the kernel> [more fields]`; the widget's element matching `box`
+    (".mhw", ".mhm") gets `data-drawn-at` (Date.now()) once drawn. `keys[i]` says what cell `i + 1` measures (its
+    repetitions share a key). -> {front end: {key: {"drawn": [call -> drawn, ms], "kernel": [the call in the
+    kernel, ms], "more": [more fields]}}}, each list in the cells' order. Both ends are wall-clock times here."""
+    import re
+    import tempfile
+
+    from playwright.sync_api import sync_playwright
+
+    sys.path.insert(0, str(REPO / "tests" / "notebook"))
+    from jupyter_harness import CHROMIUM, JupyterServer, Page, write_notebook
+
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp, sync_playwright() as p:
+        root = Path(tmp) / "root"
+        root.mkdir()
+        server = JupyterServer(root, Path(tmp) / "jupyter.log")
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-proxy-server"])
+        try:
+            for front_end in front_ends:
+                notebook = f"{name}-{front_end}.ipynb"
+                write_notebook(root / notebook, cells)
+                page = Page(browser, server)
+                try:
+                    page.open(front_end, notebook)
+                    page.run_cell(0, timeout_s=setup_timeout_s)
+                    timed = {key: {"drawn": [], "kernel": [], "more": []} for key in keys}
+                    for i, key in enumerate(keys):
+                        page.run_cell(i + 1)
+                        drawn = page.page.locator(".jp-Notebook .jp-Cell").nth(i + 1).locator(f"{box}[data-drawn-at]")
+                        drawn.wait_for(timeout=60000)
+                        t_show, t_kernel, more = re.search(rf"T{i} ([\d.]+) ([\d.e-]+)(.*)",
+                                                           page.output_text(i + 1)).groups()
+                        timed[key]["drawn"].append(int(drawn.get_attribute("data-drawn-at")) - float(t_show) * 1000)
+                        timed[key]["kernel"].append(float(t_kernel) * 1000)
+                        timed[key]["more"].append(more.split())
+                    assert not page.outside, page.outside
+                finally:
+                    page.close()
+                out[front_end] = timed
+        finally:
+            browser.close()
+            server.stop()
+    return out

@@ -56,7 +56,7 @@ HEADS_OFF = """() => {
 }"""
 SHOWS_OFF = f"""(want) => {{
   const have = ({HEADS_OFF})();
-  const allOn = [...document.querySelectorAll('[data-testid="stCaptionContainer"]')]
+  const allOn = [...document.querySelectorAll('[data-testid="stMarkdownContainer"]')]
     .some(e => e.innerText.startsWith('All heads are on'));
   return want.length ? (have.length === want.length && want.every(h => have.includes(h))) : allOn;
 }}"""

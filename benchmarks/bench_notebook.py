@@ -12,16 +12,8 @@ Printed beside it: the kernel's share (show() returning), and the ratio of 128 t
 from __future__ import annotations
 
 import argparse
-import re
-import sys
-import tempfile
-from pathlib import Path
 
-from _common import load_avg, machine, median, table, text_of_tokens
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "notebook"))
-from jupyter_harness import CHROMIUM, JupyterServer, Page, write_notebook  # noqa: E402
+from _common import load_avg, machine, median, table, text_of_tokens, widget_timings
 
 LENGTHS = (16, 128)
 
@@ -33,8 +25,6 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0,
                         help="torch.set_num_threads(N) in the kernel first (0: torch's default, as a user gets)")
     args = parser.parse_args()
-    from playwright.sync_api import sync_playwright
-
     import mha_viz
 
     model = mha_viz.load_model("minilm")
@@ -50,40 +40,12 @@ def main() -> None:
     print(f"MiniLM, tokens: {counts}, {args.reps} reps each, interleaved, kernel torch threads: "
           f"{args.threads or 'default'}")
     rows = []
-    with tempfile.TemporaryDirectory() as tmp, sync_playwright() as p:
-        root = Path(tmp) / "root"
-        root.mkdir()
-        server = JupyterServer(root, Path(tmp) / "jupyter.log")
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-proxy-server"])
-        try:
-            for front_end in args.front_ends.split(","):
-                name = f"bench-{front_end}.ipynb"
-                write_notebook(root / name, cells)
-                page = Page(browser, server)
-                try:
-                    page.open(front_end, name)
-                    page.run_cell(0)
-                    drawn = {n: [] for n in LENGTHS}
-                    kernel = {n: [] for n in LENGTHS}
-                    for i, n in enumerate(order):
-                        page.run_cell(i + 1)
-                        box = page.page.locator(".jp-Notebook .jp-Cell").nth(i + 1).locator(".mhw[data-drawn-at]")
-                        box.wait_for(timeout=60000)
-                        out = page.output_text(i + 1)
-                        t_show, t_kernel = re.search(rf"T{i} ([\d.]+) ([\d.e-]+)", out).groups()
-                        drawn[n].append(int(box.get_attribute("data-drawn-at")) - float(t_show) * 1000)
-                        kernel[n].append(float(t_kernel) * 1000)
-                    assert not page.outside, page.outside
-                finally:
-                    page.close()
-                for n in LENGTHS:
-                    rows.append([front_end, counts[n], f"{median(drawn[n]):.0f}", f"{median(kernel[n]):.0f}",
-                                 " ".join(f"{x:.0f}" for x in drawn[n])])
-                ratio = median(drawn[128]) / median(drawn[16])
-                rows.append([front_end, "128 / 16", f"{ratio:.2f}x", "", ""])
-        finally:
-            browser.close()
-            server.stop()
+    for front_end, timed in widget_timings(cells, order, ".mhw", args.front_ends.split(","), "bench").items():
+        for n in LENGTHS:
+            rows.append([front_end, counts[n], f"{median(timed[n]['drawn']):.0f}",
+                         f"{median(timed[n]['kernel']):.0f}", " ".join(f"{x:.0f}" for x in timed[n]["drawn"])])
+        ratio = median(timed[128]["drawn"]) / median(timed[16]["drawn"])
+        rows.append([front_end, "128 / 16", f"{ratio:.2f}x", "", ""])
     print(table(["front end", "tokens", "show() -> drawn, ms (median)", "show() in the kernel, ms", "each"], rows))
 
 

@@ -159,9 +159,12 @@ PILLS_UP_TO = 80  # longer texts get a selectbox: hundreds of pills would bury t
 
 
 def default_token(run: AttentionRun) -> int:
-    """The last position that is not a special token (a causal LM's next-token position; the last word of an
-    encoder's sentence)."""
-    plain = [i for i in range(len(run.tokens)) if i not in set(run.special)]
+    """The last position that is neither a special token ([SEP]) nor whitespace only (a final "␣" or "↵" that a
+    byte-level tokenizer makes of a trailing space or newline): the last word of the sentence, which for a causal
+    LM is its next-token position when the text ends in a word."""
+    special = set(run.special)
+    words = [i for i, tok in enumerate(run.tokens) if i not in special and tok.strip()]
+    plain = words or [i for i in range(len(run.tokens)) if i not in special]
     return plain[-1] if plain else len(run.tokens) - 1
 
 

@@ -1,6 +1,6 @@
 """What the heads that are off changed, for the open sentence: a view in all but name, drawn by the page around
-every view about this run. `summary` is one line of fixed height above the view (so a toggle never moves the
-heads under the pointer); `render` is the full panel below the view."""
+every view about this run. `summary` is a box of fixed height above the view (so a toggle never moves the heads
+under the pointer), used with every head on as well; `effect_panel` is the full panel below the view."""
 from __future__ import annotations
 
 import streamlit as st
@@ -14,17 +14,31 @@ from mha_viz.app.text import chip
 SUMMARY_PX = 92  # the summary's reserved height: the same with no head off, one, or many
 
 
-def summary(ctx: ViewContext, first=None) -> None:
-    """`first()` draws a line before it (the token count) in the same reserved box."""
-    with st.container(height=SUMMARY_PX, border=False, gap="xsmall"):
+def summary(ctx: ViewContext, first=None, switches_here: bool = False) -> None:
+    """Two lines in a box of fixed height: which heads are off and what that changed, or, with every head on,
+    where the switches are and what a switch will be measured against (the box is the same size either way, so it
+    is never blank space held for later). `first()` draws a line before them (the token count) in the same box;
+    `switches_here`: the view has the heads' switches (the Layer grid)."""
+    with st.container(height=SUMMARY_PX, border=False, gap="xsmall", key="heads_off_summary"):
         if first is not None:
             first()
-        if not ctx.heads_off:
-            st.caption("All heads are on. Switch one off with the switch in its corner.")
-            return
         model, base, run = ctx.model, ctx.base, ctx.run
-        parts = []
         position = model.prediction_position(base)
+        off_means = f"Off means {ABLATION_LABELS[ctx.ablation]} (sidebar) · "  # short: one line at 1000 px
+        if not ctx.heads_off:
+            where = "in its corner" if switches_here else "in the Layer view"
+            st.markdown(f"**All heads are on.** Switch one off {where} to see what it changes.")
+            if position is not None:
+                now, p = top_predictions(model, base.logits[position], 1)[0]
+                measure = (f"top prediction now “{md_safe(visible(now, 16))}” ({p:.0%}) · a head off shows the KL "
+                           "from it and the new top prediction here")
+            elif not model.causal:
+                measure = "a head off shows the cosine of the sentence embedding to this one here"
+            else:
+                measure = "a head off shows each token's change"
+            st.caption(off_means + measure + ", in full below the view")
+            return
+        parts = []
         if position is not None:
             kl = analysis.next_token_kl(base.logits, run.logits, position)
             before = top_predictions(model, base.logits[position], 1)[0][0]
@@ -36,8 +50,7 @@ def summary(ctx: ViewContext, first=None) -> None:
         names = ", ".join(f"`{head_name(h)}`" for h in sorted(ctx.heads_off)[:12])
         more = f" and {len(ctx.heads_off) - 12} more" if len(ctx.heads_off) > 12 else ""
         st.markdown(f"**Heads off:** {names}{more}")
-        st.caption(f"Off means {ABLATION_LABELS[ctx.ablation]} (sidebar: Switching a head off) · "
-                   + " · ".join(parts + ["in full below the view"]))
+        st.caption(off_means + " · ".join(parts + ["in full below the view"]))
 
 
 def effect_panel(ctx: ViewContext) -> None:

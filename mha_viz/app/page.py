@@ -29,9 +29,15 @@ _COMPACT = ("<style>[data-testid='stMainBlockContainer']{padding-top:4rem}"
             ".st-key-wrap [data-testid='stHorizontalBlock']{flex-wrap:wrap;row-gap:0.4rem}"
             ".st-key-wrap [data-testid='stColumn']{min-width:5.5rem}"
             ".st-key-wrap [data-testid='stColumn']:has([data-testid='stSelectbox']){min-width:9.5rem}"
-            ".st-key-wrap [data-testid='stColumn']:first-child{min-width:10rem}</style>")
+            ".st-key-wrap [data-testid='stColumn']:first-child{min-width:10rem}"
+            # The heads-off summary's box has one height (heads_off.SUMMARY_PX); its lines stay one line each, cut
+            # with an ellipsis on a narrow page (the full text is in the panel below the view) rather than wrapping
+            # out of the box.
+            ".st-key-heads_off_summary [data-testid='stMarkdown'] p"
+            "{white-space:nowrap;overflow:hidden;text-overflow:ellipsis}</style>")
 # Views that draw their own token strip (the Layer grid's): the page's strip would show the tokens twice.
 OWN_STRIP = {"Layer"}
+SWITCHES = {"Layer"}  # views that draw every head's on/off switch (the grid's corners); the others point to it
 
 
 def warm_up() -> None:
@@ -111,9 +117,10 @@ def heads_and_views(model: Model, name: str, text: str, n_cols: int, shared_scal
         if about_run:
             if view not in OWN_STRIP:
                 token_strip(base, model)  # the chips and the token count, once
-                off_panel.summary(ctx)
+                off_panel.summary(ctx, switches_here=view in SWITCHES)
             else:  # the view draws the chips itself: only the token count, in the summary's box
-                off_panel.summary(ctx, lambda: token_strip(base, model, chips=False))
+                off_panel.summary(ctx, lambda: token_strip(base, model, chips=False),
+                                  switches_here=view in SWITCHES)
             display_notes(hide_special, merge, run)
         VIEWS[view](ctx)
         if about_run:

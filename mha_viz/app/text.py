@@ -44,7 +44,19 @@ def text_input(model: Model) -> str:
     if len(text) > MAX_TEXT_CHARS:
         st.info(f"The text has {len(text):,} characters; only the first {MAX_TEXT_CHARS:,} are tokenized.")
         text = text[:MAX_TEXT_CHARS]
-    return text
+    read = read_text(text)
+    if read != text and read and model.token_count(read) != model.token_count(text):  # only where it made a token
+        st.caption("The space or line break at the end of the text is left out: this model's tokenizer would make "
+                   "it a token of its own, and the last token is where the token views start and the next word is "
+                   "predicted.")
+    return read
+
+
+def read_text(text: str) -> str:
+    """A typed sentence as the page runs it: without trailing whitespace, which is nearly always what typing or
+    pasting leaves behind (Enter at the end, a copied line's newline), not part of the sentence. Leading and
+    inner whitespace are kept: they change the tokens of the words around them."""
+    return text.rstrip()
 
 
 def chip(token: str, title: str, style: str = "", note: str = "") -> str:
@@ -57,19 +69,21 @@ def chip(token: str, title: str, style: str = "", note: str = "") -> str:
 
 
 def token_strip(run: AttentionRun, model: Model, chips: bool = True) -> None:
-    """The run's tokens as chips (unknown ones highlighted), then one caption: how many, how many were dropped,
-    which map to the unknown token. `chips=False` for a view that draws its own strip."""
+    """The run's tokens as chips (unknown ones highlighted), then one caption: how many (unless a long strip's
+    expander says it), how many were dropped, which map to the unknown token. `chips=False` for a view that draws
+    its own strip."""
     unknown = set(run.unknown)
+    folded = chips and len(run.tokens) > LONG_STRIP
     if chips:
         items = [chip(tok, f"position {i}", "background:#fde2e1;border-color:#c44e52" if i in unknown else "")
                  for i, tok in enumerate(run.tokens)]
         strip = f"<div data-testid='token-strip'>{''.join(items)}</div>"
-        if len(items) > LONG_STRIP:
+        if folded:
             with st.expander(f"Tokens ({len(items)})"):
                 st.markdown(strip, unsafe_allow_html=True)
         else:
             st.markdown(strip, unsafe_allow_html=True)
-    notes = [f"{len(run.tokens)} tokens"]
+    notes = [] if folded else [f"{len(run.tokens)} tokens"]  # a folded strip's expander says how many
     if run.truncated:
         notes.append(
             f"**{run.truncated} tokens were dropped**: the text is longer than the {model.info.max_tokens} tokens "
@@ -79,4 +93,5 @@ def token_strip(run: AttentionRun, model: Model, chips: bool = True) -> None:
         words = ", ".join(sorted({visible(run.tokens[i]) for i in unknown}))
         notes.append(f"{len(unknown)} position(s) map to the unknown token (highlighted; the model does not know: "
                      f"{md_safe(words[:200])})")
-    st.caption(" · ".join(notes))
+    if notes:
+        st.caption(" · ".join(notes))

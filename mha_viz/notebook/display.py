@@ -6,6 +6,16 @@ page showed last, not what the cell first drew. Used by HeadGrid (widget.py) and
 """
 from __future__ import annotations
 
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+
+
+def esm(name: str) -> str:
+    """A widget's ES module (anywidget `_esm`): common.js, what every widget's page shares, then the widget's own
+    file (`name`, here). anywidget loads each module from its text alone, so they cannot import each other."""
+    return (_HERE / "common.js").read_text() + "\n" + (_HERE / name).read_text()
+
 
 def _shell():
     try:

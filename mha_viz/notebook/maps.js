@@ -8,21 +8,10 @@
 //   - "Save SVG": downloads the picture as drawn (the same string as widget.to_svg()).
 // Nothing is fetched: the picture's images are data: URLs. After each picture is in the page and laid out, the box
 // gets data-drawn-at (ms since the epoch) and data-draws: how show_census()-to-drawn is measured in a browser.
+// node, bytesOf and mount are common.js's, put before this text by display.esm().
 
-function node(tag, cls, text) {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
-
-function floatsOf(value) {  // a Bytes trait arrives as a DataView (or an ArrayBuffer); copied to align it
-  if (!value) return new Float32Array(0);
-  let u8;
-  if (value instanceof DataView) u8 = new Uint8Array(value.buffer, value.byteOffset, value.byteLength);
-  else if (value instanceof ArrayBuffer) u8 = new Uint8Array(value);
-  else u8 = new Uint8Array(value.buffer || value);
-  return new Float32Array(u8.slice().buffer);
+function floatsOf(value) {  // a Bytes trait as float32s; copied to align it
+  return new Float32Array(bytesOf(value).slice().buffer);
 }
 
 function mapCell(model, image, ev) {
@@ -148,31 +137,10 @@ function draw(model, parts) {
   parts.status.textContent = model.get("status") || "";
 }
 
-const BOXES = new WeakMap();  // model -> its drawn box, moved into a new output when the view is redrawn
-
 export default {
   render({ model, el }) {
-    // Every new picture also updates the output's SVG fallback (update_display), which makes the front end render
-    // the output again: the new view takes over the drawn box (and its hover, pickers and draw count).
-    let parts = BOXES.get(model);
-    if (!parts || parts.box.isConnected) {  // a first view, or a second view of the same widget beside the first
-      parts = build(model);
-      BOXES.set(model, parts);
-    }
-    el.append(parts.box);
-    let queued = false;
-    const again = () => {  // Python sets several traits at once (picture, hover, status): one redraw for them all
-      if (queued) return;
-      queued = true;
-      queueMicrotask(() => {
-        queued = false;
-        try { draw(model, parts); } catch (err) { parts.status.textContent = "Could not draw: " + err; }
-      });
-    };
     const names = ["change:picture", "change:controls", "change:status", "change:selected", "change:hover"];
     for (const c of model.get("controls") || []) names.push("change:" + c.trait);
-    names.forEach((n) => model.on(n, again));
-    again();
-    return () => names.forEach((n) => model.off(n, again));
+    return mount(model, el, build, draw, names);
   },
 };

@@ -18,9 +18,7 @@ import traitlets
 
 from mha_viz.contract import InputError
 from mha_viz.notebook import maps
-from mha_viz.notebook.display import FallbackDisplay
-
-_HERE = Path(__file__).resolve().parent
+from mha_viz.notebook.display import FallbackDisplay, esm
 
 _CSS = """
 .mhm { font-family: var(--jp-ui-font-family, sans-serif); color: var(--jp-ui-font-color1, #222); position: relative; }
@@ -51,7 +49,7 @@ def _head(value, n_layers: int, n_heads: int):
 class _Maps(FallbackDisplay, anywidget.AnyWidget):
     """What both widgets share: the picture, the pickers, `selected`, the SVG export, the display."""
 
-    _esm = (_HERE / "maps.js").read_text()
+    _esm = esm("maps.js")
     _css = _CSS
     picture = traitlets.Unicode("").tag(sync=True)  # the SVG drawn now
     controls = traitlets.List().tag(sync=True)  # [{trait, label, options: [[value, label]]}] the page's pickers

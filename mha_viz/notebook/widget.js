@@ -4,9 +4,9 @@
 // arrives as the text trait `_grid_js` and is imported from a blob: URL, so nothing comes from a CDN.
 // A head's switch becomes a message to Python ({type: "toggle", layer, head, on}); Python reruns the model and
 // sends back new traits, and a `readout` of what changed (KL and top predictions, or the embedding cosine).
+// node, bytesOf and mount are common.js's, put before this text by display.esm().
 
 const MODULES = new Map();  // source text -> the imported head_grid module (one import per page)
-const BOXES = new WeakMap();  // model -> the grid's container, moved into a new output when the view is redrawn
 
 function gridModule(source) {
   if (!MODULES.has(source)) {
@@ -16,23 +16,9 @@ function gridModule(source) {
   return MODULES.get(source);
 }
 
-function bytesOf(value) {  // a Bytes trait arrives as a DataView (or an ArrayBuffer)
-  if (!value) return new Uint8Array(0);
-  if (value instanceof DataView) return new Uint8Array(value.buffer, value.byteOffset, value.byteLength);
-  if (value instanceof ArrayBuffer) return new Uint8Array(value);
-  return new Uint8Array(value.buffer || value);
-}
-
 // head_grid.js reads the weights as an Arrow table's one binary cell: att.getChild("z").get(0).
 function arrowCell(bytes) {
   return { getChild: () => ({ get: () => bytes }) };
-}
-
-function node(tag, cls, text) {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
-  return e;
 }
 
 function fmt(p) { return (100 * p).toFixed(1) + "%"; }
@@ -112,26 +98,8 @@ async function refresh(model, parts) {
 
 export default {
   render({ model, el }) {
-    let parts = BOXES.get(model);
-    if (!parts || parts.box.isConnected) {  // a first view, or a second view of the same widget beside the first
-      parts = build(model);
-      BOXES.set(model, parts);
-    }
-    el.append(parts.box);  // a redrawn output (e.g. update_display) takes over the drawn grid and its state
-    // Python sets several traits at once (grid, att, readout): one redraw for them all.
-    const again = () => {
-      if (parts.queued) return;
-      parts.queued = true;
-      queueMicrotask(() => {
-        parts.queued = false;
-        refresh(model, parts).catch((err) => { parts.status.textContent = "Could not draw: " + err; });
-      });
-    };
-    const names = ["change:grid", "change:att", "change:layer", "change:readout", "change:status"];
-    names.forEach((n) => model.on(n, again));
-    again();
-    return () => {
-      names.forEach((n) => model.off(n, again));
-    };
+    // a redrawn output (e.g. update_display) takes over the drawn grid and its state
+    return mount(model, el, build, refresh,
+                 ["change:grid", "change:att", "change:layer", "change:readout", "change:status"]);
   },
 };

@@ -21,7 +21,7 @@ import traitlets
 from mha_viz import analysis
 from mha_viz.contract import AttentionRun, Head, InputError, Model, check_ablate, check_ablation
 from mha_viz.notebook import svg as _svg
-from mha_viz.notebook.display import FallbackDisplay
+from mha_viz.notebook.display import FallbackDisplay, esm
 from mha_viz.notebook.payload import deflate, grid_data
 
 _HERE = Path(__file__).resolve().parent
@@ -98,7 +98,7 @@ class HeadGrid(FallbackDisplay, anywidget.AnyWidget):
     Save SVG / PNG buttons export it in the page.
     """
 
-    _esm = (_HERE / "widget.js").read_text()
+    _esm = esm("widget.js")
     _css = (_COMPONENTS / "head_grid.css").read_text() + _WIDGET_CSS
     _grid_js = traitlets.Unicode((_COMPONENTS / "head_grid.js").read_text()).tag(sync=True)
     grid = traitlets.Dict().tag(sync=True)  # the payload without the weights (notebook/payload.py)

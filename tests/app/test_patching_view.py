@@ -91,6 +91,21 @@ def test_a_second_sentence_of_another_length_is_explained():
     assert any(f"has {n + 1} tokens and the first has {n}" in w.value for w in at.warning)
 
 
+def test_a_second_sentence_ending_in_a_space_is_read_as_the_first_is():
+    """The page reads the first sentence without its trailing whitespace (text.read_text); the second one was
+    read as typed, so a space after it made one token more than the first and no map."""
+    at = _app("smollm2", IOI + " ")
+    open_view(at, "Patching")
+    box = [t for t in at.text_input if t.key.startswith("patch_source")][0]
+    box.input(swapped(IOI) + " ").run()
+    assert not at.exception, at.exception
+    assert not any("tokens and the first has" in w.value for w in at.warning), [w.value for w in at.warning]
+    mary, john = loaded("smollm2").token_id(" Mary"), loaded("smollm2").token_id(" John")
+    other = loaded("smollm2").run(swapped(IOI))
+    assert _metric(at, "Metric on the second sentence") == pytest.approx(
+        float(other.logits[-1, mary] - other.logits[-1, john]), abs=1e-3)
+
+
 def test_smollm2_worked_example_direct_effects_add_up():
     model = loaded("smollm2")
     at = _app("smollm2", IOI)

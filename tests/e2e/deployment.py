@@ -1,5 +1,6 @@
 """What the two tests behind the real proxy share (test_proxy.py: sticky sessions; test_supervised.py: faults):
-the launcher, the deployment fixture's body, the page probes and a wait that says what the page shows."""
+the launcher, the deployment fixture's body and the page probes (the wait is harness.wait, bounded by each page's
+timeout)."""
 from __future__ import annotations
 
 import os
@@ -7,7 +8,7 @@ import sys
 
 import pytest
 
-from harness import REPO, page_problems
+from harness import REPO
 
 sys.path.insert(0, str(REPO / "deploy"))
 import serve  # noqa: E402  (deploy/serve.py: the launcher `make serve` runs)
@@ -16,8 +17,6 @@ N_HEADS = 12  # all-MiniLM-L6-v2, the default model
 TIMEOUT_MS = 150_000  # cold app processes and several sessions on 2 shared cores
 
 STRIP = "() => document.querySelector('[data-testid=\"token-strip\"]')?.innerText ?? ''"
-HEADS_OFF = """() => [...document.querySelectorAll('[data-testid="stMarkdownContainer"]')]
-  .map(e => e.innerText).filter(t => t.startsWith('Heads off')).join(' | ')"""
 
 
 def sentence(marker: str) -> str:
@@ -46,13 +45,3 @@ def require(what: str) -> None:
         if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
             pytest.fail(f"{why}; CI is set, so {what} must run")
         pytest.skip(why)
-
-
-def wait(page, js: str, what: str, timeout_ms: int = TIMEOUT_MS, arg=None) -> None:
-    """Wait for `js` to be truthy; on timeout fail saying what was awaited and what the page shows."""
-    try:
-        page.wait_for_function(js, arg=arg, timeout=timeout_ms, polling=200)
-    except Exception as err:
-        if type(err).__name__ != "TimeoutError":
-            raise
-        pytest.fail(f"timed out waiting for {what}; page shows: {page_problems(page)}")

@@ -78,6 +78,30 @@ def page_problems(page) -> str:
     return "\n---\n".join(texts) or "(no exception or error box on the page)"
 
 
+def wait(page, js: str, what: str, arg=None) -> None:
+    """Wait for the JS predicate `js` to be truthy, bounded by the page's default timeout (new_page: 90 s; a test
+    of many sessions sets a longer one with page.set_default_timeout); on timeout fail the test saying what was
+    awaited, what the page shows and its JS errors. The one wait of the browser tests."""
+    try:
+        page.wait_for_function(js, arg=arg, polling=200)
+    except Exception as err:
+        if type(err).__name__ != "TimeoutError":
+            raise
+        import pytest  # only here: the benchmarks import this module without pytest's runner
+
+        pytest.fail(f"timed out waiting for {what} ({str(err).splitlines()[0]}).\n"
+                    f"Page shows: {page_problems(page)}\nJS errors: {getattr(page, 'js_errors', [])}")
+
+
+def wait_idle(page, what: str = "Streamlit to finish its rerun (status widget gone, no stale elements)") -> None:
+    wait(page, IDLE, what)
+
+
+# The heads-off line of the summary above the views, as one string (several sessions' pages are checked by it).
+HEADS_OFF = """() => [...document.querySelectorAll('[data-testid="stMarkdownContainer"]')]
+  .map(e => e.innerText).filter(t => t.startsWith('Heads off')).join(' | ')"""
+
+
 # -- the Layer view's head grid (mha_viz/app/components/head_grid): probes shared by the tests and benchmarks --------
 GRID_DRAWN = "() => document.querySelectorAll('.mhv-grid .mhv-head canvas').length"
 GRID_TITLES = "() => [...document.querySelectorAll('.mhv-grid .mhv-title')].map(t => t.textContent)"

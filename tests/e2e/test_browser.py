@@ -5,7 +5,8 @@ heatmaps redraw with the new words -> switch head L0 H0 off -> the effect panel 
 1 and the head's title says "(off)". No Streamlit exception appears at any step. Timings print with `pytest -s`.
 
 Waits: Streamlit reruns asynchronously, so every step waits for its expected content AND for the page to be
-idle (no running/"Stop" status widget, no element greyed as stale), each bounded by STEP_TIMEOUT_MS.
+idle (no running/"Stop" status widget, no element greyed as stale), each bounded by the page's timeout
+(harness.wait).
 """
 from __future__ import annotations
 
@@ -15,14 +16,10 @@ import shutil
 import time
 from pathlib import Path
 
-import pytest
-
-from harness import GRID_DRAWN, GRID_TITLES, GRID_TOKENS, grid_switch
-from harness import IDLE as _IDLE
+from harness import GRID_DRAWN, GRID_TITLES, GRID_TOKENS, grid_switch, page_problems, wait, wait_idle
 
 REPO = Path(__file__).resolve().parents[2]
 N_HEADS = 12  # all-MiniLM-L6-v2: 12 heads per layer
-STEP_TIMEOUT_MS = 90_000
 # Words that are single WordPiece tokens and absent from the default sentence, so seeing them proves a redraw.
 NEW_SENTENCE = "Seven purple giraffes played chess beside the quiet river."
 NEW_WORDS = ("purple", "chess", "river")
@@ -37,29 +34,6 @@ SCREENSHOT_MAX_BYTES = 400_000
 # title per head; its token strip holds the labels every head was drawn with.
 _DRAWN_HEATMAPS = GRID_DRAWN
 _TITLES = GRID_TITLES
-
-
-def _page_problems(page) -> str:
-    """Streamlit exceptions and error boxes on the page, for failure messages."""
-    texts = page.evaluate("""() => [...document.querySelectorAll(
-        '[data-testid="stException"], [data-testid="stAlertContentError"], [data-testid="stAlertContentWarning"]'
-      )].map(e => e.innerText.slice(0, 600))""")
-    return "\n---\n".join(texts) or "(no exception or error box on the page)"
-
-
-def _wait(page, js: str, what: str, arg=None) -> None:
-    """Wait for a JS predicate, bounded; on timeout fail with what the page shows instead."""
-    try:
-        page.wait_for_function(js, arg=arg, timeout=STEP_TIMEOUT_MS, polling=200)
-    except Exception as err:
-        if type(err).__name__ != "TimeoutError":
-            raise
-        pytest.fail(f"timed out after {STEP_TIMEOUT_MS / 1000:.0f} s waiting for {what}.\n"
-                    f"Page shows: {_page_problems(page)}\nJS errors: {getattr(page, 'js_errors', [])}")
-
-
-def _wait_idle(page) -> None:
-    _wait(page, _IDLE, "Streamlit to finish its rerun (status widget gone, no stale elements)")
 
 
 def _settle(page) -> None:
@@ -78,7 +52,7 @@ def _full_page_screenshot(page, path: Path) -> None:
         .filter(Boolean).map(el => el.scrollHeight), document.documentElement.scrollHeight)""")
     page.set_viewport_size({"width": size["width"], "height": min(int(height) + 40, 12_000)})
     try:
-        _wait_idle(page)
+        wait_idle(page)
         _settle(page)
         page.screenshot(path=str(path), full_page=True)
     finally:
@@ -88,7 +62,7 @@ def _full_page_screenshot(page, path: Path) -> None:
 
 def _assert_no_exception(page, step: str) -> None:
     n = page.locator('[data-testid="stException"]').count()
-    assert n == 0, f"Streamlit exception on the page after {step}:\n{_page_problems(page)}"
+    assert n == 0, f"Streamlit exception on the page after {step}:\n{page_problems(page)}"
 
 
 def _metric_value(page, label: str) -> float:
@@ -109,8 +83,8 @@ def test_toggle_head_off_shows_effect(browser, streamlit_url, page, artifacts):
     # 1. Open the page; the first visit loads the model, so this is the slow step.
     t0 = time.monotonic()
     page.goto(streamlit_url, wait_until="domcontentloaded")
-    _wait(page, f"() => ({_DRAWN_HEATMAPS})() >= {N_HEADS}", f"{N_HEADS} drawn heatmaps of layer 0")
-    _wait_idle(page)
+    wait(page, f"() => ({_DRAWN_HEATMAPS})() >= {N_HEADS}", f"{N_HEADS} drawn heatmaps of layer 0")
+    wait_idle(page)
     timings["page load -> first heatmaps"] = time.monotonic() - t0
     _assert_no_exception(page, "the first load")
     assert page.evaluate(_DRAWN_HEATMAPS) == N_HEADS
@@ -123,14 +97,14 @@ def test_toggle_head_off_shows_effect(browser, streamlit_url, page, artifacts):
     box.fill(NEW_SENTENCE)
     t0 = time.monotonic()
     page.get_by_role("button", name="Show attention").click()
-    _wait(
+    wait(
         page,
         f"""([words, n]) => {{ const toks = ({GRID_TOKENS})();
             return words.every(w => toks.includes(w)) && ({GRID_DRAWN})() >= n; }}""",
         "the heads to redraw with the new sentence's words",
         arg=[list(NEW_WORDS), N_HEADS],
     )
-    _wait_idle(page)
+    wait_idle(page)
     timings["submit sentence -> heatmaps redrawn"] = time.monotonic() - t0
     _assert_no_exception(page, "submitting a new sentence")
     labels = page.evaluate(GRID_TOKENS)
@@ -145,7 +119,7 @@ def test_toggle_head_off_shows_effect(browser, streamlit_url, page, artifacts):
     assert switch.is_checked(), "every head starts on"
     t0 = time.monotonic()
     switch.click()
-    _wait(
+    wait(
         page,
         """(label) => [...document.querySelectorAll('[data-testid="stMetricLabel"]')]
              .some(e => e.innerText.includes(label))
@@ -153,7 +127,7 @@ def test_toggle_head_off_shows_effect(browser, streamlit_url, page, artifacts):
         "the effect panel's cosine metric and the title 'L0 H0 (off)'",
         arg=COSINE_LABEL,
     )
-    _wait_idle(page)
+    wait_idle(page)
     timings["toggle L0 H0 off -> effect panel + greyed head"] = time.monotonic() - t0
     _assert_no_exception(page, "switching L0 H0 off")
 

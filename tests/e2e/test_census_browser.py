@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from urllib.parse import urlencode
 
-from test_browser import _assert_no_exception, _wait, _wait_idle
+from test_browser import _assert_no_exception
+
+from harness import wait, wait_idle
 
 # Plotly's own data of the census map: the heatmap's z (a base64 typed array or nested lists), flattened.
 _MAP = """() => {
@@ -29,8 +31,8 @@ def test_run_the_census_and_open_a_head_in_the_layer_view(page, streamlit_url):
     button = page.get_by_role("button", name="Run the census")
     button.wait_for(timeout=120_000)
     button.click()
-    _wait(page, f"() => ({_MAP})() !== null", "the census map of the previous-token score")
-    _wait_idle(page)
+    wait(page, f"() => ({_MAP})() !== null", "the census map of the previous-token score")
+    wait_idle(page)
     _assert_no_exception(page, "running the census")
     drawn = page.evaluate(_MAP)
     census = head_census(load_model("tiny"))
@@ -44,7 +46,7 @@ def test_run_the_census_and_open_a_head_in_the_layer_view(page, streamlit_url):
         box.click()
         page.keyboard.type(f"L{layer} H{head}")
         page.keyboard.press("Enter")
-        _wait_idle(page)
+        wait_idle(page)
     page.get_by_role("button", name=f"Open L{layer} H{head} in the Layer view").click()
-    _wait(page, f"() => document.body.innerText.includes('Layer {layer}: all 4 heads')", "the Layer view")
+    wait(page, f"() => document.body.innerText.includes('Layer {layer}: all 4 heads')", "the Layer view")
     _assert_no_exception(page, "opening the head in the Layer view")

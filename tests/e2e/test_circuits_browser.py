@@ -9,7 +9,9 @@ import shutil
 from urllib.parse import urlencode
 
 import pytest
-from test_browser import REPO, _assert_no_exception, _settle, _wait, _wait_idle
+from test_browser import REPO, _assert_no_exception, _settle
+
+from harness import wait, wait_idle
 
 _TITLES = "() => [...document.querySelectorAll('.js-plotly-plot .gtitle')].map(t => t.textContent)"
 SHOTS = {"tiny": "the keys to the cabinet are on the table .", "minilm": "Dogs chase cats in the yard.",
@@ -20,7 +22,7 @@ FIRST_MEASURE_MS = 600_000  # SmolLM2's circuits are measured once per server, t
 def _shot(page, artifacts, name: str, heading: str) -> None:
     size = page.viewport_size
     page.set_viewport_size({"width": size["width"], "height": 1500})
-    _wait_idle(page)
+    wait_idle(page)
     page.evaluate("""(h) => [...document.querySelectorAll('h3, h4')].find(e => e.textContent.startsWith(h))
         .scrollIntoView({block: 'start'})""", heading)
     _settle(page)
@@ -39,8 +41,8 @@ def test_circuits_view_draws_for_each_model(browser, streamlit_url, page, artifa
     page.goto(f"{streamlit_url}/?{query}", wait_until="domcontentloaded")
     page.wait_for_function(f"() => ({_TITLES})().some(t => t.includes('K-composition'))", timeout=FIRST_MEASURE_MS,
                            polling=500)
-    _wait(page, f"() => ({_TITLES})().some(t => t.includes('induction score'))", f"the causal check of {model}")
-    _wait_idle(page)
+    wait(page, f"() => ({_TITLES})().some(t => t.includes('induction score'))", f"the causal check of {model}")
+    wait_idle(page)
     _assert_no_exception(page, f"the Circuits view for {model}")
     _shot(page, artifacts, f"circuits-{model}.png", "Circuits")
     _shot(page, artifacts, f"circuits-{model}-composition.png", "Which earlier heads")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from urllib.parse import urlencode
 
-from test_browser import _assert_no_exception, _wait, _wait_idle
+from test_browser import _assert_no_exception
 
-from harness import GRID_DRAWN, GRID_TITLES, grid_switch
+from harness import GRID_DRAWN, GRID_TITLES, grid_switch, wait, wait_idle
 
 N_HEADS = 12  # all-MiniLM-L6-v2
 LONG_TEXT = " ".join(["the cat sat on the mat while anna gave the old keys to ben"] * 10)  # > 128 tokens
@@ -29,8 +29,8 @@ def test_layer_switch_hover_and_focus_stay_in_the_browser(browser, streamlit_url
     frames = _count_frames(page)
     query = urlencode({"model": "minilm", "text": "The keys to the cabinet are on the table.", "view": "Layer"})
     page.goto(f"{streamlit_url}/?{query}", wait_until="domcontentloaded")
-    _wait(page, f"() => ({GRID_DRAWN})() === {N_HEADS}", "the grid of layer 0")
-    _wait_idle(page)
+    wait(page, f"() => ({GRID_DRAWN})() === {N_HEADS}", "the grid of layer 0")
+    wait_idle(page)
     _assert_no_exception(page, "opening the Layer view")
     assert page.evaluate(GRID_TITLES) == [f"L0 H{h}" for h in range(N_HEADS)]
     # Issue 19: a short text's small heatmaps carry every token on both axes, at 8 px or more.
@@ -43,10 +43,10 @@ def test_layer_switch_hover_and_focus_stay_in_the_browser(browser, streamlit_url
     titles = page.evaluate(f"""() => {{ document.querySelector('.mhv-tab[data-layer="3"]').click();
                                         return ({GRID_TITLES})(); }}""")
     assert all(t.startswith("L3 ") for t in titles), titles
-    _wait(page, "() => location.search.includes('layer=3')", "the link to follow the layer shown")
-    _wait(page, "() => [...document.querySelectorAll('p')].some(p => p.innerText.startsWith('Layer 3:'))",
-          "the heading to follow the tab")
-    _wait_idle(page)
+    wait(page, "() => location.search.includes('layer=3')", "the link to follow the layer shown")
+    wait(page, "() => [...document.querySelectorAll('p')].some(p => p.innerText.startsWith('Layer 3:'))",
+         "the heading to follow the tab")
+    wait_idle(page)
     page.wait_for_timeout(500)
     before = frames[0]
 
@@ -68,13 +68,13 @@ def test_layer_switch_hover_and_focus_stay_in_the_browser(browser, streamlit_url
 
     # Click-to-focus: the head opens large with its own title, still without the server.
     canvas.click()
-    _wait(page, "() => document.querySelector('.mhv-focus-title')?.textContent === 'L3 H5'", "L3 H5 opened large")
+    wait(page, "() => document.querySelector('.mhv-focus-title')?.textContent === 'L3 H5'", "L3 H5 opened large")
     assert frames[0] == before, "opening a head large should not talk to the server"
 
     # A toggle does go to the server, and comes back with the head off on the layer shown.
     grid_switch(page, "L3 H5").click()
-    _wait(page, f"() => ({GRID_TITLES})().includes('L3 H5 (off)')", "L3 H5 drawn as off")
-    _wait_idle(page)
+    wait(page, f"() => ({GRID_TITLES})().includes('L3 H5 (off)')", "L3 H5 drawn as off")
+    wait_idle(page)
     assert page.locator("p", has_text="Heads off:").inner_text().endswith("L3 H5")
     assert page.locator(".mhv-focus-title").inner_text() == "L3 H5 (off)"
     assert not page.js_errors, page.js_errors
@@ -83,8 +83,8 @@ def test_layer_switch_hover_and_focus_stay_in_the_browser(browser, streamlit_url
 def test_long_text_is_readable(browser, streamlit_url, page):
     query = urlencode({"model": "minilm", "text": LONG_TEXT, "view": "Layer"})
     page.goto(f"{streamlit_url}/?{query}", wait_until="domcontentloaded")
-    _wait(page, f"() => ({GRID_DRAWN})() === {N_HEADS}", "the grid of a 128-token text")
-    _wait_idle(page)
+    wait(page, f"() => ({GRID_DRAWN})() === {N_HEADS}", "the grid of a 128-token text")
+    wait_idle(page)
     _assert_no_exception(page, "a long text")
     n_tokens = page.locator(".mhv-strip .mhv-tok").count()
     assert n_tokens >= 128, n_tokens
@@ -100,7 +100,7 @@ def test_long_text_is_readable(browser, streamlit_url, page):
     # A focused head gives every token a row tall enough for its 11 px label; zoom makes it larger still.
     page.locator('.mhv-grid .mhv-head[data-head="L0 H1"] canvas').click()
     focus = page.locator(".mhv-focus-canvas")
-    _wait(page, "() => !!document.querySelector('.mhv-focus-canvas')?.dataset.cell", "the focused head")
+    wait(page, "() => !!document.querySelector('.mhv-focus-canvas')?.dataset.cell", "the focused head")
     cell = int(focus.get_attribute("data-cell"))
     assert cell >= 14, cell
     assert focus.get_attribute("data-label-step") == "1"  # every token labelled at the fitted size

@@ -9,7 +9,9 @@ import shutil
 from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
-from test_browser import REPO, _assert_no_exception, _settle, _wait, _wait_idle
+from test_browser import REPO, _assert_no_exception, _settle
+
+from harness import wait, wait_idle
 
 SCREENSHOT_MAX_BYTES = 400_000
 # The title of the figure each view draws (plotly writes a figure title as .gtitle).
@@ -28,9 +30,9 @@ _CELL_CENTRE = """(row, key) => {
 def _open(page, url: str, model: str, text: str, view: str, layer: int = 0) -> None:
     query = urlencode({"model": model, "text": text, "view": view, "layer": layer})
     page.goto(f"{url}/?{query}", wait_until="domcontentloaded")
-    _wait(page, "() => document.querySelectorAll('[data-testid=\"stButtonGroup\"] button').length > 0",
-          f"the token strip of {view}")
-    _wait_idle(page)
+    wait(page, "() => document.querySelectorAll('[data-testid=\"stButtonGroup\"] button').length > 0",
+         f"the token strip of {view}")
+    wait_idle(page)
     _assert_no_exception(page, f"opening {view} for {model}")
 
 
@@ -46,8 +48,8 @@ def _switch_view(page, view: str) -> None:
 
 
 def _wait_title(page, fragment: str, what: str) -> None:
-    _wait(page, f"() => ({_TITLES})().some(t => t.includes({fragment!r}))", what)
-    _wait_idle(page)
+    wait(page, f"() => ({_TITLES})().some(t => t.includes({fragment!r}))", what)
+    wait_idle(page)
 
 
 def test_clicking_a_token_moves_both_views(browser, streamlit_url, page):
@@ -72,7 +74,7 @@ def test_clicking_a_token_moves_both_views(browser, streamlit_url, page):
     assert parse_qs(urlparse(page.url).query).get("token") == ["1"], page.url
 
     # A click on a cell of the head's pattern opens that cell's row: row 2 ("chase"), key 5.
-    _wait(page, f"() => ({_CELL_CENTRE})(2, 5) !== null", "the clickable pattern")
+    wait(page, f"() => ({_CELL_CENTRE})(2, 5) !== null", "the clickable pattern")
     page.locator('.js-plotly-plot').filter(has=page.locator('.scatterlayer')).first.scroll_into_view_if_needed()
     x, y = page.evaluate(f"() => ({_CELL_CENTRE})(2, 5)")
     page.mouse.click(x, y)
@@ -105,7 +107,7 @@ def test_both_views_draw_for_each_model(browser, streamlit_url, page, artifacts,
 def _shot(page, artifacts, name: str, heading: str, height: int = 1000) -> None:
     size = page.viewport_size
     page.set_viewport_size({"width": size["width"], "height": height})
-    _wait_idle(page)
+    wait_idle(page)
     page.evaluate("() => document.querySelector('.mhn-hint')?.remove()")  # the first-visit hint, not the view
     page.evaluate("""(h) => [...document.querySelectorAll('h3')].find(e => e.textContent.startsWith(h))
         .scrollIntoView({block: 'start'})""", heading)

@@ -7,22 +7,29 @@ from __future__ import annotations
 from urllib.parse import urlencode
 
 import pytest
-from test_browser import _assert_no_exception, _wait, _wait_idle
+from test_browser import _assert_no_exception
 
-from harness import GRID_DRAWN, GRID_TITLES, grid_switch, new_page
+from harness import GRID_DRAWN, GRID_TITLES, grid_switch, new_page, wait, wait_idle
 
 N_HEADS = 12  # all-MiniLM-L6-v2
 TEXT = "The keys to the old cabinet were on the table, so she took them."
 FIRST_HEAT = """() => { const c = document.querySelector('.mhv-grid .mhv-head canvas');
   return c ? c.getBoundingClientRect().top + window.scrollY : null; }"""
+# The heads-off summary's reserved box (heads_off.SUMMARY_PX): its height, and the space left under its last line
+# (negative: a line overflows the box, hidden behind its scroll).
+SUMMARY_FILL = """() => { const box = document.querySelector('.st-key-heads_off_summary');
+  const r = box.getBoundingClientRect();
+  const bottom = Math.max(...[...box.querySelectorAll('[data-testid=stElementContainer]')]
+    .map(e => e.getBoundingClientRect().bottom));
+  return {height: r.height, blank: r.bottom - bottom, text: box.innerText}; }"""
 
 
 def _open(browser, url: str, width: int, height: int, **params):
     context, page = new_page(browser, width, height)
     query = urlencode({"model": "minilm", "text": TEXT, **params})
     page.goto(f"{url}/?{query}", wait_until="domcontentloaded")
-    _wait(page, f"() => ({GRID_DRAWN})() === {N_HEADS}", "the grid")
-    _wait_idle(page)
+    wait(page, f"() => ({GRID_DRAWN})() === {N_HEADS}", "the grid")
+    wait_idle(page)
     _assert_no_exception(page, "opening the page")
     return context, page
 
@@ -42,8 +49,8 @@ def _with_figure_font(page) -> None:
             if type(err).__name__ != "TimeoutError" or attempt == 2:
                 raise
             page.reload()
-            _wait(page, f"() => ({GRID_DRAWN})() === {N_HEADS}", "the grid")
-            _wait_idle(page)
+            wait(page, f"() => ({GRID_DRAWN})() === {N_HEADS}", "the grid")
+            wait_idle(page)
 
 
 def _saved_svg(page):
@@ -76,14 +83,14 @@ def test_one_layer_state_for_tabs_heading_switches_and_link(browser, streamlit_u
         assert all(t.startswith("L5 ") for t in now["titles"]), now
         assert now["link"] == "5" and now["headings"] == ["Layer 5: all 12 heads"], now
         assert "L5" in now["off"], now
-        _wait(page, "() => [...document.querySelectorAll('p')].some(p => p.innerText.startsWith('Layer 5:'))",
-              "the heading to follow the tab")
-        _wait_idle(page)
+        wait(page, "() => [...document.querySelectorAll('p')].some(p => p.innerText.startsWith('Layer 5:'))",
+             "the heading to follow the tab")
+        wait_idle(page)
         assert "layer=5" in page.url, page.url
         page.get_by_role("button", name="All off").click()
-        _wait(page, f"() => ({GRID_TITLES})().filter(t => t.endsWith('(off)')).length === {N_HEADS}",
-              "every head of L5 off")
-        _wait_idle(page)
+        wait(page, f"() => ({GRID_TITLES})().filter(t => t.endsWith('(off)')).length === {N_HEADS}",
+             "every head of L5 off")
+        wait_idle(page)
         assert "layer=5" in page.url and "off=L5H0" in page.url, page.url
         assert all(t.startswith("L5 ") for t in page.evaluate(GRID_TITLES))
         assert _heading(page).startswith("Layer 5")
@@ -148,11 +155,21 @@ def test_first_row_of_heads_on_the_first_screen(browser, streamlit_url, size, ca
         groups = page.evaluate("""() => [...document.querySelectorAll('nav[aria-label=Views] [role=group]')]
             .map(g => g.getAttribute('aria-label'))""")
         assert groups == ["Look", "Open up", "Intervene", "In general", "Learn"], groups
+        # The summary's box is used, not held blank for the first toggle: with every head on it says where the
+        # switches are and what they will be measured against; every line fits in it at both sizes.
+        on = page.evaluate(SUMMARY_FILL)
+        with capsys.disabled():
+            print(f"[layout] {width}x{height}: heads-off summary {on['height']:.0f} px, {on['blank']:.0f} px "
+                  "blank under its lines with every head on")
+        assert "All heads are on." in on["text"] and "Off means" in on["text"], on
+        assert 0 <= on["blank"] < 24, on
         # A head switched off does not move the grid.
         grid_switch(page, "L0 H3").click()
-        _wait(page, f"() => ({GRID_TITLES})().includes('L0 H3 (off)')", "L0 H3 off")
-        _wait_idle(page)
+        wait(page, f"() => ({GRID_TITLES})().includes('L0 H3 (off)')", "L0 H3 off")
+        wait_idle(page)
         assert abs(page.evaluate(FIRST_HEAT) - y) < 1, (page.evaluate(FIRST_HEAT), y)
+        off = page.evaluate(SUMMARY_FILL)
+        assert off["height"] == on["height"] and 0 <= off["blank"] < 24 and "Heads off:" in off["text"], off
         assert not page.js_errors, page.js_errors
     finally:
         context.close()
@@ -162,17 +179,17 @@ def test_nav_opens_views_and_old_links_still_work(browser, streamlit_url):
     context, page = _open(browser, streamlit_url, 1600, 1000)
     try:
         page.locator('nav[aria-label=Views] button[data-view="Compare"]').click()
-        _wait(page, "() => location.search.includes('view=Compare')", "the Compare view in the link")
-        _wait_idle(page)
+        wait(page, "() => location.search.includes('view=Compare')", "the Compare view in the link")
+        wait_idle(page)
         assert page.locator('nav button[aria-current="page"]').inner_text() == "Compare"
         assert page.locator(".mhv-grid").count() == 0
         page.goto(f"{streamlit_url}/?{urlencode({'model': 'minilm', 'view': 'Trained vs untrained'})}")
-        _wait_idle(page)
-        _wait(page, "() => document.body.innerText.includes('training step')", "the old view's link")
+        wait_idle(page)
+        wait(page, "() => document.body.innerText.includes('training step')", "the old view's link")
         # A view about the model in general (its weights, generated inputs): no sentence strip, no heads-off line.
         page.locator('nav[aria-label=Views] [role=group][aria-label="In general"] button[data-view="Census"]').click()
-        _wait(page, "() => document.body.innerText.includes('Census: what each head does in general')", "Census")
-        _wait_idle(page)
+        wait(page, "() => document.body.innerText.includes('Census: what each head does in general')", "Census")
+        wait_idle(page)
         assert "view=Census" in page.url, page.url
         assert page.locator('[data-testid="token-strip"]').count() == 0
         assert "All heads are on" not in page.locator('[data-testid="stMain"]').inner_text()
@@ -186,8 +203,8 @@ def test_long_text_says_it_draws_fewer_per_row_and_saves(browser, streamlit_url)
     context, page = _open(browser, streamlit_url, 1000, 800)
     try:
         page.goto(f"{streamlit_url}/?{urlencode({'model': 'minilm', 'text': long_text})}")
-        _wait(page, "() => document.querySelectorAll('.mhv-strip .mhv-tok').length > 100", "the long text")
-        _wait_idle(page)
+        wait(page, "() => document.querySelectorAll('.mhv-strip .mhv-tok').length > 100", "the long text")
+        wait_idle(page)
         cols = int(page.locator(".mhv-grid").get_attribute("data-cols"))
         note = page.locator('[data-testid="mhv-cols-note"]').inner_text()
         assert cols < 4 and note.startswith(f"{cols} per row, not 4"), (cols, note)
@@ -231,9 +248,9 @@ def test_contrast_and_line_drawing_redraw_in_the_browser(browser, streamlit_url)
         page.locator('.mhv-line-tok[data-side="query"][data-q="3"]').hover()
         assert 0 < svg.locator("line").count() < n_lines  # only the hovered query's lines
         page.locator('.mhv-chip[data-head="L0 H2"] .mhv-switch').click()
-        _wait(page, "() => document.querySelector('.mhv-chip[data-head=\"L0 H2\"]').innerText.includes('(off)')",
-              "L0 H2 switched off from the line drawing")
-        _wait_idle(page)
+        wait(page, "() => document.querySelector('.mhv-chip[data-head=\"L0 H2\"]').innerText.includes('(off)')",
+             "L0 H2 switched off from the line drawing")
+        wait_idle(page)
         assert "off=L0H2" in page.url
         assert not page.js_errors, page.js_errors
     finally:
@@ -251,8 +268,8 @@ def test_first_visit_hint_is_dismissed_for_good(browser, streamlit_url):
         hint.get_by_role("button", name="Got it").click()
         assert page.locator(".mhn-hint").count() == 0
         page.reload()
-        _wait(page, f"() => ({GRID_DRAWN})() === {N_HEADS}", "the grid after a reload")
-        _wait_idle(page)
+        wait(page, f"() => ({GRID_DRAWN})() === {N_HEADS}", "the grid after a reload")
+        wait_idle(page)
         assert page.locator(".mhn-hint").count() == 0, "a dismissed hint stays dismissed in this browser"
     finally:
         context.close()
@@ -271,8 +288,8 @@ def test_follow_a_token_on_a_long_text_keeps_its_title_clear_of_readable_labels(
     try:
         page.goto(f"{streamlit_url}/?{urlencode({'model': 'minilm', 'text': LONG, 'view': 'Follow a token'})}",
                   wait_until="domcontentloaded")
-        _wait(page, "() => document.querySelectorAll('.js-plotly-plot .xtick text').length > 5", "the labels")
-        _wait_idle(page)
+        wait(page, "() => document.querySelectorAll('.js-plotly-plot .xtick text').length > 5", "the labels")
+        wait_idle(page)
         _assert_no_exception(page, "opening Follow a token on a long text")
         got = page.evaluate("""() => {
             const plot = document.querySelector('.js-plotly-plot');

@@ -4,7 +4,9 @@ predictions move; the link keeps saying what "off" means."""
 import time
 from urllib.parse import urlencode
 
-from test_browser import _assert_no_exception, _wait, _wait_idle
+from test_browser import _assert_no_exception
+
+from harness import wait, wait_idle
 
 TEXT = "Anna met Ben at the park. Later Ben gave the book to"
 
@@ -14,9 +16,9 @@ _CHART_TITLES = """() => [...document.querySelectorAll('.js-plotly-plot .gtitle'
 def test_patching_view_from_a_link(page, streamlit_url):
     query = urlencode({"model": "tiny", "text": TEXT, "view": "Patching", "off": "L0H1", "ablation": "mean"})
     page.goto(f"{streamlit_url}/?{query}", wait_until="domcontentloaded")
-    _wait(page, """() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]
+    wait(page, """() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]
                      .some(t => t.textContent.startsWith('Direct effect'))""", "the direct-effect map")
-    _wait_idle(page)
+    wait_idle(page)
     _assert_no_exception(page, "opening the Patching view from a link")
     titles = page.evaluate(_CHART_TITLES)
     assert any(t.startswith("Attribution estimate") for t in titles), titles
@@ -26,10 +28,10 @@ def test_patching_view_from_a_link(page, streamlit_url):
         "Anna met Ben at the park. Later Anna gave the book to"
 
     page.get_by_role("button", name="Compute the exact map").click()
-    _wait(page, """() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]
+    wait(page, """() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]
                      .some(t => t.textContent.startsWith('Exact'))""", "the exact map")
-    _wait(page, """() => document.body.innerText.includes('rank correlation')""", "the agreement line")
-    _wait_idle(page)
+    wait(page, """() => document.body.innerText.includes('rank correlation')""", "the agreement line")
+    wait_idle(page)
     _assert_no_exception(page, "computing the exact map")
     assert "KL(before ‖ after)" in page.locator('[data-testid="stMetric"]').all_inner_texts().__str__()
     picked = page.locator('[data-testid="stMultiSelect"]').last.inner_text()

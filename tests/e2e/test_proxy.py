@@ -14,10 +14,10 @@ import time
 from collections import defaultdict
 
 import pytest
-from deployment import HEADS_OFF, N_HEADS, STRIP, TIMEOUT_MS, require, sentence, serve, wait
+from deployment import N_HEADS, STRIP, TIMEOUT_MS, require, sentence, serve
 from deployment import deployment as _deployment
 
-from harness import GRID_DRAWN, IDLE, REPO, grid_switch, page_problems
+from harness import GRID_DRAWN, HEADS_OFF, IDLE, REPO, grid_switch, page_problems, wait
 
 N_PROCS = 2
 MARKERS = ("harbour", "violin", "meadow")  # one sentence each; one WordPiece token each in MiniLM's vocabulary
@@ -38,7 +38,7 @@ def test_sticky_sessions_each_see_their_own_state(browser, deployment):
             # One after the other: each first request is the next in nginx's round-robin, so two processes are used.
             page.goto(deployment.url, wait_until="domcontentloaded")
             wait(page, f"() => ({GRID_DRAWN})() >= {N_HEADS}",
-                  f"session {i}: the first heatmaps")
+                 f"session {i}: the first heatmaps")
             pages.append(page)
 
         # Every session types its own sentence and switches off its own head; all actions go out before any wait.

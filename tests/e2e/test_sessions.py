@@ -12,18 +12,14 @@ import re
 import time
 from pathlib import Path
 
-import pytest
-
-from harness import GRID_DRAWN, grid_switch
+from harness import GRID_DRAWN, HEADS_OFF, grid_switch, page_problems, wait
 from harness import IDLE as _IDLE
 
 N_SESSIONS = 8
 N_HEADS = 12  # all-MiniLM-L6-v2, the default model
-SESSION_TIMEOUT_MS = 150_000  # 8 sessions load and render on 2 shared cores
+SESSION_TIMEOUT_MS = 150_000  # each page's timeout (harness.wait): 8 sessions load and render on 2 shared cores
 LOG_PROBLEMS = re.compile(r"Traceback|Exception|Error(?!s? in the page)", re.IGNORECASE)
 _DRAWN = GRID_DRAWN
-_HEADS_OFF = """() => [...document.querySelectorAll('[data-testid="stMarkdownContainer"]')]
-  .map(e => e.innerText).filter(t => t.startsWith('Heads off')).join(' | ')"""
 _OFF_TITLES = """() => [...document.querySelectorAll('.mhv-grid .mhv-title')]
   .map(t => t.textContent).filter(t => t.endsWith('(off)'))"""
 
@@ -32,21 +28,6 @@ def _log_since(path: Path, offset: int) -> str:
     with open(path, "rb") as f:
         f.seek(offset)
         return f.read().decode("utf-8", errors="replace")
-
-
-def _problems(page) -> str:
-    return page.evaluate("""() => [...document.querySelectorAll(
-        '[data-testid="stException"], [data-testid="stAlertContentError"]')].map(e => e.innerText.slice(0, 400))
-        .join('\\n---\\n')""") or "(none)"
-
-
-def _wait(page, js: str, what: str, arg=None, timeout: int = SESSION_TIMEOUT_MS) -> None:
-    try:
-        page.wait_for_function(js, arg=arg, timeout=timeout, polling=250)
-    except Exception as err:
-        if type(err).__name__ != "TimeoutError":
-            raise
-        pytest.fail(f"timed out after {timeout / 1000:.0f} s waiting for {what}; page shows: {_problems(page)}")
 
 
 def test_eight_sessions_each_see_their_own_heads(browser, streamlit_url, artifacts):
@@ -68,8 +49,8 @@ def test_eight_sessions_each_see_their_own_heads(browser, streamlit_url, artifac
         for page in pages:
             page.goto(streamlit_url, wait_until="commit")
         for i, page in enumerate(pages):
-            _wait(page, f"() => ({_DRAWN})() >= {N_HEADS}", f"session {i}: {N_HEADS} heatmaps")
-            _wait(page, _IDLE, f"session {i}: the first run to finish")
+            wait(page, f"() => ({_DRAWN})() >= {N_HEADS}", f"session {i}: {N_HEADS} heatmaps")
+            wait(page, _IDLE, f"session {i}: the first run to finish")
         timings["8 sessions load"] = time.monotonic() - t0
 
         # 2. Each switches off a different head; every click goes out before any page is waited on.
@@ -77,23 +58,23 @@ def test_eight_sessions_each_see_their_own_heads(browser, streamlit_url, artifac
         for i, page in enumerate(pages):
             grid_switch(page, f"L0 H{i}").click()
         for i, page in enumerate(pages):
-            _wait(page, """(want) => {
+            wait(page, """(want) => {
                     const off = [...document.querySelectorAll('[data-testid="stMarkdownContainer"]')]
                       .map(e => e.innerText).filter(t => t.startsWith('Heads off'));
                     const titles = [...document.querySelectorAll('.mhv-grid .mhv-title')].map(t => t.textContent);
                     return off.length === 1 && off[0].includes(want) && titles.includes(want + ' (off)');
-                  }""", f"session {i}: 'Heads off: L0 H{i}'", arg=f"L0 H{i}")
-            _wait(page, _IDLE, f"session {i}: the toggle's rerun to finish")
+                 }""", f"session {i}: 'Heads off: L0 H{i}'", arg=f"L0 H{i}")
+            wait(page, _IDLE, f"session {i}: the toggle's rerun to finish")
         timings["8 concurrent toggles"] = time.monotonic() - t0
 
         # 3. Each page shows exactly its own head, nobody else's.
         for i, page in enumerate(pages):
-            heads_off = page.evaluate(_HEADS_OFF)
+            heads_off = page.evaluate(HEADS_OFF)
             others = [f"L0 H{j}" for j in range(N_SESSIONS) if j != i and f"L0 H{j}" in heads_off]
             assert f"L0 H{i}" in heads_off and not others, f"session {i} shows {heads_off!r}"
             assert page.evaluate(_OFF_TITLES) == [f"L0 H{i} (off)"], f"session {i}: {page.evaluate(_OFF_TITLES)}"
             assert grid_switch(page, f"L0 H{i}").is_checked() is False
-            assert page.locator('[data-testid="stException"]').count() == 0, _problems(page)
+            assert page.locator('[data-testid="stException"]').count() == 0, page_problems(page)
             assert not page.js_errors, f"session {i}: JavaScript errors {page.js_errors}"
     finally:
         for ctx in contexts:
@@ -128,18 +109,18 @@ def test_hostile_text_makes_no_elements(browser, streamlit_url, page):
     dialogs = []
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
     page.goto(streamlit_url, wait_until="domcontentloaded")
-    _wait(page, f"() => ({_DRAWN})() >= {N_HEADS}", "the first heatmaps")
+    wait(page, f"() => ({_DRAWN})() >= {N_HEADS}", "the first heatmaps")
     _submit(page, HOSTILE)
-    _wait(page, """() => (document.querySelector('[data-testid="token-strip"]')?.innerText ?? '').includes('script')
+    wait(page, """() => (document.querySelector('[data-testid="token-strip"]')?.innerText ?? '').includes('script')
                    && (document.querySelector('[data-testid="token-strip"]')?.innerText ?? '').includes('alert')""",
-          "the token strip to show the hostile text")
-    _wait(page, _IDLE, "the rerun to finish")
+         "the token strip to show the hostile text")
+    wait(page, _IDLE, "the rerun to finish")
     found = page.evaluate(_INJECTED)
     assert found["scripts"] == 0 and found["imgs"] == 0 and found["jsLinks"] == 0, found
     assert found["katex"] == 0, f"maths was rendered from the typed '$' text: {found}"
     assert found["stripElements"] == [], f"the token strip holds elements made from the text: {found}"
     for piece in ("<", "script", ">", "alert", "bold", "price"):  # word pieces: "img", "onerror" are split
         assert piece in found["strip"], f"{piece!r} should be shown as text in the strip: {found['strip']!r}"
-    assert page.locator('[data-testid="stException"]').count() == 0, _problems(page)
+    assert page.locator('[data-testid="stException"]').count() == 0, page_problems(page)
     assert not dialogs, f"a dialog opened: {dialogs}"
     assert not page.js_errors, page.js_errors

@@ -2,7 +2,9 @@
 import time
 from urllib.parse import urlencode
 
-from test_browser import _TITLES, _assert_no_exception, _wait, _wait_idle
+from test_browser import _TITLES, _assert_no_exception
+
+from harness import new_page, wait, wait_idle
 
 TEXT = "Dogs chase cats across the quiet garden."
 
@@ -11,9 +13,9 @@ def test_shared_link_restores_heads_off_and_compare(browser, streamlit_url, page
     # 1. The Layer view of layer 2 with two of its heads off.
     query = urlencode({"model": "minilm", "text": TEXT, "layer": "2", "off": "L2H3,L2H7", "view": "Layer"})
     page.goto(f"{streamlit_url}/?{query}", wait_until="domcontentloaded")
-    _wait(page, """() => [...document.querySelectorAll('.mhv-grid .mhv-title')]
+    wait(page, """() => [...document.querySelectorAll('.mhv-grid .mhv-title')]
                      .filter(t => t.textContent.endsWith('(off)')).length === 2""", "two heads drawn as off")
-    _wait_idle(page)
+    wait_idle(page)
     _assert_no_exception(page, "opening a shared link")
     titles = page.evaluate(_TITLES)
     assert sorted(t for t in titles if t.endswith("(off)")) == ["L2 H3 (off)", "L2 H7 (off)"], titles
@@ -22,16 +24,15 @@ def test_shared_link_restores_heads_off_and_compare(browser, streamlit_url, page
     assert "L2 H3" in heads_off and "L2 H7" in heads_off
 
     # 2. The Compare view with two heads from different layers, in a fresh browser context (no shared state).
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    other = context.new_page()
+    context, other = new_page(browser, 1400, 1000)
     try:
         query = urlencode({"model": "minilm", "text": TEXT, "compare": "L0H2,L4H5", "view": "Compare",
                            "off": "L1H1"})
         other.goto(f"{streamlit_url}/?{query}", wait_until="domcontentloaded")
-        _wait(other, """() => [...document.querySelectorAll('.js-plotly-plot .annotation-text')]
+        wait(other, """() => [...document.querySelectorAll('.js-plotly-plot .annotation-text')]
                           .map(t => t.textContent).filter(t => t === 'L0 H2' || t === 'L4 H5').length === 2""",
-              "the two compared heads drawn")
-        _wait_idle(other)
+             "the two compared heads drawn")
+        wait_idle(other)
         _assert_no_exception(other, "opening a compare link")
         picked = other.locator('[data-testid="stMultiSelect"]').inner_text()
         assert "L0 H2" in picked and "L4 H5" in picked

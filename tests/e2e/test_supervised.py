@@ -16,10 +16,10 @@ import signal
 import time
 
 import pytest
-from deployment import HEADS_OFF, N_HEADS, STRIP, TIMEOUT_MS, sentence, serve, wait
+from deployment import N_HEADS, STRIP, TIMEOUT_MS, sentence, serve
 from deployment import deployment as _deployment
 
-from harness import GRID_DRAWN, IDLE, grid_switch, page_problems
+from harness import GRID_DRAWN, HEADS_OFF, IDLE, grid_switch, page_problems, wait
 
 MARKERS = ("harbour", "violin", "meadow", "lantern")  # one WordPiece token each in MiniLM's vocabulary
 REBUILT = "was rebuilt from the page's link"
@@ -91,7 +91,7 @@ def _fault(browser, deployment, sig: int, label: str) -> dict:
         for i in hit:
             wait(pages[i], f"() => document.body.innerText.includes({REBUILT!r}) && "
                             f"({STRIP})().includes({MARKERS[i]!r}) && ({_has_off(f'L0 H{i}')})()",
-                  f"{label}: session {i} rebuilt with its sentence and L0 H{i} off")
+                 f"{label}: session {i} rebuilt with its sentence and L0 H{i} off")
             back[i] = time.monotonic() - t_fault
             others = [m for j, m in enumerate(MARKERS) if j != i and m in pages[i].evaluate(STRIP)]
             assert not others, f"session {i} shows another session's sentence: {others}"

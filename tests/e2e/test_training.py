@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from urllib.parse import urlencode
 
-from test_browser import _assert_no_exception, _wait, _wait_idle
+from test_browser import _assert_no_exception
 
 from mha_viz import checkpoints
+
+from harness import wait, wait_idle
 
 TEXT = "anna berg said : red lamp river cup . then tom lind said : red lamp river cup ."
 
@@ -33,8 +35,8 @@ def test_moving_the_step_slider_redraws_the_heads(page, streamlit_url):
     last = steps[-1]
     query = urlencode({"model": "tiny", "view": "Training", "text": TEXT, "layer": "1"})
     page.goto(f"{streamlit_url}/?{query}", wait_until="domcontentloaded")
-    _wait(page, f"() => ({_STEP_HEATMAPS})({last}).length === 4", f"the four heads of layer 1 at step {last}")
-    _wait_idle(page)
+    wait(page, f"() => ({_STEP_HEATMAPS})({last}).length === 4", f"the four heads of layer 1 at step {last}")
+    wait_idle(page)
     _assert_no_exception(page, "opening the Training view")
     trained = dict(page.evaluate(_STEP_HEATMAPS, last))
     assert sorted(trained) == [f"L1 H{h} · step {last}" for h in range(4)]
@@ -44,8 +46,8 @@ def test_moving_the_step_slider_redraws_the_heads(page, streamlit_url):
     assert slider.count() == 1
     slider.focus()
     page.keyboard.press("Home")
-    _wait(page, f"() => ({_STEP_HEATMAPS})(0).length === 4", "the heads redrawn at step 0")
-    _wait_idle(page)
+    wait(page, f"() => ({_STEP_HEATMAPS})(0).length === 4", "the heads redrawn at step 0")
+    wait_idle(page)
     _assert_no_exception(page, "moving the step slider to 0")
     initial = dict(page.evaluate(_STEP_HEATMAPS, 0))
     assert not page.evaluate(_STEP_HEATMAPS, last), "the last step's heatmaps should be gone"
@@ -56,6 +58,6 @@ def test_moving_the_step_slider_redraws_the_heads(page, streamlit_url):
 
     # One step right: the second saved step.
     page.keyboard.press("ArrowRight")
-    _wait(page, f"() => ({_STEP_HEATMAPS})({steps[1]}).length === 4", f"the heads redrawn at step {steps[1]}")
-    _wait_idle(page)
+    wait(page, f"() => ({_STEP_HEATMAPS})({steps[1]}).length === 4", f"the heads redrawn at step {steps[1]}")
+    wait_idle(page)
     _assert_no_exception(page, "moving the step slider one step")

@@ -67,7 +67,8 @@ def test_the_wheel_carries_the_browser_code_the_assets_and_the_command(wheel):
         entry = z.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
         meta = z.read(next(n for n in names if n.endswith("METADATA"))).decode()
     for needed in ("mha_viz/app/components/head_grid.js", "mha_viz/app/components/head_grid.css",
-                   "mha_viz/notebook/widget.js", "mha_viz/notebook/maps.js", "mha_viz/cli.py",
+                   "mha_viz/notebook/widget.js", "mha_viz/notebook/maps.js", "mha_viz/notebook/common.js",
+                   "mha_viz/cli.py",
                    "mha_viz/_checkout/app.py",
                    "mha_viz/_checkout/deploy/serve.py", "mha_viz/_checkout/assets/examples.json",
                    "mha_viz/_checkout/assets/notes.md", "mha_viz/_checkout/assets/tiny/model.safetensors",

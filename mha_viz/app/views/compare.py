@@ -8,6 +8,7 @@ from mha_viz import analysis, plotting
 from mha_viz.app.cache import get_run
 from mha_viz.app.common import chart_config, display, head_name, md_safe, parse_head
 from mha_viz.app.context import ViewContext
+from mha_viz.app.text import read_text
 from mha_viz.contract import Head, Model
 
 MAX_COMPARE = 4
@@ -49,8 +50,8 @@ def compare(model: Model, model_name: str, tokens: list[str], att: torch.Tensor,
                    f"{float(distance):.3f} bits (0 = identical patterns, 1 = no overlap).")
 
     st.markdown("**The same heads on a second sentence**")
-    other_text = st.text_input("Second sentence", key="second_text",
-                               placeholder="Type another sentence to see these heads on it")
+    other_text = read_text(st.text_input("Second sentence", key="second_text",
+                                         placeholder="Type another sentence to see these heads on it"))
     if other_text.strip():
         try:
             other = get_run(model_name, other_text[:20_000], heads_off, ablation)

@@ -21,6 +21,7 @@ from mha_viz.app.common import (
     where,
 )
 from mha_viz.app.context import ViewContext
+from mha_viz.app.text import read_text
 from mha_viz.contract import AttentionRun, InputError, Model
 
 _NAME = re.compile(r"\b[A-Z][a-z]+\b")
@@ -94,8 +95,8 @@ def render(ctx: ViewContext) -> None:
                "moves the metric from the first sentence's value (0) toward the second's (1). All other heads are "
                "on here, whatever is switched off elsewhere. Measurements on these two sentences, not roles.")
     key = source_key(ctx.text)
-    source = st.text_input("Second sentence (the same number of tokens, one detail changed)",
-                           value=None if key in st.session_state else swapped(ctx.text), key=key) or ""
+    source = read_text(st.text_input("Second sentence (the same number of tokens, one detail changed)",
+                                     value=None if key in st.session_state else swapped(ctx.text), key=key) or "")
     if source.strip() == ctx.text.strip():
         identical(ctx)
         return
