@@ -18,9 +18,12 @@ thread on every chunk of every run (the rest of the machine used more than half 
 0.98x and 1.17x on MiniLM at load 11-12 (15:20, after the child imported streamlit before its clock; earlier rows had
 that import inside the timing). Two threads on a busy machine are 2-8x slower: the policy borrows only when idle.
 
-What changed (mha_viz/models/interventions.py, run_batch_keep): the layers before the first head a batch switches
-off are taken from the unedited run instead of recomputed per row, and only the logits at the position that is
-read are computed. Same numbers: the script prints the largest difference between the two sides' maps.
+What changed at f050aea (mha_viz/models/interventions.py, run_batch_keep): the layers before the first head a batch
+switches off are taken from the unedited run instead of recomputed per row, and only the logits at the position that
+is read are computed. After it: one growing batch per wave (rows join at the layer they first edit), and on causal
+transformers models a patch recomputes only the positions from the first token where the texts differ, on the
+unedited run's keys and values. Same numbers: the script prints the largest difference between the two sides' maps,
+and the CPU seconds of each side beside its wall seconds (the machine is shared; CPU time is what the code costs).
 """
 from __future__ import annotations
 

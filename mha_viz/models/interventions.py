@@ -221,10 +221,10 @@ class HeadEdit:
 # holds more activations. Attention weights B x L x H x T x T: 2^25 float32 = 128 MB, what bounds memory.
 BATCH_TOKENS = 1024
 BATCH_ATTENTION = 1 << 25
-# Rows x tokens of one growing batch of `run_batch_keep` (the importance and patching maps). Its layers hold one
-# layer's activations at a time (no attention maps kept), so it can be bigger: a 576 x 1536 product runs at 23
-# GFLOPS on 18 rows and 55-58 on 2,000-5,000 on one core here, less again past 8,000 (benchmarks/RESULTS.md).
-WAVE_TOKENS = 4096
+# Rows x tokens of one growing batch of `run_batch_keep` (the importance and patching maps). Measured, one thread,
+# CPU s of head importance by this budget: SmolLM2 at 18 tokens 10.0 (1024), 10.4 (2048), 11.2 (4096), 12.0 (8192),
+# 15.8 one forward per first-edited layer; MiniLM at 118 tokens 2.01, 2.02, 2.07, 2.33 and 2.27 (RESULTS.md).
+WAVE_TOKENS = 1024
 
 
 def _padded(encs: list[Encoded]) -> tuple[torch.Tensor, list[int]]:
