@@ -445,9 +445,14 @@ class Model(ABC):
         its batches recompute."""
         return float(self.n_layers * self.n_heads)
 
-    def wave_rows(self, n_tokens: int) -> int:
-        """How many rows one `run_batch_keep` call on a text of `n_tokens` tokens should carry: long maps go this
-        many heads per call (and report progress per call)."""
+    def recomputed_positions(self, text: str, source: str | None = None) -> int:
+        """How many positions of `text` a single-head run recomputes: all of them here; with a `source` to patch
+        from, the engine's causal models recompute only those from the first token where the texts differ."""
+        return self.token_count(text)
+
+    def wave_rows(self, n_tokens: int, n_keys: int | None = None) -> int:
+        """How many rows one `run_batch_keep` call that recomputes `n_tokens` positions (attending to `n_keys`,
+        default the same) should carry: long maps go this many heads per call (and report progress per call)."""
         return 16
 
     @abstractmethod

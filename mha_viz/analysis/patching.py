@@ -104,7 +104,8 @@ def patching_map(model: Model, text: str, source: str, metric: Metric, chunk: in
         at, metric = [metric.position], dataclasses.replace(metric, position=0)
     heads = [(layer, head) for layer in range(L) for head in range(H)]
     patched = torch.zeros(L, H)  # (L, H)
-    chunk = chunk or model.wave_rows(n_tokens)  # one growing batch per call (see Model.wave_rows)
+    # One growing batch per call, sized by the positions each row recomputes (see Model.wave_rows).
+    chunk = chunk or model.wave_rows(model.recomputed_positions(text, source), n_tokens)
     for start in range(0, len(heads), chunk):
         part = heads[start:start + chunk]
         keep = torch.ones(len(part), L, H)  # (B, L, H)

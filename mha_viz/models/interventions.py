@@ -474,7 +474,7 @@ class EditableModel(Model):
             base_out = self._unedited_end(enc, ids, at)
             if same == n:  # no row changes anything (e.g. patched from an identical text): all are the unedited run
                 starts = [self.n_layers] * B
-        for start, rows, grow in self._waves(starts, n):
+        for start, rows, grow in self._waves(starts, n - same, n):
             pick = torch.tensor(rows)
             rep = replace[pick] if replace is not None and replace.shape[0] == B else replace
             if start == self.n_layers and same:
@@ -568,21 +568,29 @@ class EditableModel(Model):
         (the last position is always read). Growing batches make each unit cheaper on short texts; not counted."""
         L, H = self.n_layers, self.n_heads
         layers = (L + 1) / 2 if self.can_resume else L  # the mean number of layers a head's row runs
-        share = 1.0
-        if source is not None and self.tails:
-            a, b = self.encoding(check_text(text)).ids, self.encoding(check_text(source)).ids
-            same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(a))
-            share = (len(a) - min(same, len(a) - 1)) / len(a)
+        share = self.recomputed_positions(text, source) / self.token_count(text)
         return L * H * layers / L * share
 
-    def wave_rows(self, n_tokens: int) -> int:
-        """How many rows of `run_batch_keep` on a text of `n_tokens` tokens one growing batch takes (see
-        `_waves`): what callers chunk a long map by, so each chunk is one batch and progress is reported per batch."""
-        per_row = max(self.n_heads * n_tokens * n_tokens, 1)  # one layer's attention weights, per row
+    def recomputed_positions(self, text: str, source: str | None = None) -> int:
+        """See `Model.recomputed_positions`: with a source on a model that `tails`, the positions from the first
+        token where the two texts differ (the last one at least: it is read)."""
+        a = self.encoding(check_text(text)).ids
+        if source is None or not self.tails:
+            return len(a)
+        b = self.encoding(check_text(source)).ids
+        same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(a))
+        return len(a) - min(same, len(a) - 1)
+
+    def wave_rows(self, n_tokens: int, n_keys: int | None = None) -> int:
+        """How many rows of `run_batch_keep` recomputing `n_tokens` positions (a tail of a text of `n_keys`) one
+        growing batch takes (see `_waves`): what callers chunk a long map by, so each chunk is one batch and
+        progress is reported per batch."""
+        n_keys = n_tokens if n_keys is None else n_keys
+        per_row = max(self.n_heads * n_tokens * n_keys, 1)  # one layer's attention weights, per row
         # Eager attention holds about four arrays of that size at once (scores, masked, softmax, dropout's copy).
         return max(1, min(WAVE_TOKENS // max(n_tokens, 1), BATCH_ATTENTION // (per_row * 4)))
 
-    def _waves(self, starts: list[int], n_tokens: int) -> list[tuple[int, list[int], bool]]:
+    def _waves(self, starts: list[int], n_tokens: int, n_keys: int) -> list[tuple[int, list[int], bool]]:
         """The forwards `run_batch_keep` makes: (first layer run, the rows in it, whether they grow). Where the
         adapter grows a batch, rows sorted by the layer they first edit go `wave_rows` at a time, each row joining
         at its own first edited layer, so a layer runs as one batch of every row begun (few, big matrix products)
@@ -592,7 +600,7 @@ class EditableModel(Model):
         if not (self.grows and self.can_resume):
             return [(s, [b for b in range(len(starts)) if starts[b] == s], False) for s in sorted(set(starts))]
         order = sorted((b for b in range(len(starts)) if starts[b] < n_layers), key=lambda b: (starts[b], b))
-        size = self.wave_rows(n_tokens)
+        size = self.wave_rows(n_tokens, n_keys)
         waves = [(starts[order[i]], order[i:i + size], True) for i in range(0, len(order), size)]
         rest = [b for b in range(len(starts)) if starts[b] >= n_layers]
         return waves + ([(n_layers, rest, False)] if rest else [])
