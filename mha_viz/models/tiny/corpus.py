@@ -308,7 +308,7 @@ def late_repeat_text(rng: random.Random, max_len: int) -> Example:
     Why: in `random_repeat_text` the first copy starts by position 9 and ends by about 40, and a head that reads
     the previous token is needed only at the first copy (a later copy can always match an earlier one), so past
     there it was never needed and, in a 64-token text's last third, the shipped heads' previous-token attention
-    fell to 0.4-0.5. Here the first copy's start is the later of two uniform draws over the context, so the end
+    fell to 0.4-0.5. Here the first copy's start is the latest of three uniform draws over the context, so the end
     of the context, which nothing else reaches, gets the most; a second copy of at least two words follows it.
     The prefix is mostly grammar, not random words, so it still has something to learn (long unrepeated random
     stretches delayed the heads' formation). Every token of a later copy is recorded as (its position in the
@@ -316,7 +316,7 @@ def late_repeat_text(rng: random.Random, max_len: int) -> Example:
     words = vocabulary_words()
     n = rng.randint(3, 12)
     last = max_len - n - 2  # the latest start that leaves room for two words of a second copy
-    start = max(rng.randint(1, last), rng.randint(1, last))
+    start = max(rng.randint(1, last) for _ in range(3))
     prefix = _mixed_text(rng, start).tokens if start > 1 else (BOS,)
     fresh = rng.sample(words, n + start - len(prefix))  # the sequence, then the words up to its start: all distinct
     seq, filler = fresh[:n], fresh[n:]
