@@ -69,7 +69,7 @@ train: setup
 	$(MAKE) train-seeds
 
 # The same recipe from seeds 1, 2 and 3 (assets/tiny/seeds/seedN: float16 weights and 4 steps besides the last;
-# each run is about 7 min of one core alone, 40-80 min when a loaded 2-core machine gives it 8% of a core), then
+# each run of 4,000 steps is about 9 min of one core alone (530 s of CPU), much longer on a loaded machine), then
 # the probes of every seed, the shipped one included.
 train-seeds: setup
 	$(PY) -m mha_viz.models.tiny.train --seed 1 --quiet

@@ -67,7 +67,7 @@ _BY_NAME = {spec.name: spec for spec in SPECS}
 BUILTIN = {spec.name: spec.title for spec in SPECS}  # name -> title, in the picker's order (the first is the default)
 
 _STEP = re.compile(r"^([a-z][a-z0-9-]*)@(\d{1,9})$")
-# Another training seed of the tiny recipe ("tiny#seed1"), optionally at a saved step ("tiny#seed1@600").
+# Another training seed of the tiny recipe ("tiny#seed1"), optionally at a saved step ("tiny#seed1@800").
 _SEED = re.compile(r"^tiny#seed([1-9]\d{0,3})(?:@(\d{1,9}))?$")
 
 

@@ -300,11 +300,45 @@ def random_repeat_text(rng: random.Random, max_len: int) -> Example:
     return Example(tokens=(BOS, *prefix, *body), relation="random-repeat", repeats=repeats)
 
 
-def training_text(rng: random.Random, max_len: int, random_share: float = 0.0) -> Example:
+def late_repeat_text(rng: random.Random, max_len: int) -> Example:
+    """ "<bos> [ordinary sentences] [a few random words] w1 w2 ... wn w1 w2 ... wn w1 ..." : n distinct random
+    vocabulary words whose first copy starts anywhere in the context, after whole sentences of the mixed text
+    (then random words up to that start), repeated until the text is full.
+
+    Why: in `random_repeat_text` the first copy starts by position 9 and ends by about 40, and a head that reads
+    the previous token is needed only at the first copy (a later copy can always match an earlier one), so past
+    there it was never needed and, in a 64-token text's last third, the shipped heads' previous-token attention
+    fell to 0.4-0.5. Here the first copy's start is the latest of three uniform draws over the context, so the end
+    of the context, which nothing else reaches, gets the most; a second copy of at least two words follows it.
+    The prefix is mostly grammar, not random words, so it still has something to learn (long unrepeated random
+    stretches delayed the heads' formation). Every token of a later copy is recorded as (its position in the
+    first copy, its position now)."""
+    words = vocabulary_words()
+    n = rng.randint(3, 12)
+    last = max_len - n - 2  # the latest start that leaves room for two words of a second copy
+    start = max(rng.randint(1, last) for _ in range(3))
+    prefix = _mixed_text(rng, start).tokens if start > 1 else (BOS,)
+    fresh = rng.sample(words, n + start - len(prefix))  # the sequence, then the words up to its start: all distinct
+    seq, filler = fresh[:n], fresh[n:]
+    room = max_len - start
+    body = (seq * (room // n + 1))[:room]
+    repeats = tuple((start + i % n, start + i) for i in range(n, room - 1))
+    return Example(tokens=(*prefix, *filler, *body), relation="late-repeat", repeats=repeats)
+
+
+def training_text(rng: random.Random, max_len: int, random_share: float = 0.0, late_share: float = 0.0) -> Example:
     """A text of up to `max_len` tokens (with <bos>): with probability `random_share` a random repeat
-    (`random_repeat_text`), else a mix of stories, word lists, agreement sentences and set phrases."""
-    if rng.random() < random_share:
+    (`random_repeat_text`), with probability `late_share` ordinary sentences followed by a random repeat
+    (`late_repeat_text`), else a mix of stories, word lists, agreement sentences and set phrases."""
+    r = rng.random()
+    if r < random_share:
         return random_repeat_text(rng, max_len)
+    if r < random_share + late_share:
+        return late_repeat_text(rng, max_len)
+    return _mixed_text(rng, max_len)
+
+
+def _mixed_text(rng: random.Random, max_len: int) -> Example:
     b = _Builder()
     # Three people, so "attend to any last name" is a poor guess and copying from the right mention pays.
     people = _people(rng, 3)
@@ -330,11 +364,14 @@ def training_text(rng: random.Random, max_len: int, random_share: float = 0.0) -
     return b.example("mixed")
 
 
-def training_texts(n: int, seed: int, max_len: int, random_share: float = 0.0) -> list[Example]:
-    if not 0.0 <= random_share <= 1.0:
-        raise ValueError(f"random_share is a probability; got {random_share}")
+def training_texts(n: int, seed: int, max_len: int, random_share: float = 0.0,
+                   late_share: float = 0.0) -> list[Example]:
+    for name, share in (("random_share", random_share), ("late_share", late_share),
+                        ("random_share + late_share", random_share + late_share)):
+        if not 0.0 <= share <= 1.0:
+            raise ValueError(f"{name} is a probability; got {share}")
     rng = random.Random(seed)
-    return [training_text(rng, max_len, random_share) for _ in range(n)]
+    return [training_text(rng, max_len, random_share, late_share) for _ in range(n)]
 
 
 def random_sequences(n: int, seed: int, length: int = 32) -> list[Example]:

@@ -203,7 +203,8 @@ class ProbeSets:
     n_bands: int = 3
 
     @classmethod
-    def build(cls, cfg: ProbeConfig, max_len: int, random_share: float = 0.0) -> "ProbeSets":
+    def build(cls, cfg: ProbeConfig, max_len: int, random_share: float = 0.0,
+              late_share: float = 0.0) -> "ProbeSets":
         from mha_viz.models.tiny import corpus
 
         too_long = [n for n in cfg.context_lengths if n > max_len]
@@ -213,7 +214,7 @@ class ProbeSets:
             random=corpus.random_sequences(cfg.n_random, cfg.seed, cfg.random_length),
             repeated=corpus.repeated_sequences(cfg.n_repeated, cfg.seed + 1, cfg.repeated_lengths),
             agreement=corpus.agreement_examples(cfg.n_agreement, cfg.seed + 2, "opposite", max_len),
-            loss=corpus.training_texts(cfg.n_loss, cfg.seed + 3, max_len, random_share),
+            loss=corpus.training_texts(cfg.n_loss, cfg.seed + 3, max_len, random_share, late_share),
             reference=corpus.agreement_examples(cfg.n_reference, cfg.seed + 4, "opposite", max_len),
             context=tuple(ContextSets.build(n, cfg.n_context, cfg.seed + 5 + 2 * i)
                           for i, n in enumerate(cfg.context_lengths)),
@@ -323,12 +324,13 @@ def probe(folder, cfg: ProbeConfig = ProbeConfig(), quiet: bool = True, causal: 
     if not steps:
         raise FileNotFoundError(f"no checkpoints in {folder / 'checkpoints'}; run `make train` first")
     log = json.loads((folder / LOG).read_text()) if (folder / LOG).exists() else {}
-    random_share = log.get("train_config", {}).get("random_share", 0.0)
+    train_config = log.get("train_config", {})
+    shares = train_config.get("random_share", 0.0), train_config.get("late_share", 0.0)
     before = torch.get_num_threads()
     torch.set_num_threads(1)  # the same sums in the same order on any machine, so the test can compare closely
     try:
         final = load_tiny(folder=folder)
-        sets = ProbeSets.build(cfg, final.config.max_len, random_share)
+        sets = ProbeSets.build(cfg, final.config.max_len, *shares)
         per_step = []
         for step in steps:
             result = {"step": step, **measure(load_tiny(folder=folder, step=step), sets)}

@@ -43,15 +43,22 @@ def test_every_listed_seed_ships_with_its_evidence():
         assert all("context" in s for s in evidence["per_step"]), "every saved step is measured over the context"
 
 
-# Issue 20's target, not met yet by the shipped weights (their probes.json "context" shows where: the
-# previous-token head falls in the last third of a 64-token text). A recipe with long unrepeated stretches was
-# tried and trained (4 seeds): it delayed the heads' formation and left three of the four seeds below the old
-# ones at 3,000 steps, so it was not shipped. strict: the day the weights meet the target, this must be removed.
-NOT_YET = pytest.mark.xfail(strict=True, reason="issue 20: the shipped weights do not yet hold >= 0.9 in every band")
+# Issue 20's target, met by the whole-context recipe (train.py: late repeats, 65-token texts, 4,000 steps) in every
+# seed but the shipped one, where induction at positions 4-7 of a 12-token text (a 3- or 4-word sequence said
+# twice from position 1) holds 0.84 (0.85 before the recipe; every other band of both heads >= 0.92). A trial
+# with more short repeats early (half of random_repeat_text's sequences 3-8 words) lifted that band to 0.96 but
+# left the previous-token head at 0.87 in a 64-token text's last third and the subject head below 0.9, so it was
+# not shipped. strict: the day a seed meets the target, its mark must go.
+NOT_YET = {"tiny"}
+_NOT_YET = pytest.mark.xfail(strict=True, reason="issue 20: induction at positions 4-7 of a 12-token text < 0.9")
 
 
-@NOT_YET
-@pytest.mark.parametrize("folder", FOLDERS, ids=_name)
+def _marked(names):
+    return [pytest.param(n, marks=_NOT_YET) if (n if isinstance(n, str) else _name(n)) in NOT_YET else n
+            for n in names]
+
+
+@pytest.mark.parametrize("folder", _marked(FOLDERS), ids=_name)
 def test_the_evidence_shows_both_heads_hold_every_band_at_every_length(folder):
     final = load_evidence(folder)["final"]
     roles = context_roles(final["context"])
@@ -99,8 +106,7 @@ def _fresh_bands(model, length: int, seed: int) -> dict[str, list]:
     return out
 
 
-@NOT_YET
-@pytest.mark.parametrize("name", ["tiny", "tiny#seed2"])
+@pytest.mark.parametrize("name", _marked(["tiny", "tiny#seed2"]))
 def test_on_sequences_the_probes_never_used_the_same_heads_hold_every_band(name):
     model = load_model(name)
     by_length = {n: _fresh_bands(model, n, 5101 + 10 * n) for n in LENGTHS}
@@ -109,12 +115,19 @@ def test_on_sequences_the_probes_never_used_the_same_heads_hold_every_band(name)
         cells = [torch.tensor(e["scores"]) for n in LENGTHS for e in by_length[n][rel] if e["scores"] is not None]
         mean = torch.stack(cells).mean(0)  # (L, H)
         head = divmod(int(mean.argmax()), mean.shape[1])
-        shipped = context_roles(load_evidence(model.folder)["final"]["context"])[rel]["head"]
-        assert head == tuple(shipped), f"{name} {rel}: fresh texts pick L{head[0]} H{head[1]}, the file {shipped}"
-        for n in LENGTHS:
-            bands = [None if e["scores"] is None else e["scores"][head[0]][head[1]] for e in by_length[n][rel]]
-            print(f"{name} {rel} L{head[0]} H{head[1]} length {n}: {bands}")
-            assert min(v for v in bands if v is not None) >= TARGET, f"{name} {rel} at length {n}: {bands}"
+        final = load_evidence(model.folder)["final"]["context"]
+        shipped, context = tuple(context_roles(final)[rel]["head"]), final[rel]
+        # A pattern can be split over two heads that both hold it (tiny#seed2's L1 H0 and L1 H1 do induction
+        # within 0.005 of each other on average), so fresh texts may pick the other one: then it must hold every
+        # band in the file too, and both must hold every band here.
+        in_file = min(e["scores"][head[0]][head[1]] for bands in context.values() for e in bands if e["scores"])
+        assert head == shipped or in_file >= TARGET, \
+            f"{name} {rel}: fresh texts pick L{head} ({in_file:.2f} at worst in the file), the file L{shipped}"
+        for lh in dict.fromkeys([head, shipped]):
+            for n in LENGTHS:
+                bands = [None if e["scores"] is None else e["scores"][lh[0]][lh[1]] for e in by_length[n][rel]]
+                print(f"{name} {rel} L{lh[0]} H{lh[1]} length {n}: {bands}")
+                assert min(v for v in bands if v is not None) >= TARGET, f"{name} {rel} L{lh} at length {n}: {bands}"
 
 
 def test_bands_split_the_text_into_thirds_and_score_only_their_own_pairs():

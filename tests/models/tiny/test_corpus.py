@@ -159,6 +159,34 @@ def test_random_repeats_ground_truth_and_share():
         training_texts(1, 0, 64, random_share=1.5)
 
 
+def test_late_repeats_put_a_random_sequence_anywhere_after_ordinary_sentences():
+    words = set(corpus.vocabulary_words())
+    texts = training_texts(600, 11, 65, random_share=0.3, late_share=0.3)
+    late = [ex for ex in texts if ex.relation == "late-repeat"]
+    assert 0.2 < len(late) / len(texts) < 0.4
+    assert 0.2 < sum(ex.relation == "random-repeat" for ex in texts) / len(texts) < 0.4
+    first_ends = []
+    for ex in late:
+        assert len(ex.tokens) == 65 and ex.tokens[0] == BOS
+        firsts = sorted({f for f, _ in ex.repeats})
+        start, n = firsts[0], ex.repeats[0][1] - ex.repeats[0][0]
+        body = ex.tokens[start:]
+        assert set(body) <= words and len(set(body[:n])) == n  # n distinct random words ...
+        assert all(body[i] == body[i % n] for i in range(len(body)))  # ... said again until the text is full
+        before = ex.tokens[1:start]
+        cut = max((i for i, t in enumerate(before) if t == "."), default=-1) + 1  # whole sentences, or none ...
+        filler = before[cut:]  # ... then distinct random words up to its start
+        assert set(filler) <= words and len(set(filler)) == len(filler) and not set(filler) & set(body)
+        for first, second in ex.repeats:
+            assert ex.tokens[first] == ex.tokens[second] and ex.tokens[first + 1] == ex.tokens[second + 1]
+        first_ends.append(start + n - 1)
+    # The first copy, whose words a later copy needs to read the previous token of, reaches the last third.
+    assert max(first_ends) >= 2 * 65 // 3 and min(first_ends) < 65 // 3
+    assert training_texts(50, 9, 64, 0.3, 0.3) == training_texts(50, 9, 64, 0.3, 0.3)
+    with pytest.raises(ValueError, match="probability"):
+        training_texts(1, 0, 64, random_share=0.6, late_share=0.6)
+
+
 def test_held_out_random_probes():
     seqs = corpus.random_sequences(20, seed=5, length=30)
     assert all(len(ex.tokens) == 31 and ex.tokens[0] == BOS for ex in seqs)
