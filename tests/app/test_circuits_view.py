@@ -66,7 +66,13 @@ def test_tiny_causal_check_is_the_measured_one():
 
     at = _open()
     off, later = at.selectbox(key="circ_off").value, at.selectbox(key="circ_later").value
+    # By default the measured pair: the head attending most to the previous token and the induction head after it.
     check = causal_check(load_model("tiny"), off)
+    ind = check.induction_on[1:]  # (L - 1, H): heads outside layer 0
+    assert later == (1 + int(ind.argmax()) // ind.shape[1], int(ind.argmax()) % ind.shape[1])
+    prev = check.previous_on[: later[0]]  # (later's layer, H)
+    assert off == divmod(int(prev.argmax()), prev.shape[1])
+    assert float(check.induction_off[later]) < float(check.induction_on[later]) / 2  # and switching it off tells
     text = " ".join(m.value for m in at.markdown)
     assert (f"induction score: {float(check.induction_on[later]):.1%} with every head on, "
             f"{float(check.induction_off[later]):.1%}") in text

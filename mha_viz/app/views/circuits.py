@@ -43,6 +43,18 @@ def formation(name: str) -> circ.Formation:
     return formation_of(name)
 
 
+@st.cache_resource(show_spinner=False, max_entries=8)
+def measured_path(name: str) -> tuple[Head, Head] | None:
+    """(previous-token head, induction head) of `name`, found by measuring both patterns on repeated random texts
+    (`circ.induction_path`, as the notes find them); None where the vocabulary has too few plain words."""
+    model = get_model(name)
+    try:
+        texts = circ.repeated_texts(model)
+    except ValueError:
+        return None
+    return circ.induction_path(*circ.pattern_scores(model, texts))
+
+
 @st.cache_resource(show_spinner=False, max_entries=32)
 def causal(name: str, off: Head, ablation: str) -> circ.CausalCheck:
     return circ.causal_check(get_model(name), off, ablation=ablation)
@@ -213,7 +225,11 @@ def composition(ctx: ViewContext, c: circ.Circuits, head: Head) -> None:
 
 def causal_panel(ctx: ViewContext, c: circ.Circuits, top) -> None:
     st.markdown("#### Causal check: switch the earlier head off")
-    first = (top[0], top[1]) if top else ((0, 0), (1, 0))
+    # By default the pair the check is about: the measured previous-token head and the induction head it may feed
+    # (the strongest composition of all can be another pair, whose later head does no induction).
+    with st.spinner("Finding the previous-token and induction heads on repeated random words"):
+        path = measured_path(ctx.name) if c.n_layers > 1 else None
+    first = path or ((top[0], top[1]) if top else ((0, 0), (1, 0)))
     a, b = st.columns(2)
     with a:
         off = _head_picker(c, "Switch off (earlier head)", "circ_off", first[0])
@@ -256,7 +272,9 @@ def over_training(ctx: ViewContext, c: circ.Circuits) -> None:
         return
     last = per_step[-1]
     top = last.top_pairs("k", 1)
-    default = top[0] if top else ((0, 0), (min(1, last.n_layers - 1), 0), 0.0)
+    # By default the measured induction path at the last step (as in the causal check above), else the top pair.
+    path = measured_path(base) if last.n_layers > 1 else None
+    default = path or (top[0] if top else ((0, 0), (min(1, last.n_layers - 1), 0), 0.0))
     a, b = st.columns(2)
     with a:
         earlier = _head_picker(last, "From (earlier head)", "circ_t_from", default[0])
