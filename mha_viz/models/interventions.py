@@ -468,10 +468,10 @@ class EditableModel(Model):
         starts = first.tolist() if self.can_resume else [0] * B
         hidden, logits = [None] * B, [None] * B
         same = self._same_until(enc, ids, keep, replace, at)  # positions 0..same-1 are as in the unedited run
-        base_out = None
+        base_out = prefix_hidden = None
         if same:
-            starts = [s if s < self.n_layers else self.n_layers for s in starts]
             base_out = self._unedited_end(enc, ids, at)
+            prefix_hidden = base_out.hidden[0, :same].float().cpu()  # (same, D): every row's first positions
             if same == n:  # no row changes anything (e.g. patched from an identical text): all are the unedited run
                 starts = [self.n_layers] * B
         for start, rows, grow in self._waves(starts, n - same, n):
@@ -487,7 +487,7 @@ class EditableModel(Model):
                 row_hidden = out.hidden[j].float().cpu()  # (T, D), or (T - same, D): the tail
                 row_logits = None if out.logits is None else out.logits[j].float().cpu()  # (T or P, V), or the tail
                 if same and start < self.n_layers:
-                    row_hidden = torch.cat([base_out.hidden[0, :same].float().cpu(), row_hidden])  # (T, D)
+                    row_hidden = torch.cat([prefix_hidden, row_hidden])  # (T, D)
                     if at is None and row_logits is not None:
                         row_logits = torch.cat([base_out.logits[0, :same].float().cpu(), row_logits])  # (T, V)
                 hidden[b], logits[b] = row_hidden, row_logits
@@ -533,7 +533,7 @@ class EditableModel(Model):
         if not self.tails or replace is None or replace.shape[3] == 1:
             return 0
         n = ids.shape[1]
-        own = self.head_outputs_cached(enc, ids)  # (L, H, T, dh)
+        own = _OUTPUTS.get(self, tuple(enc.ids), lambda: self._captured(ids))  # (L, H, T, dh), kept per text
         tol = 1e-6 * (float(own.abs().max()) + 1.0)
         changed = torch.zeros(n, dtype=torch.bool)  # (T,)
         rows = range(replace.shape[0]) if replace.shape[0] == keep.shape[0] else [None]
@@ -548,16 +548,6 @@ class EditableModel(Model):
             same = min(same, *at)
         return same
 
-    def head_outputs_cached(self, enc: Encoded, ids: torch.Tensor) -> torch.Tensor:
-        """`head_outputs` of these ids (L, H, T, dh), kept for a few texts per model."""
-        def compute():
-            edit = HeadEdit(capture=True)
-            with torch.no_grad():
-                self.forward(ids, edit)
-            return edit.stacked()
-
-        return _OUTPUTS.get(self, tuple(enc.ids), compute)
-
     def _past(self, enc: Encoded, ids: torch.Tensor, same: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """The unedited run's keys and values of positions 0..same-1, per layer (kept for a few prefixes)."""
         return _PAST.get(self, tuple(enc.ids[:same]), lambda: self.key_values(ids[:, :same]))
@@ -569,7 +559,7 @@ class EditableModel(Model):
         L, H = self.n_layers, self.n_heads
         layers = (L + 1) / 2 if self.can_resume else L  # the mean number of layers a head's row runs
         share = self.recomputed_positions(text, source) / self.token_count(text)
-        return L * H * layers / L * share
+        return H * layers * share
 
     def recomputed_positions(self, text: str, source: str | None = None) -> int:
         """See `Model.recomputed_positions`: with a source on a model that `tails`, the positions from the first
@@ -663,7 +653,10 @@ class EditableModel(Model):
         return _STATES.get(self, tuple(enc.ids), compute)
 
     def head_outputs(self, text: str) -> torch.Tensor:
-        _, ids = self._ids(text)
+        return self._captured(self._ids(text)[1])  # (L, H, T, dh)
+
+    def _captured(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids (1, T) -> every head's output in the unedited run (L, H, T, dh), from one forward."""
         edit = HeadEdit(capture=True)
         with torch.no_grad():
             self.forward(ids, edit)
