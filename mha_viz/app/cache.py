@@ -49,6 +49,10 @@ def set_threads() -> None:
 # chunk (a few seconds at most), starting on the ordinary count. A page run that opens meanwhile puts the default
 # back at once, for itself and every later thread (memory_scope_of_run); the job drops its own at its next chunk.
 IDLE_OTHERS = 0.5  # cores the rest of the machine may use while a long job borrows them
+# The machine is looked at over this long before the first chunk too: a short job is one or two chunks (SmolLM2's
+# exact patching map at 18 tokens), and without a first look it ran them on the setting's threads: 4.07 s under the
+# policy against 2.28 s on both cores and 3.64 s on one, on an idle machine (bench_long_steps --borrow, 20:27).
+FIRST_LOOK_S = 0.1
 
 
 class _Busy:
@@ -97,8 +101,9 @@ def long_job_threads(others: float, pages: int, long_jobs: int, cores: int, base
 
 @contextlib.contextmanager
 def long_job():
-    """Run a long job (many forward passes in chunks) that may borrow the idle cores. Yields `tick()`, to call
-    after each chunk: it looks at the machine again and sets the threads for the next chunk. Yields the threads
+    """Run a long job (many forward passes in chunks) that may borrow the idle cores. Looks at the machine for
+    FIRST_LOOK_S before the first chunk, then yields `tick()`, to call after each chunk: it looks at the machine
+    again and sets the threads for the next chunk. Yields the threads
     back at the end, whatever happens (a Stop ends the job with an exception)."""
     base, cores = settings().torch_threads, _cores()
     with _BUSY.lock:
@@ -117,6 +122,9 @@ def long_job():
         return threads
 
     try:
+        if cores > base:  # nothing to borrow otherwise, and no reason to wait
+            time.sleep(FIRST_LOOK_S)
+            tick()
         yield tick
     finally:
         with _BUSY.lock:

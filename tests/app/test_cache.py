@@ -252,3 +252,29 @@ def test_long_job_threads_follow_the_machine_and_other_page_runs(monkeypatch):
         assert torch.get_num_threads() == base, "the threads go back when the job ends"
     finally:
         torch.set_num_threads(base)
+
+
+def test_a_long_job_looks_at_the_machine_before_its_first_chunk(monkeypatch):
+    """A short job is one or two chunks: on an idle machine its first chunk borrows the cores already."""
+    from mha_viz.app import cache
+    from mha_viz.settings import settings
+
+    base = settings().torch_threads
+    clock = {"t": 0.0, "busy": 0.0, "own": 0.0, "others": 0.0}
+    monkeypatch.setattr(cache, "_cores", lambda: base + 1)
+    monkeypatch.setattr(cache, "_cpu_sample", lambda: (clock["t"], clock["busy"], clock["own"]))
+
+    def sleep(seconds: float) -> None:  # the first look: the rest of the machine uses `others` cores meanwhile
+        clock["t"] += seconds
+        clock["busy"] += seconds * clock["others"]
+
+    monkeypatch.setattr(cache.time, "sleep", sleep)
+    torch.set_num_threads(base)
+    try:
+        for others, threads in ((0.1, base + 1), (0.9, base)):
+            clock["others"] = others
+            with cache.memory_scope_of_run(), cache.long_job():
+                assert torch.get_num_threads() == threads, (others, threads)
+            assert torch.get_num_threads() == base
+    finally:
+        torch.set_num_threads(base)
