@@ -204,7 +204,7 @@ class ProbeSets:
 
     @classmethod
     def build(cls, cfg: ProbeConfig, max_len: int, random_share: float = 0.0,
-              late_share: float = 0.0) -> "ProbeSets":
+              late_share: float = 0.0, early_share: float = 0.0) -> "ProbeSets":
         from mha_viz.models.tiny import corpus
 
         too_long = [n for n in cfg.context_lengths if n > max_len]
@@ -214,7 +214,8 @@ class ProbeSets:
             random=corpus.random_sequences(cfg.n_random, cfg.seed, cfg.random_length),
             repeated=corpus.repeated_sequences(cfg.n_repeated, cfg.seed + 1, cfg.repeated_lengths),
             agreement=corpus.agreement_examples(cfg.n_agreement, cfg.seed + 2, "opposite", max_len),
-            loss=corpus.training_texts(cfg.n_loss, cfg.seed + 3, max_len, random_share, late_share),
+            loss=corpus.training_texts(cfg.n_loss, cfg.seed + 3, max_len, random_share, late_share,
+                                      early_share),
             reference=corpus.agreement_examples(cfg.n_reference, cfg.seed + 4, "opposite", max_len),
             context=tuple(ContextSets.build(n, cfg.n_context, cfg.seed + 5 + 2 * i)
                           for i, n in enumerate(cfg.context_lengths)),
@@ -325,7 +326,7 @@ def probe(folder, cfg: ProbeConfig = ProbeConfig(), quiet: bool = True, causal: 
         raise FileNotFoundError(f"no checkpoints in {folder / 'checkpoints'}; run `make train` first")
     log = json.loads((folder / LOG).read_text()) if (folder / LOG).exists() else {}
     train_config = log.get("train_config", {})
-    shares = train_config.get("random_share", 0.0), train_config.get("late_share", 0.0)
+    shares = tuple(train_config.get(k, 0.0) for k in ("random_share", "late_share", "early_share"))
     before = torch.get_num_threads()
     torch.set_num_threads(1)  # the same sums in the same order on any machine, so the test can compare closely
     try:

@@ -196,3 +196,32 @@ def test_held_out_random_probes():
         assert 8 <= m <= 24 and ex.tokens[1 : m + 1] == ex.tokens[m + 1 :]
         assert len(set(ex.tokens[1 : m + 1])) == m  # distinct words: "the first occurrence" is unambiguous
         assert ex.repeats == tuple((1 + i, 1 + m + i) for i in range(m))
+
+
+def test_early_repeats_say_a_short_sequence_twice_right_after_bos_then_a_random_repeat():
+    words = set(corpus.vocabulary_words())
+    texts = training_texts(600, 12, 65, random_share=0.3, late_share=0.2, early_share=0.2)
+    early = [ex for ex in texts if ex.relation == "early-repeat"]
+    assert 0.12 < len(early) / len(texts) < 0.28
+    second_starts = []
+    for ex in early:
+        assert len(ex.tokens) == 65 and ex.tokens[0] == BOS and set(ex.tokens[1:]) <= words
+        start, m = ex.repeats[0][0], ex.repeats[0][1] - ex.repeats[0][0]
+        assert 1 <= start <= 3 and 3 <= m <= 5
+        short = ex.tokens[start : start + m]
+        assert ex.tokens[start + m : start + 2 * m] == short and len(set(short)) == m  # said twice, distinct words
+        body = ex.tokens[start + 2 * m :]
+        n = next(i for i in range(1, len(body)) if body[i] == body[0])
+        assert n >= 4 and all(body[i] == body[i % n] for i in range(len(body)))  # then a random repeat ...
+        assert not set(body) & set(short) and not set(ex.tokens[1:start]) & (set(body) | set(short))  # ... of others
+        for first, second in ex.repeats:
+            assert first < second and ex.tokens[first] == ex.tokens[second]
+            # The short sequence's last word is followed by the random repeat the second time, not by itself.
+            assert ex.tokens[first + 1] == ex.tokens[second + 1] or second == start + 2 * m - 1
+        second_starts.append(start + m)
+    # The second copy, where induction is needed, falls in the first positions: 4 (3 words after <bos>) to 12.
+    assert min(second_starts) == 4 and max(second_starts) <= 12
+    # No early share: the texts are those of the recipe without it, draw for draw.
+    assert training_texts(80, 5, 65, 0.4, 0.2) == training_texts(80, 5, 65, 0.4, 0.2, 0.0)
+    with pytest.raises(ValueError, match="probability"):
+        training_texts(1, 0, 64, random_share=0.5, late_share=0.3, early_share=0.3)
