@@ -28,7 +28,7 @@ import torch  # noqa: E402
 
 from mha_viz import head_census, load_model  # noqa: E402
 from mha_viz.analysis.census_run import CensusConfig, census_inputs  # noqa: E402
-from mha_viz.models.lexicon import untrained_twin  # noqa: E402
+from mha_viz.models.registry import untrained_twin  # noqa: E402
 
 
 def peak_mb() -> float:
