@@ -9,6 +9,7 @@ built unvalidated.
 from __future__ import annotations
 
 import html
+import math
 
 import numpy as np
 import plotly.graph_objects as go
@@ -103,9 +104,10 @@ def head_figure(
     trace = dict(
         type="heatmap", z=z, x=labels, y=labels, zmin=0.0, zmax=top,
         colorscale=OFF_SCALE if off else ATTN_SCALE, showscale=colorbar,
+        colorbar=dict(title=dict(text="weight", side="right"), thickness=10),
         hovertemplate="query: %{y}<br>key: %{x}<br>weight: %{z:.3f}<extra></extra>",
     )
-    return _fast_figure(trace, _square_layout(title + (" (off)" if off else ""), size, labels))
+    return _fast_figure(trace, _square_layout(title + (" (off)" if off else ""), size, labels, colorbar=colorbar))
 
 
 def _fast_figure(trace: dict, layout: dict) -> go.Figure:
@@ -140,12 +142,10 @@ def heads_row_figure(
         raise ValueError(f"{n} patterns need {n} titles and {n} off flags; got {len(titles)} and {len(off)}")
     columns = max(columns or n, n)
     labels = axis_labels(tokens)
-    n_tok = len(labels)
-    tick_font = dict(size=max(6, min(9, int(480 / max(n_tok, 1)))))
-    ticks = dict(tickmode="array", tickvals=labels, ticktext=labels) if n_tok <= 48 else {}
+    tick_font, ticks = tick_plan(labels, height / max(len(labels), 1), max_font=9)
     gap = 0.035
     width = (1 - gap * (columns - 1)) / columns
-    label_room = _label_room(labels, tick_font["size"])
+    label_room = _label_room(ticks["tickvals"], tick_font["size"])
     top_margin = 24 + label_room  # the rotated key labels stand above the plot, the titles above them
     data, layout = [], dict(template=NO_TEMPLATE, height=height + top_margin, font=_FONT, showlegend=False,
                             margin=dict(l=8 + label_room, r=4, t=top_margin, b=4), annotations=[])
@@ -187,7 +187,7 @@ def diff_figure(diff: torch.Tensor, tokens: list[str], title: str, size: int = 3
         hovertemplate="query: %{y}<br>key: %{x}<br>change: %{z:+.3f}<extra></extra>",
         colorbar=dict(title=dict(text="change", side="right"), thickness=10),
     )
-    return _fast_figure(trace, _square_layout(title, size, labels))
+    return _fast_figure(trace, _square_layout(title, size, labels, colorbar=True))
 
 
 def _label_room(labels: list[str], font_size: int) -> int:
@@ -196,14 +196,37 @@ def _label_room(labels: list[str], font_size: int) -> int:
     return 8 + int(font_size * 0.62 * longest)
 
 
-def _square_layout(title: str, size: int, labels: list[str]) -> dict:
-    n = len(labels)
-    tick_font = dict(size=max(6, min(10, int(600 / max(n, 1)))))
-    # Every token gets a tick up to 48 tokens (plotly would skip every other one); past that, plotly's choice.
-    ticks = dict(tickmode="array", tickvals=labels, ticktext=labels) if n <= 48 else {}
-    top = 26 + _label_room(labels, tick_font["size"])  # the title sits above the rotated key labels
+TICK_FONT_MIN = 8  # px: token labels are never smaller; a long text labels every k-th token instead
+
+
+def tick_plan(labels: list[str], px_per_token: float, max_font: int = 10) -> tuple[dict, dict]:
+    """(tick font, tick settings) for a token axis `px_per_token` pixels a token: a font of TICK_FONT_MIN to
+    `max_font` px, and every k-th token labelled, k the smallest step that keeps labels a font + 1 px apart (so they
+    never overlap and never shrink below the minimum). The first token is always among them."""
+    px = max(float(px_per_token), 1e-6)
+    font = max(TICK_FONT_MIN, min(max_font, int(px - 1)))
+    step = max(1, math.ceil((font + 1) / px))
+    shown = labels[::step]
+    return dict(size=font), dict(tickmode="array", tickvals=shown, ticktext=shown)
+
+
+_AXIS_TITLE_PX = 16  # the "key →" title above the key labels: its 10 px line and standoff
+
+
+COLORBAR_PX = 110  # room right of a square heatmap for its colour bar, its numbers and its title
+
+
+def _square_layout(title: str, size: int, labels: list[str], colorbar: bool = False) -> dict:
+    """A square heatmap `size` px a side under its title, labelled as `tick_plan` says. With a colour bar it gets a
+    width of its own (the plot, its query labels and the bar; shown with the chart's width="content"), so the bar
+    stands beside the square instead of at the far edge of a wide column."""
+    tick_font, ticks = tick_plan(labels, size / max(len(labels), 1))
+    room = _label_room(ticks["tickvals"], tick_font["size"])
+    # The title sits above the axis title "key →", which sits above the rotated key labels.
+    top = 26 + _AXIS_TITLE_PX + room
+    width = dict(width=size + room + _AXIS_TITLE_PX + 8 + COLORBAR_PX) if colorbar else {}
     return dict(
-        template=NO_TEMPLATE,
+        template=NO_TEMPLATE, **width,
         title=dict(text=html.escape(title, quote=False), font=dict(size=12), x=0.5, xanchor="center",
                    y=1, yref="container", yanchor="top", pad=dict(t=6)),
         height=size + top, margin=dict(l=4, r=4, t=top, b=4),
@@ -514,7 +537,7 @@ def pattern_pick_figure(pattern: torch.Tensor, tokens: list[str], title: str, qu
     """One head's pattern (Q, K) with the query's row outlined. Plotly reports no clicks on heatmap cells, so for
     up to CLICKABLE_ROWS_UP_TO tokens a transparent scatter point sits on every cell, carrying its query row as
     customdata: a click on any cell picks that row."""
-    fig = head_figure(pattern, tokens, title, off=off, size=size)
+    fig = head_figure(pattern, tokens, title, off=off, size=size, colorbar=True)
     labels = list(fig.data[0].x)
     n = len(labels)
     # On a category axis position i is the i-th category, so the row spans i - 0.5 .. i + 0.5.

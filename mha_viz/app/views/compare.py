@@ -44,7 +44,7 @@ def compare(model: Model, model_name: str, tokens: list[str], att: torch.Tensor,
             with col:
                 st.plotly_chart(plotting.diff_figure(diff, tokens, f"{head_name(other)} − {head_name(first)}",
                                                      bound=bound),
-                                width="stretch", key=f"cmpdiff|{other}", config=chart_config())
+                                width="content", key=f"cmpdiff|{other}", config=chart_config())
         distance = analysis.js_divergence(att[heads[0]], att[heads[1]]).mean()
         st.caption(f"Mean Jensen-Shannon divergence between {picked[0]} and {picked[1]} over query rows: "
                    f"{float(distance):.3f} bits (0 = identical patterns, 1 = no overlap).")

@@ -69,11 +69,13 @@ def pattern_shift(model: Model, base: AttentionRun, run: AttentionRun, heads_off
     c1, c2, c3 = st.columns(3)
     zmax = float(max(base.attentions[layer, head].max(), run.attentions[layer, head].max()))
     c1.plotly_chart(plotting.head_figure(base.attentions[layer, head], base.tokens, f"{head_name(pick)} all on",
-                                         zmax=zmax, size=340), width="stretch", key="fx_base", config=chart_config())
+                                         zmax=zmax, size=340, colorbar=True), width="content", key="fx_base",
+                    config=chart_config())
     c2.plotly_chart(plotting.head_figure(run.attentions[layer, head], run.tokens, f"{head_name(pick)} heads off",
-                                         zmax=zmax, size=340), width="stretch", key="fx_abl", config=chart_config())
+                                         zmax=zmax, size=340, colorbar=True), width="content", key="fx_abl",
+                    config=chart_config())
     c3.plotly_chart(plotting.diff_figure(run.attentions[layer, head] - base.attentions[layer, head], base.tokens,
-                                         f"{head_name(pick)} change"), width="stretch", key="fx_diff",
+                                         f"{head_name(pick)} change"), width="content", key="fx_diff",
                     config=chart_config())
 
 

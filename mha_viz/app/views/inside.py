@@ -73,7 +73,7 @@ def steps(ctx: ViewContext, h, query: int, token: str) -> None:
     left, right = st.columns([2, 3])
     with left:
         st.plotly_chart(plotting.pattern_pick_figure(h.weights, h.tokens, f"{name} weights", query, off=h.ablated),
-                        width="stretch", key="inside_pattern", on_select="rerun", selection_mode="points",
+                        width="content", key="inside_pattern", on_select="rerun", selection_mode="points",
                         config=chart_config())
         if len(h.tokens) <= plotting.CLICKABLE_ROWS_UP_TO:
             st.caption("Click a cell to open its row (query token); the outlined row is the one below.")

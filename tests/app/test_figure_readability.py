@@ -1,0 +1,103 @@
+"""What the screenshot matrix of issue 19 found in the plotly heatmaps, through the page (AppTest): token labels of
+a long text drawn at 6 px, every one of them (unreadable, overlapping); colour bars at the far edge of a wide column,
+away from the square they explain, or missing (Rollout, Inside a head, the pattern-shift maps); a title on top of
+the "key →" axis title."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers import open_link
+from page_steps import open_view
+
+# MiniLM reads this as 122 tokens.
+LONG = ("When Mary and John went to the store after a long day at work, John gave a small bottle of milk to Mary. "
+        "The weather had been cold all week, and the streets near the old market were still wet from the rain that "
+        "fell during the night. Inside, the shop smelled of fresh bread and coffee, and a radio in the corner played "
+        "a song that neither of them knew. They walked slowly between the shelves, talking about their plans for the "
+        "summer, the friends they had not seen in years, and the house by the lake that they hoped to rent again "
+        "before the end of August.")
+SHORT = "The keys to the old cabinet were on the table, so she took them."
+
+
+def _charts(at) -> dict[str, dict]:
+    """The page's plotly charts by their key (the part after Streamlit's prefix)."""
+    out = {}
+    for chart in at.get("plotly_chart"):
+        key = chart.proto.id.rsplit("-", 1)[-1] if chart.proto.id else ""
+        out[key] = json.loads(chart.proto.spec)
+    return out
+
+
+def _chart(at, key: str) -> dict:
+    found = [fig for k, fig in _charts(at).items() if key in k]
+    assert found, f"no chart {key!r} among {list(_charts(at))}"
+    return found[0]
+
+
+def _page(view: str, text: str = LONG):
+    at = open_link({"model": "minilm", "text": text})
+    return open_view(at, view)
+
+
+def _token_axes(fig: dict):
+    """(axis layout, pixels per token) of each token axis of a heatmap figure."""
+    heat = [t for t in fig["data"] if t.get("type") == "heatmap"]
+    n = len(heat[0]["x"])
+    plot_h = fig["layout"]["height"] - fig["layout"]["margin"]["t"] - fig["layout"]["margin"]["b"]
+    for name, axis in fig["layout"].items():
+        if name.startswith(("xaxis", "yaxis")):
+            yield name, axis, plot_h / n
+
+
+@pytest.mark.parametrize("view, key", [("Compare", "cmp_row"), ("Compare", "cmpdiff"),
+                                       ("Rollout & norms", "roll_fig"), ("Inside a head", "inside_pattern")])
+def test_long_text_labels_are_readable_and_apart(view, key):
+    """At 122 tokens every token was labelled at 6 px (Compare, the Inside-a-head pattern): now at least 8 px, every
+    k-th token, each label a font + 1 px from the next, the first token among them."""
+    fig = _chart(_page(view), key)
+    labels = [t for t in fig["data"] if t.get("type") == "heatmap"][0]["x"]
+    for name, axis, px in _token_axes(fig):
+        font = axis["tickfont"]["size"]
+        assert font >= 8, f"{name}: {font} px labels"
+        shown = axis["tickvals"]
+        step = labels.index(shown[1]) - labels.index(shown[0])
+        assert shown[0] == labels[0] and step > 1, (name, step)
+        assert step * px >= font + 1, f"{name}: labels {step * px:.1f} px apart at {font} px"
+        assert len(shown) == len(range(0, len(labels), step))
+
+
+def test_short_text_keeps_every_label():
+    fig = _chart(_page("Compare", SHORT), "cmp_row")
+    labels = [t for t in fig["data"] if t.get("type") == "heatmap"][0]["x"]
+    for name, axis, _ in _token_axes(fig):
+        assert axis["tickvals"] == labels and axis["tickfont"]["size"] >= 8, name
+
+
+@pytest.mark.parametrize("view, keys", [("All layers", ["focused_fig"]),
+                                        ("Rollout & norms", ["roll_raw", "roll_fig", "norm_raw", "norm_fig"]),
+                                        ("Inside a head", ["inside_pattern"])])
+def test_every_heatmap_has_a_colour_bar_beside_it(view, keys):
+    """The enlarged head of All layers had its colour bar ~330 px right of the square (the figure stretched over a
+    1150 px column); Rollout's first three maps and the Inside-a-head pattern had none. Each now has a bar and a
+    width of its own: the square, its labels and the bar, no empty band between them."""
+    at = _page(view, SHORT)
+    for key in keys:
+        fig = _chart(at, key)
+        heat = [t for t in fig["data"] if t.get("type") == "heatmap"][0]
+        assert heat.get("showscale") is True, f"{key} has no colour bar"
+        layout = fig["layout"]
+        plot = layout["height"] - layout["margin"]["t"] - layout["margin"]["b"]  # the square's side
+        assert "width" in layout and layout["width"] <= plot + 260, (key, layout.get("width"), plot)
+
+
+def test_title_clears_the_key_axis_title():
+    """The title of a square heatmap sat on the "key →" title above the labels (Inside a head, 122 tokens): the
+    top margin now holds the title, the axis title and the rotated labels."""
+    from mha_viz import plotting
+
+    fig = _chart(_page("Inside a head"), "inside_pattern")
+    shown = fig["layout"]["xaxis"]["tickvals"]
+    room = plotting._label_room(shown, fig["layout"]["xaxis"]["tickfont"]["size"])
+    assert fig["layout"]["margin"]["t"] >= 26 + 14 + room
