@@ -12,7 +12,7 @@ import torch
 from mha_viz import checkpoints, load_model, plotting, seeds
 from mha_viz.analysis import circuits as circ
 from mha_viz.app.cache import get_model, training_evidence
-from mha_viz.app.common import head_name, md_safe, trained_here
+from mha_viz.app.common import head_name, md_safe, quoted, trained_here, visible
 from mha_viz.app.context import ViewContext
 from mha_viz.circuits_notes import formation_of
 from mha_viz.contract import Head, InputError, ModelLoadError, UnavailableError
@@ -178,14 +178,14 @@ def _top_tokens(ctx: ViewContext, maps: dict, name: str, layer: int, head: int) 
         st.caption("The vocabulary is too large for the full token maps, and this model reports no token ids.")
         return
     pos = st.selectbox("Input token (from the sentence)", range(len(ids)), index=min(1, len(ids) - 1),
-                       format_func=lambda i: f"{i}: {ctx.base.tokens[i]}", key="circ_token")
+                       format_func=lambda i: f"{i}: {visible(ctx.base.tokens[i], 24)}", key="circ_token")
     model = get_model(ctx.name)
     w, emb = model.head_weights(layer), embeddings(ctx.name)
     row = circ.ov_token_map(emb.tokens, w.w_v[head], w.w_o[head], emb.unembed, rows=torch.tensor([ids[pos]]))[0]
     top = row.topk(TOP_TOKENS)
     labels = [maps["vocab"][i] for i in top.indices.tolist()]
     st.plotly_chart(plotting.top_tokens_figure(top.values, labels, f"{name}: the logits its OV map raises most "
-                                               f"when it attends to {ctx.base.tokens[pos]!r}"),
+                                               f"when it attends to {quoted(ctx.base.tokens[pos])}"),
                     width="stretch", key="circ_top")
     rank = int((row > row[ids[pos]]).sum())
     st.caption(f"The token itself is number {rank + 1:,} of {row.numel():,} in this row "

@@ -16,6 +16,7 @@ from mha_viz.app.common import (
     exact_map_step,
     head_name,
     predictions_panel,
+    visible,
     where,
 )
 from mha_viz.app.context import ViewContext
@@ -35,7 +36,7 @@ def render(ctx: ViewContext) -> None:
         positions = list(range(len(base.tokens)))
         position = st.selectbox(
             "Prediction at position", positions, index=len(positions) - 1 if default is None else default,
-            format_func=lambda i: f"{i}: {base.tokens[i]!r}", key="pred_pos",
+            format_func=lambda i: f"{i}: {visible(base.tokens[i], 24)}", key="pred_pos",
             help="For a causal LM, position i predicts token i+1; the last position predicts what comes next.",
         )
         predictions_panel(model, base, run, position, key="pred_fig_fx", table=True)

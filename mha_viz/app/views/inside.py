@@ -7,7 +7,16 @@ import torch
 
 from mha_viz import analysis, plotting
 from mha_viz.app import cache
-from mha_viz.app.common import TOKEN_KEY, chart_config, head_name, layer_picker, md_safe, token_picker, visible
+from mha_viz.app.common import (
+    TOKEN_KEY,
+    chart_config,
+    head_name,
+    layer_picker,
+    md_safe,
+    quoted,
+    token_picker,
+    visible,
+)
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import Ablation, InputError, UnavailableError
 
@@ -31,7 +40,7 @@ def render(ctx: ViewContext) -> None:
         st.warning(md_safe(str(err)))
         return
     h = heads[head]
-    token = md_safe(visible(h.tokens[query], 30))
+    token = md_safe(quoted(h.tokens[query], 30))
     st.caption("Positions are the model's own tokens: the sidebar's hide/merge options do not apply here. "
                + (f"Grouped-query attention: k and v come from key/value head {h.kv_head}, shared by "
                   f"{model.n_heads // model.info.n_kv_heads} query heads. " if model.info.n_kv_heads else "")

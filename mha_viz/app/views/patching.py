@@ -17,7 +17,7 @@ from mha_viz.app.common import (
     md_safe,
     parse_head,
     predictions_panel,
-    visible,
+    quoted,
     where,
 )
 from mha_viz.app.context import ViewContext
@@ -199,7 +199,7 @@ def _metric(model: Model, base: AttentionRun, other: AttentionRun, position: int
     except InputError as err:
         st.warning(md_safe(str(err)))
         return None, ""
-    label = f"logit({visible(answer)!r}) − logit({visible(against)!r}) at {where(model, base, position)}"
+    label = f"logit({quoted(answer)}) − logit({quoted(against)}) at {where(model, base, position)}"
     return ("logit_diff", position, *ids), md_safe(label)
 
 
