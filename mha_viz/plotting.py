@@ -794,21 +794,32 @@ def difference_map_figure(a: torch.Tensor, b: torch.Tensor, title: str, *, heigh
 
 
 def weight_map_figure(values: torch.Tensor, row_labels: list[str], col_labels: list[str], title: str, *,
-                      x_title: str, y_title: str, height: int = 560, name: str = "") -> go.Figure:
+                      x_title: str, y_title: str, height: int = 560, name: str = "",
+                      saturate: float | None = None) -> go.Figure:
     """One head's QK or OV map (token x token, or position x position), blue below 0 and red above on a scale
-    symmetric about 0; NaN cells (keys a causal query cannot see) blank."""
+    symmetric about 0; NaN cells (keys a causal query cannot see) blank. `saturate` (a quantile, e.g. 0.99) puts
+    the ends of the scale at that quantile of |value| instead of the largest, so a few extreme rows or columns do
+    not wash the rest out; `layout.meta` then says {"bound", "largest"} for the page to state. Token labels are
+    thinned as `tick_plan` does (never under TICK_FONT_MIN px)."""
     z = _as_np(values)  # (R, C)
-    bound = float(np.nanmax(np.abs(z))) if np.isfinite(z).any() else 1.0
-    trace = dict(type="heatmap", z=z, x=[safe_label(t) for t in col_labels], y=[safe_label(t) for t in row_labels],
+    finite = np.abs(z[np.isfinite(z)])
+    largest = float(finite.max()) if finite.size else 1.0
+    bound = largest
+    if saturate is not None and finite.size:
+        bound = min(largest, max(float(np.quantile(finite, saturate)), 1e-6))
+    rows, cols = [safe_label(t) for t in row_labels], [safe_label(t) for t in col_labels]
+    trace = dict(type="heatmap", z=z, x=cols, y=rows,
                  zmid=0.0, zmin=-bound, zmax=bound, colorscale=DIFF_SCALE, hoverongaps=False, name=name,
                  colorbar=dict(title=dict(text="value")),
                  hovertemplate=f"{y_title} %{{y}}<br>{x_title} %{{x}}<br>%{{z:+.3f}}<extra></extra>")
-    tick = max(5, min(9, int(700 / max(len(row_labels), 1))))
+    px = (height - 110) / max(len(rows), 1)  # the plot's height (margins and title off) per row
+    y_font, y_ticks = tick_plan(rows, px, max_font=9)
+    x_font, x_ticks = tick_plan(cols, px, max_font=9)
     layout = dict(template=NO_TEMPLATE, height=height, font=_FONT,
                   title=dict(text=html.escape(title, quote=False), font=dict(size=12)),
-                  margin=dict(l=70, r=10, t=40, b=70),
-                  xaxis=dict(title=dict(text=x_title), tickfont=dict(size=tick)),
-                  yaxis=dict(title=dict(text=y_title), autorange="reversed", tickfont=dict(size=tick)))
+                  margin=dict(l=70, r=10, t=40, b=70), meta=dict(bound=bound, largest=largest),
+                  xaxis=dict(title=dict(text=x_title), tickfont=x_font, **x_ticks),
+                  yaxis=dict(title=dict(text=y_title), autorange="reversed", tickfont=y_font, **y_ticks))
     return _fast_figure(trace, layout)
 
 

@@ -149,3 +149,30 @@ def test_tiny_every_seed_is_shown_with_its_own_top_pair():
         assert line["name"].endswith(f"L{earlier[0]} H{earlier[1]} → L{later[0]} H{later[1]}")
         last = heatmap_z({"z": line["y"]}).astype(float)[-1]
         assert last == pytest.approx(float(c.composition["k"][earlier + later]), abs=1e-6)
+
+
+def test_tiny_token_maps_are_not_washed_out_by_a_few_tokens():
+    """Screenshot matrix, issue 19: the OV map of tiny's default head was white but for three columns (the logits of
+    <pad>, <unk> and <bos>, 4x the 99th percentile of |value|) and its 210 token labels were 5 px. Now the colours
+    end at the 99th percentile, the page says so and names the tokens past it, and labels are thinned, never under
+    8 px."""
+    from mha_viz.analysis import circuits as circ
+
+    model = load_model("tiny")
+    at = _open()
+    layer, head = at.selectbox(key="circ_head").value
+    emb, w = model.embeddings(), model.head_weights(layer)
+    ov = circ.ov_token_map(emb.tokens, w.w_v[head], w.w_o[head], emb.unembed).abs()  # (V, V)
+    fig = _heatmap(at, "OV map W_E W_V W_O W_U")
+    bound = float(np.quantile(ov.numpy(), 0.99))
+    assert fig["data"][0]["zmax"] == pytest.approx(bound, rel=1e-4) and bound < float(ov.max()) / 1.05
+    for axis in ("xaxis", "yaxis"):
+        assert fig["layout"][axis]["tickfont"]["size"] >= 8
+        assert 1 < len(fig["layout"][axis]["tickvals"]) < len(emb.labels)
+    worst = int(torch.maximum(ov.amax(0), ov.amax(1)).argmax())
+    note = next(c.value for c in at.caption if "Colours end at the 99% quantile" in c.value)
+    assert f"OV: ±{bound:.2f} (the largest is {float(ov.max()):.2f}" in note, note
+    from mha_viz.app.common import md_safe
+    from mha_viz.app.names import quoted
+
+    assert md_safe(quoted(emb.labels[worst], 12)) in note, note

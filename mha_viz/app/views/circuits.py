@@ -84,6 +84,31 @@ def head_maps(name: str, layer: int, head: int) -> dict:
     return out
 
 
+# The token maps' colours end at this quantile of |value|: a few rows or columns far from the rest (tiny's OV map:
+# the logits of <pad>, <unk> and <bos>, which it is never trained to predict, 4x its 99th percentile) would leave
+# every other cell nearly white.
+SATURATE = 0.99
+
+
+def saturation_note(maps: dict, vocab: list[str], figures: dict) -> str:
+    """What the token maps' colours mean when they saturate: the bound, the largest value, and the tokens whose
+    rows or columns go past it most (the reason the rest would otherwise be white)."""
+    parts = []
+    for kind, fig in figures.items():
+        bound, largest = fig.layout.meta["bound"], fig.layout.meta["largest"]
+        if largest <= bound * 1.05:
+            continue
+        values = maps[kind.lower()].abs()  # (V, V)
+        over = torch.maximum(values.amax(0), values.amax(1))  # (V,) each token's largest, as a row or a column
+        worst = [md_safe(quoted(vocab[i], 12)) for i in over.topk(min(3, len(over))).indices.tolist()
+                 if over[i] > bound]
+        parts.append(f"{kind}: ±{bound:.2f} (the largest is {largest:.2f}, at {', '.join(worst)})")
+    if not parts:
+        return ""
+    return (f"Colours end at the {SATURATE:.0%} quantile of |value| (cells beyond it take the end colour), so a few "
+            f"extreme tokens do not wash out the rest: {'; '.join(parts)}. Hover a cell for its value.")
+
+
 def render(ctx: ViewContext) -> None:
     st.subheader("Circuits in the weights")
     st.caption(
@@ -129,16 +154,19 @@ def one_head(ctx: ViewContext, c: circ.Circuits) -> Head:
     vocab = maps["vocab"]
     if maps["full"]:
         a, b = st.columns(2)
-        a.plotly_chart(plotting.weight_map_figure(maps["ov"], vocab, vocab, f"{name} OV map W_E W_V W_O W_U",
-                                                  x_title="logit of", y_title="attended token", name="ov map"),
-                       width="stretch", key="circ_ov")
-        b.plotly_chart(plotting.weight_map_figure(maps["qk"], vocab, vocab, f"{name} QK map W_E W_Q W_Kᵀ W_Eᵀ",
-                                                  x_title="key token", y_title="query token", name="qk map"),
-                       width="stretch", key="circ_qk")
+        ov = plotting.weight_map_figure(maps["ov"], vocab, vocab, f"{name} OV map W_E W_V W_O W_U",
+                                        x_title="logit of", y_title="attended token", name="ov map",
+                                        saturate=SATURATE)
+        qk = plotting.weight_map_figure(maps["qk"], vocab, vocab, f"{name} QK map W_E W_Q W_Kᵀ W_Eᵀ",
+                                        x_title="key token", y_title="query token", name="qk map",
+                                        saturate=SATURATE)
+        a.plotly_chart(ov, width="stretch", key="circ_ov")
+        b.plotly_chart(qk, width="stretch", key="circ_qk")
         diag = torch.diagonal(maps["ov"])
         st.caption(f"OV map: row = the token attended to, column = the logit it changes. A copying head has a red "
                    f"diagonal: here the diagonal is the row's largest entry for "
-                   f"{float((maps['ov'].argmax(-1) == torch.arange(len(diag))).float().mean()):.0%} of the tokens.")
+                   f"{float((maps['ov'].argmax(-1) == torch.arange(len(diag))).float().mean()):.0%} of the tokens. "
+                   + saturation_note(maps, vocab, {"OV": ov, "QK": qk}))
     else:
         _top_tokens(ctx, maps, name, layer, head)
     if "positions" in maps:
