@@ -22,9 +22,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1]))
 
-from harness import IDLE, Server, chromium, new_page, settle  # noqa: E402
-
 from mha_viz.app.views import NOT_ABOUT_THIS_RUN, VIEWS  # noqa: E402
+
+from harness import IDLE, Server, chromium, new_page, settle  # noqa: E402
 
 # Short (16-20 tokens) and long (~120 tokens) texts; the causal LMs' short one is an IOI-style pair of names, so the
 # Patching view has names to swap. tiny knows only its corpus's lowercase words and reads at most 64 tokens: its

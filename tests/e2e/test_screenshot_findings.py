@@ -1,0 +1,55 @@
+"""What the screenshot matrix of issue 19 (tests/e2e/screenshot_matrix.py) found in a real browser: on a long text
+the Layer grid's first and last token labels were cut in half at the edge of their strip ("[CLS]" showed as its
+lower half), because a label is centred on a row thinner than its font."""
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from harness import GRID_DRAWN, new_page, wait, wait_idle
+
+LONG = ("When Mary and John went to the store after a long day at work, John gave a small bottle of milk to Mary. "
+        "The weather had been cold all week, and the streets near the old market were still wet from the rain that "
+        "fell during the night. Inside, the shop smelled of fresh bread and coffee, and a radio in the corner played "
+        "a song that neither of them knew. They walked slowly between the shelves, talking about their plans for the "
+        "summer, the friends they had not seen in years, and the house by the lake that they hoped to rent again "
+        "before the end of August.")
+N_HEADS = 12  # all-MiniLM-L6-v2
+
+# Ink on the edges of the first tile's label pictures: the query labels' top and bottom pixel rows, the key labels'
+# left and right pixel columns (a label cut by the edge leaves ink there), and the rows' height in pixels.
+EDGE_INK = """async () => {
+  const head = document.querySelector('.mhv-grid .mhv-head');
+  const out = {cell: parseFloat(document.querySelector('.mhv-grid').dataset.labelCell),
+               font: parseFloat(document.querySelector('.mhv-grid').dataset.labelFont)};
+  for (const side of ['q', 'k']) {
+    const div = head.querySelector('.mhv-labels-' + side);
+    const url = getComputedStyle(div).backgroundImage.slice(5, -2);
+    const img = new Image(); img.src = url; await img.decode();
+    const c = document.createElement('canvas'); c.width = img.width; c.height = img.height;
+    const ctx = c.getContext('2d'); ctx.drawImage(img, 0, 0);
+    const px = ctx.getImageData(0, 0, c.width, c.height).data;
+    const ink = (x, y) => px[(y * c.width + x) * 4 + 3] > 40;
+    let a = 0, b = 0;
+    if (side === 'q') for (let x = 0; x < c.width; x++) { a += ink(x, 0); b += ink(x, c.height - 1); }
+    else for (let y = 0; y < c.height; y++) { a += ink(0, y); b += ink(c.width - 1, y); }
+    out[side] = [a, b];
+  }
+  return out;
+}"""
+
+
+def test_long_text_grid_labels_are_not_cut_at_the_edges(browser, streamlit_url):
+    context, page = new_page(browser, 1600, 1000)
+    try:
+        page.goto(f"{streamlit_url}/?{urlencode({'model': 'minilm', 'view': 'Layer', 'text': LONG})}",
+                  wait_until="domcontentloaded")
+        wait(page, f"() => ({GRID_DRAWN})() === {N_HEADS}", "the grid")
+        wait(page, "() => !!document.querySelector('.mhv-grid').dataset.labelFont", "the tiles' token labels")
+        wait_idle(page)
+        found = page.evaluate(EDGE_INK)
+        assert found["cell"] < found["font"], f"the rows must be thinner than the font for this check: {found}"
+        assert found["q"] == [0, 0], f"query labels cut at the top / bottom edge: {found}"
+        assert found["k"] == [0, 0], f"key labels cut at the left / right edge: {found}"
+        assert not page.js_errors, page.js_errors
+    finally:
+        context.close()
