@@ -142,10 +142,10 @@ def heads_row_figure(
         raise ValueError(f"{n} patterns need {n} titles and {n} off flags; got {len(titles)} and {len(off)}")
     columns = max(columns or n, n)
     labels = axis_labels(tokens)
-    tick_font, ticks = tick_plan(labels, height / max(len(labels), 1), max_font=9)
+    tick_font, ticks, _ = tick_plan(labels, height / max(len(labels), 1), max_font=9)
     gap = 0.035
     width = (1 - gap * (columns - 1)) / columns
-    label_room = _label_room(ticks["tickvals"], tick_font["size"])
+    label_room = _label_room(labels, tick_font["size"])  # any of them may be the one plotly labels
     top_margin = 24 + label_room  # the rotated key labels stand above the plot, the titles above them
     data, layout = [], dict(template=NO_TEMPLATE, height=height + top_margin, font=_FONT, showlegend=False,
                             margin=dict(l=8 + label_room, r=4, t=top_margin, b=4), annotations=[])
@@ -199,15 +199,17 @@ def _label_room(labels: list[str], font_size: int) -> int:
 TICK_FONT_MIN = 8  # px: token labels are never smaller; a long text labels every k-th token instead
 
 
-def tick_plan(labels: list[str], px_per_token: float, max_font: int = 10) -> tuple[dict, dict]:
-    """(tick font, tick settings) for a token axis `px_per_token` pixels a token: a font of TICK_FONT_MIN to
-    `max_font` px, and every k-th token labelled, k the smallest step that keeps labels a font + 1 px apart (so they
-    never overlap and never shrink below the minimum). The first token is always among them."""
+def tick_plan(labels: list[str], px_per_token: float, max_font: int = 10) -> tuple[dict, dict, list[str]]:
+    """(tick font, tick settings, about the labels plotly will show) for a token axis of about `px_per_token` pixels a
+    token: a font of TICK_FONT_MIN to `max_font` px, as large as lets every label show, and plotly's own choice of
+    which to label. On a category axis plotly labels every k-th category, k from the axis's drawn length and 1.2x
+    the font, from the first one: so labels never overlap, also where the chart is drawn narrower than planned (a
+    narrow window's columns), and never shrink below the minimum. Forcing every label, as before, drew 122 of
+    them at 6 px."""
     px = max(float(px_per_token), 1e-6)
-    font = max(TICK_FONT_MIN, min(max_font, int(px - 1)))
-    step = max(1, math.ceil((font + 1) / px))
-    shown = labels[::step]
-    return dict(size=font), dict(tickmode="array", tickvals=shown, ticktext=shown)
+    font = max(TICK_FONT_MIN, min(max_font, int(px / 1.2)))
+    step = max(1, math.ceil(font * 1.2 / px))
+    return dict(size=font), dict(tickmode="auto"), labels[::step]
 
 
 _AXIS_TITLE_PX = 16  # the "key →" title above the key labels: its 10 px line and standoff
@@ -220,8 +222,8 @@ def _square_layout(title: str, size: int, labels: list[str], colorbar: bool = Fa
     """A square heatmap `size` px a side under its title, labelled as `tick_plan` says. With a colour bar it gets a
     width of its own (the plot, its query labels and the bar; shown with the chart's width="content"), so the bar
     stands beside the square instead of at the far edge of a wide column."""
-    tick_font, ticks = tick_plan(labels, size / max(len(labels), 1))
-    room = _label_room(ticks["tickvals"], tick_font["size"])
+    tick_font, ticks, _ = tick_plan(labels, size / max(len(labels), 1))
+    room = _label_room(labels, tick_font["size"])  # any of them may be the one plotly labels
     # The title sits above the axis title "key →", which sits above the rotated key labels.
     top = 26 + _AXIS_TITLE_PX + room
     width = dict(width=size + room + _AXIS_TITLE_PX + 8 + COLORBAR_PX) if colorbar else {}
@@ -813,8 +815,8 @@ def weight_map_figure(values: torch.Tensor, row_labels: list[str], col_labels: l
                  colorbar=dict(title=dict(text="value")),
                  hovertemplate=f"{y_title} %{{y}}<br>{x_title} %{{x}}<br>%{{z:+.3f}}<extra></extra>")
     px = (height - 110) / max(len(rows), 1)  # the plot's height (margins and title off) per row
-    y_font, y_ticks = tick_plan(rows, px, max_font=9)
-    x_font, x_ticks = tick_plan(cols, px, max_font=9)
+    y_font, y_ticks, _ = tick_plan(rows, px, max_font=9)
+    x_font, x_ticks, _ = tick_plan(cols, px, max_font=9)
     layout = dict(template=NO_TEMPLATE, height=height, font=_FONT,
                   title=dict(text=html.escape(title, quote=False), font=dict(size=12)),
                   margin=dict(l=70, r=10, t=40, b=70), meta=dict(bound=bound, largest=largest),

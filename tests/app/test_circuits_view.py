@@ -168,7 +168,7 @@ def test_tiny_token_maps_are_not_washed_out_by_a_few_tokens():
     assert fig["data"][0]["zmax"] == pytest.approx(bound, rel=1e-4) and bound < float(ov.max()) / 1.05
     for axis in ("xaxis", "yaxis"):
         assert fig["layout"][axis]["tickfont"]["size"] >= 8
-        assert 1 < len(fig["layout"][axis]["tickvals"]) < len(emb.labels)
+        assert fig["layout"][axis]["tickmode"] == "auto"  # plotly labels every k-th token, 1.2 fonts apart
     worst = int(torch.maximum(ov.amax(0), ov.amax(1)).argmax())
     note = next(c.value for c in at.caption if "Colours end at the 99% quantile" in c.value)
     assert f"OV: ±{bound:.2f} (the largest is {float(ov.max()):.2f}" in note, note

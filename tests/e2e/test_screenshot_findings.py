@@ -53,3 +53,34 @@ def test_long_text_grid_labels_are_not_cut_at_the_edges(browser, streamlit_url):
         assert not page.js_errors, page.js_errors
     finally:
         context.close()
+
+
+# The drawn key labels of the first heads-row chart (Compare's heads side by side): each label's box on screen and
+# its font size, left to right.
+ROW_LABELS = """() => {
+  const plot = [...document.querySelectorAll('.js-plotly-plot')].find(p => p.layout && p.layout.annotations
+    && p.layout.annotations.some(a => (a.text || '').includes('L0 H0')));
+  if (!plot) return null;
+  const ticks = [...plot.querySelectorAll('.xaxislayer-above .xtick text')].filter(t => t.textContent);
+  return ticks.map(t => { const r = t.getBoundingClientRect();
+    return {left: r.left, right: r.right, size: parseFloat(getComputedStyle(t).fontSize)}; })
+    .sort((a, b) => a.left - b.left);
+}"""
+
+
+def test_compare_key_labels_do_not_overlap_in_a_narrow_window(browser, streamlit_url):
+    """At 1000x800 Compare's heads are ~150 px wide: labels placed for the figure's planned height (one per 7 px)
+    overlapped there. Plotly now picks them from the drawn width: none overlaps, none under 8 px."""
+    context, page = new_page(browser, 1000, 800)
+    try:
+        page.goto(f"{streamlit_url}/?{urlencode({'model': 'minilm', 'view': 'Compare', 'text': LONG})}",
+                  wait_until="domcontentloaded")
+        wait(page, f"() => {{ const l = ({ROW_LABELS})(); return l && l.length > 3; }}", "Compare's heads")
+        wait_idle(page)
+        labels = page.evaluate(ROW_LABELS)
+        assert min(label["size"] for label in labels) >= 8, labels[:3]
+        overlaps = [(a, b) for a, b in zip(labels, labels[1:]) if b["left"] < a["right"] - 0.5]
+        assert not overlaps, f"{len(overlaps)} of {len(labels)} key labels overlap the next: {overlaps[:3]}"
+        assert not page.js_errors, page.js_errors
+    finally:
+        context.close()
