@@ -104,7 +104,7 @@ def head_figure(
     trace = dict(
         type="heatmap", z=z, x=labels, y=labels, zmin=0.0, zmax=top,
         colorscale=OFF_SCALE if off else ATTN_SCALE, showscale=colorbar,
-        colorbar=dict(title=dict(text="weight", side="right"), thickness=10),
+        colorbar=_square_colorbar("weight", size),
         hovertemplate="query: %{y}<br>key: %{x}<br>weight: %{z:.3f}<extra></extra>",
     )
     return _fast_figure(trace, _square_layout(title + (" (off)" if off else ""), size, labels, colorbar=colorbar))
@@ -185,7 +185,7 @@ def diff_figure(diff: torch.Tensor, tokens: list[str], title: str, size: int = 3
     trace = dict(
         type="heatmap", z=z, x=labels, y=labels, zmin=-bound, zmax=bound, colorscale=DIFF_SCALE, zmid=0.0,
         hovertemplate="query: %{y}<br>key: %{x}<br>change: %{z:+.3f}<extra></extra>",
-        colorbar=dict(title=dict(text="change", side="right"), thickness=10),
+        colorbar=_square_colorbar("change", size),
     )
     return _fast_figure(trace, _square_layout(title, size, labels, colorbar=True))
 
@@ -218,6 +218,13 @@ _AXIS_TITLE_PX = 16  # the "key →" title above the key labels: its 10 px line 
 COLORBAR_PX = 110  # room right of a square heatmap for its colour bar, its numbers and its title
 
 
+def _square_colorbar(title: str, size: int) -> dict:
+    """The colour bar of a square heatmap: as tall as the square is planned and level with its top, so where a
+    narrow column draws the square smaller (and the figure keeps its height) bar and square still start together."""
+    return dict(title=dict(text=title, side="right"), thickness=10, lenmode="pixels", len=size, y=1,
+                yanchor="top")
+
+
 def _square_layout(title: str, size: int, labels: list[str], colorbar: bool = False) -> dict:
     """A square heatmap `size` px a side under its title, labelled as `tick_plan` says. With a colour bar it gets a
     width of its own (the plot, its query labels and the bar; shown with the chart's width="content"), so the bar
@@ -232,11 +239,14 @@ def _square_layout(title: str, size: int, labels: list[str], colorbar: bool = Fa
         title=dict(text=html.escape(title, quote=False), font=dict(size=12), x=0.5, xanchor="center",
                    y=1, yref="container", yanchor="top", pad=dict(t=6)),
         height=size + top, margin=dict(l=4, r=4, t=top, b=4),
+        # Where the chart is drawn narrower than planned (a narrow window's columns) the square shrinks: it keeps to
+        # the top left, under its title and labels, instead of floating in the middle of the figure's height.
         xaxis=dict(side="top", tickangle=-90, tickfont=tick_font, showgrid=False, automargin=True,
-                   constrain="domain", title=dict(text="key →", font=dict(size=10), standoff=4), **ticks),
+                   constrain="domain", constraintoward="left", title=dict(text="key →", font=dict(size=10),
+                                                                          standoff=4), **ticks),
         yaxis=dict(autorange="reversed", tickfont=tick_font, showgrid=False, automargin=True,
-                   scaleanchor="x", constrain="domain", title=dict(text="query ↓", font=dict(size=10), standoff=4),
-                   **ticks),
+                   scaleanchor="x", constrain="domain", constraintoward="top",
+                   title=dict(text="query ↓", font=dict(size=10), standoff=4), **ticks),
         font=_FONT,
     )
 
