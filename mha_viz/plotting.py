@@ -215,30 +215,32 @@ def tick_plan(labels: list[str], px_per_token: float, max_font: int = 10) -> tup
 _AXIS_TITLE_PX = 16  # the "key →" title above the key labels: its 10 px line and standoff
 
 
-COLORBAR_PX = 110  # room right of a square heatmap for its colour bar, its numbers and its title
+COLORBAR_PX = 46  # room under a square heatmap for its colour bar (a horizontal strip), its numbers and title
 
 
 def _square_colorbar(title: str, size: int) -> dict:
-    """The colour bar of a square heatmap: as tall as the square is planned and level with its top, so where a
-    narrow column draws the square smaller (and the figure keeps its height) bar and square still start together."""
-    return dict(title=dict(text=title, side="right"), thickness=10, lenmode="pixels", len=size, y=1,
-                yanchor="top")
+    """The colour bar of a square heatmap: a strip under it, as wide as the square is planned, from its left edge.
+    Under, not beside: a bar beside it takes ~100 px of width, and in a narrow window's column (Inside a head at
+    1000x800: ~190 px) the square shrank to ~45 px to make room."""
+    return dict(title=dict(text=title, side="right"), thickness=10, orientation="h", lenmode="pixels", len=size,
+                x=0, xanchor="left", y=0, yref="container", yanchor="bottom", ypad=4)
 
 
 def _square_layout(title: str, size: int, labels: list[str], colorbar: bool = False) -> dict:
-    """A square heatmap `size` px a side under its title, labelled as `tick_plan` says. With a colour bar it gets a
-    width of its own (the plot, its query labels and the bar; shown with the chart's width="content"), so the bar
-    stands beside the square instead of at the far edge of a wide column."""
+    """A square heatmap `size` px a side under its title, labelled as `tick_plan` says. With a colour bar (a strip
+    under the square) it gets a width of its own, the plot and its query labels, shown with the chart's
+    width="content": stretched over a wide column, a bar beside it stood ~330 px away at the column's edge."""
     tick_font, ticks, _ = tick_plan(labels, size / max(len(labels), 1))
     room = _label_room(labels, tick_font["size"])  # any of them may be the one plotly labels
     # The title sits above the axis title "key →", which sits above the rotated key labels.
     top = 26 + _AXIS_TITLE_PX + room
-    width = dict(width=size + room + _AXIS_TITLE_PX + 8 + COLORBAR_PX) if colorbar else {}
+    bottom = 4 + (COLORBAR_PX if colorbar else 0)
+    width = dict(width=size + room + _AXIS_TITLE_PX + 8) if colorbar else {}
     return dict(
         template=NO_TEMPLATE, **width,
         title=dict(text=html.escape(title, quote=False), font=dict(size=12), x=0.5, xanchor="center",
                    y=1, yref="container", yanchor="top", pad=dict(t=6)),
-        height=size + top, margin=dict(l=4, r=4, t=top, b=4),
+        height=size + top + bottom, margin=dict(l=4, r=4, t=top, b=bottom),
         # Where the chart is drawn narrower than planned (a narrow window's columns) the square shrinks: it keeps to
         # the top left, under its title and labels, instead of floating in the middle of the figure's height.
         xaxis=dict(side="top", tickangle=-90, tickfont=tick_font, showgrid=False, automargin=True,

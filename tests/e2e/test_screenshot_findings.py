@@ -86,31 +86,46 @@ def test_compare_key_labels_do_not_overlap_in_a_narrow_window(browser, streamlit
         context.close()
 
 
-# Every square heatmap with a colour bar on the page: the figure's top, its top margin, the drawn cells' top and the
-# colour bar's top (px on screen).
+# Every square heatmap with a colour bar on the page: the figure's top, its top margin, the drawn cells' box and
+# the colour bar's box (px on screen).
 SQUARES = """() => [...document.querySelectorAll('.js-plotly-plot')]
   .filter(p => p.data && p.data[0].type === 'heatmap' && p.data[0].showscale && p.layout.yaxis.scaleanchor)
   .map(p => { const cells = p.querySelector('.heatmaplayer image, .hm image');
     const bar = p.querySelector('.colorbar .cbfills, .colorbar rect.cbbg');
-    return {top: p.getBoundingClientRect().top, margin: p._fullLayout.margin.t,
-            cells: cells ? cells.getBoundingClientRect().top : null,
-            bar: bar ? bar.getBoundingClientRect().top : null}; })"""
+    const box = e => { if (!e) return null; const r = e.getBoundingClientRect();
+      return {top: r.top, bottom: r.bottom, left: r.left, width: r.width}; };
+    return {top: p.getBoundingClientRect().top, margin: p._fullLayout.margin.t, cells: box(cells),
+            bar: box(bar)}; })"""
+
+
+def _squares(browser, url, view, text, n):
+    context, page = new_page(browser, 1000, 800)
+    page.goto(f"{url}/?{urlencode({'model': 'minilm', 'view': view, 'text': text})}", wait_until="domcontentloaded")
+    wait(page, f"() => ({SQUARES})().filter(s => s.cells !== null).length === {n}", f"{view}'s {n} heatmaps")
+    wait_idle(page)
+    return context, page, page.evaluate(SQUARES)
 
 
 def test_square_heatmaps_keep_to_the_top_of_a_narrow_column(browser, streamlit_url):
     """At 1000x800 Rollout's four maps sit in columns ~190 px wide: each square shrank and floated in the middle of
-    its figure, ~150 px below its own title and labels, its colour bar spanning the whole height. The square now
-    starts right under its labels, level with the top of its colour bar."""
-    context, page = new_page(browser, 1000, 800)
+    its figure, ~200 px below its own title and labels, its colour bar spanning the whole height beside it. The
+    square now starts right under its labels; its colour bar is a strip under it, from its left edge."""
+    context, page, squares = _squares(browser, streamlit_url, "Rollout & norms", LONG, 4)
     try:
-        page.goto(f"{streamlit_url}/?{urlencode({'model': 'minilm', 'view': 'Rollout & norms', 'text': LONG})}",
-                  wait_until="domcontentloaded")
-        wait(page, f"() => ({SQUARES})().filter(s => s.cells !== null).length === 4", "Rollout's four maps")
-        wait_idle(page)
-        squares = page.evaluate(SQUARES)
         for s in squares:
-            assert s["cells"] - s["top"] <= s["margin"] + 3, f"the square floats below its labels: {s}"
-            assert abs(s["bar"] - s["cells"]) <= 3, f"the colour bar does not start with the square: {s}"
+            assert s["cells"]["top"] - s["top"] <= s["margin"] + 3, f"the square floats below its labels: {s}"
+            assert s["bar"]["top"] >= s["cells"]["bottom"] and abs(s["bar"]["left"] - s["cells"]["left"]) <= 3, s
         assert not page.js_errors, page.js_errors
+    finally:
+        context.close()
+
+
+def test_inside_a_head_pattern_keeps_its_size_in_a_narrow_column(browser, streamlit_url):
+    """At 1000x800 the Inside-a-head pattern's column is ~190 px wide: with its colour bar beside it the square
+    shrank to ~45 px. With the bar under it, the square keeps most of the column."""
+    context, page, squares = _squares(browser, streamlit_url, "Inside a head",
+                                      "The keys to the old cabinet were on the table, so she took them.", 1)
+    try:
+        assert squares[0]["cells"]["width"] >= 90, squares
     finally:
         context.close()
