@@ -352,8 +352,11 @@ def tiled_figure(
         margin=dict(l=left, r=8, t=36, b=8),
         xaxis=dict(tickmode="array", tickvals=tick_x, ticktext=list(col_names) * blocks, side="top",
                    showgrid=False, zeroline=False, range=[-0.5, canvas.shape[1] - 0.5], tickfont=dict(size=9)),
-        yaxis=dict(tickmode="array", tickvals=tick_y, ticktext=row_text, autorange="reversed",
-                   showgrid=False, zeroline=False, scaleanchor="x", tickfont=dict(size=9)),
+        # A page narrower than `width` draws the tiles smaller than the height was made for: they keep to the top,
+        # under the head names, instead of floating in the middle of bands of white.
+        yaxis=dict(tickmode="array", tickvals=tick_y, ticktext=row_text, range=[canvas.shape[0] - 0.5, -0.5],
+                   showgrid=False, zeroline=False, scaleanchor="x", constrain="domain", constraintoward="top",
+                   tickfont=dict(size=9)),
         font=_FONT, clickmode="event+select", dragmode=False, meta=dict(tile=int(nq), blocks=blocks),
     )
     return go.Figure(data=[heat, clicks], layout=layout, _validate=False)

@@ -129,3 +129,25 @@ def test_inside_a_head_pattern_keeps_its_size_in_a_narrow_column(browser, stream
         assert squares[0]["cells"]["width"] >= 90, squares
     finally:
         context.close()
+
+
+OVERVIEW = """() => { const p = [...document.querySelectorAll('.js-plotly-plot')]
+  .find(p => p.layout && p.layout.meta && p.layout.meta.blocks !== undefined);
+  const cells = p && p.querySelector('.heatmaplayer image, .hm image');
+  return cells ? {top: p.getBoundingClientRect().top, margin: p._fullLayout.margin.t,
+                  cells: cells.getBoundingClientRect().top} : null; }"""
+
+
+def test_all_layers_tiles_keep_to_the_top_in_a_narrow_window(browser, streamlit_url):
+    """At 1000x800 the All-layers picture is drawn ~540 px wide, its height made for 900: the tiles floated in the
+    middle of ~100 px of white above and below. They now start under the head names."""
+    context, page = new_page(browser, 1000, 800)
+    try:
+        page.goto(f"{streamlit_url}/?{urlencode({'model': 'minilm', 'view': 'All layers', 'text': LONG})}",
+                  wait_until="domcontentloaded")
+        wait(page, f"() => ({OVERVIEW})() !== null", "the All-layers picture")
+        wait_idle(page)
+        found = page.evaluate(OVERVIEW)
+        assert found["cells"] - found["top"] <= found["margin"] + 3, found
+    finally:
+        context.close()
