@@ -24,6 +24,16 @@ def _scale(colors: list[str]) -> list[list]:
 # fast path below hands names straight to plotly.js. White = no attention, dark = all of it.
 ATTN_SCALE = _scale(["#f7fbff", "#deebf7", "#c6dbef", "#9ecae1", "#6baed6", "#4292c6", "#2171b5", "#08519c",
                      "#08306b"])
+
+
+def sqrt_scale(scale: list[list]) -> list[list]:
+    """A colour scale drawn with square-root contrast, the Layer grid's default (head_grid.js CONTRASTS.sqrt): the
+    colour at a weight w of the range's top is the linear scale's colour at sqrt(w), so a weight a quarter of the
+    top is drawn half dark. The stops move (to position**2); the values, the hover and the colour bar's numbers stay
+    the weights themselves."""
+    return [[pos * pos, colour] for pos, colour in scale]
+
+
 # An ablated head keeps its pattern, drawn grey, because its attention is still computed.
 OFF_SCALE = _scale(["#ffffff", "#f0f0f0", "#d9d9d9", "#bdbdbd", "#969696", "#737373", "#525252", "#252525"])
 DIFF_SCALE = [[0.0, "#2166ac"], [0.5, "#f7f7f7"], [1.0, "#b2182b"]]  # blue = less, red = more attention
@@ -127,13 +137,20 @@ def heads_row_figure(
     columns: int | None = None,
     height: int = 300,
     colorbar: bool = False,
+    contrast: str = "linear",
 ) -> go.Figure:
     """Several heads side by side in ONE figure (one subplot each), so a layer is a few plotly charts, not one
     per head: measured in headless Chromium, 12 heads draw in ~0.1 s as subplots vs ~0.9 s as 12 charts.
     Keys on each subplot's x axis (top), queries on the y axis (labelled on the first subplot of the row).
     `columns` (default N) fixes the subplot width, so a short last row lines up with the rows above it.
     `colorbar` draws one colour bar for the row: meaningful when `zmax` puts every head on one scale.
+    `contrast` "sqrt" draws the colours as `sqrt_scale` says (weak weights stay visible beside a strong one).
     """
+    if contrast not in ("linear", "sqrt"):
+        raise ValueError(f"contrast is 'linear' or 'sqrt', not {contrast!r}")
+    scales = {False: ATTN_SCALE, True: OFF_SCALE}
+    if contrast == "sqrt":
+        scales = {off_: sqrt_scale(scale) for off_, scale in scales.items()}
     z_all = _as_np(patterns)  # (N, Q, K)
     if z_all.ndim != 3:
         raise ValueError(f"heads_row_figure wants (heads, query, key); got shape {z_all.shape}")
@@ -156,7 +173,7 @@ def heads_row_figure(
         title = html.escape(titles[i] + (" (off)" if off[i] else ""), quote=False)
         data.append(dict(
             type="heatmap", z=z, x=labels, y=labels, zmin=0.0, zmax=top, xaxis=xa, yaxis=ya,
-            colorscale=OFF_SCALE if off[i] else ATTN_SCALE, name=title,
+            colorscale=scales[bool(off[i])], name=title,
             showscale=colorbar and i == n - 1, colorbar=dict(title=dict(text="weight", side="right"), thickness=10),
             hovertemplate=f"{title}<br>query: %{{y}}<br>key: %{{x}}<br>weight: %{{z:.3f}}<extra></extra>",
         ))

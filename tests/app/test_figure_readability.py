@@ -99,3 +99,22 @@ def test_title_clears_the_key_axis_title():
     labels = [t for t in fig["data"] if t.get("type") == "heatmap"][0]["x"]
     room = plotting._label_room(labels, fig["layout"]["xaxis"]["tickfont"]["size"])
     assert fig["layout"]["margin"]["t"] >= 26 + 14 + room
+
+
+def test_compare_draws_weak_weights_visible_and_says_how():
+    """Screenshot matrix: Compare's heads at 122 tokens were nearly white (one linear scale to the largest weight of
+    the heads, one cell near it), while the Layer grid defaults to square-root contrast. Compare now draws with the
+    same contrast, says so, and keeps the weights themselves as the values and the colour bar's range."""
+    from mha_viz import plotting
+
+    at = _page("Compare")
+    fig = _chart(at, "cmp_row")
+    heat = [t for t in fig["data"] if t.get("type") == "heatmap"]
+    for trace in heat:
+        assert trace["colorscale"] == [list(s) for s in plotting.sqrt_scale(plotting.ATTN_SCALE)], trace["colorscale"]
+        assert trace["zmin"] == 0.0 and trace["zmax"] == heat[0]["zmax"]
+    assert any("square-root contrast" in c.value for c in at.caption)
+    # At a quarter of the top a weight gets the colour half way along the scale.
+    stops = plotting.sqrt_scale(plotting.ATTN_SCALE)
+    middle = len(stops) // 2
+    assert abs(stops[middle][0] - 0.25) < 1e-9 and stops[middle][1] == plotting.ATTN_SCALE[middle][1]
