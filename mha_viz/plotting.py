@@ -857,7 +857,8 @@ def weight_map_figure(values: torch.Tensor, row_labels: list[str], col_labels: l
     return _fast_figure(trace, layout)
 
 
-def top_tokens_figure(values: torch.Tensor, labels: list[str], title: str, *, height: int = 360) -> go.Figure:
+def top_tokens_figure(values: torch.Tensor, labels: list[str], title: str, *, height: int = 360,
+                      x_title: str = "logit change per unit of attention") -> go.Figure:
     """The tokens one row of an OV map raises most, as horizontal bars, largest on top."""
     v = _as_np(values)  # (k,)
     trace = dict(type="bar", orientation="h", x=v, y=[safe_label(t) for t in labels], marker=dict(color="#b2182b"),
@@ -865,7 +866,7 @@ def top_tokens_figure(values: torch.Tensor, labels: list[str], title: str, *, he
     layout = dict(template=NO_TEMPLATE, height=height, font=_FONT,
                   title=dict(text=html.escape(title, quote=False), font=dict(size=12)),
                   margin=dict(l=90, r=10, t=40, b=30), yaxis=dict(autorange="reversed", type="category"),
-                  xaxis=dict(title=dict(text="logit change per unit of attention")))
+                  xaxis=dict(title=dict(text=x_title)))
     return _fast_figure(trace, layout)
 
 

@@ -176,3 +176,16 @@ def test_tiny_token_maps_are_not_washed_out_by_a_few_tokens():
     from mha_viz.app.names import quoted
 
     assert md_safe(quoted(emb.labels[worst], 12)) in note, note
+
+
+def test_an_encoder_without_an_lm_head_is_not_said_to_have_logits():
+    """Screenshot matrix (issue 19): under MiniLM, a sentence encoder with no language-model head, the view titled
+    its bars "the logits its OV map raises most" (axis: "logit change"), though the map is read through the token
+    embedding. It now says what it draws and why."""
+    assert load_model("minilm").embeddings().unembed is None  # the premise: no output layer
+    at = _open("minilm")
+    bars = next(s for s in _figures(at) if s["data"][0].get("type") == "bar" and "OV map" in
+                s["layout"]["title"]["text"])
+    assert "logit" not in bars["layout"]["title"]["text"] + bars["layout"]["xaxis"]["title"]["text"], bars["layout"]
+    assert "writes toward" in bars["layout"]["title"]["text"]
+    assert any("has no output layer" in c.value and "W_E W_V W_O W_Eᵀ" in c.value for c in at.caption)

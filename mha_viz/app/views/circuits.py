@@ -74,7 +74,7 @@ def head_maps(name: str, layer: int, head: int) -> dict:
     w = model.head_weights(layer)
     emb = embeddings(name)
     out = {"vocab": emb.labels, "rotary": w.rotary, "kv_head": w.kv_head[head],
-           "full": len(emb.labels) <= FULL_MAP_VOCAB}
+           "full": len(emb.labels) <= FULL_MAP_VOCAB, "logits": emb.unembed is not None}
     wq, wk, wv, wo = w.w_q[head], w.w_k[head], w.w_v[head], w.w_o[head]  # (D, dh) x 3, (dh, D)
     if out["full"]:
         out["ov"] = circ.ov_token_map(emb.tokens, wv, wo, emb.unembed)  # (V, V)
@@ -154,8 +154,10 @@ def one_head(ctx: ViewContext, c: circ.Circuits) -> Head:
     vocab = maps["vocab"]
     if maps["full"]:
         a, b = st.columns(2)
-        ov = plotting.weight_map_figure(maps["ov"], vocab, vocab, f"{name} OV map W_E W_V W_O W_U",
-                                        x_title="logit of", y_title="attended token", name="ov map",
+        # Without a language-model head the OV map is read through the token embedding (no logits to change).
+        ov_title, ov_x = ("W_E W_V W_O W_U", "logit of") if maps["logits"] else ("W_E W_V W_O W_Eᵀ", "embedding of")
+        ov = plotting.weight_map_figure(maps["ov"], vocab, vocab, f"{name} OV map {ov_title}",
+                                        x_title=ov_x, y_title="attended token", name="ov map",
                                         saturate=SATURATE)
         qk = plotting.weight_map_figure(maps["qk"], vocab, vocab, f"{name} QK map W_E W_Q W_Kᵀ W_Eᵀ",
                                         x_title="key token", y_title="query token", name="qk map",
@@ -212,12 +214,22 @@ def _top_tokens(ctx: ViewContext, maps: dict, name: str, layer: int, head: int) 
     row = circ.ov_token_map(emb.tokens, w.w_v[head], w.w_o[head], emb.unembed, rows=torch.tensor([ids[pos]]))[0]
     top = row.topk(TOP_TOKENS)
     labels = [maps["vocab"][i] for i in top.indices.tolist()]
-    st.plotly_chart(plotting.top_tokens_figure(top.values, labels, f"{name}: the logits its OV map raises most "
-                                               f"when it attends to {quoted(ctx.base.tokens[pos])}"),
+    attended = quoted(ctx.base.tokens[pos])
+    if emb.unembed is None:  # an encoder without its language-model head: no logits to raise
+        title = f"{name}: the tokens its OV map writes toward most when it attends to {attended}"
+        x_title = "dot product with the token's embedding, per unit of attention"
+    else:
+        title, x_title = f"{name}: the logits its OV map raises most when it attends to {attended}", None
+    st.plotly_chart(plotting.top_tokens_figure(top.values, labels, title,
+                                               **({"x_title": x_title} if x_title else {})),
                     width="stretch", key="circ_top")
     rank = int((row > row[ids[pos]]).sum())
     st.caption(f"The token itself is number {rank + 1:,} of {row.numel():,} in this row "
-               "(number 1 would be a head that copies it).")
+               "(number 1 would be a head that copies it)."
+               + (" This model has no output layer (an encoder without its language-model head), so it has no "
+                  "logits: the OV map is read through the token embedding in the unembedding's place, "
+                  "W_E W_V W_O W_Eᵀ, as the copying score is. A high bar says the head writes in the direction of "
+                  "that token's embedding, not that the model would predict it." if emb.unembed is None else ""))
 
 
 # -- composition ----------------------------------------------------------------------------------------------------
