@@ -151,3 +151,28 @@ def test_all_layers_tiles_keep_to_the_top_in_a_narrow_window(browser, streamlit_
         assert found["cells"] - found["top"] <= found["margin"] + 3, found
     finally:
         context.close()
+
+
+FIRST_HEAT = """() => { const c = document.querySelector('.mhv-grid .mhv-head canvas');
+  const strip = document.querySelector('.mhv-strip');
+  return c ? {top: c.getBoundingClientRect().top + window.scrollY, height: c.getBoundingClientRect().height,
+              strip: strip.getBoundingClientRect().height, lines: strip.scrollHeight} : null; }"""
+
+
+def test_a_long_texts_token_strip_leaves_the_first_heads_on_the_first_screen(browser, streamlit_url):
+    """At 1000x800 a ~120-token text made the Layer grid's token strip nine lines (233 px) tall and the first
+    heatmap started at y=806, below the first screen. The strip now shows three lines and scrolls (every token still
+    in it); the first heatmap starts at y≈650, its top on the first screen."""
+    context, page = new_page(browser, 1000, 800)
+    try:
+        page.goto(f"{streamlit_url}/?{urlencode({'model': 'minilm', 'view': 'Layer', 'text': LONG})}",
+                  wait_until="domcontentloaded")
+        wait(page, f"() => ({GRID_DRAWN})() === {N_HEADS}", "the grid")
+        wait_idle(page)
+        found = page.evaluate(FIRST_HEAT)
+        assert found["strip"] <= 80 and found["lines"] > found["strip"], found  # three lines shown, the rest scrolls
+        assert found["top"] < 700, f"the first heatmap starts at y={found['top']:.0f} of 800: {found}"
+        chips = page.evaluate("() => document.querySelectorAll('.mhv-strip .mhv-tok').length")
+        assert chips == 122, chips
+    finally:
+        context.close()
