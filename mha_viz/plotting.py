@@ -163,7 +163,10 @@ def heads_row_figure(
     gap = 0.035
     width = (1 - gap * (columns - 1)) / columns
     label_room = _label_room(labels, tick_font["size"])  # any of them may be the one plotly labels
-    top_margin = 24 + label_room  # the rotated key labels stand above the plot, the titles above them
+    # A title in parts ("L0 H0 · step 4000") is written one part a line: side by side in a narrow window's columns
+    # (~110 px at 1000x800) one-line titles ran into each other.
+    lines = max(len(t.split(" · ")) for t in titles) if titles else 1
+    top_margin = 24 + 14 * (lines - 1) + label_room  # the rotated key labels stand above the plot, titles above
     data, layout = [], dict(template=NO_TEMPLATE, height=height + top_margin, font=_FONT, showlegend=False,
                             margin=dict(l=8 + label_room, r=4, t=top_margin, b=4), annotations=[])
     for i in range(n):
@@ -187,7 +190,8 @@ def heads_row_figure(
             domain=[0, 1], anchor=xa, autorange="reversed", tickfont=tick_font, showgrid=False,
             showticklabels=i == 0, title=dict(text="query ↓" if i == 0 else "", font=dict(size=10)), **ticks)
         layout["annotations"].append(dict(
-            text=f"<b>{title}</b>", x=x0 + width / 2, y=1, xref="paper", yref="paper", yanchor="bottom",
+            text="<br>".join(f"<b>{part}</b>" for part in title.split(" · ")), x=x0 + width / 2, y=1,
+            xref="paper", yref="paper", yanchor="bottom",
             yshift=label_room, showarrow=False, font=dict(size=12, color="#777" if off[i] else "#222")))
     return go.Figure(data=data, layout=layout, _validate=False)
 

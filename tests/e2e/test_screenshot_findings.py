@@ -176,3 +176,36 @@ def test_a_long_texts_token_strip_leaves_the_first_heads_on_the_first_screen(bro
         assert chips == 122, chips
     finally:
         context.close()
+
+
+TRAINING = """() => {
+  const play = [...document.querySelectorAll('button')].find(b => b.innerText.includes('Play'));
+  const plot = [...document.querySelectorAll('.js-plotly-plot')].find(p => p.data && p.data[0].type === 'heatmap'
+    && (p.data[0].name || '').includes(' · step '));
+  if (!play || !plot) return null;
+  const label = play.querySelector('p') || play;
+  const range = document.createRange(); range.selectNodeContents(label);
+  const titles = [...plot.querySelectorAll('.annotation')].map(a => a.getBoundingClientRect())
+    .map(r => ({left: r.left, right: r.right})).sort((a, b) => a.left - b.left);
+  return {play: {text: label.innerText, scroll: label.scrollWidth, client: label.clientWidth,
+                 button: play.getBoundingClientRect().width, needs: range.getBoundingClientRect().width}, titles};
+}"""
+
+
+def test_training_controls_and_head_titles_fit_a_narrow_window(browser, streamlit_url):
+    """At 1000x800 the Training view's Play button showed "▶…" (a ~50 px column) and the heads' titles
+    "L0 H0 · step 4000" ran into each other over ~110 px wide heatmaps."""
+    context, page = new_page(browser, 1000, 800)
+    try:
+        page.goto(f"{streamlit_url}/?{urlencode({'model': 'tiny', 'view': 'Training'})}", wait_until="domcontentloaded")
+        wait(page, f"() => ({TRAINING})() !== null && ({TRAINING})().titles.length >= 2", "the Training view")
+        wait_idle(page)
+        found = page.evaluate(TRAINING)
+        play = found["play"]
+        # the button holds its label and its padding (12 px a side): at ~50 px it showed "▶…"
+        assert "Play" in play["text"] and play["button"] >= play["needs"] + 24, \
+            found
+        titles = found["titles"]
+        assert all(b["left"] >= a["right"] - 0.5 for a, b in zip(titles, titles[1:])), titles
+    finally:
+        context.close()

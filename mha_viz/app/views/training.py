@@ -54,7 +54,9 @@ def timeline(ctx: ViewContext, versus_init: bool) -> None:
         pending = steps[-1]
     if pending is not None or st.session_state.get(STEP_KEY) not in steps:
         st.session_state[STEP_KEY] = pending if pending in steps else steps[-1]
-    c1, c2, c3 = st.columns([6, 1, 2])
+    # The page's style lets this row fold onto two lines on a narrow screen (at 1000x800 the Play button's column
+    # was ~50 px and showed "▶…").
+    c1, c2, c3 = st.container(key="wrap").columns([6, 1, 2])
     step = c1.select_slider("Training step", options=steps, key=STEP_KEY,
                             format_func=lambda s: f"{s} (initialisation)" if s == 0 else str(s))
     play = c2.button("▶ Play", key="train_play", help="Show every saved step in turn, from the first")
