@@ -114,7 +114,7 @@ def head_figure(
     trace = dict(
         type="heatmap", z=z, x=labels, y=labels, zmin=0.0, zmax=top,
         colorscale=OFF_SCALE if off else ATTN_SCALE, showscale=colorbar,
-        colorbar=_square_colorbar("weight", size),
+        colorbar=_square_colorbar("weight"),
         hovertemplate="query: %{y}<br>key: %{x}<br>weight: %{z:.3f}<extra></extra>",
     )
     return _fast_figure(trace, _square_layout(title + (" (off)" if off else ""), size, labels, colorbar=colorbar))
@@ -206,7 +206,7 @@ def diff_figure(diff: torch.Tensor, tokens: list[str], title: str, size: int = 3
     trace = dict(
         type="heatmap", z=z, x=labels, y=labels, zmin=-bound, zmax=bound, colorscale=DIFF_SCALE, zmid=0.0,
         hovertemplate="query: %{y}<br>key: %{x}<br>change: %{z:+.3f}<extra></extra>",
-        colorbar=_square_colorbar("change", size),
+        colorbar=_square_colorbar("change"),
     )
     return _fast_figure(trace, _square_layout(title, size, labels, colorbar=True))
 
@@ -236,15 +236,17 @@ def tick_plan(labels: list[str], px_per_token: float, max_font: int = 10) -> tup
 _AXIS_TITLE_PX = 16  # the "key →" title above the key labels: its 10 px line and standoff
 
 
-COLORBAR_PX = 46  # room under a square heatmap for its colour bar (a horizontal strip), its numbers and title
+COLORBAR_PX = 56  # room under a square heatmap for its colour bar (a horizontal strip), its numbers and title
 
 
-def _square_colorbar(title: str, size: int) -> dict:
-    """The colour bar of a square heatmap: a strip under it, as wide as the square is planned, from its left edge.
-    Under, not beside: a bar beside it takes ~100 px of width, and in a narrow window's column (Inside a head at
-    1000x800: ~190 px) the square shrank to ~45 px to make room."""
-    return dict(title=dict(text=title, side="right"), thickness=10, orientation="h", lenmode="pixels", len=size,
-                x=0, xanchor="left", y=0, yref="container", yanchor="bottom", ypad=4)
+def _square_colorbar(title: str) -> dict:
+    """The colour bar of a square heatmap: a strip under it, from its left edge, as wide as the plot area (the
+    square's width: a narrow column makes the width the square's limit, and a figure of its own width is the
+    square and its labels). Under, not beside: a bar beside it takes ~100 px of width, and in a narrow window's
+    column (Inside a head at 1000x800: ~190 px) the square shrank to ~45 px to make room. (A bar of the planned
+    width, in pixels, ran out of a narrow figure.)"""
+    return dict(title=dict(text=title, side="top"), thickness=10, orientation="h", lenmode="fraction", len=1.0,
+                x=0, xanchor="left", xpad=0, y=0, yref="container", yanchor="bottom", ypad=4)
 
 
 def _square_layout(title: str, size: int, labels: list[str], colorbar: bool = False) -> dict:
@@ -591,6 +593,10 @@ def pattern_pick_figure(pattern: torch.Tensor, tokens: list[str], title: str, qu
                            marker=dict(size=max(4, int(size / max(n, 1))), color="rgba(0,0,0,0)", symbol="square"),
                            hovertemplate="query: %{y}<br>key: %{x}<br>weight: %{text}<br>"
                                          "click to open this row<extra></extra>", showlegend=False))
+        # The click targets' markers would pad the axes' automatic ranges: the cells fill the plot, as without them.
+        fig.layout.xaxis.range = [-0.5, n - 0.5]
+        fig.layout.yaxis.autorange = False
+        fig.layout.yaxis.range = [n - 0.5, -0.5]
     return fig
 
 
