@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 
+from mha_viz.app.names import quoted
+
 from helpers import open_link
 from page_steps import open_view
-
-from mha_viz.app.names import quoted
 
 TINY = "anna berg went to the market . tom lind saw anna berg at the park ."
 
