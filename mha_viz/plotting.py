@@ -9,6 +9,7 @@ built unvalidated.
 from __future__ import annotations
 
 import html
+import math
 
 import numpy as np
 import plotly.graph_objects as go
@@ -23,6 +24,16 @@ def _scale(colors: list[str]) -> list[list]:
 # fast path below hands names straight to plotly.js. White = no attention, dark = all of it.
 ATTN_SCALE = _scale(["#f7fbff", "#deebf7", "#c6dbef", "#9ecae1", "#6baed6", "#4292c6", "#2171b5", "#08519c",
                      "#08306b"])
+
+
+def sqrt_scale(scale: list[list]) -> list[list]:
+    """A colour scale drawn with square-root contrast, the Layer grid's default (head_grid.js CONTRASTS.sqrt): the
+    colour at a weight w of the range's top is the linear scale's colour at sqrt(w), so a weight a quarter of the
+    top is drawn half dark. The stops move (to position**2); the values, the hover and the colour bar's numbers stay
+    the weights themselves."""
+    return [[pos * pos, colour] for pos, colour in scale]
+
+
 # An ablated head keeps its pattern, drawn grey, because its attention is still computed.
 OFF_SCALE = _scale(["#ffffff", "#f0f0f0", "#d9d9d9", "#bdbdbd", "#969696", "#737373", "#525252", "#252525"])
 DIFF_SCALE = [[0.0, "#2166ac"], [0.5, "#f7f7f7"], [1.0, "#b2182b"]]  # blue = less, red = more attention
@@ -103,9 +114,10 @@ def head_figure(
     trace = dict(
         type="heatmap", z=z, x=labels, y=labels, zmin=0.0, zmax=top,
         colorscale=OFF_SCALE if off else ATTN_SCALE, showscale=colorbar,
+        colorbar=_square_colorbar("weight"),
         hovertemplate="query: %{y}<br>key: %{x}<br>weight: %{z:.3f}<extra></extra>",
     )
-    return _fast_figure(trace, _square_layout(title + (" (off)" if off else ""), size, labels))
+    return _fast_figure(trace, _square_layout(title + (" (off)" if off else ""), size, labels, colorbar=colorbar))
 
 
 def _fast_figure(trace: dict, layout: dict) -> go.Figure:
@@ -125,13 +137,20 @@ def heads_row_figure(
     columns: int | None = None,
     height: int = 300,
     colorbar: bool = False,
+    contrast: str = "linear",
 ) -> go.Figure:
     """Several heads side by side in ONE figure (one subplot each), so a layer is a few plotly charts, not one
     per head: measured in headless Chromium, 12 heads draw in ~0.1 s as subplots vs ~0.9 s as 12 charts.
     Keys on each subplot's x axis (top), queries on the y axis (labelled on the first subplot of the row).
     `columns` (default N) fixes the subplot width, so a short last row lines up with the rows above it.
     `colorbar` draws one colour bar for the row: meaningful when `zmax` puts every head on one scale.
+    `contrast` "sqrt" draws the colours as `sqrt_scale` says (weak weights stay visible beside a strong one).
     """
+    if contrast not in ("linear", "sqrt"):
+        raise ValueError(f"contrast is 'linear' or 'sqrt', not {contrast!r}")
+    scales = {False: ATTN_SCALE, True: OFF_SCALE}
+    if contrast == "sqrt":
+        scales = {off_: sqrt_scale(scale) for off_, scale in scales.items()}
     z_all = _as_np(patterns)  # (N, Q, K)
     if z_all.ndim != 3:
         raise ValueError(f"heads_row_figure wants (heads, query, key); got shape {z_all.shape}")
@@ -140,13 +159,14 @@ def heads_row_figure(
         raise ValueError(f"{n} patterns need {n} titles and {n} off flags; got {len(titles)} and {len(off)}")
     columns = max(columns or n, n)
     labels = axis_labels(tokens)
-    n_tok = len(labels)
-    tick_font = dict(size=max(6, min(9, int(480 / max(n_tok, 1)))))
-    ticks = dict(tickmode="array", tickvals=labels, ticktext=labels) if n_tok <= 48 else {}
+    tick_font, ticks, _ = tick_plan(labels, height / max(len(labels), 1), max_font=9)
     gap = 0.035
     width = (1 - gap * (columns - 1)) / columns
-    label_room = _label_room(labels, tick_font["size"])
-    top_margin = 24 + label_room  # the rotated key labels stand above the plot, the titles above them
+    label_room = _label_room(labels, tick_font["size"])  # any of them may be the one plotly labels
+    # A title in parts ("L0 H0 · step 4000") is written one part a line: side by side in a narrow window's columns
+    # (~110 px at 1000x800) one-line titles ran into each other.
+    lines = max(len(t.split(" · ")) for t in titles) if titles else 1
+    top_margin = 24 + 14 * (lines - 1) + label_room  # the rotated key labels stand above the plot, titles above
     data, layout = [], dict(template=NO_TEMPLATE, height=height + top_margin, font=_FONT, showlegend=False,
                             margin=dict(l=8 + label_room, r=4, t=top_margin, b=4), annotations=[])
     for i in range(n):
@@ -156,7 +176,7 @@ def heads_row_figure(
         title = html.escape(titles[i] + (" (off)" if off[i] else ""), quote=False)
         data.append(dict(
             type="heatmap", z=z, x=labels, y=labels, zmin=0.0, zmax=top, xaxis=xa, yaxis=ya,
-            colorscale=OFF_SCALE if off[i] else ATTN_SCALE, name=title,
+            colorscale=scales[bool(off[i])], name=title,
             showscale=colorbar and i == n - 1, colorbar=dict(title=dict(text="weight", side="right"), thickness=10),
             hovertemplate=f"{title}<br>query: %{{y}}<br>key: %{{x}}<br>weight: %{{z:.3f}}<extra></extra>",
         ))
@@ -170,7 +190,8 @@ def heads_row_figure(
             domain=[0, 1], anchor=xa, autorange="reversed", tickfont=tick_font, showgrid=False,
             showticklabels=i == 0, title=dict(text="query ↓" if i == 0 else "", font=dict(size=10)), **ticks)
         layout["annotations"].append(dict(
-            text=f"<b>{title}</b>", x=x0 + width / 2, y=1, xref="paper", yref="paper", yanchor="bottom",
+            text="<br>".join(f"<b>{part}</b>" for part in title.split(" · ")), x=x0 + width / 2, y=1,
+            xref="paper", yref="paper", yanchor="bottom",
             yshift=label_room, showarrow=False, font=dict(size=12, color="#777" if off[i] else "#222")))
     return go.Figure(data=data, layout=layout, _validate=False)
 
@@ -185,9 +206,9 @@ def diff_figure(diff: torch.Tensor, tokens: list[str], title: str, size: int = 3
     trace = dict(
         type="heatmap", z=z, x=labels, y=labels, zmin=-bound, zmax=bound, colorscale=DIFF_SCALE, zmid=0.0,
         hovertemplate="query: %{y}<br>key: %{x}<br>change: %{z:+.3f}<extra></extra>",
-        colorbar=dict(title=dict(text="change", side="right"), thickness=10),
+        colorbar=_square_colorbar("change"),
     )
-    return _fast_figure(trace, _square_layout(title, size, labels))
+    return _fast_figure(trace, _square_layout(title, size, labels, colorbar=True))
 
 
 def _label_room(labels: list[str], font_size: int) -> int:
@@ -196,22 +217,61 @@ def _label_room(labels: list[str], font_size: int) -> int:
     return 8 + int(font_size * 0.62 * longest)
 
 
-def _square_layout(title: str, size: int, labels: list[str]) -> dict:
-    n = len(labels)
-    tick_font = dict(size=max(6, min(10, int(600 / max(n, 1)))))
-    # Every token gets a tick up to 48 tokens (plotly would skip every other one); past that, plotly's choice.
-    ticks = dict(tickmode="array", tickvals=labels, ticktext=labels) if n <= 48 else {}
-    top = 26 + _label_room(labels, tick_font["size"])  # the title sits above the rotated key labels
+TICK_FONT_MIN = 8  # px: token labels are never smaller; a long text labels every k-th token instead
+
+
+def tick_plan(labels: list[str], px_per_token: float, max_font: int = 10) -> tuple[dict, dict, list[str]]:
+    """(tick font, tick settings, about the labels plotly will show) for a token axis of about `px_per_token` pixels a
+    token: a font of TICK_FONT_MIN to `max_font` px, as large as lets every label show, and plotly's own choice of
+    which to label. On a category axis plotly labels every k-th category, k from the axis's drawn length and 1.2x
+    the font, from the first one: so labels never overlap, also where the chart is drawn narrower than planned (a
+    narrow window's columns), and never shrink below the minimum. Forcing every label, as before, drew 122 of
+    them at 6 px."""
+    px = max(float(px_per_token), 1e-6)
+    font = max(TICK_FONT_MIN, min(max_font, int(px / 1.2)))
+    step = max(1, math.ceil(font * 1.2 / px))
+    return dict(size=font), dict(tickmode="auto"), labels[::step]
+
+
+_AXIS_TITLE_PX = 16  # the "key →" title above the key labels: its 10 px line and standoff
+
+
+COLORBAR_PX = 56  # room under a square heatmap for its colour bar (a horizontal strip), its numbers and title
+
+
+def _square_colorbar(title: str) -> dict:
+    """The colour bar of a square heatmap: a strip under it, from its left edge, as wide as the plot area (the
+    square's width: a narrow column makes the width the square's limit, and a figure of its own width is the
+    square and its labels). Under, not beside: a bar beside it takes ~100 px of width, and in a narrow window's
+    column (Inside a head at 1000x800: ~190 px) the square shrank to ~45 px to make room. (A bar of the planned
+    width, in pixels, ran out of a narrow figure.)"""
+    return dict(title=dict(text=title, side="top"), thickness=10, orientation="h", lenmode="fraction", len=1.0,
+                x=0, xanchor="left", xpad=0, y=0, yref="container", yanchor="bottom", ypad=4)
+
+
+def _square_layout(title: str, size: int, labels: list[str], colorbar: bool = False) -> dict:
+    """A square heatmap `size` px a side under its title, labelled as `tick_plan` says. With a colour bar (a strip
+    under the square) it gets a width of its own, the plot and its query labels, shown with the chart's
+    width="content": stretched over a wide column, a bar beside it stood ~330 px away at the column's edge."""
+    tick_font, ticks, _ = tick_plan(labels, size / max(len(labels), 1))
+    room = _label_room(labels, tick_font["size"])  # any of them may be the one plotly labels
+    # The title sits above the axis title "key →", which sits above the rotated key labels.
+    top = 26 + _AXIS_TITLE_PX + room
+    bottom = 4 + (COLORBAR_PX if colorbar else 0)
+    width = dict(width=size + room + _AXIS_TITLE_PX + 8) if colorbar else {}
     return dict(
-        template=NO_TEMPLATE,
+        template=NO_TEMPLATE, **width,
         title=dict(text=html.escape(title, quote=False), font=dict(size=12), x=0.5, xanchor="center",
                    y=1, yref="container", yanchor="top", pad=dict(t=6)),
-        height=size + top, margin=dict(l=4, r=4, t=top, b=4),
+        height=size + top + bottom, margin=dict(l=4, r=4, t=top, b=bottom),
+        # Where the chart is drawn narrower than planned (a narrow window's columns) the square shrinks: it keeps to
+        # the top left, under its title and labels, instead of floating in the middle of the figure's height.
         xaxis=dict(side="top", tickangle=-90, tickfont=tick_font, showgrid=False, automargin=True,
-                   constrain="domain", title=dict(text="key →", font=dict(size=10), standoff=4), **ticks),
+                   constrain="domain", constraintoward="left", title=dict(text="key →", font=dict(size=10),
+                                                                          standoff=4), **ticks),
         yaxis=dict(autorange="reversed", tickfont=tick_font, showgrid=False, automargin=True,
-                   scaleanchor="x", constrain="domain", title=dict(text="query ↓", font=dict(size=10), standoff=4),
-                   **ticks),
+                   scaleanchor="x", constrain="domain", constraintoward="top",
+                   title=dict(text="query ↓", font=dict(size=10), standoff=4), **ticks),
         font=_FONT,
     )
 
@@ -315,8 +375,11 @@ def tiled_figure(
         margin=dict(l=left, r=8, t=36, b=8),
         xaxis=dict(tickmode="array", tickvals=tick_x, ticktext=list(col_names) * blocks, side="top",
                    showgrid=False, zeroline=False, range=[-0.5, canvas.shape[1] - 0.5], tickfont=dict(size=9)),
-        yaxis=dict(tickmode="array", tickvals=tick_y, ticktext=row_text, autorange="reversed",
-                   showgrid=False, zeroline=False, scaleanchor="x", tickfont=dict(size=9)),
+        # A page narrower than `width` draws the tiles smaller than the height was made for: they keep to the top,
+        # under the head names, instead of floating in the middle of bands of white.
+        yaxis=dict(tickmode="array", tickvals=tick_y, ticktext=row_text, range=[canvas.shape[0] - 0.5, -0.5],
+                   showgrid=False, zeroline=False, scaleanchor="x", constrain="domain", constraintoward="top",
+                   tickfont=dict(size=9)),
         font=_FONT, clickmode="event+select", dragmode=False, meta=dict(tile=int(nq), blocks=blocks),
     )
     return go.Figure(data=[heat, clicks], layout=layout, _validate=False)
@@ -514,7 +577,7 @@ def pattern_pick_figure(pattern: torch.Tensor, tokens: list[str], title: str, qu
     """One head's pattern (Q, K) with the query's row outlined. Plotly reports no clicks on heatmap cells, so for
     up to CLICKABLE_ROWS_UP_TO tokens a transparent scatter point sits on every cell, carrying its query row as
     customdata: a click on any cell picks that row."""
-    fig = head_figure(pattern, tokens, title, off=off, size=size)
+    fig = head_figure(pattern, tokens, title, off=off, size=size, colorbar=True)
     labels = list(fig.data[0].x)
     n = len(labels)
     # On a category axis position i is the i-th category, so the row spans i - 0.5 .. i + 0.5.
@@ -530,6 +593,10 @@ def pattern_pick_figure(pattern: torch.Tensor, tokens: list[str], title: str, qu
                            marker=dict(size=max(4, int(size / max(n, 1))), color="rgba(0,0,0,0)", symbol="square"),
                            hovertemplate="query: %{y}<br>key: %{x}<br>weight: %{text}<br>"
                                          "click to open this row<extra></extra>", showlegend=False))
+        # The click targets' markers would pad the axes' automatic ranges: the cells fill the plot, as without them.
+        fig.layout.xaxis.range = [-0.5, n - 0.5]
+        fig.layout.yaxis.autorange = False
+        fig.layout.yaxis.range = [n - 0.5, -0.5]
     return fig
 
 
@@ -771,25 +838,37 @@ def difference_map_figure(a: torch.Tensor, b: torch.Tensor, title: str, *, heigh
 
 
 def weight_map_figure(values: torch.Tensor, row_labels: list[str], col_labels: list[str], title: str, *,
-                      x_title: str, y_title: str, height: int = 560, name: str = "") -> go.Figure:
+                      x_title: str, y_title: str, height: int = 560, name: str = "",
+                      saturate: float | None = None) -> go.Figure:
     """One head's QK or OV map (token x token, or position x position), blue below 0 and red above on a scale
-    symmetric about 0; NaN cells (keys a causal query cannot see) blank."""
+    symmetric about 0; NaN cells (keys a causal query cannot see) blank. `saturate` (a quantile, e.g. 0.99) puts
+    the ends of the scale at that quantile of |value| instead of the largest, so a few extreme rows or columns do
+    not wash the rest out; `layout.meta` then says {"bound", "largest"} for the page to state. Token labels are
+    thinned as `tick_plan` does (never under TICK_FONT_MIN px)."""
     z = _as_np(values)  # (R, C)
-    bound = float(np.nanmax(np.abs(z))) if np.isfinite(z).any() else 1.0
-    trace = dict(type="heatmap", z=z, x=[safe_label(t) for t in col_labels], y=[safe_label(t) for t in row_labels],
+    finite = np.abs(z[np.isfinite(z)])
+    largest = float(finite.max()) if finite.size else 1.0
+    bound = largest
+    if saturate is not None and finite.size:
+        bound = min(largest, max(float(np.quantile(finite, saturate)), 1e-6))
+    rows, cols = [safe_label(t) for t in row_labels], [safe_label(t) for t in col_labels]
+    trace = dict(type="heatmap", z=z, x=cols, y=rows,
                  zmid=0.0, zmin=-bound, zmax=bound, colorscale=DIFF_SCALE, hoverongaps=False, name=name,
                  colorbar=dict(title=dict(text="value")),
                  hovertemplate=f"{y_title} %{{y}}<br>{x_title} %{{x}}<br>%{{z:+.3f}}<extra></extra>")
-    tick = max(5, min(9, int(700 / max(len(row_labels), 1))))
+    px = (height - 110) / max(len(rows), 1)  # the plot's height (margins and title off) per row
+    y_font, y_ticks, _ = tick_plan(rows, px, max_font=9)
+    x_font, x_ticks, _ = tick_plan(cols, px, max_font=9)
     layout = dict(template=NO_TEMPLATE, height=height, font=_FONT,
                   title=dict(text=html.escape(title, quote=False), font=dict(size=12)),
-                  margin=dict(l=70, r=10, t=40, b=70),
-                  xaxis=dict(title=dict(text=x_title), tickfont=dict(size=tick)),
-                  yaxis=dict(title=dict(text=y_title), autorange="reversed", tickfont=dict(size=tick)))
+                  margin=dict(l=70, r=10, t=40, b=70), meta=dict(bound=bound, largest=largest),
+                  xaxis=dict(title=dict(text=x_title), tickfont=x_font, **x_ticks),
+                  yaxis=dict(title=dict(text=y_title), autorange="reversed", tickfont=y_font, **y_ticks))
     return _fast_figure(trace, layout)
 
 
-def top_tokens_figure(values: torch.Tensor, labels: list[str], title: str, *, height: int = 360) -> go.Figure:
+def top_tokens_figure(values: torch.Tensor, labels: list[str], title: str, *, height: int = 360,
+                      x_title: str = "logit change per unit of attention") -> go.Figure:
     """The tokens one row of an OV map raises most, as horizontal bars, largest on top."""
     v = _as_np(values)  # (k,)
     trace = dict(type="bar", orientation="h", x=v, y=[safe_label(t) for t in labels], marker=dict(color="#b2182b"),
@@ -797,7 +876,7 @@ def top_tokens_figure(values: torch.Tensor, labels: list[str], title: str, *, he
     layout = dict(template=NO_TEMPLATE, height=height, font=_FONT,
                   title=dict(text=html.escape(title, quote=False), font=dict(size=12)),
                   margin=dict(l=90, r=10, t=40, b=30), yaxis=dict(autorange="reversed", type="category"),
-                  xaxis=dict(title=dict(text="logit change per unit of attention")))
+                  xaxis=dict(title=dict(text=x_title)))
     return _fast_figure(trace, layout)
 
 

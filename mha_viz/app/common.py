@@ -5,7 +5,7 @@ import streamlit as st
 import torch
 
 from mha_viz import analysis, plotting
-from mha_viz.app.names import distinct_labels, head_name, parse_head, token_label
+from mha_viz.app.names import distinct_labels, head_name, parse_head, quoted, token_label
 from mha_viz.contract import Ablation, AttentionRun, Model
 
 LEARNED_NOTE = (
@@ -29,7 +29,7 @@ def md_safe(text: str) -> str:
 
 
 visible = token_label  # the one way to write a token (names.py); the short name every view already uses
-__all__ = ["distinct_labels", "head_name", "parse_head", "visible"]
+__all__ = ["distinct_labels", "head_name", "parse_head", "quoted", "visible"]
 
 
 def top_predictions(model: Model, logits: torch.Tensor, k: int = 5) -> list[tuple[str, float]]:
@@ -40,7 +40,7 @@ def top_predictions(model: Model, logits: torch.Tensor, k: int = 5) -> list[tupl
 
 def where(model: Model, run: AttentionRun, position: int) -> str:
     """Words for a prediction position, e.g. "the last position (the next token)"."""
-    token = md_safe(visible(run.tokens[position], 20))
+    token = md_safe(quoted(run.tokens[position], 20))
     if model.info.kind == "masked-lm" and run.tokens[position] == model.mask_token:
         return f"the masked position {position}"
     if model.causal and position == len(run.tokens) - 1:

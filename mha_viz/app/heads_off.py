@@ -6,7 +6,14 @@ from __future__ import annotations
 import streamlit as st
 
 from mha_viz import analysis
-from mha_viz.app.common import ABLATION_LABELS, ABLATION_SHORT, md_safe, predictions_panel, top_predictions, visible
+from mha_viz.app.common import (
+    ABLATION_LABELS,
+    ABLATION_SHORT,
+    md_safe,
+    predictions_panel,
+    quoted,
+    top_predictions,
+)
 from mha_viz.app.context import ViewContext
 from mha_viz.app.names import head_name
 from mha_viz.app.text import chip
@@ -30,7 +37,7 @@ def summary(ctx: ViewContext, first=None, switches_here: bool = False) -> None:
             st.markdown(f"**All heads are on.** Switch one off {where} to see what it changes.")
             if position is not None:
                 now, p = top_predictions(model, base.logits[position], 1)[0]
-                measure = (f"top prediction now “{md_safe(visible(now, 16))}” ({p:.0%}) · a head off shows the KL "
+                measure = (f"top prediction now {md_safe(quoted(now, 16))} ({p:.0%}) · a head off shows the KL "
                            "from it and the new top prediction here")
             elif not model.causal:
                 measure = "a head off shows the cosine of the sentence embedding to this one here"
@@ -43,8 +50,8 @@ def summary(ctx: ViewContext, first=None, switches_here: bool = False) -> None:
             kl = analysis.next_token_kl(base.logits, run.logits, position)
             before = top_predictions(model, base.logits[position], 1)[0][0]
             after = top_predictions(model, run.logits[position], 1)[0][0]
-            parts.append(f"KL {kl:.4f} nats · top prediction “{md_safe(visible(before, 16))}” → "
-                         f"“{md_safe(visible(after, 16))}”")
+            parts.append(f"KL {kl:.4f} nats · top prediction {md_safe(quoted(before, 16))} → "
+                         f"{md_safe(quoted(after, 16))}")
         elif not model.causal:
             parts.append(f"embedding cosine {analysis.cosine_change(base.output, run.output):.5f}")
         names = ", ".join(f"`{head_name(h)}`" for h in sorted(ctx.heads_off)[:12])

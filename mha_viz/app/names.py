@@ -70,6 +70,13 @@ def token_label(token: str, limit: int = 40) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+def quoted(token: str, limit: int = 24) -> str:
+    """A token inside a sentence of the page: its label (`token_label`) in “curly quotes”, so a token that is
+    punctuation or a space reads as a token (“.”, “␣She”), never as the sentence's own punctuation or as Python's
+    repr (' She'). The one way prose names a token; labels on axes, chips and pickers stay unquoted."""
+    return f"“{token_label(token, limit)}”"
+
+
 def distinct_labels(tokens: list[str], limit: int = 24) -> list[str]:
     """Each token's label; a label that occurs more than once carries its position as a subscript ("the₃",
     "the₈"), so every label in the list is different."""

@@ -120,7 +120,8 @@ def test_minilm_big_vocabulary_shows_a_row_of_the_ov_map():
     ids = model.run(TEXT).token_ids
     w, emb = model.head_weights(layer), model.embeddings()
     row = ov_token_map(emb.tokens, w.w_v[head], w.w_o[head], emb.unembed, rows=torch.tensor([ids[position]]))[0]
-    bars = next(s for s in _figures(at) if s["data"][0].get("type") == "bar" and "raises most" in
+    # MiniLM has no language-model head: the bars are the tokens its OV map writes toward (not logits it raises)
+    bars = next(s for s in _figures(at) if s["data"][0].get("type") == "bar" and "OV map writes toward most" in
                 s["layout"]["title"]["text"])
     shown = heatmap_z({"z": bars["data"][0]["x"]}).astype(float)
     np.testing.assert_allclose(shown, row.topk(len(shown)).values.numpy(), rtol=1e-4)
@@ -149,3 +150,43 @@ def test_tiny_every_seed_is_shown_with_its_own_top_pair():
         assert line["name"].endswith(f"L{earlier[0]} H{earlier[1]} → L{later[0]} H{later[1]}")
         last = heatmap_z({"z": line["y"]}).astype(float)[-1]
         assert last == pytest.approx(float(c.composition["k"][earlier + later]), abs=1e-6)
+
+
+def test_tiny_token_maps_are_not_washed_out_by_a_few_tokens():
+    """Screenshot matrix, issue 19: the OV map of tiny's default head was white but for three columns (the logits of
+    <pad>, <unk> and <bos>, 4x the 99th percentile of |value|) and its 210 token labels were 5 px. Now the colours
+    end at the 99th percentile, the page says so and names the tokens past it, and labels are thinned, never under
+    8 px."""
+    from mha_viz.analysis import circuits as circ
+
+    model = load_model("tiny")
+    at = _open()
+    layer, head = at.selectbox(key="circ_head").value
+    emb, w = model.embeddings(), model.head_weights(layer)
+    ov = circ.ov_token_map(emb.tokens, w.w_v[head], w.w_o[head], emb.unembed).abs()  # (V, V)
+    fig = _heatmap(at, "OV map W_E W_V W_O W_U")
+    bound = float(np.quantile(ov.numpy(), 0.99))
+    assert fig["data"][0]["zmax"] == pytest.approx(bound, rel=1e-4) and bound < float(ov.max()) / 1.05
+    for axis in ("xaxis", "yaxis"):
+        assert fig["layout"][axis]["tickfont"]["size"] >= 8
+        assert fig["layout"][axis]["tickmode"] == "auto"  # plotly labels every k-th token, 1.2 fonts apart
+    worst = int(torch.maximum(ov.amax(0), ov.amax(1)).argmax())
+    note = next(c.value for c in at.caption if "Colours end at the 99% quantile" in c.value)
+    assert f"OV: ±{bound:.2f} (the largest is {float(ov.max()):.2f}" in note, note
+    from mha_viz.app.common import md_safe
+    from mha_viz.app.names import quoted
+
+    assert md_safe(quoted(emb.labels[worst], 12)) in note, note
+
+
+def test_an_encoder_without_an_lm_head_is_not_said_to_have_logits():
+    """Screenshot matrix (issue 19): under MiniLM, a sentence encoder with no language-model head, the view titled
+    its bars "the logits its OV map raises most" (axis: "logit change"), though the map is read through the token
+    embedding. It now says what it draws and why."""
+    assert load_model("minilm").embeddings().unembed is None  # the premise: no output layer
+    at = _open("minilm")
+    bars = next(s for s in _figures(at) if s["data"][0].get("type") == "bar" and "OV map" in
+                s["layout"]["title"]["text"])
+    assert "logit" not in bars["layout"]["title"]["text"] + bars["layout"]["xaxis"]["title"]["text"], bars["layout"]
+    assert "writes toward" in bars["layout"]["title"]["text"]
+    assert any("has no output layer" in c.value and "W_E W_V W_O W_Eᵀ" in c.value for c in at.caption)

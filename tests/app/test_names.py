@@ -57,3 +57,18 @@ def test_similarity_table_names_each_score_as_the_badges_do():
     config = at.dataframe[0].proto.columns
     for name in analysis.SCORE_NAMES:
         assert analysis.SCORE_WORDS[name].short in config, (name, config[:300])
+
+
+def test_a_causal_models_table_has_no_next_token_column_and_quotes_its_tokens():
+    """Screenshot matrix (issue 19): for tiny and SmolLM2 the table showed a "next token" column of 0% for every
+    head (a causal model's token cannot look at a later one), and the ground truth wrote its tokens as 'trees'
+    where the rest of the page writes “trees”."""
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params.update({"model": "tiny", "text": "the old dog near the tall trees is happy ."})
+    at.run()
+    open_view(at, "Similarity & scores")
+    frame = at.dataframe[0].value
+    assert "next" not in frame.columns and "same_token" in frame.columns, list(frame.columns)
+    assert any("No \"next token\" column" in c.value for c in at.caption)
+    truth = " ".join(" ".join(t.value["attention measured"]) for t in at.table)
+    assert "“trees”" in truth and "'trees'" not in truth, truth

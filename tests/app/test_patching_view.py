@@ -46,6 +46,25 @@ def test_swapped_names_make_the_second_sentence():
     assert swapped("no names here at all") == "no names here at all"
 
 
+LONG = ("When Mary and John went to the store after a long day at work, John gave a small bottle of milk to Mary. "
+        "The weather had been cold all week. Inside, the shop smelled of fresh bread and coffee, and they hoped to "
+        "rent the house by the lake again before the end of August.")
+
+
+def test_a_long_text_swaps_the_names_that_come_back_not_capitalised_words():
+    """Screenshot matrix (issue 19): on a ~120-token text the second sentence swapped "August" for "Inside" (a
+    month for a sentence-initial word), and the answer tokens were logit(“␣Inside”) − logit(“␣August”). The names
+    that come back are swapped: the last "Mary" for "John"."""
+    at = _app("minilm", LONG)
+    open_view(at, "Patching")
+    assert not at.exception, at.exception
+    box = next(t for t in at.text_input if t.key.startswith("patch_source"))
+    want = LONG.replace("milk to Mary.", "milk to John.")
+    assert box.value == want == swapped(LONG), box.value
+    # Still swapped: names met once, the one capitalised inside a sentence taken out.
+    assert swapped("Inside the shop, Anna met Ben.") == "Inside the shop, Anna met Anna."
+
+
 def test_tiny_patching_view_shows_the_measured_maps():
     model = loaded("tiny")
     at = _app("tiny", TINY_TEXT)

@@ -60,7 +60,7 @@ def test_clicking_a_token_moves_both_views(browser, streamlit_url, page):
     assert parse_qs(urlparse(page.url).query).get("token") == ["3"], page.url
 
     _switch_view(page, "Follow a token")
-    _wait_title(page, "Where cats (position 3)", "Follow a token to follow the same token")
+    _wait_title(page, "Where “cats” (position 3)", "Follow a token to follow the same token")
     # One heatmap row per head of the layer, the sentence in each row.
     rows = page.evaluate("""() => { const p = [...document.querySelectorAll('.js-plotly-plot')]
         .find(p => p.data && p.data[0].type === 'heatmap' && p.data[0].texttemplate);
@@ -68,7 +68,7 @@ def test_clicking_a_token_moves_both_views(browser, streamlit_url, page):
     assert rows and rows[0] == 12 and "dogs chase cats" in rows[1], rows
 
     _click_token(page, "dogs")
-    _wait_title(page, "Where dogs (position 1)", "Follow a token to follow the newly clicked 'dogs'")
+    _wait_title(page, "Where “dogs” (position 1)", "Follow a token to follow the newly clicked 'dogs'")
     _switch_view(page, "Inside a head")
     _wait_title(page, "query dogs", "Inside a head to show 'dogs', clicked in the other view")
     assert parse_qs(urlparse(page.url).query).get("token") == ["1"], page.url
@@ -99,7 +99,7 @@ def test_both_views_draw_for_each_model(browser, streamlit_url, page, artifacts,
     _wait_title(page, f"query {token}", f"Inside a head on {token!r} for {model}")
     _shot(page, artifacts, f"inside-{model}-head.png", "Inside a head", height=1900)  # steps and how heads combine
     _switch_view(page, "Follow a token")
-    _wait_title(page, f"Where {token}", f"Follow a token on {token!r} for {model}")
+    _wait_title(page, f"Where “{token}”", f"Follow a token on {token!r} for {model}")
     _shot(page, artifacts, f"inside-{model}-follow.png", "Follow a token")
     _assert_no_exception(page, f"both views for {model}")
 

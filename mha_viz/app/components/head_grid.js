@@ -429,14 +429,22 @@ function tileLabels(s) {
       ctx.font = `${plan.font}px monospace`;
       ctx.fillStyle = "#444";
       ctx.textBaseline = "middle";
+      // A label is centred on its row, but held inside the picture by its own measured height: on rows thinner
+      // than the font, the first and last labels would otherwise be cut in half at its edge ("[CLS]" at the top).
+      // Turned upright (keys), the same ascent and descent lie left and right of the anchor.
+      const at = (i, text) => {
+        const m = ctx.measureText(text);
+        const up = m.actualBoundingBoxAscent + 1, down = m.actualBoundingBoxDescent + 1;
+        return Math.min(heat - down, Math.max(up, (i + 0.5) * cell));
+      };
       for (let i = 0; i < d.T; i += plan.step) {
         const text = fitText(ctx, d.tokens[i], gutter - 5);
         if (side === "q") {
           ctx.textAlign = "right";
-          ctx.fillText(text, gutter - 2, (i + 0.5) * cell);
+          ctx.fillText(text, gutter - 2, at(i, text));
         } else {
           ctx.save();
-          ctx.translate((i + 0.5) * cell, gutter - 2);
+          ctx.translate(at(i, text), gutter - 2);
           ctx.rotate(-Math.PI / 2);
           ctx.textAlign = "left";
           ctx.fillText(text, 0, 0);

@@ -46,4 +46,6 @@ def overview(model: Model, model_name: str, tokens: list[str], att: torch.Tensor
 def focused_head(tokens: list[str], att: torch.Tensor, head: Head, off: bool) -> None:
     layer, h = head
     fig = plotting.head_figure(att[layer, h], tokens, head_name(head), off=off, size=460, colorbar=True)
-    st.plotly_chart(fig, width="stretch", key="focused_fig", config=chart_config())
+    # Its own width (the square, its labels and its colour bar): stretched, the bar would stand at the column's far
+    # edge, away from the picture it explains.
+    st.plotly_chart(fig, width="content", key="focused_fig", config=chart_config())

@@ -47,6 +47,13 @@ SCORE_WORDS = {
     **{k: f"how often the most-attended word is the gold word: {v} (Clark et al. 2019)" for k, v in
        RELATION_WORDS.items()},
 }
+# A census score shown under the name the rest of the page gives the same measure (the badges, the Similarity table
+# and the Training view say "same token earlier" for attention on a repeated token's earlier occurrence).
+SHOWN = {"duplicate": "same token earlier"}
+
+
+def shown(name: str) -> str:
+    return SHOWN.get(name, name)
 
 
 def render(ctx: ViewContext) -> None:
@@ -134,7 +141,7 @@ def _overview(c: HeadCensus) -> None:
         off = c.offset.get(name)
         ctrl = c.control.get(name)
         rows.append({
-            "score": name, "leading head": head_name(lh), "its score": _fmt(value),
+            "score": shown(name), "leading head": head_name(lh), "its score": _fmt(value),
             "95% interval": f"{_fmt(float(c.low[name][lh]))}–{_fmt(float(c.high[name][lh]))}",
             "next head": f"{head_name(second[0])} {_fmt(second[1])}" if second[0] else "—",
             "uniform": _fmt(c.uniform[name]),
@@ -154,10 +161,11 @@ def _clicked(key: str) -> Head | None:
 
 
 def _maps(c: HeadCensus) -> Head | None:
-    name = st.selectbox("Score", c.names, key="census_score", format_func=lambda n: f"{n}: {SCORE_WORDS.get(n, n)}")
+    name = st.selectbox("Score", c.names, key="census_score",
+                        format_func=lambda n: f"{shown(n)}: {SCORE_WORDS.get(n, n)}")
     off = c.offset.get(name)
     base = f"best offset {off[0]:+d}: {off[1]:.2f}" if off else ""
-    fig = plotting.census_map(c.scores[name], f"{name}, {c.inputs[name]}", c.uniform[name], base,
+    fig = plotting.census_map(c.scores[name], f"{shown(name)}, {c.inputs[name]}", c.uniform[name], base,
                               zmax=None, reverse=c.lower_is_notable(name))
     st.plotly_chart(fig, width="stretch", key="census_map", on_select="rerun", selection_mode="points")
     if name in c.control:
@@ -171,9 +179,11 @@ def _maps(c: HeadCensus) -> Head | None:
 def _scatter(c: HeadCensus) -> None:
     names = c.names
     c1, c2 = st.columns(2)
-    x = c1.selectbox("x", names, index=names.index("previous") if "previous" in names else 0, key="census_x")
-    y = c2.selectbox("y", names, index=names.index("induction") if "induction" in names else 1, key="census_y")
-    fig = plotting.census_scatter(c.scores[x], c.scores[y], x, y, c.baseline(x), c.baseline(y))
+    x = c1.selectbox("x", names, index=names.index("previous") if "previous" in names else 0, key="census_x",
+                     format_func=shown)
+    y = c2.selectbox("y", names, index=names.index("induction") if "induction" in names else 1, key="census_y",
+                     format_func=shown)
+    fig = plotting.census_scatter(c.scores[x], c.scores[y], shown(x), shown(y), c.baseline(x), c.baseline(y))
     st.plotly_chart(fig, width="stretch", key="census_scatter", on_select="rerun", selection_mode="points")
     st.caption("Every head by two scores; dotted lines: each score's stronger baseline (uniform, or the best fixed "
                "offset). Heads between the corners mix patterns: few are pure.")

@@ -12,7 +12,7 @@ import torch
 from mha_viz import checkpoints, load_model, plotting, seeds
 from mha_viz.analysis import circuits as circ
 from mha_viz.app.cache import get_model, training_evidence
-from mha_viz.app.common import head_name, md_safe, trained_here
+from mha_viz.app.common import head_name, md_safe, quoted, trained_here, visible
 from mha_viz.app.context import ViewContext
 from mha_viz.circuits_notes import formation_of
 from mha_viz.contract import Head, InputError, ModelLoadError, UnavailableError
@@ -74,7 +74,7 @@ def head_maps(name: str, layer: int, head: int) -> dict:
     w = model.head_weights(layer)
     emb = embeddings(name)
     out = {"vocab": emb.labels, "rotary": w.rotary, "kv_head": w.kv_head[head],
-           "full": len(emb.labels) <= FULL_MAP_VOCAB}
+           "full": len(emb.labels) <= FULL_MAP_VOCAB, "logits": emb.unembed is not None}
     wq, wk, wv, wo = w.w_q[head], w.w_k[head], w.w_v[head], w.w_o[head]  # (D, dh) x 3, (dh, D)
     if out["full"]:
         out["ov"] = circ.ov_token_map(emb.tokens, wv, wo, emb.unembed)  # (V, V)
@@ -82,6 +82,31 @@ def head_maps(name: str, layer: int, head: int) -> dict:
     if emb.positions is not None and not w.rotary:
         out["positions"] = circ.qk_position_map(emb.positions, wq, wk, causal=model.causal)  # (P, P)
     return out
+
+
+# The token maps' colours end at this quantile of |value|: a few rows or columns far from the rest (tiny's OV map:
+# the logits of <pad>, <unk> and <bos>, which it is never trained to predict, 4x its 99th percentile) would leave
+# every other cell nearly white.
+SATURATE = 0.99
+
+
+def saturation_note(maps: dict, vocab: list[str], figures: dict) -> str:
+    """What the token maps' colours mean when they saturate: the bound, the largest value, and the tokens whose
+    rows or columns go past it most (the reason the rest would otherwise be white)."""
+    parts = []
+    for kind, fig in figures.items():
+        bound, largest = fig.layout.meta["bound"], fig.layout.meta["largest"]
+        if largest <= bound * 1.05:
+            continue
+        values = maps[kind.lower()].abs()  # (V, V)
+        over = torch.maximum(values.amax(0), values.amax(1))  # (V,) each token's largest, as a row or a column
+        worst = [md_safe(quoted(vocab[i], 12)) for i in over.topk(min(3, len(over))).indices.tolist()
+                 if over[i] > bound]
+        parts.append(f"{kind}: ±{bound:.2f} (the largest is {largest:.2f}, at {', '.join(worst)})")
+    if not parts:
+        return ""
+    return (f"Colours end at the {SATURATE:.0%} quantile of |value| (cells beyond it take the end colour), so a few "
+            f"extreme tokens do not wash out the rest: {'; '.join(parts)}. Hover a cell for its value.")
 
 
 def render(ctx: ViewContext) -> None:
@@ -129,16 +154,21 @@ def one_head(ctx: ViewContext, c: circ.Circuits) -> Head:
     vocab = maps["vocab"]
     if maps["full"]:
         a, b = st.columns(2)
-        a.plotly_chart(plotting.weight_map_figure(maps["ov"], vocab, vocab, f"{name} OV map W_E W_V W_O W_U",
-                                                  x_title="logit of", y_title="attended token", name="ov map"),
-                       width="stretch", key="circ_ov")
-        b.plotly_chart(plotting.weight_map_figure(maps["qk"], vocab, vocab, f"{name} QK map W_E W_Q W_Kᵀ W_Eᵀ",
-                                                  x_title="key token", y_title="query token", name="qk map"),
-                       width="stretch", key="circ_qk")
+        # Without a language-model head the OV map is read through the token embedding (no logits to change).
+        ov_title, ov_x = ("W_E W_V W_O W_U", "logit of") if maps["logits"] else ("W_E W_V W_O W_Eᵀ", "embedding of")
+        ov = plotting.weight_map_figure(maps["ov"], vocab, vocab, f"{name} OV map {ov_title}",
+                                        x_title=ov_x, y_title="attended token", name="ov map",
+                                        saturate=SATURATE)
+        qk = plotting.weight_map_figure(maps["qk"], vocab, vocab, f"{name} QK map W_E W_Q W_Kᵀ W_Eᵀ",
+                                        x_title="key token", y_title="query token", name="qk map",
+                                        saturate=SATURATE)
+        a.plotly_chart(ov, width="stretch", key="circ_ov")
+        b.plotly_chart(qk, width="stretch", key="circ_qk")
         diag = torch.diagonal(maps["ov"])
         st.caption(f"OV map: row = the token attended to, column = the logit it changes. A copying head has a red "
                    f"diagonal: here the diagonal is the row's largest entry for "
-                   f"{float((maps['ov'].argmax(-1) == torch.arange(len(diag))).float().mean()):.0%} of the tokens.")
+                   f"{float((maps['ov'].argmax(-1) == torch.arange(len(diag))).float().mean()):.0%} of the tokens. "
+                   + saturation_note(maps, vocab, {"OV": ov, "QK": qk}))
     else:
         _top_tokens(ctx, maps, name, layer, head)
     if "positions" in maps:
@@ -178,18 +208,28 @@ def _top_tokens(ctx: ViewContext, maps: dict, name: str, layer: int, head: int) 
         st.caption("The vocabulary is too large for the full token maps, and this model reports no token ids.")
         return
     pos = st.selectbox("Input token (from the sentence)", range(len(ids)), index=min(1, len(ids) - 1),
-                       format_func=lambda i: f"{i}: {ctx.base.tokens[i]}", key="circ_token")
+                       format_func=lambda i: f"{i}: {visible(ctx.base.tokens[i], 24)}", key="circ_token")
     model = get_model(ctx.name)
     w, emb = model.head_weights(layer), embeddings(ctx.name)
     row = circ.ov_token_map(emb.tokens, w.w_v[head], w.w_o[head], emb.unembed, rows=torch.tensor([ids[pos]]))[0]
     top = row.topk(TOP_TOKENS)
     labels = [maps["vocab"][i] for i in top.indices.tolist()]
-    st.plotly_chart(plotting.top_tokens_figure(top.values, labels, f"{name}: the logits its OV map raises most "
-                                               f"when it attends to {ctx.base.tokens[pos]!r}"),
+    attended = quoted(ctx.base.tokens[pos])
+    if emb.unembed is None:  # an encoder without its language-model head: no logits to raise
+        title = f"{name}: the tokens its OV map writes toward most when it attends to {attended}"
+        x_title = "dot product with the token's embedding, per unit of attention"
+    else:
+        title, x_title = f"{name}: the logits its OV map raises most when it attends to {attended}", None
+    st.plotly_chart(plotting.top_tokens_figure(top.values, labels, title,
+                                               **({"x_title": x_title} if x_title else {})),
                     width="stretch", key="circ_top")
     rank = int((row > row[ids[pos]]).sum())
     st.caption(f"The token itself is number {rank + 1:,} of {row.numel():,} in this row "
-               "(number 1 would be a head that copies it).")
+               "(number 1 would be a head that copies it)."
+               + (" This model has no output layer (an encoder without its language-model head), so it has no "
+                  "logits: the OV map is read through the token embedding in the unembedding's place, "
+                  "W_E W_V W_O W_Eᵀ, as the copying score is. A high bar says the head writes in the direction of "
+                  "that token's embedding, not that the model would predict it." if emb.unembed is None else ""))
 
 
 # -- composition ----------------------------------------------------------------------------------------------------

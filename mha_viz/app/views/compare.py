@@ -32,7 +32,9 @@ def compare(model: Model, model_name: str, tokens: list[str], att: torch.Tensor,
         return
     heads = [parse_head(p) for p in picked]
     zmax = max(float(att[layer, head].max()) for layer, head in heads) or 1.0
-    st.caption(f"Same colour scale for all: 0 to {zmax:.2f} (the largest weight among these heads).")
+    st.caption(f"Same colour scale for all: 0 to {zmax:.2f} (the largest weight among these heads), with square-root "
+               "contrast as in the Layer grid: a weight a quarter of the top is drawn half dark, so the weak weights "
+               "beside one strong cell stay visible. Hover a cell for its weight.")
     _compare_row(heads, tokens, att, [h in heads_off for h in heads], zmax, "", "cmp_row")
     if len(heads) >= 2:
         first = heads[0]
@@ -44,7 +46,7 @@ def compare(model: Model, model_name: str, tokens: list[str], att: torch.Tensor,
             with col:
                 st.plotly_chart(plotting.diff_figure(diff, tokens, f"{head_name(other)} − {head_name(first)}",
                                                      bound=bound),
-                                width="stretch", key=f"cmpdiff|{other}", config=chart_config())
+                                width="content", key=f"cmpdiff|{other}", config=chart_config())
         distance = analysis.js_divergence(att[heads[0]], att[heads[1]]).mean()
         st.caption(f"Mean Jensen-Shannon divergence between {picked[0]} and {picked[1]} over query rows: "
                    f"{float(distance):.3f} bits (0 = identical patterns, 1 = no overlap).")
@@ -67,5 +69,5 @@ def _compare_row(heads: list[Head], tokens: list[str], att: torch.Tensor, off: l
     """The chosen heads side by side in one figure, on one colour scale, each as large as the page allows."""
     patterns = torch.stack([att[layer, head] for layer, head in heads])  # (N, Q, K)
     fig = plotting.heads_row_figure(patterns, tokens, [head_name(h) + suffix for h in heads], off, zmax=zmax,
-                                    height=int(900 / max(len(heads), 2)), colorbar=True)
+                                    height=int(900 / max(len(heads), 2)), colorbar=True, contrast="sqrt")
     st.plotly_chart(fig, width="stretch", key=key, config=chart_config())

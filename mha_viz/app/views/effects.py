@@ -16,6 +16,7 @@ from mha_viz.app.common import (
     exact_map_step,
     head_name,
     predictions_panel,
+    visible,
     where,
 )
 from mha_viz.app.context import ViewContext
@@ -35,7 +36,7 @@ def render(ctx: ViewContext) -> None:
         positions = list(range(len(base.tokens)))
         position = st.selectbox(
             "Prediction at position", positions, index=len(positions) - 1 if default is None else default,
-            format_func=lambda i: f"{i}: {base.tokens[i]!r}", key="pred_pos",
+            format_func=lambda i: f"{i}: {visible(base.tokens[i], 24)}", key="pred_pos",
             help="For a causal LM, position i predicts token i+1; the last position predicts what comes next.",
         )
         predictions_panel(model, base, run, position, key="pred_fig_fx", table=True)
@@ -69,11 +70,13 @@ def pattern_shift(model: Model, base: AttentionRun, run: AttentionRun, heads_off
     c1, c2, c3 = st.columns(3)
     zmax = float(max(base.attentions[layer, head].max(), run.attentions[layer, head].max()))
     c1.plotly_chart(plotting.head_figure(base.attentions[layer, head], base.tokens, f"{head_name(pick)} all on",
-                                         zmax=zmax, size=340), width="stretch", key="fx_base", config=chart_config())
+                                         zmax=zmax, size=340, colorbar=True), width="content", key="fx_base",
+                    config=chart_config())
     c2.plotly_chart(plotting.head_figure(run.attentions[layer, head], run.tokens, f"{head_name(pick)} heads off",
-                                         zmax=zmax, size=340), width="stretch", key="fx_abl", config=chart_config())
+                                         zmax=zmax, size=340, colorbar=True), width="content", key="fx_abl",
+                    config=chart_config())
     c3.plotly_chart(plotting.diff_figure(run.attentions[layer, head] - base.attentions[layer, head], base.tokens,
-                                         f"{head_name(pick)} change"), width="stretch", key="fx_diff",
+                                         f"{head_name(pick)} change"), width="content", key="fx_diff",
                     config=chart_config())
 
 

@@ -6,7 +6,7 @@ import streamlit as st
 import torch
 
 from mha_viz import plotting
-from mha_viz.app.common import chart_config, head_name, layer_picker, md_safe, token_picker, visible
+from mha_viz.app.common import chart_config, head_name, layer_picker, md_safe, quoted, token_picker
 from mha_viz.app.context import ViewContext
 
 
@@ -21,7 +21,7 @@ def render(ctx: ViewContext) -> None:
     layers = range(model.n_layers) if every else [layer]
     rows = torch.cat([run.attentions[layer, :, query, :] for layer in layers])  # (R, K): the token's row per head
     heads = [(layer, h) for layer in layers for h in range(model.n_heads)]
-    token = visible(run.tokens[query], 24)
+    token = quoted(run.tokens[query], 24)
     where = "every layer" if every else f"layer {layer}"
     scale_word = "one 0–1 scale" if ctx.shared_scale else "each head to its own max"
     fig = plotting.follow_figure(run.tokens, rows, [head_name(h) for h in heads], [h for _, h in heads],
@@ -40,7 +40,7 @@ def render(ctx: ViewContext) -> None:
                + (f" With {len(run.tokens)} tokens one in {thinned} is labelled (and the followed token, in "
                   "bold); hover a cell for its token." if thinned > 1 else ""))
     top = rows.argmax(dim=-1)  # (R,)
-    summary = ", ".join(f"{head_name(h)} → {md_safe(visible(run.tokens[int(k)], 16))} ({float(rows[i, k]):.0%})"
+    summary = ", ".join(f"{head_name(h)} → {md_safe(quoted(run.tokens[int(k)], 16))} ({float(rows[i, k]):.0%})"
                         for i, (h, k) in enumerate(zip(heads, top)) if not every)
     if summary:
         st.caption("Where each head looks most: " + summary + ". A measurement on this input, not a role.")

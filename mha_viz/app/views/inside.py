@@ -7,7 +7,16 @@ import torch
 
 from mha_viz import analysis, plotting
 from mha_viz.app import cache
-from mha_viz.app.common import TOKEN_KEY, chart_config, head_name, layer_picker, md_safe, token_picker, visible
+from mha_viz.app.common import (
+    TOKEN_KEY,
+    chart_config,
+    head_name,
+    layer_picker,
+    md_safe,
+    quoted,
+    token_picker,
+    visible,
+)
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import Ablation, InputError, UnavailableError
 
@@ -31,7 +40,7 @@ def render(ctx: ViewContext) -> None:
         st.warning(md_safe(str(err)))
         return
     h = heads[head]
-    token = md_safe(visible(h.tokens[query], 30))
+    token = md_safe(quoted(h.tokens[query], 30))
     st.caption("Positions are the model's own tokens: the sidebar's hide/merge options do not apply here. "
                + (f"Grouped-query attention: k and v come from key/value head {h.kv_head}, shared by "
                   f"{model.n_heads // model.info.n_kv_heads} query heads. " if model.info.n_kv_heads else "")
@@ -73,7 +82,7 @@ def steps(ctx: ViewContext, h, query: int, token: str) -> None:
     left, right = st.columns([2, 3])
     with left:
         st.plotly_chart(plotting.pattern_pick_figure(h.weights, h.tokens, f"{name} weights", query, off=h.ablated),
-                        width="stretch", key="inside_pattern", on_select="rerun", selection_mode="points",
+                        width="content", key="inside_pattern", on_select="rerun", selection_mode="points",
                         config=chart_config())
         if len(h.tokens) <= plotting.CLICKABLE_ROWS_UP_TO:
             st.caption("Click a cell to open its row (query token); the outlined row is the one below.")

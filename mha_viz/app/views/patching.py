@@ -17,7 +17,7 @@ from mha_viz.app.common import (
     md_safe,
     parse_head,
     predictions_panel,
-    visible,
+    quoted,
     where,
 )
 from mha_viz.app.context import ViewContext
@@ -30,17 +30,34 @@ _NOT_NAMES = frozenset("A An And After As At Before But He However I If In It La
                        "There They This We When While You".split())
 
 
+_SENTENCE_START = re.compile(r"(?:^|[.!?]\s+)$")
+
+
 def swap(text: str) -> tuple[str, str, str] | None:
     """(second sentence, the name taken out, the name put in): the text with its last name swapped for the other
     name it mentions ("..., John gave a drink to" -> "..., Mary gave a drink to"). None when it names fewer than
-    two people."""
+    two people. A capitalised word is only a guess at a name, so names that come back are preferred (the
+    indirect-object pattern: "Mary and John ... John gave ... to Mary"), then words capitalised inside a sentence,
+    over a word that only starts one: a long text's "Inside, the shop ..." and "... the end of August" are not the
+    pair to swap when Mary and John come back."""
     found = [(m.start(), m.group()) for m in _NAME.finditer(text) if m.group() not in _NOT_NAMES]
     names = list(dict.fromkeys(name for _, name in found))
     if len(names) < 2:
         return None
-    start, last = found[-1]
-    other = next(name for name in reversed(names) if name != last)
+    counts = {name: sum(1 for _, n in found if n == name) for name in names}
+    inside = {name for start, name in found if not _SENTENCE_START.search(text[:start])}
+
+    def rank(name: str) -> int:  # 0: comes back, 1: capitalised inside a sentence, 2: only starts a sentence
+        return 0 if counts[name] > 1 else 1 if name in inside else 2
+
+    best = min(rank(name) for name in names)
+    start, last = next((s, n) for s, n in reversed(found) if rank(n) == best)
+    others = [name for name in reversed(names) if name != last]  # the most recently first-mentioned first
+    other = min(others, key=rank)  # min keeps the first of equals
     return text[:start] + other + text[start + len(last):], last, other
+
+
+_SENTENCE_START = re.compile(r"(?:^|[.!?]\s+)$")
 
 
 def swapped(text: str) -> str:
@@ -199,7 +216,7 @@ def _metric(model: Model, base: AttentionRun, other: AttentionRun, position: int
     except InputError as err:
         st.warning(md_safe(str(err)))
         return None, ""
-    label = f"logit({visible(answer)!r}) − logit({visible(against)!r}) at {where(model, base, position)}"
+    label = f"logit({quoted(answer)}) − logit({quoted(against)}) at {where(model, base, position)}"
     return ("logit_diff", position, *ids), md_safe(label)
 
 

@@ -10,7 +10,7 @@ import torch
 from mha_viz import analysis
 from mha_viz.analysis import pairs
 from mha_viz.app.cache import get_run
-from mha_viz.app.common import chart_config, head_name, md_safe
+from mha_viz.app.common import chart_config, head_name, md_safe, quoted
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import AttentionRun, Model
 
@@ -58,27 +58,36 @@ def _go_compare(a: str, b: str) -> None:
     st.session_state["view"] = "Compare"
 
 
+def shown_scores(model: Model) -> list[str]:
+    """The scores the tables show: every score, but "next token" for a causal model, whose tokens cannot look at
+    a later one (its column would be 0% for every head, a number that measures nothing)."""
+    return [name for name in analysis.SCORE_NAMES if not (model.causal and name == "next")]
+
+
 def scores_table(model: Model, run: AttentionRun) -> dict[str, torch.Tensor]:
     scores, base = analysis.run_scores(run, model.causal)
+    names = shown_scores(model)
     st.caption("Measured on this input: the share of each head's attention that goes to each kind of position, "
                "averaged over query rows; the last row is what uniform attention would give. These are "
-               "measurements, not roles: run them over several sentences to see how much they vary.")
+               "measurements, not roles: run them over several sentences to see how much they vary."
+               + (" No \"next token\" column: a causal model's token cannot attend to a later one."
+                  if model.causal else ""))
     rows = []
     for layer in range(model.n_layers):
         for head in range(model.n_heads):
             rows.append({"head": head_name((layer, head)),
-                         **{name: _fmt(scores[name][layer, head]) for name in analysis.SCORE_NAMES}})
-    rows.append({"head": "uniform baseline", **{name: _fmt(torch.tensor(v)) for name, v in base.items()}})
-    st.dataframe(rows, hide_index=True, height=320, column_config=score_columns())
+                         **{name: _fmt(scores[name][layer, head]) for name in names}})
+    rows.append({"head": "uniform baseline", **{name: _fmt(torch.tensor(base[name])) for name in names}})
+    st.dataframe(rows, hide_index=True, height=320, column_config=score_columns(names))
     return scores
 
 
-def score_columns() -> dict:
+def score_columns(names: list[str] | None = None) -> dict:
     """Each score under the one name the badges use, shares of attention as percentages; spread as 0-1."""
     return {name: st.column_config.NumberColumn(
         analysis.SCORE_WORDS[name].short + (" (0–1)" if name == "entropy" else ""),
         format="%.2f" if name == "entropy" else "percent", help=analysis.SCORE_WORDS[name].target)
-        for name in analysis.SCORE_NAMES}
+        for name in (analysis.SCORE_NAMES if names is None else names)}
 
 
 def _fmt(value: torch.Tensor) -> float | None:
@@ -89,19 +98,21 @@ def _fmt(value: torch.Tensor) -> float | None:
 def scores_across(model: Model, model_name: str, sentences: list[str]) -> None:
     if not st.button(f"Run the scores over {len(sentences)} example sentences", key="scores_multi"):
         return
-    stack = {name: [] for name in analysis.SCORE_NAMES}
+    names = shown_scores(model)
+    stack = {name: [] for name in names}
     bar = st.progress(0.0, text="Scoring...")
     for i, text in enumerate(sentences):
         run = get_run(model_name, text)
         for name, value in analysis.run_scores(run, model.causal)[0].items():
-            stack[name].append(value)
+            if name in stack:
+                stack[name].append(value)
         bar.progress((i + 1) / len(sentences))
     bar.empty()
     rows = []
     for layer in range(model.n_layers):
         for head in range(model.n_heads):
             row = {"head": head_name((layer, head))}
-            for name in analysis.SCORE_NAMES:
+            for name in names:
                 values = torch.stack(stack[name])[:, layer, head]  # (S,)
                 values = values[~values.isnan()]
                 unit = "{:.2f}" if name == "entropy" else "{:.0%}"  # as in the table above: shares in %
@@ -111,7 +122,7 @@ def scores_across(model: Model, model_name: str, sentences: list[str]) -> None:
     st.caption(f"Mean ± standard deviation over {len(sentences)} sentences. A large spread means the pattern "
                "depends on the input.")
     st.dataframe(rows, hide_index=True, height=320, column_config={
-        name: st.column_config.TextColumn(analysis.SCORE_WORDS[name].short) for name in analysis.SCORE_NAMES})
+        name: st.column_config.TextColumn(analysis.SCORE_WORDS[name].short) for name in names})
 
 
 def ground_truth_panel(model: Model, run: AttentionRun) -> None:
@@ -126,8 +137,8 @@ def ground_truth_panel(model: Model, run: AttentionRun) -> None:
     if truth.subjects:
         measures.append(pairs.subject_score(run.attentions, list(truth.subjects)[-1]))
         subject, verb = truth.subjects[-1]
-        described.append(md_safe(f"from '{run.tokens[verb - 1]}' (where '{run.tokens[verb]}' is predicted) "
-                                  f"to its subject '{run.tokens[subject]}'"))
+        described.append(md_safe(f"from {quoted(run.tokens[verb - 1])} (where {quoted(run.tokens[verb])} is "
+                                  f"predicted) to its subject {quoted(run.tokens[subject])}"))
     if truth.repeats:
         measures.append(pairs.induction_score(run.attentions, list(truth.repeats)))
         described.append("from a repeated word to the word that followed its first mention")

@@ -25,6 +25,9 @@ PENDING = "_train_step_pending"  # a step to show on the next run (a widget's va
 PLAY_SECONDS = 0.7  # per saved step while playing
 PER_ROW = 2  # heads per row figure
 PANELS = {"previous_token": "previous token", "induction": "induction", "subject": "subject"}
+# The table's columns: the probe's names, worded as the rest of the page words the same score (the badges and the
+# Similarity table call attention on a repeated token's earlier occurrence "same token earlier").
+COLUMNS = {**PANELS, "duplicate": "same token earlier"}
 
 
 def render(ctx: ViewContext) -> None:
@@ -51,7 +54,9 @@ def timeline(ctx: ViewContext, versus_init: bool) -> None:
         pending = steps[-1]
     if pending is not None or st.session_state.get(STEP_KEY) not in steps:
         st.session_state[STEP_KEY] = pending if pending in steps else steps[-1]
-    c1, c2, c3 = st.columns([6, 1, 2])
+    # The page's style lets this row fold onto two lines on a narrow screen (at 1000x800 the Play button's column
+    # was ~50 px and showed "▶…").
+    c1, c2, c3 = st.container(key="wrap").columns([6, 1, 2])
     step = c1.select_slider("Training step", options=steps, key=STEP_KEY,
                             format_func=lambda s: f"{s} (initialisation)" if s == 0 else str(s))
     play = c2.button("▶ Play", key="train_play", help="Show every saved step in turn, from the first")
@@ -140,17 +145,17 @@ def _draw(name, text, step, layer, evidence, heads, chart, table, key: str) -> N
         return
     n_heads = len(row.scores["subject"][layer])
     rows = [{"head": head_name((layer, h)),
-             **{PANELS.get(r, r.replace("_", " ")): f"{row.scores[r][layer][h]:.0%}" for r in
+             **{COLUMNS[r]: f"{row.scores[r][layer][h]:.0%}" for r in
                 ("previous_token", "induction", "duplicate", "subject")}} for h in range(n_heads)]
     rows.append({"head": "uniform attention",
-                 **{PANELS.get(r, r.replace("_", " ")): f"{row.baselines[r]:.0%}" for r in
+                 **{COLUMNS[r]: f"{row.baselines[r]:.0%}" for r in
                     ("previous_token", "induction", "duplicate", "subject")}})
     with table.container():
         st.caption(f"Step {step}: held-out loss {row.loss:.2f} nats, agreement accuracy "
                    f"{row.agreement_accuracy:.0%} (chance 50%). Mean attention of each head of layer {layer} on: "
                    "the previous token of random word sequences; at a word's second occurrence in a random "
                    "sequence said twice, the word after its first occurrence (induction) and the first occurrence "
-                   "itself (duplicate); the subject where the verb is predicted.")
+                   "itself (same token earlier); the subject where the verb is predicted.")
         st.table(rows)
 
 
