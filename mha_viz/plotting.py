@@ -102,8 +102,12 @@ def head_figure(
     zmax: float | None = None,
     size: int = 260,
     colorbar: bool = False,
+    contrast: str = "linear",
 ) -> go.Figure:
-    """One head's attention: queries on the y axis (top to bottom), keys on the x axis, hover = q, k, weight."""
+    """One head's attention: queries on the y axis (top to bottom), keys on the x axis, hover = q, k, weight.
+    contrast "sqrt" draws the colours as `sqrt_scale` says (the values, hover and colour bar stay the weights)."""
+    if contrast not in ("linear", "sqrt"):
+        raise ValueError(f"contrast is 'linear' or 'sqrt'; got {contrast!r}")
     z = _as_np(pattern)  # (Q, K)
     if z.ndim != 2:
         raise ValueError(f"head_figure wants one head's (query, key) pattern; got shape {z.shape}")
@@ -113,8 +117,8 @@ def head_figure(
     top = float(zmax) if zmax else max(float(np.nanmax(z)) if z.size else 1.0, 1e-6)
     trace = dict(
         type="heatmap", z=z, x=labels, y=labels, zmin=0.0, zmax=top,
-        colorscale=OFF_SCALE if off else ATTN_SCALE, showscale=colorbar,
-        colorbar=_square_colorbar("weight"),
+        colorscale=(sqrt_scale if contrast == "sqrt" else list)(OFF_SCALE if off else ATTN_SCALE),
+        showscale=colorbar, colorbar=_square_colorbar("weight"),
         hovertemplate="query: %{y}<br>key: %{x}<br>weight: %{z:.3f}<extra></extra>",
     )
     return _fast_figure(trace, _square_layout(title + (" (off)" if off else ""), size, labels, colorbar=colorbar))

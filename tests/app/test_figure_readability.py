@@ -121,3 +121,17 @@ def test_compare_draws_weak_weights_visible_and_says_how():
     stops = plotting.sqrt_scale(plotting.ATTN_SCALE)
     middle = len(stops) // 2
     assert abs(stops[middle][0] - 0.25) < 1e-9 and stops[middle][1] == plotting.ATTN_SCALE[middle][1]
+
+
+def test_rollout_and_norm_maps_draw_weak_values_visible_and_say_how():
+    """Screenshot matrix: on SmolLM2's 121-token text the Rollout maps were nearly white (linear colours to each map's
+    top, which the first token's column sets). All four maps now use the Layer grid's square-root contrast, the page
+    says so, and the values and colour bars stay the numbers themselves."""
+    from mha_viz import plotting
+
+    at = _page("Rollout & norms")
+    for key in ("roll_raw", "roll_fig", "norm_raw", "norm_fig"):
+        heat = [t for t in _chart(at, key)["data"] if t.get("type") == "heatmap"][0]
+        assert heat["colorscale"] == [list(s) for s in plotting.sqrt_scale(plotting.ATTN_SCALE)], key
+        assert heat["zmin"] == 0.0 and heat["zmax"] > 0.0 and heat["showscale"], key
+    assert any("square-root contrast" in c.value for c in at.caption)

@@ -27,16 +27,20 @@ def render(ctx: ViewContext) -> None:
         if ctx.ablation != "zero":
             st.caption(f"Both panels and the norm view below come from the run with those heads' output "
                        f"{Ablation.of(ctx.ablation).describe}, as the sidebar says.")
+    st.caption("Colours with square-root contrast, as in the Layer grid: a value a quarter of each map's top is drawn "
+               "half dark, so a few strong cells (often the first token) do not leave the rest white. The hover and "
+               "the colour bar give the values themselves.")
     c1, c2 = st.columns(2)
     if on.any():
         raw = run.attentions[layer][on].mean(0)  # (Q, K)  mean over the heads that are on
         c1.plotly_chart(plotting.head_figure(raw, run.tokens, f"L{layer} raw, mean of the {int(on.sum())} heads on",
-                                             size=380, colorbar=True), width="content", key="roll_raw",
+                                             size=380, colorbar=True, contrast="sqrt"), width="content", key="roll_raw",
                     config=chart_config())
     else:
         c1.info(f"Every head of L{layer} is off: no attention of this layer reaches the output.")
     c2.plotly_chart(plotting.head_figure(rolled[layer], run.tokens, f"rollout through L{layer}", size=380,
-                                         colorbar=True), width="content", key="roll_fig", config=chart_config())
+                                         colorbar=True, contrast="sqrt"),
+                    width="content", key="roll_fig", config=chart_config())
 
     st.markdown("**Value-weighted norms** ‖α_ij f(x_j)‖ (Kobayashi et al. 2020)")
     st.caption("Weights each attention arrow by the size of what it carries: the value vector of token j passed "
@@ -53,11 +57,12 @@ def render(ctx: ViewContext) -> None:
     name = head_name((layer, head))
     c1, c2 = st.columns(2)
     c1.plotly_chart(plotting.head_figure(run.attentions[layer, head], run.tokens, f"{name} weights α",
-                                         off=off, size=380, colorbar=True), width="content", key="norm_raw",
-                    config=chart_config())
+                                         off=off, size=380, colorbar=True, contrast="sqrt"),
+                    width="content", key="norm_raw", config=chart_config())
     if off:
         c2.info(f"{name} is switched off (its output {Ablation.of(ctx.ablation).describe}): what it adds no "
                 "longer comes from the keys, so every ‖α f(x)‖ is 0. Its weights α (left) are still computed.")
     else:
         c2.plotly_chart(plotting.head_figure(norms[head], run.tokens, f"{name} ‖α f(x)‖", size=380,
-                                             colorbar=True), width="content", key="norm_fig", config=chart_config())
+                                             colorbar=True, contrast="sqrt"),
+                        width="content", key="norm_fig", config=chart_config())
