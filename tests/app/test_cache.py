@@ -278,3 +278,24 @@ def test_a_long_job_looks_at_the_machine_before_its_first_chunk(monkeypatch):
             assert torch.get_num_threads() == base
     finally:
         torch.set_num_threads(base)
+
+
+def test_a_short_texts_exact_map_is_priced_per_token_on_a_longer_forward(monkeypatch):
+    """The button's "about N s": a lone forward of a 14-token text is mostly per-call cost the map's batches do not
+    pay (SmolLM2: 24 ms a token alone, 5.5 in the map), so a short text is timed on itself said over again to about
+    CALIBRATION_TOKENS tokens (cut to the model's max), per token."""
+    from mha_viz.app import cache
+
+    model = cache.get_model("tiny")
+    text = "anna berg went to the market ."
+    n = model.token_count(text)
+    seen = []
+    real = model.head_outputs
+    monkeypatch.setattr(model, "head_outputs", lambda t, *a, **k: seen.append(model.token_count(t)) or real(t, *a, **k))
+    clock = iter([10.0, 12.0])  # the forward takes 2 s
+    monkeypatch.setattr(cache.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(cache, "_FORWARD_SECONDS", {})
+    got = cache.exact_seconds("tiny", text, model.n_layers * model.n_heads)
+    m = min(model.info.max_tokens, cache.CALIBRATION_TOKENS)
+    assert n < m and seen == [m]
+    assert got == pytest.approx(2.0 * n / m * model.single_head_work(text))
