@@ -213,3 +213,23 @@ def test_training_controls_and_head_titles_fit_a_narrow_window(browser, streamli
         assert all(b["left"] >= a["right"] - 0.5 for a, b in zip(titles, titles[1:])), titles
     finally:
         context.close()
+
+
+def test_the_census_seed_box_is_not_as_wide_as_the_page(browser, streamlit_url):
+    """Screenshot matrix: the Census view's "Input seed" box (a number up to 999) ran across the whole page."""
+    context, page = new_page(browser, 1600, 1000)
+    try:
+        page.goto(f"{streamlit_url}/?{urlencode({'model': 'tiny', 'view': 'Census'})}", wait_until="domcontentloaded")
+        wait(page, "() => !!document.querySelector('[data-testid=\"stNumberInput\"]')", "the seed box")
+        wait_idle(page)
+        widths = page.evaluate("""() => {
+          const box = [...document.querySelectorAll('[data-testid="stNumberInput"]')]
+            .find(el => el.innerText.includes('Input seed'));
+          const main = document.querySelector('[data-testid="stMain"] [data-testid="stMainBlockContainer"]')
+            || document.querySelector('[data-testid="stMainBlockContainer"]');
+          return [box.getBoundingClientRect().width, main.getBoundingClientRect().width];
+        }""")
+        assert widths[0] < 0.35 * widths[1], f"seed box {widths[0]:.0f} px in a {widths[1]:.0f} px page"
+        assert not page.js_errors, page.js_errors
+    finally:
+        context.close()

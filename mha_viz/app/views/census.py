@@ -66,8 +66,10 @@ def render(ctx: ViewContext) -> None:
     texts = _texts(ctx.model)
     if texts is False:
         return
-    seed = int(st.number_input("Input seed", min_value=0, max_value=999, value=0, step=1, key="census_seed",
-                               help="Which generated inputs: another seed gives other random sequences and sentences"))
+    # A column: at full width a 3-digit number box ran across the whole page (screenshot matrix, issue 19).
+    seed = int(st.columns([1, 4])[0].number_input(
+        "Input seed", min_value=0, max_value=999, value=0, step=1, key="census_seed",
+        help="Which generated inputs: another seed gives other random sequences and sentences"))
     census = _get(ctx.name, ctx.model, seed, texts)
     if census is None:
         return
