@@ -14,6 +14,15 @@ from mha_viz.settings import settings
 REPO = Path(__file__).resolve().parent.parent
 APP = str(REPO / "app.py")
 MODELS = ["minilm", "smollm2", "tiny", "tiny-untrained"]
+
+# A ~120-token paragraph (MiniLM reads it as 122 tokens, SmolLM2 as 121) with two names that come back: the long
+# text of issue 19's screenshot matrix, shared by the AppTests and browser tests of what it found.
+LONG_TEXT = ("When Mary and John went to the store after a long day at work, John gave a small bottle of milk to Mary. "
+             "The weather had been cold all week, and the streets near the old market were still wet from the rain "
+             "that fell during the night. Inside, the shop smelled of fresh bread and coffee, and a radio in the "
+             "corner played a song that neither of them knew. They walked slowly between the shelves, talking about "
+             "their plans for the summer, the friends they had not seen in years, and the house by the lake that "
+             "they hoped to rent again before the end of August.")
 # SmolLM2 at 96 tokens keeps its long-text cases fast on two shared cores; same mechanism as the default 512.
 SMOLLM2_CAP = 96
 

@@ -9,16 +9,10 @@ import json
 
 import pytest
 
+from helpers import LONG_TEXT as LONG
 from helpers import open_link
 from page_steps import open_view
 
-# MiniLM reads this as 122 tokens.
-LONG = ("When Mary and John went to the store after a long day at work, John gave a small bottle of milk to Mary. "
-        "The weather had been cold all week, and the streets near the old market were still wet from the rain that "
-        "fell during the night. Inside, the shop smelled of fresh bread and coffee, and a radio in the corner played "
-        "a song that neither of them knew. They walked slowly between the shelves, talking about their plans for the "
-        "summer, the friends they had not seen in years, and the house by the lake that they hoped to rent again "
-        "before the end of August.")
 SHORT = "The keys to the old cabinet were on the table, so she took them."
 
 

@@ -97,6 +97,22 @@ def wait_idle(page, what: str = "Streamlit to finish its rerun (status widget go
     wait(page, IDLE, what)
 
 
+def open_app(browser, url: str, params: dict, ready: str, what: str, width: int = 1000, height: int = 800):
+    """(context, page): a fresh page at width x height on the app with query `params`, once the JS predicate
+    `ready` holds (`what` names it for the failure message) and Streamlit is idle. Close the context when done."""
+    from urllib.parse import urlencode
+
+    context, page = new_page(browser, width, height)
+    try:
+        page.goto(f"{url}/?{urlencode(params)}", wait_until="domcontentloaded")
+        wait(page, ready, what)
+        wait_idle(page)
+    except BaseException:  # a failed wait closes what it opened, as the tests' own finally would have
+        context.close()
+        raise
+    return context, page
+
+
 # The heads-off line of the summary above the views, as one string (several sessions' pages are checked by it).
 HEADS_OFF = """() => [...document.querySelectorAll('[data-testid="stMarkdownContainer"]')]
   .map(e => e.innerText).filter(t => t.startsWith('Heads off')).join(' | ')"""

@@ -3,16 +3,9 @@ the Layer grid's first and last token labels were cut in half at the edge of the
 lower half), because a label is centred on a row thinner than its font."""
 from __future__ import annotations
 
-from urllib.parse import urlencode
+from harness import GRID_DRAWN, open_app
+from helpers import LONG_TEXT as LONG
 
-from harness import GRID_DRAWN, new_page, wait, wait_idle
-
-LONG = ("When Mary and John went to the store after a long day at work, John gave a small bottle of milk to Mary. "
-        "The weather had been cold all week, and the streets near the old market were still wet from the rain that "
-        "fell during the night. Inside, the shop smelled of fresh bread and coffee, and a radio in the corner played "
-        "a song that neither of them knew. They walked slowly between the shelves, talking about their plans for the "
-        "summer, the friends they had not seen in years, and the house by the lake that they hoped to rent again "
-        "before the end of August.")
 N_HEADS = 12  # all-MiniLM-L6-v2
 
 # Ink on the edges of the first tile's label pictures: the query labels' top and bottom pixel rows, the key labels'
@@ -39,13 +32,11 @@ EDGE_INK = """async () => {
 
 
 def test_long_text_grid_labels_are_not_cut_at_the_edges(browser, streamlit_url):
-    context, page = new_page(browser, 1600, 1000)
+    context, page = open_app(browser, streamlit_url, {"model": "minilm", "view": "Layer", "text": LONG},
+                             f"() => ({GRID_DRAWN})() === {N_HEADS}"
+                             " && !!document.querySelector('.mhv-grid').dataset.labelFont",
+                             "the grid and its token labels", 1600, 1000)
     try:
-        page.goto(f"{streamlit_url}/?{urlencode({'model': 'minilm', 'view': 'Layer', 'text': LONG})}",
-                  wait_until="domcontentloaded")
-        wait(page, f"() => ({GRID_DRAWN})() === {N_HEADS}", "the grid")
-        wait(page, "() => !!document.querySelector('.mhv-grid').dataset.labelFont", "the tiles' token labels")
-        wait_idle(page)
         found = page.evaluate(EDGE_INK)
         assert found["cell"] < found["font"], f"the rows must be thinner than the font for this check: {found}"
         assert found["q"] == [0, 0], f"query labels cut at the top / bottom edge: {found}"
@@ -71,12 +62,10 @@ ROW_LABELS = """() => {
 def test_compare_key_labels_do_not_overlap_in_a_narrow_window(browser, streamlit_url):
     """At 1000x800 Compare's heads are ~150 px wide: labels placed for the figure's planned height (one per 7 px)
     overlapped there. Plotly now picks them from the drawn width: none overlaps, none under 8 px."""
-    context, page = new_page(browser, 1000, 800)
+    context, page = open_app(browser, streamlit_url, {"model": "minilm", "view": "Compare", "text": LONG},
+                             f"() => {{ const l = ({ROW_LABELS})(); return l && l.length > 3; }}",
+                             "Compare's heads", 1000, 800)
     try:
-        page.goto(f"{streamlit_url}/?{urlencode({'model': 'minilm', 'view': 'Compare', 'text': LONG})}",
-                  wait_until="domcontentloaded")
-        wait(page, f"() => {{ const l = ({ROW_LABELS})(); return l && l.length > 3; }}", "Compare's heads")
-        wait_idle(page)
         labels = page.evaluate(ROW_LABELS)
         assert min(label["size"] for label in labels) >= 8, labels[:3]
         overlaps = [(a, b) for a, b in zip(labels, labels[1:]) if b["left"] < a["right"] - 0.5]
@@ -99,10 +88,9 @@ SQUARES = """() => [...document.querySelectorAll('.js-plotly-plot')]
 
 
 def _squares(browser, url, view, text, n):
-    context, page = new_page(browser, 1000, 800)
-    page.goto(f"{url}/?{urlencode({'model': 'minilm', 'view': view, 'text': text})}", wait_until="domcontentloaded")
-    wait(page, f"() => ({SQUARES})().filter(s => s.cells !== null).length === {n}", f"{view}'s {n} heatmaps")
-    wait_idle(page)
+    context, page = open_app(browser, url, {"model": "minilm", "view": view, "text": text},
+                             f"() => ({SQUARES})().filter(s => s.cells !== null).length === {n}",
+                             f"{view}'s {n} heatmaps")
     return context, page, page.evaluate(SQUARES)
 
 
@@ -145,12 +133,10 @@ OVERVIEW = """() => { const p = [...document.querySelectorAll('.js-plotly-plot')
 def test_all_layers_tiles_keep_to_the_top_in_a_narrow_window(browser, streamlit_url):
     """At 1000x800 the All-layers picture is drawn ~540 px wide, its height made for 900: the tiles floated in the
     middle of ~100 px of white above and below. They now start under the head names."""
-    context, page = new_page(browser, 1000, 800)
+    context, page = open_app(browser, streamlit_url, {"model": "minilm", "view": "All layers", "text": LONG},
+                             f"() => ({OVERVIEW})() !== null",
+                             "the All-layers picture", 1000, 800)
     try:
-        page.goto(f"{streamlit_url}/?{urlencode({'model': 'minilm', 'view': 'All layers', 'text': LONG})}",
-                  wait_until="domcontentloaded")
-        wait(page, f"() => ({OVERVIEW})() !== null", "the All-layers picture")
-        wait_idle(page)
         found = page.evaluate(OVERVIEW)
         assert found["cells"] - found["top"] <= found["margin"] + 3, found
     finally:
@@ -167,12 +153,10 @@ def test_a_long_texts_token_strip_leaves_the_first_heads_on_the_first_screen(bro
     """At 1000x800 a ~120-token text made the Layer grid's token strip nine lines (233 px) tall and the first
     heatmap started at y=806, below the first screen. The strip now shows three lines and scrolls (every token still
     in it); the first heatmap starts at y≈650, its top on the first screen."""
-    context, page = new_page(browser, 1000, 800)
+    context, page = open_app(browser, streamlit_url, {"model": "minilm", "view": "Layer", "text": LONG},
+                             f"() => ({GRID_DRAWN})() === {N_HEADS}",
+                             "the grid", 1000, 800)
     try:
-        page.goto(f"{streamlit_url}/?{urlencode({'model': 'minilm', 'view': 'Layer', 'text': LONG})}",
-                  wait_until="domcontentloaded")
-        wait(page, f"() => ({GRID_DRAWN})() === {N_HEADS}", "the grid")
-        wait_idle(page)
         found = page.evaluate(FIRST_HEAT)
         assert found["strip"] <= 80 and found["lines"] > found["strip"], found  # three lines shown, the rest scrolls
         assert found["top"] < 700, f"the first heatmap starts at y={found['top']:.0f} of 800: {found}"
@@ -199,11 +183,10 @@ TRAINING = """() => {
 def test_training_controls_and_head_titles_fit_a_narrow_window(browser, streamlit_url):
     """At 1000x800 the Training view's Play button showed "▶…" (a ~50 px column) and the heads' titles
     "L0 H0 · step 4000" ran into each other over ~110 px wide heatmaps."""
-    context, page = new_page(browser, 1000, 800)
+    context, page = open_app(browser, streamlit_url, {"model": "tiny", "view": "Training"},
+                             f"() => ({TRAINING})() !== null && ({TRAINING})().titles.length >= 2",
+                             "the Training view", 1000, 800)
     try:
-        page.goto(f"{streamlit_url}/?{urlencode({'model': 'tiny', 'view': 'Training'})}", wait_until="domcontentloaded")
-        wait(page, f"() => ({TRAINING})() !== null && ({TRAINING})().titles.length >= 2", "the Training view")
-        wait_idle(page)
         found = page.evaluate(TRAINING)
         play = found["play"]
         # the button holds its label and its padding (12 px a side): at ~50 px it showed "▶…"
@@ -217,11 +200,10 @@ def test_training_controls_and_head_titles_fit_a_narrow_window(browser, streamli
 
 def test_the_census_seed_box_is_not_as_wide_as_the_page(browser, streamlit_url):
     """Screenshot matrix: the Census view's "Input seed" box (a number up to 999) ran across the whole page."""
-    context, page = new_page(browser, 1600, 1000)
+    context, page = open_app(browser, streamlit_url, {"model": "tiny", "view": "Census"},
+                             "() => !!document.querySelector('[data-testid=\"stNumberInput\"]')",
+                             "the seed box", 1600, 1000)
     try:
-        page.goto(f"{streamlit_url}/?{urlencode({'model': 'tiny', 'view': 'Census'})}", wait_until="domcontentloaded")
-        wait(page, "() => !!document.querySelector('[data-testid=\"stNumberInput\"]')", "the seed box")
-        wait_idle(page)
         widths = page.evaluate("""() => {
           const box = [...document.querySelectorAll('[data-testid="stNumberInput"]')]
             .find(el => el.innerText.includes('Input seed'));
