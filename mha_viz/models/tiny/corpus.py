@@ -285,6 +285,14 @@ def vocabulary_words() -> tuple[str, ...]:
     return tuple(w for w in build_vocab().words[len(SPECIALS):] if w[0].isalnum())
 
 
+def _said_again(seq: list[str], room: int, start: int) -> tuple[list[str], tuple[tuple[int, int], ...]]:
+    """`seq` said again and again to fill `room` tokens from position `start`: (the words, (position in the first
+    copy, position now) for every later token whose continuation is in view)."""
+    n = len(seq)
+    body = (seq * (room // n + 1))[:room]
+    return body, tuple((start + i % n, start + i) for i in range(n, room - 1))
+
+
 def random_repeat_text(rng: random.Random, max_len: int) -> Example:
     """ "<bos> [a few random words] w1 w2 ... wn w1 w2 ... wn w1 ..." : n distinct random vocabulary words, repeated
     until the text is full, after an unrepeated random prefix (so a repeat does not always start at position 1).
@@ -294,9 +302,7 @@ def random_repeat_text(rng: random.Random, max_len: int) -> Example:
     room = max_len - 1 - len(prefix)
     n = rng.randint(4, max(4, room // 2))  # at least two full copies fit
     seq = rng.sample(words, n)
-    body = (seq * (room // n + 1))[:room]
-    start = 1 + len(prefix)
-    repeats = tuple((start + i % n, start + i) for i in range(n, room - 1))  # each keeps its continuation in view
+    body, repeats = _said_again(seq, room, 1 + len(prefix))
     return Example(tokens=(BOS, *prefix, *body), relation="random-repeat", repeats=repeats)
 
 
@@ -321,8 +327,7 @@ def late_repeat_text(rng: random.Random, max_len: int) -> Example:
     fresh = rng.sample(words, n + start - len(prefix))  # the sequence, then the words up to its start: all distinct
     seq, filler = fresh[:n], fresh[n:]
     room = max_len - start
-    body = (seq * (room // n + 1))[:room]
-    repeats = tuple((start + i % n, start + i) for i in range(n, room - 1))
+    body, repeats = _said_again(seq, room, start)
     return Example(tokens=(*prefix, *filler, *body), relation="late-repeat", repeats=repeats)
 
 
@@ -344,10 +349,9 @@ def early_repeat_text(rng: random.Random, max_len: int) -> Example:
     n = rng.randint(4, max(4, room // 2))  # the random repeat after it: at least two full copies fit
     fresh = rng.sample(words, p + m + n)  # all distinct, so each later word has one earlier occurrence
     prefix, short, seq = fresh[:p], fresh[p : p + m], fresh[p + m :]
-    body = (seq * (room // n + 1))[:room]
-    start, later = 1 + p, 1 + p + 2 * m
-    repeats = tuple((start + i, start + m + i) for i in range(m))
-    repeats += tuple((later + i % n, later + i) for i in range(n, room - 1))
+    start = 1 + p
+    body, later = _said_again(seq, room, start + 2 * m)
+    repeats = tuple((start + i, start + m + i) for i in range(m)) + later
     return Example(tokens=(BOS, *prefix, *short, *short, *body), relation="early-repeat", repeats=repeats)
 
 
