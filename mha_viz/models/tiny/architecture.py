@@ -21,7 +21,12 @@ class TinyConfig:
     n_layers: int = 3  # induction needs >= 2 (a previous-token head feeding a later head); 3 leaves room for agreement
     n_heads: int = 4
     d_model: int = 64  # 96 trained no better on these relations and took 1.6x as long per step
-    max_len: int = 64  # a few generated sentences; also the longest text the app accepts for this model
+    max_len: int = 64  # a few generated sentences; the longest text the app accepts for this model
+    # Positions trained past max_len, never served: a position's previous-token attention is trained only where a
+    # later query's induction head reads it, so in a 64-position stack positions 62-63 were barely trained (one
+    # seed's previous-token head put 0.45 and 0.00 there; issue 20). With 6 more the served ones all have later
+    # queries. The position table holds n_positions = max_len + train_margin rows.
+    train_margin: int = 6
     d_mlp: int = 256  # 4 x d_model, as in GPT-2
     seed: int = 0  # initialisation seed: the untrained twin is exactly the trained model's starting point
 
@@ -31,6 +36,13 @@ class TinyConfig:
         for name in ("vocab_size", "n_layers", "n_heads", "d_model", "max_len", "d_mlp"):
             if getattr(self, name) < 1:
                 raise ValueError(f"TinyConfig.{name} must be >= 1; got {getattr(self, name)}")
+        if self.train_margin < 0:
+            raise ValueError(f"TinyConfig.train_margin must be >= 0; got {self.train_margin}")
+
+    @property
+    def n_positions(self) -> int:
+        """Rows of the position table, and the longest sequence the stack runs (training uses all of them)."""
+        return self.max_len + self.train_margin
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
@@ -38,6 +50,7 @@ class TinyConfig:
     @classmethod
     def from_json(cls, text: str) -> "TinyConfig":
         data = json.loads(text)
+        data.setdefault("train_margin", 0)  # a model trained before the margin existed has a table of max_len
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -51,7 +64,7 @@ class Block(nn.Module):
     def __init__(self, cfg: TinyConfig):
         super().__init__()
         self.ln1 = nn.LayerNorm(cfg.d_model)
-        self.attn = MultiHeadSelfAttention(cfg.d_model, cfg.n_heads, cfg.max_len, causal=True)
+        self.attn = MultiHeadSelfAttention(cfg.d_model, cfg.n_heads, cfg.n_positions, causal=True)
         self.ln2 = nn.LayerNorm(cfg.d_model)
         self.mlp = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_mlp), nn.GELU(), nn.Linear(cfg.d_mlp, cfg.d_model))
 
@@ -77,7 +90,7 @@ class TinyLM(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.pos = nn.Embedding(cfg.max_len, cfg.d_model)
+        self.pos = nn.Embedding(cfg.n_positions, cfg.d_model)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)
         # Untied from `tok` so safetensors can save every tensor once, with no shared-storage special case.
@@ -97,7 +110,7 @@ class TinyLM(nn.Module):
         patterns: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         cfg = self.cfg
-        head_keep = check_stack_inputs(ids, head_keep, cfg.n_layers, cfg.n_heads, cfg.max_len)  # (B, L, H) or None
+        head_keep = check_stack_inputs(ids, head_keep, cfg.n_layers, cfg.n_heads, cfg.n_positions)  # (B, L, H) or None
         if head_keep is not None:
             if edit is not None:
                 raise ValueError("pass either head_keep or an edit (whose keep mask says which heads are off)")

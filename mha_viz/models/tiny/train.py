@@ -138,9 +138,9 @@ def _train(out: Path, model_cfg: TinyConfig | None, cfg: TrainConfig, quiet: boo
     saves = sorted({s for s in cfg.checkpoints if 0 <= s <= cfg.steps} | {cfg.steps})
 
     # A short run needs no more texts than it visits (keeps `--steps 30` fast); the default run uses all of them.
-    # Texts of max_len + 1 tokens: the loss feeds all but the last token, so every one of the max_len positions the
-    # model accepts is an input position in training (with max_len tokens, the last position never was).
-    n_tokens = model_cfg.max_len + 1
+    # Texts of n_positions + 1 tokens: the loss feeds all but the last token, so every position of the table is an
+    # input position in training, and the served ones (up to max_len) all have later queries (TinyConfig.train_margin).
+    n_tokens = model_cfg.n_positions + 1
     texts = training_texts(min(cfg.n_texts, cfg.steps * cfg.batch_size), cfg.data_seed, n_tokens,
                            cfg.random_share, cfg.late_share, cfg.early_share)
     data = torch.full((len(texts), n_tokens), vocab.pad_id, dtype=torch.long)  # (N, T + 1)

@@ -59,6 +59,20 @@ def test_truncation_keeps_the_first_max_len_tokens(model):
     assert len(run.tokens) == n and run.truncated == 6  # <bos> takes one of the n places
 
 
+def test_serves_max_len_positions_of_a_longer_table(tmp_path):
+    """The stack is trained on train_margin positions past max_len; the page is never given them."""
+    from mha_viz.models.tiny.architecture import TinyConfig
+    from mha_viz.models.tiny.train import TrainConfig, train
+
+    cfg = TinyConfig(n_layers=2, n_heads=4, d_model=32, max_len=20, d_mlp=64, train_margin=3)
+    train(tmp_path / "m", cfg, TrainConfig(steps=2, batch_size=4, checkpoints=()), quiet=True)
+    small = load_tiny(folder=tmp_path / "m")
+    assert small.lm.pos.weight.shape[0] == 23
+    assert small.info.max_tokens == 20 and small.embeddings().positions.shape[0] == 20
+    run = small.run(" ".join(["one"] * 30))
+    assert len(run.tokens) == 20 and run.truncated == 11
+
+
 def test_run_batch_keep_matches_run(model):
     L, H = model.n_layers, model.n_heads
     keep = torch.ones(3, L, H)

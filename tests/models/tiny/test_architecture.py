@@ -68,8 +68,23 @@ def test_seeded_initialisation_is_reproducible_and_leaves_global_rng_alone():
 
 
 def test_too_long_input_message(model):
-    with pytest.raises(ValueError, match="keep the first 16"):
-        model(torch.zeros(1, 17, dtype=torch.long))
+    n = CFG.n_positions  # the stack runs its whole position table; the adapter serves max_len of it
+    with pytest.raises(ValueError, match=f"keep the first {n}"):
+        model(torch.zeros(1, n + 1, dtype=torch.long))
+    model(torch.zeros(1, n, dtype=torch.long))
+
+
+def test_position_table_has_the_training_margin():
+    assert CFG.n_positions == CFG.max_len + CFG.train_margin > CFG.max_len
+    assert build_model(CFG).pos.weight.shape == (CFG.n_positions, CFG.d_model)
+    with pytest.raises(ValueError, match="train_margin"):
+        TinyConfig(train_margin=-1)
+
+
+def test_a_config_from_before_the_margin_loads_with_none():
+    """A folder trained before `train_margin` existed has max_len rows of positions: its config.json still loads."""
+    old = TinyConfig.from_json('{"vocab_size": 50, "max_len": 16}')
+    assert old.train_margin == 0 and old.n_positions == 16
 
 
 def test_config_roundtrip_and_validation():

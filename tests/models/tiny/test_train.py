@@ -79,3 +79,15 @@ def test_committed_checkpoints_cover_the_run():
     final = load_file(str(ASSETS / "model.safetensors"))
     last = load_file(str(checkpoint_path(ASSETS, saved[-1])))
     assert all(torch.equal(last[k], v.half()) for k, v in final.items())
+
+
+def test_training_reaches_every_row_of_the_position_table(tmp_path):
+    """Texts are n_positions + 1 tokens, so the margin past max_len is trained too (TinyConfig.train_margin): every
+    row of the position table, the last included, moved away from the seeded start."""
+    cfg = TrainConfig(steps=20, batch_size=8, checkpoints=(0,), log_every=10)
+    train(tmp_path / "m", SMALL, cfg, quiet=True)
+    start = load_file(str(checkpoint_path(tmp_path / "m", 0)))["pos.weight"].float()  # (P, D)
+    end = load_file(str(checkpoint_path(tmp_path / "m", 20)))["pos.weight"].float()  # (P, D)
+    assert start.shape[0] == SMALL.n_positions > SMALL.max_len
+    moved = (end - start).abs().amax(dim=1)  # (P,)
+    assert bool((moved > 0).all()), f"rows never trained: {(moved == 0).nonzero().flatten().tolist()}"
