@@ -146,7 +146,15 @@ def test_encoder_patching_uses_the_embedding_cosine():
     assert not at.exception, at.exception
     assert _metric(at, "Metric on the second sentence") == pytest.approx(1.0, abs=1e-4)
     assert _metric(at, "Metric on the first sentence") < 0.999
-    assert any("Direct effects are measured for causal" in c.value for c in at.caption)
+    # An encoder has no next-token logits: nothing on the page speaks of a logit difference (the right column's
+    # heading did), and the headings say what is measured, the embedding's cosine.
+    words = [e.value for kind in ("markdown", "caption", "subheader", "info") for e in getattr(at, kind)
+             if not e.value.startswith("### What you are looking at")]  # the page's notes, about every model
+    words += [m.label for m in at.metric]
+    assert not [w for w in words if "logit" in w.lower()], [w for w in words if "logit" in w.lower()]
+    headings = [m.value for m in at.markdown if m.value.startswith("**")]
+    assert any("cosine" in h for h in headings if h.startswith("**Direct effect")), headings
+    assert any("embedding" in h for h in headings if h.startswith("**Patch heads")), headings
 
 
 def test_mean_ablation_is_selectable_shown_and_in_the_link():

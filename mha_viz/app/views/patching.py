@@ -348,11 +348,21 @@ def tops(values) -> str:
 
 
 def direct_map(ctx: ViewContext, position: int | None, metric_args: tuple):
-    st.markdown("**Direct effect of each head on the logit difference**")
-    if metric_args[0] != "logit_diff" or not ctx.model.causal:
+    if metric_args[0] != "logit_diff":  # no next-token scores at any position of this run: the metric is a cosine
+        st.markdown("**Direct effect of each head: none for the embedding cosine**")
+        st.caption("This run gives no next-token scores (a model without an LM head, or a masked LM's text without "
+                   "its mask token), so the metric is the cosine similarity of the first sentence's mean-pooled "
+                   "embedding with the second's. A direct effect splits a score read linearly off the last "
+                   "residual stream into one term per head; the cosine of a normalised, pooled embedding does not "
+                   "split that way, so no head's share of it is shown. The patching map beside this measures each "
+                   "head's whole effect on the cosine.")
+        return None
+    if not ctx.model.causal:
+        st.markdown("**Direct effect of each head: measured for causal language models**")
         st.caption("Direct effects are measured for causal language models: each head's term in the residual "
                    "stream carried through the final norm and the unembedding onto the logit difference.")
         return None
+    st.markdown("**Direct effect of each head on the logit difference**")
     _, position, answer, other = metric_args
     parts = cache.direct_effect_map(ctx.name, ctx.text, position, answer, other)
     if parts is None:
@@ -376,7 +386,7 @@ def direct_map(ctx: ViewContext, position: int | None, metric_args: tuple):
 def patch_heads(ctx: ViewContext, model: Model, base: AttentionRun, source: str, metric_args: tuple,
                 position: int | None, patched, direct) -> None:
     """Patch chosen heads and see the predictions (or the embedding) move."""
-    st.markdown("**Patch heads and see the prediction move**")
+    st.markdown(f"**Patch heads and see the {'prediction' if position is not None else 'embedding'} move**")
     options = [head_name((layer, head)) for layer in range(model.n_layers) for head in range(model.n_heads)]
     start = patched if patched is not None else direct
     default = [head_name(h) for h, _ in top_heads(start, 1)] if start is not None else []
