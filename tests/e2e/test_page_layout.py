@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 import pytest
 from test_browser import _assert_no_exception
 
-from harness import GRID_DRAWN, GRID_TITLES, grid_switch, new_page, wait, wait_idle
+from harness import GRID_DRAWN, GRID_TITLES, grid_switch, new_page, open_app, wait, wait_idle
 
 N_HEADS = 12  # all-MiniLM-L6-v2
 TEXT = "The keys to the old cabinet were on the table, so she took them."
@@ -25,12 +25,13 @@ SUMMARY_FILL = """() => { const box = document.querySelector('.st-key-heads_off_
 
 
 def _open(browser, url: str, width: int, height: int, **params):
-    context, page = new_page(browser, width, height)
-    query = urlencode({"model": "minilm", "text": TEXT, **params})
-    page.goto(f"{url}/?{query}", wait_until="domcontentloaded")
-    wait(page, f"() => ({GRID_DRAWN})() === {N_HEADS}", "the grid")
-    wait_idle(page)
-    _assert_no_exception(page, "opening the page")
+    context, page = open_app(browser, url, {"model": "minilm", "text": TEXT, **params},
+                             f"() => ({GRID_DRAWN})() === {N_HEADS}", "the grid", width, height)
+    try:
+        _assert_no_exception(page, "opening the page")
+    except BaseException:
+        context.close()
+        raise
     return context, page
 
 
