@@ -262,9 +262,14 @@ def _square_layout(title: str, size: int, labels: list[str], colorbar: bool = Fa
     # The title sits above the axis title "key →", which sits above the rotated key labels.
     top = 26 + _AXIS_TITLE_PX + room
     bottom = 4 + (COLORBAR_PX if colorbar else 0)
-    width = dict(width=size + room + _AXIS_TITLE_PX + 8) if colorbar else {}
+    across = room + _AXIS_TITLE_PX + 8  # what the query labels, their title and the margins take of the width
+    width = dict(width=size + across) if colorbar else {}
     return dict(
         template=NO_TEMPLATE, **width,
+        # Drawn narrower than planned, the square shrinks with the width: `fit` says how the figure's height follows
+        # its width (fixed_v + (width - fixed_h) * ratio, at most `height`), so a page can shrink it too and leave
+        # no band of white under the square (app/common.fitted_chart).
+        meta=dict(fit=dict(height=size + top + bottom, fixed_v=top + bottom, fixed_h=across, ratio=1.0)),
         title=dict(text=html.escape(title, quote=False), font=dict(size=12), x=0.5, xanchor="center",
                    y=1, yref="container", yanchor="top", pad=dict(t=6)),
         height=size + top + bottom, margin=dict(l=4, r=4, t=top, b=bottom),
@@ -372,10 +377,13 @@ def tiled_figure(
     row_text = [" · ".join(row_names[b * per_block + rr] for b in range(blocks) if b * per_block + rr < rows)
                 for rr in range(per_block)]
     left = 40 if blocks == 1 else 24 + 22 * blocks
+    planned = height or int(min(4000, max(160, canvas.shape[0] * cell_px + 44)))
+    fit = {} if height else dict(fit=dict(height=planned, fixed_v=44, fixed_h=left + 8,
+                                          ratio=canvas.shape[0] / canvas.shape[1]))
     layout = dict(
         template=NO_TEMPLATE, shapes=shapes,
         # The tiles fill the figure: its height is the canvas's at the width's scale (plus margins).
-        height=height or int(min(4000, max(160, canvas.shape[0] * cell_px + 44))),
+        height=planned,
         margin=dict(l=left, r=8, t=36, b=8),
         xaxis=dict(tickmode="array", tickvals=tick_x, ticktext=list(col_names) * blocks, side="top",
                    showgrid=False, zeroline=False, range=[-0.5, canvas.shape[1] - 0.5], tickfont=dict(size=9)),
@@ -384,7 +392,7 @@ def tiled_figure(
         yaxis=dict(tickmode="array", tickvals=tick_y, ticktext=row_text, range=[canvas.shape[0] - 0.5, -0.5],
                    showgrid=False, zeroline=False, scaleanchor="x", constrain="domain", constraintoward="top",
                    tickfont=dict(size=9)),
-        font=_FONT, clickmode="event+select", dragmode=False, meta=dict(tile=int(nq), blocks=blocks),
+        font=_FONT, clickmode="event+select", dragmode=False, meta=dict(tile=int(nq), blocks=blocks, **fit),
     )
     return go.Figure(data=[heat, clicks], layout=layout, _validate=False)
 

@@ -1,6 +1,8 @@
 """Helpers any view may use: head names, Markdown escaping, predictions, display transforms, the KL panel."""
 from __future__ import annotations
 
+import re
+
 import streamlit as st
 import torch
 
@@ -227,6 +229,27 @@ def chart_config() -> dict:
     fmt = st.session_state.get(FIG_FORMAT, "svg")
     return {"displaylogo": False, "toImageButtonOptions": {"format": fmt, "scale": 2 if fmt == "png" else 1,
                                                            "filename": "mha-viz-figure"}}
+
+
+def fitted_chart(fig, key: str, where=None, **kwargs):
+    """`st.plotly_chart` for a figure whose plot keeps its aspect (a square heatmap, the tiled overview): its height
+    follows the width the browser gives it. Plotly keeps a square square by shrinking it inside a figure of fixed
+    height, so in a narrow window's column (1000x800: Rollout's ~260 px) a 196 px square stood over ~200 px of
+    white. Here the chart's box gets a CSS height from its column's width (container query units), by the
+    figure's `layout.meta["fit"]` (plotting._square_layout, tiled_figure): at most the planned height, less
+    where the column is narrower; the chart is drawn at that height (height="stretch"). A figure without `fit` is
+    drawn as it is."""
+    where = where if where is not None else st
+    fit = (fig.layout.meta or {}).get("fit") if isinstance(fig.layout.meta, dict) else None
+    if not fit:
+        return where.plotly_chart(fig, key=key, config=chart_config(), **kwargs)
+    box_key = "fit_" + re.sub(r"[^A-Za-z0-9_-]", "_", key)
+    box = where.container(key=box_key)
+    height = (f"min({fit['height']:.0f}px, calc({fit['fixed_v']:.0f}px + (100cqw - {fit['fixed_h']:.0f}px) * "
+              f"{fit['ratio']:.6f}))")
+    box.html(f"<style>.st-key-{box_key}{{container-type:inline-size}}"
+             f".st-key-{box_key} [data-testid='stPlotlyChart']{{height:{height} !important}}</style>")
+    return box.plotly_chart(fig, key=key, height="stretch", config=chart_config(), **kwargs)
 
 
 # -- long steps: the exact maps of Ablation effects and Patching ------------------------------------------------

@@ -62,7 +62,7 @@ def test_a_long_text_swaps_the_names_that_come_back_not_capitalised_words():
     want = LONG.replace("milk to Mary.", "milk to John.")
     assert box.value == want == swapped(LONG), box.value
     # Still swapped: names met once, the one capitalised inside a sentence taken out.
-    assert swapped("Inside the shop, Anna met Ben.") == "Inside the shop, Anna met Anna."
+    assert swapped("Inside the shop, Anna met Ben at noon.") == "Inside the shop, Anna met Anna at noon."
 
 
 def test_tiny_patching_view_shows_the_measured_maps():
@@ -146,7 +146,15 @@ def test_encoder_patching_uses_the_embedding_cosine():
     assert not at.exception, at.exception
     assert _metric(at, "Metric on the second sentence") == pytest.approx(1.0, abs=1e-4)
     assert _metric(at, "Metric on the first sentence") < 0.999
-    assert any("Direct effects are measured for causal" in c.value for c in at.caption)
+    # An encoder has no next-token logits: nothing on the page speaks of a logit difference (the right column's
+    # heading did), and the headings say what is measured, the embedding's cosine.
+    words = [e.value for kind in ("markdown", "caption", "subheader", "info") for e in getattr(at, kind)
+             if not e.value.startswith("### What you are looking at")]  # the page's notes, about every model
+    words += [m.label for m in at.metric]
+    assert not [w for w in words if "logit" in w.lower()], [w for w in words if "logit" in w.lower()]
+    headings = [m.value for m in at.markdown if m.value.startswith("**")]
+    assert any("cosine" in h for h in headings if h.startswith("**Direct effect")), headings
+    assert any("embedding" in h for h in headings if h.startswith("**Patch heads")), headings
 
 
 def test_mean_ablation_is_selectable_shown_and_in_the_link():
@@ -279,3 +287,75 @@ def test_exact_map_says_its_cost_counts_stops_and_shares_the_estimates_colour_ra
     at.run()
     assert not [b for b in at.button if b.key == "patch_exact_btn"], "no button once the map is there"
     assert _spec(at, "Exact: share")["data"][0]["zmax"] == exact["zmax"]
+
+
+IOI_END = "When Mary and John went to the store, John gave a drink to Mary."
+
+
+def test_a_text_ending_with_a_swapped_name_swaps_the_subject_and_keeps_the_name():
+    """A text that ends with one of the two names (with or without a full stop) is the prompt up to that name
+    plus its answer: the second sentence swaps the subject's second mention, as for a text that stops before the
+    name, and keeps the final name. It used to swap the final name itself ("... to John.")."""
+    want = "When Mary and John went to the store, Mary gave a drink to Mary."
+    assert swapped(IOI_END) == want
+    assert swapped(IOI_END[:-1]) == want[:-1]
+    assert swapped(IOI_END[:-1] + "!") == want[:-1] + "!"
+    assert swapped("Anna met Ben at the park. Later Ben gave the book to Anna.") == \
+        "Anna met Ben at the park. Later Anna gave the book to Anna."
+    # The page's default sentence names Anna once before Ben: she is the one swapped.
+    assert swapped("The keys to the old cabinet are on the table, so Anna gave the keys to Ben.") == \
+        "The keys to the old cabinet are on the table, so Ben gave the keys to Ben."
+    # A final word that is not one of the swapped names keeps the old rule.
+    assert swapped("Mary met John. John and Mary saw Kate.") == "Mary met John. John and John saw Kate."
+
+
+def _reads_before_the_name(model_name: str, text: str, answer: str, against: str):
+    """The page's metric on a text ending with a name is read at the token before that name, on the two names."""
+    model = loaded(model_name)
+    at = _app(model_name, text)
+    open_view(at, "Patching")
+    assert not at.exception, at.exception
+    source = swapped(text)
+    box = next(t for t in at.text_input if t.key.startswith("patch_source"))
+    assert box.value == source
+    run, other = model.run(text), model.run(source)
+    boxes = {t.label: t.value for t in at.text_input}
+    assert (boxes["Answer token"].strip().lower(), boxes["Against"].strip().lower()) == (answer, against), boxes
+    ids = model.token_id(boxes["Answer token"]), model.token_id(boxes["Against"])
+    # The token before the name: where the text up to the name ends (the same tokens, a causal model).
+    prompt = text[:text.rindex(text.rstrip(".!? ").split()[-1])].rstrip()
+    position = len(model.run(prompt).tokens) - 1
+    assert run.tokens[:position + 1] == model.run(prompt).tokens
+    assert position < len(run.tokens) - 2
+    metric = Metric("logit_diff", position=position, answer=ids[0], other=ids[1])
+    assert _metric(at, "Metric on the first sentence") == pytest.approx(float(metric(None, run.logits)), abs=1e-3)
+    assert _metric(at, "Metric on the second sentence") == pytest.approx(float(metric(None, other.logits)), abs=1e-3)
+    parts = direct_effects(model.readout(text), position, *ids)
+    assert _metric(at, "Total logit difference") == pytest.approx(parts.total, abs=1e-3)
+    # The page says what is measured: the position and the token there, and the two tokens compared.
+    said = " ".join(c.value for c in at.caption)
+    assert f"position {position}" in said and "before the name" in said, said
+    return at
+
+
+def test_smollm2_reads_the_metric_before_a_final_name():
+    _reads_before_the_name("smollm2", IOI_END, "mary", "john")
+
+
+def test_tiny_reads_the_metric_before_a_final_name():
+    _reads_before_the_name("tiny", "Anna met Ben at the park. Later Ben gave the book to Anna.", "anna", "ben")
+
+
+def test_smollm2_app_examples_with_two_names_move_the_metric():
+    """The app's own example sentences: the default one ends with a name (read before it), the repeated-name one
+    does not (read at the last position); both move the metric between the two sentences."""
+    model = loaded("smollm2")
+    for _, text, _ in model.examples():
+        if swapped(text) == text:
+            continue  # no two names: the identical state, tested above
+        at = _app("smollm2", text)
+        open_view(at, "Patching")
+        assert not at.exception, at.exception
+        assert model.token_count(swapped(text)) == model.token_count(text), text
+        first, second = _metric(at, "Metric on the first sentence"), _metric(at, "Metric on the second sentence")
+        assert abs(first - second) > 0.1, (text, first, second)

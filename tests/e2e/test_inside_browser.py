@@ -6,12 +6,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from urllib.parse import parse_qs, urlencode, urlparse
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 from test_browser import REPO, _assert_no_exception, _settle
 
-from harness import wait, wait_idle
+from harness import open_app, wait, wait_idle
 
 SCREENSHOT_MAX_BYTES = 400_000
 # The title of the figure each view draws (plotly writes a figure title as .gtitle).
@@ -27,13 +27,17 @@ _CELL_CENTRE = """(row, key) => {
 }"""
 
 
-def _open(page, url: str, model: str, text: str, view: str, layer: int = 0) -> None:
-    query = urlencode({"model": model, "text": text, "view": view, "layer": layer})
-    page.goto(f"{url}/?{query}", wait_until="domcontentloaded")
-    wait(page, "() => document.querySelectorAll('[data-testid=\"stButtonGroup\"] button').length > 0",
-         f"the token strip of {view}")
-    wait_idle(page)
-    _assert_no_exception(page, f"opening {view} for {model}")
+def _open(browser, url: str, model: str, text: str, view: str, layer: int = 0):
+    """(context, page) at 1400x1000 on `view`, once its token strip is drawn; close the context when done."""
+    context, page = open_app(browser, url, {"model": model, "text": text, "view": view, "layer": layer},
+                             "() => document.querySelectorAll('[data-testid=\"stButtonGroup\"] button').length > 0",
+                             f"the token strip of {view}", 1400, 1000)
+    try:
+        _assert_no_exception(page, f"opening {view} for {model}")
+    except BaseException:
+        context.close()
+        raise
+    return context, page
 
 
 def _click_token(page, token: str) -> None:
@@ -52,8 +56,18 @@ def _wait_title(page, fragment: str, what: str) -> None:
     wait_idle(page)
 
 
-def test_clicking_a_token_moves_both_views(browser, streamlit_url, page):
-    _open(page, streamlit_url, "minilm", "Dogs chase cats in the yard.", "Inside a head")
+def test_clicking_a_token_moves_both_views(browser, streamlit_url, artifacts):
+    context, page = _open(browser, streamlit_url, "minilm", "Dogs chase cats in the yard.", "Inside a head")
+    try:
+        _token_clicks_move_both_views(page)
+    except BaseException:
+        page.screenshot(path=str(artifacts / "FAILED-test_clicking_a_token_moves_both_views.png"), full_page=True)
+        raise
+    finally:
+        context.close()
+
+
+def _token_clicks_move_both_views(page) -> None:
     _click_token(page, "cats")
     _wait_title(page, "query cats", "Inside a head to open the clicked token 'cats'")
     _assert_no_exception(page, "clicking 'cats'")
@@ -92,16 +106,22 @@ SHOTS = {  # model: (text, token to click, layer)
 
 
 @pytest.mark.parametrize("model", list(SHOTS))
-def test_both_views_draw_for_each_model(browser, streamlit_url, page, artifacts, model):
+def test_both_views_draw_for_each_model(browser, streamlit_url, artifacts, model):
     text, token, layer = SHOTS[model]
-    _open(page, streamlit_url, model, text, "Inside a head", layer)
-    _click_token(page, token)
-    _wait_title(page, f"query {token}", f"Inside a head on {token!r} for {model}")
-    _shot(page, artifacts, f"inside-{model}-head.png", "Inside a head", height=1900)  # steps and how heads combine
-    _switch_view(page, "Follow a token")
-    _wait_title(page, f"Where “{token}”", f"Follow a token on {token!r} for {model}")
-    _shot(page, artifacts, f"inside-{model}-follow.png", "Follow a token")
-    _assert_no_exception(page, f"both views for {model}")
+    context, page = _open(browser, streamlit_url, model, text, "Inside a head", layer)
+    try:
+        _click_token(page, token)
+        _wait_title(page, f"query {token}", f"Inside a head on {token!r} for {model}")
+        _shot(page, artifacts, f"inside-{model}-head.png", "Inside a head", height=1900)  # steps, how heads combine
+        _switch_view(page, "Follow a token")
+        _wait_title(page, f"Where “{token}”", f"Follow a token on {token!r} for {model}")
+        _shot(page, artifacts, f"inside-{model}-follow.png", "Follow a token")
+        _assert_no_exception(page, f"both views for {model}")
+    except BaseException:
+        page.screenshot(path=str(artifacts / f"FAILED-both-views-{model}.png"), full_page=True)
+        raise
+    finally:
+        context.close()
 
 
 def _shot(page, artifacts, name: str, heading: str, height: int = 1000) -> None:

@@ -50,13 +50,17 @@ export default function (component) {
   hint(data.hint);
 }
 
-// -- the first-visit hint: three steps in a card over the sidebar's foot (it moves nothing on the page), shown
-// until dismissed; the dismissal is kept in this browser (localStorage), so it never comes back in the way.
+// -- the first-visit hint: three steps in a card at the top of the sidebar, in its flow, shown until dismissed; the
+// dismissal is kept in this browser (localStorage), so it never comes back in the way. In the flow, not fixed over
+// the sidebar's foot as it was: at 1000x800 a fixed card covered "Heatmaps per row" and every control under it. It
+// moves only the sidebar's controls down, while it is there, and nothing of the main column. Without a sidebar
+// (none in this page) it floats at the bottom left as before. Put back if the sidebar is drawn anew.
 const HINT_KEY = "mha-viz-hint-dismissed";
 
 function hint(steps) {
   if (!steps || !steps.length || document.querySelector(".mhn-hint")) return;
   try { if (window.localStorage.getItem(HINT_KEY)) return; } catch (e) { /* no storage: show it this once */ }
+  const side = document.querySelector('[data-testid="stSidebarUserContent"]');
   const card = document.createElement("aside");
   card.className = "mhn-hint";
   card.setAttribute("aria-label", "First visit");
@@ -76,5 +80,6 @@ function hint(steps) {
     card.remove();
   });
   card.append(title, list, close);
-  document.body.append(card);
+  if (side) side.prepend(card);
+  else { card.classList.add("mhn-float"); document.body.append(card); }
 }

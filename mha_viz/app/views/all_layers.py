@@ -6,7 +6,7 @@ import torch
 
 from mha_viz import plotting
 from mha_viz.app import state
-from mha_viz.app.common import chart_config, clicked_head, head_name, pick_clicked_head
+from mha_viz.app.common import clicked_head, fitted_chart, head_name, pick_clicked_head
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import Head, Model
 
@@ -38,8 +38,7 @@ def overview(model: Model, model_name: str, tokens: list[str], att: torch.Tensor
     if len(tokens) > tile:
         st.caption(f"With {len(tokens)} tokens each tile is shrunk to {tile} x {tile} cells, the pixels it has "
                    "(each cell shows the largest weight it covers); the focused head below is full size.")
-    st.plotly_chart(fig, width="stretch", key="overview", on_select="rerun", selection_mode="points",
-                    config=chart_config())
+    fitted_chart(fig, "overview", width="stretch", on_select="rerun", selection_mode="points")
     return st.selectbox("Focused head", options, format_func=head_name, key="focus_pick")
 
 
@@ -48,4 +47,4 @@ def focused_head(tokens: list[str], att: torch.Tensor, head: Head, off: bool) ->
     fig = plotting.head_figure(att[layer, h], tokens, head_name(head), off=off, size=460, colorbar=True)
     # Its own width (the square, its labels and its colour bar): stretched, the bar would stand at the column's far
     # edge, away from the picture it explains.
-    st.plotly_chart(fig, width="content", key="focused_fig", config=chart_config())
+    fitted_chart(fig, "focused_fig", width="content")

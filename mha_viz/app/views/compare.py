@@ -6,7 +6,7 @@ import torch
 
 from mha_viz import analysis, plotting
 from mha_viz.app.cache import get_run
-from mha_viz.app.common import chart_config, display, head_name, md_safe, parse_head
+from mha_viz.app.common import chart_config, display, fitted_chart, head_name, md_safe, parse_head
 from mha_viz.app.context import ViewContext
 from mha_viz.app.text import read_text
 from mha_viz.contract import Head, Model
@@ -44,9 +44,8 @@ def compare(model: Model, model_name: str, tokens: list[str], att: torch.Tensor,
                    f"+{bound:.2f} (red, more).")
         for col, other, diff in zip(st.columns(len(heads) - 1), heads[1:], diffs):
             with col:
-                st.plotly_chart(plotting.diff_figure(diff, tokens, f"{head_name(other)} − {head_name(first)}",
-                                                     bound=bound),
-                                width="content", key=f"cmpdiff|{other}", config=chart_config())
+                fitted_chart(plotting.diff_figure(diff, tokens, f"{head_name(other)} − {head_name(first)}",
+                                                  bound=bound), f"cmpdiff|{other}", width="content")
         distance = analysis.js_divergence(att[heads[0]], att[heads[1]]).mean()
         st.caption(f"Mean Jensen-Shannon divergence between {picked[0]} and {picked[1]} over query rows: "
                    f"{float(distance):.3f} bits (0 = identical patterns, 1 = no overlap).")

@@ -14,6 +14,7 @@ from mha_viz.app.common import (
     ABLATION_SHORT,
     chart_config,
     exact_map_step,
+    fitted_chart,
     head_name,
     predictions_panel,
     visible,
@@ -69,15 +70,12 @@ def pattern_shift(model: Model, base: AttentionRun, run: AttentionRun, heads_off
     layer, head = pick
     c1, c2, c3 = st.columns(3)
     zmax = float(max(base.attentions[layer, head].max(), run.attentions[layer, head].max()))
-    c1.plotly_chart(plotting.head_figure(base.attentions[layer, head], base.tokens, f"{head_name(pick)} all on",
-                                         zmax=zmax, size=340, colorbar=True), width="content", key="fx_base",
-                    config=chart_config())
-    c2.plotly_chart(plotting.head_figure(run.attentions[layer, head], run.tokens, f"{head_name(pick)} heads off",
-                                         zmax=zmax, size=340, colorbar=True), width="content", key="fx_abl",
-                    config=chart_config())
-    c3.plotly_chart(plotting.diff_figure(run.attentions[layer, head] - base.attentions[layer, head], base.tokens,
-                                         f"{head_name(pick)} change"), width="content", key="fx_diff",
-                    config=chart_config())
+    fitted_chart(plotting.head_figure(base.attentions[layer, head], base.tokens, f"{head_name(pick)} all on",
+                                      zmax=zmax, size=340, colorbar=True), "fx_base", c1, width="content")
+    fitted_chart(plotting.head_figure(run.attentions[layer, head], run.tokens, f"{head_name(pick)} heads off",
+                                      zmax=zmax, size=340, colorbar=True), "fx_abl", c2, width="content")
+    fitted_chart(plotting.diff_figure(run.attentions[layer, head] - base.attentions[layer, head], base.tokens,
+                                      f"{head_name(pick)} change"), "fx_diff", c3, width="content")
 
 
 def importance(model: Model, model_name: str, text: str, base: AttentionRun, heads_off: frozenset[Head],

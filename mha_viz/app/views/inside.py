@@ -10,6 +10,7 @@ from mha_viz.app import cache
 from mha_viz.app.common import (
     TOKEN_KEY,
     chart_config,
+    fitted_chart,
     head_name,
     layer_picker,
     md_safe,
@@ -81,9 +82,8 @@ def steps(ctx: ViewContext, h, query: int, token: str) -> None:
     masked = int(torch.isneginf(scores).sum())
     left, right = st.columns([2, 3])
     with left:
-        st.plotly_chart(plotting.pattern_pick_figure(h.weights, h.tokens, f"{name} weights", query, off=h.ablated),
-                        width="content", key="inside_pattern", on_select="rerun", selection_mode="points",
-                        config=chart_config())
+        fitted_chart(plotting.pattern_pick_figure(h.weights, h.tokens, f"{name} weights", query, off=h.ablated),
+                     "inside_pattern", width="content", on_select="rerun", selection_mode="points")
         if len(h.tokens) <= plotting.CLICKABLE_ROWS_UP_TO:
             st.caption("Click a cell to open its row (query token); the outlined row is the one below.")
     right.markdown(f"**{name}, query token {query}: {token}**" + (" — switched off" if h.ablated else ""))

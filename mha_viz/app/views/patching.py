@@ -57,13 +57,51 @@ def swap(text: str) -> tuple[str, str, str] | None:
     return text[:start] + other + text[start + len(last):], last, other
 
 
-_SENTENCE_START = re.compile(r"(?:^|[.!?]\s+)$")
+_LAST_WORD = re.compile(r"\b([A-Z][a-z]+)\W*$")  # the text's final word, with any punctuation after it
+
+
+def final_name(text: str) -> tuple[int, str, str] | None:
+    """(where the name starts, the name, the other name) when the text's final word (a full stop or other
+    punctuation after it allowed) is one of the two names `swap` swaps: "..., John gave a drink to Mary." is then
+    the prompt "..., John gave a drink to" with its answer " Mary" against " John". None otherwise."""
+    made, last = swap(text), _LAST_WORD.search(text)
+    if made is None or last is None or last.group(1) not in made[1:]:
+        return None
+    name = last.group(1)
+    return last.start(1), name, made[2] if name == made[1] else made[1]
 
 
 def swapped(text: str) -> str:
-    """The second sentence `swap` makes; the text itself when it names fewer than two people."""
+    """The second sentence `swap` makes; the text itself when it names fewer than two people. A text that ends
+    with one of the two names keeps it and swaps, in the text before it, the last mention of either name for the
+    other (the subject's second mention in "When Mary and John ..., John gave a drink to Mary."), as for a text
+    that stops before the name: the final name is the answer, not a detail to change."""
+    ending = final_name(text)
+    if ending is not None:
+        start, name, other = ending
+        mentions = [m for m in _NAME.finditer(text[:start]) if m.group() in (name, other)]
+        if mentions:  # always: the other name is mentioned before the final one
+            m = mentions[-1]
+            return text[:m.start()] + (other if m.group() == name else name) + text[m.end():]
     made = swap(text)
     return made[0] if made else text
+
+
+def read_position(model: Model, base: AttentionRun, text: str, name: str) -> int | None:
+    """Where the metric is read: on a causal LM whose text ends with one of the swapped names, the token before
+    that name (where the name is predicted), when the text up to it has the same first tokens; otherwise the
+    model's prediction position."""
+    position = model.prediction_position(base)
+    ending = final_name(text)
+    if position is None or not model.causal or ending is None:
+        return position
+    prompt = text[:ending[0]].rstrip()
+    try:
+        tokens = cache.get_run(name, prompt).tokens
+    except InputError:
+        return position
+    return len(tokens) - 1 if 0 < len(tokens) < len(base.tokens) and base.tokens[:len(tokens)] == tokens \
+        else position
 
 
 # Pairs that differ in one word, tried in order; a model gets the first whose words it knows (no unknown token)
@@ -127,7 +165,7 @@ def render(ctx: ViewContext) -> None:
                    "patching swaps head outputs position by position, so both need the same number of tokens. "
                    "Change a word for one of the same length in tokens (a name for a name).")
         return
-    position = model.prediction_position(base)
+    position = read_position(model, base, ctx.text, ctx.name)
     metric_args, describe = _metric(model, base, other, position, ctx.text, source)
     if metric_args is None:
         return
@@ -203,7 +241,8 @@ def _metric(model: Model, base: AttentionRun, other: AttentionRun, position: int
             st.caption(f"Put {md_safe(model.mask_token or 'the mask token')} in both sentences to patch on a "
                        "logit difference; until then the metric is the embedding cosine.")
         return ("cosine",), "cosine similarity of the sentence embedding with the second sentence's"
-    first, second = answer_tokens(model, base, other, position, text, source)
+    ending = final_name(text) if position != model.prediction_position(base) else None
+    first, second = answer_tokens(model, base, other, position, text, source, ending and ending[1:])
     c1, c2 = st.columns(2)
     answer = c1.text_input("Answer token", value=shown_token(first), key=f"patch_answer|{first}",
                            help="The metric is logit(answer) − logit(against) at the prediction position. "
@@ -217,15 +256,23 @@ def _metric(model: Model, base: AttentionRun, other: AttentionRun, position: int
         st.warning(md_safe(str(err)))
         return None, ""
     label = f"logit({quoted(answer)}) − logit({quoted(against)}) at {where(model, base, position)}"
+    if ending is not None:
+        st.caption(md_safe(f"The text ends with the name {ending[1]}, so the metric is read where that name is "
+                           f"predicted: at position {position}, {quoted(base.tokens[position])}, the token before "
+                           f"the name, comparing {quoted(answer)} with {quoted(against)} (the text's own next word "
+                           "against the other name, by default). A causal model's prediction there does not see the "
+                           "name or anything after it."))
     return ("logit_diff", position, *ids), md_safe(label)
 
 
 def answer_tokens(model: Model, base: AttentionRun, other: AttentionRun, position: int, text: str,
-                  source: str) -> tuple[str, str]:
+                  source: str, names: tuple[str, str] | None = None) -> tuple[str, str]:
     """The default answer and "against" tokens: the swapped words themselves (as the model writes them at the
     prediction position, with a leading space where that is one token), answer being the one the first sentence
-    prefers; where the sentences differ in more than one word, each sentence's top prediction."""
-    words = changed_words(text, source)
+    prefers; where the sentences differ in more than one word, each sentence's top prediction. `names`: (the
+    text's final name, the other name) when the metric is read before that final name: answer and against in
+    that order, the name the text goes on with being the answer."""
+    words = names or changed_words(text, source)
     if words:
         pieces = []
         for word in words:
@@ -238,7 +285,7 @@ def answer_tokens(model: Model, base: AttentionRun, other: AttentionRun, positio
         if len(pieces) == 2 and pieces[0][1] != pieces[1][1]:
             (a, ia), (b, ib) = pieces
             logits = base.logits[position]
-            return (a, b) if float(logits[ia]) >= float(logits[ib]) else (b, a)
+            return (a, b) if names or float(logits[ia]) >= float(logits[ib]) else (b, a)
     first, second = int(base.logits[position].argmax()), int(other.logits[position].argmax())
     if first == second:
         second = int(base.logits[position].topk(2).indices[1])
@@ -301,11 +348,21 @@ def tops(values) -> str:
 
 
 def direct_map(ctx: ViewContext, position: int | None, metric_args: tuple):
-    st.markdown("**Direct effect of each head on the logit difference**")
-    if metric_args[0] != "logit_diff" or not ctx.model.causal:
+    if metric_args[0] != "logit_diff":  # no next-token scores at any position of this run: the metric is a cosine
+        st.markdown("**Direct effect of each head: none for the embedding cosine**")
+        st.caption("This run gives no next-token scores (a model without an LM head, or a masked LM's text without "
+                   "its mask token), so the metric is the cosine similarity of the first sentence's mean-pooled "
+                   "embedding with the second's. A direct effect splits a score read linearly off the last "
+                   "residual stream into one term per head; the cosine of a normalised, pooled embedding does not "
+                   "split that way, so no head's share of it is shown. The patching map beside this measures each "
+                   "head's whole effect on the cosine.")
+        return None
+    if not ctx.model.causal:
+        st.markdown("**Direct effect of each head: measured for causal language models**")
         st.caption("Direct effects are measured for causal language models: each head's term in the residual "
                    "stream carried through the final norm and the unembedding onto the logit difference.")
         return None
+    st.markdown("**Direct effect of each head on the logit difference**")
     _, position, answer, other = metric_args
     parts = cache.direct_effect_map(ctx.name, ctx.text, position, answer, other)
     if parts is None:
@@ -329,7 +386,7 @@ def direct_map(ctx: ViewContext, position: int | None, metric_args: tuple):
 def patch_heads(ctx: ViewContext, model: Model, base: AttentionRun, source: str, metric_args: tuple,
                 position: int | None, patched, direct) -> None:
     """Patch chosen heads and see the predictions (or the embedding) move."""
-    st.markdown("**Patch heads and see the prediction move**")
+    st.markdown(f"**Patch heads and see the {'prediction' if position is not None else 'embedding'} move**")
     options = [head_name((layer, head)) for layer in range(model.n_layers) for head in range(model.n_heads)]
     start = patched if patched is not None else direct
     default = [head_name(h) for h, _ in top_heads(start, 1)] if start is not None else []

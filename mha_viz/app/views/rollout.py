@@ -5,7 +5,7 @@ import streamlit as st
 
 from mha_viz import analysis, plotting
 from mha_viz.app.cache import norm_inputs
-from mha_viz.app.common import chart_config, head_name, layer_picker
+from mha_viz.app.common import fitted_chart, head_name, layer_picker
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import Ablation, head_keep_mask
 
@@ -33,14 +33,12 @@ def render(ctx: ViewContext) -> None:
     c1, c2 = st.columns(2)
     if on.any():
         raw = run.attentions[layer][on].mean(0)  # (Q, K)  mean over the heads that are on
-        c1.plotly_chart(plotting.head_figure(raw, run.tokens, f"L{layer} raw, mean of the {int(on.sum())} heads on",
-                                             size=380, colorbar=True, contrast="sqrt"), width="content", key="roll_raw",
-                    config=chart_config())
+        fitted_chart(plotting.head_figure(raw, run.tokens, f"L{layer} raw, mean of the {int(on.sum())} heads on",
+                                          size=380, colorbar=True, contrast="sqrt"), "roll_raw", c1, width="content")
     else:
         c1.info(f"Every head of L{layer} is off: no attention of this layer reaches the output.")
-    c2.plotly_chart(plotting.head_figure(rolled[layer], run.tokens, f"rollout through L{layer}", size=380,
-                                         colorbar=True, contrast="sqrt"),
-                    width="content", key="roll_fig", config=chart_config())
+    fitted_chart(plotting.head_figure(rolled[layer], run.tokens, f"rollout through L{layer}", size=380,
+                                      colorbar=True, contrast="sqrt"), "roll_fig", c2, width="content")
 
     st.markdown("**Value-weighted norms** ‖α_ij f(x_j)‖ (Kobayashi et al. 2020)")
     st.caption("Weights each attention arrow by the size of what it carries: the value vector of token j passed "
@@ -56,13 +54,12 @@ def render(ctx: ViewContext) -> None:
     off = (layer, head) in ctx.heads_off
     name = head_name((layer, head))
     c1, c2 = st.columns(2)
-    c1.plotly_chart(plotting.head_figure(run.attentions[layer, head], run.tokens, f"{name} weights α",
-                                         off=off, size=380, colorbar=True, contrast="sqrt"),
-                    width="content", key="norm_raw", config=chart_config())
+    fitted_chart(plotting.head_figure(run.attentions[layer, head], run.tokens, f"{name} weights α",
+                                      off=off, size=380, colorbar=True, contrast="sqrt"),
+                 "norm_raw", c1, width="content")
     if off:
         c2.info(f"{name} is switched off (its output {Ablation.of(ctx.ablation).describe}): what it adds no "
                 "longer comes from the keys, so every ‖α f(x)‖ is 0. Its weights α (left) are still computed.")
     else:
-        c2.plotly_chart(plotting.head_figure(norms[head], run.tokens, f"{name} ‖α f(x)‖", size=380,
-                                             colorbar=True, contrast="sqrt"),
-                        width="content", key="norm_fig", config=chart_config())
+        fitted_chart(plotting.head_figure(norms[head], run.tokens, f"{name} ‖α f(x)‖", size=380,
+                                          colorbar=True, contrast="sqrt"), "norm_fig", c2, width="content")
