@@ -585,9 +585,13 @@ def describe_formation(f: Formation) -> str:
         def share(v: torch.Tensor) -> float:
             return (float(v[at - 1]) - float(v[0])) / (float(v[-1]) - float(v[0]))
 
+        k_share = share(k)
+        # Past 100%: the K-composition stood above its final value then, and came back down by the last step.
+        k_said = (f"covered {k_share:.0%} of its" if k_share <= 1 else
+                  f"already passed its final value ({k_share:.0%} of its rise, falling back by step {last})")
         text += (f" At step {f.steps[at - 1]}, the last saved step before the induction score has covered "
                  f"{RISE_STARTS:.0%} of its rise (it has covered {share(f.induction):.0%}), the K-composition has "
-                 f"covered {share(k):.0%} of its.")
+                 f"{k_said}.")
     if f.top_pair is not None:
         (a, b, score) = f.top_pair
         same = (a, b) == (f.previous_head, f.induction_head)

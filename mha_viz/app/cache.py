@@ -475,6 +475,11 @@ def training_evidence(name: str) -> TrainingEvidence | None:
 ESTIMATE_SAMPLES = 8
 _FORWARD_SECONDS: dict[tuple[str, int], float] = {}  # (model, tokens) -> a measured forward pass, on this server
 _FORWARD_LOCK = threading.Lock()
+# model -> how long its last exact map took over what the forward-pass arithmetic predicted for it: the batches'
+# real cost per forward on this server, which a lone forward misjudges (it read ~1.3x high on SmolLM2), and the
+# load at the time. Learned from every finished map; 1 until one has finished.
+_EXACT_FACTOR: dict[str, float] = {}
+EXACT_FACTOR_RANGE = (0.1, 10.0)  # a map stopped by a hung machine or a clock jump does not wreck the next estimate
 
 
 @st.cache_resource(show_spinner="Estimating every head's importance...", max_entries=16)
@@ -498,7 +503,8 @@ def exact_seconds(name: str, text: str, n_heads: int, source: str | None = None)
     measured forward pass of this text (all heads on; measured once per model and token count on this server; a
     text under CALIBRATION_TOKENS as its share of a forward of about that many tokens), times the forwards' worth
     the engine's batches recompute (`Model.single_head_work`: the layers before a head are reused, and on causal
-    models a patch recomputes only the positions where the texts differ), per head."""
+    models a patch recomputes only the positions where the texts differ), per head; scaled by how far off the last
+    finished map of this model was (`exact_finished`)."""
     model = get_model(name)
     n = model.token_count(text)
     with _FORWARD_LOCK:
@@ -514,4 +520,17 @@ def exact_seconds(name: str, text: str, n_heads: int, source: str | None = None)
         with _FORWARD_LOCK:
             _FORWARD_SECONDS[(name, n)] = seconds
     per_head = model.single_head_work(text, source) / (model.n_layers * model.n_heads)
-    return seconds * n_heads * per_head
+    with _FORWARD_LOCK:
+        factor = _EXACT_FACTOR.get(name, 1.0)
+    return seconds * n_heads * per_head * factor
+
+
+def exact_finished(name: str, predicted: float, took: float) -> None:
+    """An exact map of `name` that `exact_seconds` priced at `predicted` seconds finished in `took`: later
+    estimates for this model are scaled so that this one would have been right."""
+    if predicted <= 0 or took <= 0:
+        return
+    with _FORWARD_LOCK:
+        raw = predicted / _EXACT_FACTOR.get(name, 1.0)
+        low, high = EXACT_FACTOR_RANGE
+        _EXACT_FACTOR[name] = min(high, max(low, took / raw))

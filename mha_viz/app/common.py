@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 import streamlit as st
 import torch
@@ -261,14 +262,16 @@ def _running_key(button_key: str) -> str:
     return f"_running|{button_key}"
 
 
-def exact_map_step(button_key: str, job, n_heads: int, seconds: float, compute, doing: str):
+def exact_map_step(button_key: str, job, n_heads: int, seconds: float, compute, doing: str,
+                   model_name: str | None = None):
     """The button of a long exact map, labelled with what it will cost before it is pressed (`seconds`, measured on
     this server: cache.exact_seconds), then a Stop, a progress bar that counts heads, and the work itself:
     `compute(progress)` under `cache.long_job` (idle cores may be borrowed). Returns what `compute` returned, or
     None when the button was not pressed. `job` identifies the work (model, text, ...): a job stopped mid-way (any
     click on the page ends the script run, Stop included) is still marked as running on the next run, which says
-    so; nothing of it is kept."""
-    from mha_viz.app.cache import long_job
+    so; nothing of it is kept. A finished map of `model_name` tells the next estimate how far off this one was
+    (cache.exact_finished)."""
+    from mha_viz.app.cache import exact_finished, long_job
 
     running = _running_key(button_key)
     if st.session_state.pop(running, None) == job:
@@ -277,18 +280,22 @@ def exact_map_step(button_key: str, job, n_heads: int, seconds: float, compute, 
     label = f"Compute the exact map ({n_heads} heads, about {duration(seconds)} on this server)"
     if not st.button(label, key=button_key, help="The time is measured on this server: one forward pass of this "
                      "text, times the heads, times the share of layers each head's pass recomputes, at one torch "
-                     "thread (faster when the server is idle and lends its other cores). Any click on the page "
+                     "thread (faster when the server is idle and lends its other cores), corrected by how long the "
+                     "last exact map of this model took here. Any click on the page "
                      "(e.g. Stop) stops it."):
         return None
     st.button("Stop", key=f"{button_key}_stop", help="Stops the computation; nothing is kept.")
     st.session_state[running] = job
     bar = st.progress(0.0, text=f"{doing}: 0 of {n_heads} heads")
+    start = time.perf_counter()
     with long_job() as tick:
         def progress(fraction: float) -> None:
             bar.progress(fraction, text=f"{doing}: {round(fraction * n_heads)} of {n_heads} heads")
             tick()
 
         result = compute(progress)
+    if model_name is not None:
+        exact_finished(model_name, seconds, time.perf_counter() - start)
     st.session_state.pop(running, None)
     bar.empty()
     return result

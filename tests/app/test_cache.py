@@ -299,3 +299,25 @@ def test_a_short_texts_exact_map_is_priced_per_token_on_a_longer_forward(monkeyp
     m = min(model.info.max_tokens, cache.CALIBRATION_TOKENS)
     assert n < m and seen == [m]
     assert got == pytest.approx(2.0 * n / m * model.single_head_work(text))
+
+
+def test_a_finished_exact_map_corrects_the_next_estimate(monkeypatch):
+    """The button's "about N s" learns from the last finished map of the model: a map priced at 10 s that took
+    13 s makes the next estimate of the same work 1.3x, whatever it was; other models are not touched; a map that
+    took absurdly long moves it by at most EXACT_FACTOR_RANGE."""
+    from mha_viz.app import cache
+
+    model = cache.get_model("tiny")
+    text = "anna berg went to the market ."
+    monkeypatch.setattr(cache, "_FORWARD_SECONDS", {("tiny", model.token_count(text)): 0.5})
+    monkeypatch.setattr(cache, "_EXACT_FACTOR", {})
+    n = model.n_layers * model.n_heads
+    first = cache.exact_seconds("tiny", text, n)
+    cache.exact_finished("tiny", first, 1.3 * first)
+    assert cache.exact_seconds("tiny", text, n) == pytest.approx(1.3 * first)
+    again = cache.exact_seconds("tiny", text, n)  # priced with the factor: learning from it again is not compounded
+    cache.exact_finished("tiny", again, again)
+    assert cache.exact_seconds("tiny", text, n) == pytest.approx(again)
+    assert "tiny-untrained" not in cache._EXACT_FACTOR
+    cache.exact_finished("tiny", again, 1e6 * again)
+    assert cache.exact_seconds("tiny", text, n) == pytest.approx(first * cache.EXACT_FACTOR_RANGE[1])

@@ -211,6 +211,9 @@ def test_the_words_on_a_formation_follow_its_numbers():
     assert "the K-composition has covered 75% of its." in words
     later = C.describe_formation(_formation([0.1, 0.1, 0.11, 0.3], [0.0, 0.6, 0.8, 0.9]))
     assert "the induction score rises first" in later
+    overshoot = C.describe_formation(_formation([0.1, 0.45, 0.35, 0.3], [0.0, 0.05, 0.6, 0.9]))
+    # K at step 100 is 0.45, past its final 0.3: 175% of its rise, said as such, not as "covered 175%".
+    assert "already passed its final value (175% of its rise, falling back by step 300)" in overshoot
     flat = C.describe_formation(_formation([0.3, 0.2, 0.2, 0.1], [0.0, 0.6, 0.8, 0.9]))
     assert "The K-composition does not rise over these steps." in flat
 

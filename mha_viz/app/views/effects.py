@@ -110,7 +110,7 @@ def importance(model: Model, model_name: str, text: str, base: AttentionRun, hea
     measured = exact_map_step(
         BUTTON, key, n_heads, exact_seconds(model_name, text, n_heads),
         lambda progress: head_importance(model, text, heads_off, position=at, progress=progress, ablation=ablation),
-        "Switching off one head at a time")
+        "Switching off one head at a time", model_name=model_name)
     if measured is not None:
         store.clear()
         store[key] = measured

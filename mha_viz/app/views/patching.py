@@ -300,7 +300,8 @@ def exact_button(ctx: ViewContext, source: str, metric_args: tuple) -> None:
         return
     n = ctx.model.n_layers * ctx.model.n_heads
     exact_map_step("patch_exact_btn", job, n, cache.exact_seconds(ctx.name, ctx.text, n, source),
-                   lambda progress: cache.exact_patching_map(*job, progress=progress), "Patching one head at a time")
+                   lambda progress: cache.exact_patching_map(*job, progress=progress), "Patching one head at a time",
+                   model_name=ctx.name)
 
 
 def patching_maps(ctx: ViewContext, source: str, metric_args: tuple, text_value: float, source_value: float):
