@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from mha_viz.analysis.patching import Metric, attribution_patching, direct_effects, normalise, patching_map
+from mha_viz.analysis.patching import (
+    Metric,
+    attribution_patching,
+    direct_effects,
+    normalise,
+    patching_map,
+    top_heads,
+)
 from mha_viz.app.views.patching import swapped
 
 from helpers import loaded
@@ -86,18 +93,30 @@ def test_tiny_patching_view_shows_the_measured_maps():
     assert _metric(at, "Total logit difference") == pytest.approx(parts.total, abs=1e-3)
     assert _metric(at, "Sum over heads") + _metric(at, "Rest") == pytest.approx(parts.total, abs=2e-3)
     # The exact map, on request, equals the analysis run on its own; then a patched head moves the prediction.
+    def head_of(name: str) -> tuple[int, int]:
+        layer, head = (int(part[1:]) for part in name.split())
+        return layer, head
+
+    estimate = normalise(attribution_patching(model, TINY_TEXT, source, metric), *(
+        float(metric(None, r.logits)) for r in (run, other)))
+    before = at.multiselect(key="patch_pick|tiny").value
+    assert [head_of(n) for n in before] == [top_heads(estimate, 1)[0][0]], "the estimate's strongest head first"
     labels = [b.label for b in at.button]
     at.button[[i for i, label in enumerate(labels) if label.startswith("Compute the exact map")][0]].click().run()
     assert not at.exception, at.exception
     assert any("rank correlation" in md.value for md in at.markdown)
     exact = patching_map(model, TINY_TEXT, source, metric).moved
     picked = at.multiselect(key="patch_pick|tiny").value
-    assert picked, "the strongest head is picked to start with"
-    layer, head = (int(part[1:]) for part in picked[0].split())
+    assert len(picked) == 1, "an untouched pick follows the exact map's strongest head"
+    layer, head = head_of(picked[0])
     assert exact.abs().max() == pytest.approx(abs(float(exact[layer, head])), abs=1e-5)
     patched = model.run(TINY_TEXT, patch={(layer, head)}, source=source)
     assert _metric(at, "Metric with 1 head(s) patched") == pytest.approx(float(metric(None, patched.logits)),
                                                                           abs=1e-3)
+    mine = ["L0 H0", "L0 H1"]  # a pick the user made is kept on later reruns
+    at.multiselect(key="patch_pick|tiny").set_value(mine).run()
+    at.run()
+    assert at.multiselect(key="patch_pick|tiny").value == mine
 
 
 def test_a_second_sentence_of_another_length_is_explained():

@@ -47,12 +47,18 @@ def test_tiny_the_previous_token_head_feeds_the_induction_heads_keys():
     prev_head = (0, int(check.previous_on[0].argmax()))
     induction = [divmod(int(i), c.n_heads) for i in check.induction_on.flatten().argsort(descending=True)[:3]]
     k_scores = [float(c.composition["k"][prev_head + tuple(h)]) for h in induction]
-    assert min(k_scores) > 1.5 * c.baseline["k"].p99
+    base = c.baseline["k"]
+    assert min(k_scores) > base.mean + 8 * base.std and min(k_scores) > base.p99  # random: 0.125 +- 0.007
+    # ...and above what it sends a head of the same layer that does no induction (score under 0.1).
+    others = [float(c.composition["k"][prev_head + (1, h)]) for h in range(c.n_heads)
+              if float(check.induction_on[1, h]) < 0.1]
+    assert others and min(k_scores) > max(others)
     assert all(float(c.copying[tuple(h)]) > 0.9 for h in induction)
     # The causal check: with the previous-token head mean-ablated, the induction heads' scores collapse.
     cut = causal_check(model, prev_head)
     for h in induction:
-        assert float(cut.induction_on[tuple(h)]) > 0.8 and float(cut.induction_off[tuple(h)]) < 0.2
+        on, off = float(cut.induction_on[tuple(h)]), float(cut.induction_off[tuple(h)])
+        assert on > 0.5 and off < 0.1 * on, (h, on, off)  # a uniform pattern scores about 0.06
 
 
 def test_tiny_the_previous_token_heads_position_map_peaks_at_offset_one():

@@ -391,8 +391,14 @@ def patch_heads(ctx: ViewContext, model: Model, base: AttentionRun, source: str,
     options = [head_name((layer, head)) for layer in range(model.n_layers) for head in range(model.n_heads)]
     start = patched if patched is not None else direct
     default = [head_name(h) for h, _ in top_heads(start, 1)] if start is not None else []
-    picked = st.multiselect("Heads to patch from the second sentence", options, default=default,
-                            key=f"patch_pick|{ctx.name}")
+    key, seen = f"patch_pick|{ctx.name}", f"patch_pick_default|{ctx.name}"
+    # The pick starts at the strongest head of the map on screen (the estimate, then the exact map once it is
+    # computed): a pick the user has not touched follows a better map; one they changed is theirs.
+    if key in st.session_state and st.session_state[key] == st.session_state.get(seen) and default:
+        st.session_state[key] = default
+    st.session_state[seen] = default
+    picked = st.multiselect("Heads to patch from the second sentence", options,
+                            default=None if key in st.session_state else default, key=key)
     if not picked:
         return
     heads = frozenset(parse_head(name) for name in picked)
