@@ -91,7 +91,8 @@ class TinyModel(EditableModel):
         return self.head_weights_from(layer, w_q, w_k, w_v, b_q, b_k, b_v, rotary=False)
 
     def embeddings(self) -> Embeddings:
-        return Embeddings(tokens=self.lm.tok.weight.detach().float(), positions=self.lm.pos.weight[: self.config.max_len].detach().float(),  # served rows
+        served = self.lm.pos.weight[: self.config.max_len]  # (max_len, D): not the margin trained past it
+        return Embeddings(tokens=self.lm.tok.weight.detach().float(), positions=served.detach().float(),
                           unembed=self.lm.head.weight.detach().float(),
                           labels=[self.vocab.word(i) for i in range(len(self.vocab))])
 
