@@ -272,7 +272,10 @@ def _square_layout(title: str, size: int, labels: list[str], colorbar: bool = Fa
         meta=dict(fit=dict(height=size + top + bottom, fixed_v=top + bottom, fixed_h=across, ratio=1.0)),
         title=dict(text=html.escape(title, quote=False), font=dict(size=12), x=0.5, xanchor="center",
                    y=1, yref="container", yanchor="top", pad=dict(t=6)),
-        height=size + top + bottom, margin=dict(l=4, r=4, t=top, b=bottom),
+        # The query labels' room is the left margin itself (automargin only grows it), so the width the square gets
+        # is exactly the figure's less `across`, as `fit` assumes: left to automargin, the labels took ~9 px less
+        # than planned, the plot area was wider than the square and the colour bar under it ran past its edge.
+        height=size + top + bottom, margin=dict(l=across - 4, r=4, t=top, b=bottom),
         # Where the chart is drawn narrower than planned (a narrow window's columns) the square shrinks: it keeps to
         # the top left, under its title and labels, instead of floating in the middle of the figure's height.
         xaxis=dict(side="top", tickangle=-90, tickfont=tick_font, showgrid=False, automargin=True,
