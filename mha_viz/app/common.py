@@ -262,8 +262,7 @@ def _running_key(button_key: str) -> str:
     return f"_running|{button_key}"
 
 
-def exact_map_step(button_key: str, job, n_heads: int, seconds: float, compute, doing: str,
-                   model_name: str | None = None):
+def exact_map_step(button_key: str, job, n_heads: int, seconds: float, compute, doing: str, model_name: str):
     """The button of a long exact map, labelled with what it will cost before it is pressed (`seconds`, measured on
     this server: cache.exact_seconds), then a Stop, a progress bar that counts heads, and the work itself:
     `compute(progress)` under `cache.long_job` (idle cores may be borrowed). Returns what `compute` returned, or
@@ -294,8 +293,7 @@ def exact_map_step(button_key: str, job, n_heads: int, seconds: float, compute, 
             tick()
 
         result = compute(progress)
-    if model_name is not None:
-        exact_finished(model_name, seconds, time.perf_counter() - start)
+    exact_finished(model_name, seconds, time.perf_counter() - start)
     st.session_state.pop(running, None)
     bar.empty()
     return result

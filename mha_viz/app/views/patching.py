@@ -87,21 +87,23 @@ def swapped(text: str) -> str:
     return made[0] if made else text
 
 
-def read_position(model: Model, base: AttentionRun, text: str, name: str) -> int | None:
-    """Where the metric is read: on a causal LM whose text ends with one of the swapped names, the token before
-    that name (where the name is predicted), when the text up to it has the same first tokens; otherwise the
-    model's prediction position."""
+def read_position(model: Model, base: AttentionRun, text: str,
+                  name: str) -> tuple[int | None, tuple[str, str] | None]:
+    """(where the metric is read, the (final name, other name) read there or None). On a causal LM whose text ends
+    with one of the swapped names, the token before that name (where the name is predicted), when the text up to
+    it has the same first tokens; otherwise the model's prediction position, and no names."""
     position = model.prediction_position(base)
     ending = final_name(text)
     if position is None or not model.causal or ending is None:
-        return position
+        return position, None
     prompt = text[:ending[0]].rstrip()
     try:
         tokens = cache.get_run(name, prompt).tokens
     except InputError:
-        return position
-    return len(tokens) - 1 if 0 < len(tokens) < len(base.tokens) and base.tokens[:len(tokens)] == tokens \
-        else position
+        return position, None
+    if 0 < len(tokens) < len(base.tokens) and base.tokens[:len(tokens)] == tokens:
+        return len(tokens) - 1, ending[1:]
+    return position, None
 
 
 # Pairs that differ in one word, tried in order; a model gets the first whose words it knows (no unknown token)
@@ -165,8 +167,8 @@ def render(ctx: ViewContext) -> None:
                    "patching swaps head outputs position by position, so both need the same number of tokens. "
                    "Change a word for one of the same length in tokens (a name for a name).")
         return
-    position = read_position(model, base, ctx.text, ctx.name)
-    metric_args, describe = _metric(model, base, other, position, ctx.text, source)
+    position, names = read_position(model, base, ctx.text, ctx.name)
+    metric_args, describe = _metric(model, base, other, position, ctx.text, source, names)
     if metric_args is None:
         return
     text_value = float(cache.metric_for(ctx.name, source, metric_args)(base.output, base.logits))
@@ -234,15 +236,15 @@ def typed_token(text: str) -> str:
 
 
 def _metric(model: Model, base: AttentionRun, other: AttentionRun, position: int | None, text: str = "",
-            source: str = ""):
-    """("logit_diff", position, answer, other) for LMs, ("cosine",) for encoders, and its wording."""
+            source: str = "", names: tuple[str, str] | None = None):
+    """("logit_diff", position, answer, other) for LMs, ("cosine",) for encoders, and its wording. `names`: the
+    (final name, other name) `read_position` read the metric before, if it did."""
     if position is None:
         if model.info.kind == "masked-lm":
             st.caption(f"Put {md_safe(model.mask_token or 'the mask token')} in both sentences to patch on a "
                        "logit difference; until then the metric is the embedding cosine.")
         return ("cosine",), "cosine similarity of the sentence embedding with the second sentence's"
-    ending = final_name(text) if position != model.prediction_position(base) else None
-    first, second = answer_tokens(model, base, other, position, text, source, ending and ending[1:])
+    first, second = answer_tokens(model, base, other, position, text, source, names)
     c1, c2 = st.columns(2)
     answer = c1.text_input("Answer token", value=shown_token(first), key=f"patch_answer|{first}",
                            help="The metric is logit(answer) − logit(against) at the prediction position. "
@@ -256,8 +258,8 @@ def _metric(model: Model, base: AttentionRun, other: AttentionRun, position: int
         st.warning(md_safe(str(err)))
         return None, ""
     label = f"logit({quoted(answer)}) − logit({quoted(against)}) at {where(model, base, position)}"
-    if ending is not None:
-        st.caption(md_safe(f"The text ends with the name {ending[1]}, so the metric is read where that name is "
+    if names is not None:
+        st.caption(md_safe(f"The text ends with the name {names[0]}, so the metric is read where that name is "
                            f"predicted: at position {position}, {quoted(base.tokens[position])}, the token before "
                            f"the name, comparing {quoted(answer)} with {quoted(against)} (the text's own next word "
                            "against the other name, by default). A causal model's prediction there does not see the "
