@@ -249,7 +249,8 @@ def _square_colorbar(title: str) -> dict:
     square and its labels). Under, not beside: a bar beside it takes ~100 px of width, and in a narrow window's
     column (Inside a head at 1000x800: ~190 px) the square shrank to ~45 px to make room. (A bar of the planned
     width, in pixels, ran out of a narrow figure.)"""
-    return dict(title=dict(text=title, side="top"), thickness=10, orientation="h", lenmode="fraction", len=1.0,
+    # The title under the numbers: plotly drew a horizontal bar's "top" title over the bar's top edge.
+    return dict(title=dict(text=title, side="bottom"), thickness=10, orientation="h", lenmode="fraction", len=1.0,
                 x=0, xanchor="left", xpad=0, y=0, yref="container", yanchor="bottom", ypad=4)
 
 
@@ -441,10 +442,12 @@ def predictions_figure(before: list[tuple[str, float]], after: list[tuple[str, f
     fig.add_trace(go.Bar(y=labels, x=[a.get(w, 0.0) for w in words], name=changed, orientation="h",
                          marker_color="#c44e52"))
     fig.update_layout(template="none", barmode="group",
-                      title=dict(text=html.escape(title, quote=False), font=dict(size=13)),
-                      height=120 + 28 * len(words), margin=dict(l=90, r=10, t=40, b=30),
+                      title=dict(text=html.escape(title, quote=False), font=dict(size=13), y=1, yref="container",
+                                 yanchor="top", pad=dict(t=10)),
+                      height=140 + 28 * len(words), margin=dict(l=90, r=10, t=62, b=40),
                       yaxis=dict(autorange="reversed"), xaxis=dict(title="probability", range=[0, 1]), font=_FONT,
-                      legend=dict(orientation="h", y=-0.15))
+                      # Above the bars, under the title: below them a narrow chart's legend sat on the axis title.
+                      legend=dict(orientation="h", x=0, xanchor="left", y=1, yanchor="bottom"))
     return fig
 
 

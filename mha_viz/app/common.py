@@ -53,6 +53,25 @@ def where(model: Model, run: AttentionRun, position: int) -> str:
     return f"position {position}, {token}"
 
 
+# Room per column of a metric row, in rem (page.py's CSS has one rule per width): a value of n characters at the
+# metric's 2.25rem font needs about 1.3 n rem.
+_METRIC_ROOM = (7, 10, 13)
+
+
+def metric_row(key: str, metrics: list[tuple], where=None) -> None:
+    """Metrics side by side, each (label, value, *st.metric's other arguments) or a dict of st.metric's keyword
+    arguments, in a row that folds onto more lines before a value would be cut: Streamlit cuts a value wider than
+    its column with an ellipsis, and on a 1000 px page three metrics in half the main column showed "+1…". Each
+    column keeps the room the row's longest value needs (page.py's `mrow<rem>_` rule); labels wrap."""
+    args = [m if isinstance(m, dict) else dict(zip(("label", "value", "delta", "delta_color", "help"), m))
+            for m in metrics]
+    longest = max(len(str(m["value"])) for m in args)
+    room = next((w for w in _METRIC_ROOM if 1.3 * longest + 0.5 <= w), _METRIC_ROOM[-1])
+    columns = (where or st).container(key=f"mrow{room}_{key}").columns(len(args))
+    for column, m in zip(columns, args):
+        column.metric(**m)
+
+
 def predictions_panel(model: Model, base: AttentionRun, run: AttentionRun, position: int, key: str,
                       table: bool = False, chart: bool = True, changed: str = "with heads off") -> None:
     """KL between the two runs' predictions at `position` and their top-5 side by side: a plotly chart, or
@@ -60,11 +79,10 @@ def predictions_panel(model: Model, base: AttentionRun, run: AttentionRun, posit
     kl = analysis.next_token_kl(base.logits, run.logits, position)
     before, after = top_predictions(model, base.logits[position]), top_predictions(model, run.logits[position])
     label = where(model, base, position)
-    c1, c2, c3 = st.columns(3)
-    c1.metric("KL(before ‖ after) of the prediction", f"{kl:.4f} nats")
     # As the bars and token strips label tokens: a space-only token reads ␣, a newline ↵ (not a quoted blank).
-    c2.metric("Top prediction before", visible(before[0][0], 24))
-    c3.metric("Top prediction after", visible(after[0][0], 24))
+    metric_row(f"kl_{key}", [("KL(before ‖ after) of the prediction, nats", f"{kl:.4f}"),
+                             ("Top prediction before", visible(before[0][0], 9)),
+                             ("Top prediction after", visible(after[0][0], 9))])
     if table:
         st.table([{"rank": i + 1, "before": f"{visible(w, 24)} ({p:.1%})", "after": f"{visible(a, 24)} ({q:.1%})"}
                   for i, ((w, p), (a, q)) in enumerate(zip(before, after))])

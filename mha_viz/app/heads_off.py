@@ -10,6 +10,7 @@ from mha_viz.app.common import (
     ABLATION_LABELS,
     ABLATION_SHORT,
     md_safe,
+    metric_row,
     predictions_panel,
     quoted,
     top_predictions,
@@ -80,11 +81,9 @@ def effect_panel(ctx: ViewContext) -> None:
     if model.causal:  # mean-pooled embeddings are an encoder's output; a causal LM's is its prediction
         st.metric(*largest)  # one metric: no empty column beside it
     else:
-        c1, c2 = st.columns(2)
         cos = analysis.cosine_change(base.output, run.output)
-        c1.metric("Cosine similarity of sentence embedding (before vs after)", f"{cos:.5f}",
-                  delta=f"{cos - 1:.5f}", delta_color="inverse" if cos < 1 else "off")
-        c2.metric(*largest)
+        metric_row("heads_off_fx", [("Cosine similarity of sentence embedding (before vs after)", f"{cos:.5f}",
+                                     f"{cos - 1:.5f}", "inverse" if cos < 1 else "off"), largest])
     with st.expander("Change of each token's final hidden state", expanded=False):
         st.markdown(change_strip(base.tokens, change), unsafe_allow_html=True)
 

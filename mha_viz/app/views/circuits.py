@@ -12,7 +12,7 @@ import torch
 from mha_viz import checkpoints, load_model, plotting, seeds
 from mha_viz.analysis import circuits as circ
 from mha_viz.app.cache import get_model, training_evidence
-from mha_viz.app.common import head_name, md_safe, quoted, trained_here, visible
+from mha_viz.app.common import head_name, md_safe, metric_row, quoted, trained_here, visible
 from mha_viz.app.context import ViewContext
 from mha_viz.circuits_notes import formation_of
 from mha_viz.contract import Head, InputError, ModelLoadError, UnavailableError
@@ -144,12 +144,12 @@ def one_head(ctx: ViewContext, c: circ.Circuits) -> Head:
     layer, head = _head_picker(c, "Head", "circ_head", default)
     maps = head_maps(ctx.name, layer, head)
     copy = None if c.copying is None else float(c.copying[layer, head])
-    m1, m2, m3 = st.columns(3)
-    m1.metric("OV copying score", "n/a" if copy is None else f"{copy:+.2f}",
-              help="sum(λ) / sum(|λ|) over the eigenvalues λ of the token-to-token OV map: +1 when attending to a "
-                   "token raises that same token's logit along every direction, -1 when it lowers it")
-    m2.metric("QK effective rank", f"{float(c.qk_rank[layer, head]):.1f} of {c.d_head}")
-    m3.metric("OV effective rank", f"{float(c.ov_rank[layer, head]):.1f} of {c.d_head}")
+    metric_row("circ_head", [
+        dict(label="OV copying score", value="n/a" if copy is None else f"{copy:+.2f}",
+             help="sum(λ) / sum(|λ|) over the eigenvalues λ of the token-to-token OV map: +1 when attending to a "
+                  "token raises that same token's logit along every direction, -1 when it lowers it"),
+        ("QK effective rank", f"{float(c.qk_rank[layer, head]):.1f} of {c.d_head}"),
+        ("OV effective rank", f"{float(c.ov_rank[layer, head]):.1f} of {c.d_head}")])
     name = head_name((layer, head))
     vocab = maps["vocab"]
     if maps["full"]:

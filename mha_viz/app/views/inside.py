@@ -14,6 +14,7 @@ from mha_viz.app.common import (
     head_name,
     layer_picker,
     md_safe,
+    metric_row,
     quoted,
     token_picker,
     visible,
@@ -28,7 +29,7 @@ def render(ctx: ViewContext) -> None:
     model = ctx.model
     st.subheader(f"Inside a head of layer {ctx.layer}")
     _apply_row_click()
-    c1, c2, _ = st.columns([1, 1, 4])
+    c1, c2, _ = st.container(key="wrap_inside").columns([1, 1, 4])
     layer = layer_picker(model, ctx.name, ctx.layer, c1)
     head = c2.selectbox("Head", range(model.n_heads), format_func=lambda h: head_name((layer, h)), key="inside_head")
     query = token_picker(ctx.run, "Query token (click one)")
@@ -137,11 +138,10 @@ def combine(ctx: ViewContext, heads, query: int, token: str) -> None:
                                         combo.bias_along, combo.total_norm, f"Layer {layer}, token {query}")
     st.plotly_chart(fig, width="stretch", key="inside_combine", config=chart_config())
     sizes = analysis.update_sizes(heads[0].resid[query], combo.total)
-    c1, c2, c3, c4 = st.columns(4)
-    c1.metric("‖Σ heads + bias‖ (the update)", f"{sizes['update']:.3f}")
-    c2.metric("‖residual stream in‖", f"{sizes['resid']:.3f}")
-    c3.metric("update / residual", f"{sizes['ratio']:.2f}")
-    c4.metric("cos(update, residual)", f"{sizes['cosine']:+.2f}")
+    metric_row("inside_sizes", [("‖Σ heads + bias‖ (the update)", f"{sizes['update']:.3f}"),
+                                ("‖residual stream in‖", f"{sizes['resid']:.3f}"),
+                                ("update / residual", f"{sizes['ratio']:.2f}"),
+                                ("cos(update, residual)", f"{sizes['cosine']:+.2f}")])
     st.caption("Pre-LN models (GPT-2, Llama, SmolLM2, the tiny model) add the update to the residual stream as it "
                "is; post-LN models (BERT, MiniLM) add it and then normalise. "
                f"‖residual + update‖ = {sizes['after']:.3f}. Sizes are measurements on this input; a large "

@@ -15,6 +15,7 @@ from mha_viz.app.common import (
     exact_map_step,
     head_name,
     md_safe,
+    metric_row,
     parse_head,
     predictions_panel,
     quoted,
@@ -173,9 +174,8 @@ def render(ctx: ViewContext) -> None:
         return
     text_value = float(cache.metric_for(ctx.name, source, metric_args)(base.output, base.logits))
     source_value = float(cache.metric_for(ctx.name, source, metric_args)(other.output, other.logits))
-    c1, c2 = st.columns(2)
-    c1.metric(f"Metric on the first sentence: {describe}", f"{text_value:.3f}")
-    c2.metric("Metric on the second sentence", f"{source_value:.3f}")
+    metric_row("patch_values", [(f"Metric on the first sentence: {describe}", f"{text_value:.3f}"),
+                                ("Metric on the second sentence", f"{source_value:.3f}")])
     if abs(source_value - text_value) < 1e-6:
         st.info("The metric is the same on both sentences, so there is no difference for a head to carry: no map "
                 "is drawn. Change the second sentence or the answer tokens.")
@@ -375,10 +375,9 @@ def direct_map(ctx: ViewContext, position: int | None, metric_args: tuple):
     st.plotly_chart(plotting.signed_layer_head_map(parts.heads, "Direct effect (logits), first sentence",
                                                    "Δ logit diff"), width="stretch", key="patch_direct_map",
                     config=chart_config())
-    c1, c2, c3 = st.columns(3)
-    c1.metric("Sum over heads", f"{float(parts.heads.sum()):+.3f}")
-    c2.metric("Rest (embeddings, MLPs, biases)", f"{parts.rest:+.3f}")
-    c3.metric("Total logit difference", f"{parts.total:+.3f}")
+    metric_row("patch_direct", [("Sum over heads", f"{float(parts.heads.sum()):+.3f}"),
+                                ("Rest (embeddings, MLPs, biases)", f"{parts.rest:+.3f}"),
+                                ("Total logit difference", f"{parts.total:+.3f}")])
     st.caption("Each head's output through its slice of the output projection, then the final norm with its "
                "scale frozen at this input, then the unembedding (Elhage et al. 2021). Only the direct path: "
                "what a head does through later layers shows up in the patching map, not here. Top: "
