@@ -519,6 +519,12 @@ class Model(ABC):
         """The token a masked LM predicts at, e.g. "[MASK]"; None for other models."""
         return None
 
+    def name_words(self) -> frozenset[str]:
+        """Words this model knows to be parts of people's names, lowercase (the tiny model's first and last names:
+        its vocabulary has no capitals, so "anna berg" is a name only because the model says so). Empty for
+        models with no such list; the Patching view then takes capitalised words for names."""
+        return frozenset()
+
     def prediction_position(self, run: AttentionRun) -> int | None:
         """Where predictions are read: a causal LM's last position, a masked LM's first mask token; None when
         the model has no LM head or a masked LM's text holds no mask token."""

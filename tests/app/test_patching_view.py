@@ -382,3 +382,44 @@ def test_smollm2_app_examples_with_two_names_move_the_metric():
         assert model.token_count(swapped(text)) == model.token_count(text), text
         first, second = _metric(at, "Metric on the first sentence"), _metric(at, "Metric on the second sentence")
         assert abs(first - second) > 0.1, (text, first, second)
+
+
+def test_names_of_two_words_swap_whole_and_are_read_before_their_first_word():
+    """A name of two words ("Mary Smith") is one name: it is swapped whole for another of two words, and a text
+    that ends with it keeps it and is read where its first word is predicted. Before, "Smith" alone was the final
+    name, "Mary" and "John" were swapped as two single names, and the metric compared the wrong tokens."""
+    text = "When Mary Smith and John Brown went to the store, John Brown gave a drink to Mary Smith."
+    assert swapped(text) == "When Mary Smith and John Brown went to the store, Mary Smith gave a drink to Mary Smith."
+    # A capitalised word that opens a sentence is no part of the name after it ("Yesterday Mary" names Mary).
+    assert swapped("Yesterday Mary met John. Later John gave a book to Mary.") == \
+        "Yesterday Mary met John. Later Mary gave a book to Mary."
+    # Two-word names swap for two-word names where there is one, so both sentences keep their length.
+    assert swapped("Anna Berg met Ben and Tom Lind. Later Tom Lind gave the book to") == \
+        "Anna Berg met Ben and Tom Lind. Later Anna Berg gave the book to"
+
+
+def test_tiny_lowercase_names_are_names_on_the_page():
+    """The tiny model's vocabulary is lowercase, so no word of its own sentences looked like a name and the
+    second sentence was always the first (issue 19: "tiny fails every time"). The model says which of its words
+    are names (`Model.name_words`): the page swaps them, reads the metric before a final name of two words, at its
+    first word, and the sentences differ on the metric."""
+    model = loaded("tiny")
+    assert {"anna", "berg", "tom", "lind"} <= model.name_words()
+    text = "anna berg met tom lind at the park . later tom lind gave the book to anna berg ."
+    want = "anna berg met tom lind at the park . later anna berg gave the book to anna berg ."
+    assert swapped(text, model.name_words()) == want
+    assert swapped(text) == text  # without the model's names: no capitals, no names
+    at = _app("tiny", text)
+    open_view(at, "Patching")
+    assert not at.exception, at.exception
+    box = next(t for t in at.text_input if t.key.startswith("patch_source"))
+    assert box.value == want
+    boxes = {t.label: t.value for t in at.text_input}
+    assert (boxes["Answer token"].strip(), boxes["Against"].strip()) == ("anna", "tom"), boxes
+    run, other = model.run(text), model.run(want)
+    position = len(model.run("anna berg met tom lind at the park . later tom lind gave the book to").tokens) - 1
+    assert run.tokens[position] == "to"
+    metric = Metric("logit_diff", position=position, answer=model.token_id("anna"), other=model.token_id("tom"))
+    assert _metric(at, "Metric on the first sentence") == pytest.approx(float(metric(None, run.logits)), abs=1e-3)
+    assert _metric(at, "Metric on the second sentence") == pytest.approx(float(metric(None, other.logits)), abs=1e-3)
+    assert abs(float(metric(None, run.logits)) - float(metric(None, other.logits))) > 0.1

@@ -22,7 +22,16 @@ from mha_viz.contract import (
 )
 from mha_viz.models.interventions import EditableModel, Encoded, FinalParts, Forward, HeadEdit
 from mha_viz.models.tiny.architecture import TinyConfig, TinyLM, build_model
-from mha_viz.models.tiny.corpus import BOS, Vocab, build_vocab, example_sentences, ground_truth, tokenize
+from mha_viz.models.tiny.corpus import (
+    BOS,
+    FIRST_NAMES,
+    LAST_NAMES,
+    Vocab,
+    build_vocab,
+    example_sentences,
+    ground_truth,
+    tokenize,
+)
 from mha_viz.settings import ASSETS
 
 TINY_ASSETS = ASSETS / "tiny"
@@ -107,6 +116,9 @@ class TinyModel(EditableModel):
     def ground_truth(self, tokens: list[str]):
         """The corpus grammar's subject-verb pairs and repeated words in this text (see `corpus.ground_truth`)."""
         return ground_truth(tokens)
+
+    def name_words(self) -> frozenset[str]:
+        return frozenset(FIRST_NAMES) | frozenset(LAST_NAMES)  # the corpus's people, in its lowercase words
 
     def examples(self) -> list[tuple[str, str, str]]:
         return [(f"{e.relation}: {e.label}"[:48], e.text, e.label) for e in example_sentences()]
