@@ -44,18 +44,34 @@ BAR_TITLE = """() => [...document.querySelectorAll('.js-plotly-plot .colorbar')]
   const hit = a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
   return hit ? [[bar.closest('.js-plotly-plot').querySelector('.gtitle')?.textContent || '', title.textContent]] : [];
 })"""
+# Words written in heatmap cells that are wider than their cell (they run into the next one: Follow a token at
+# 1000x800 drew "cabinet" over "were"): (chart title, the word, its width, the cell's).
+CELL_TEXT = """() => [...document.querySelectorAll('.js-plotly-plot')].flatMap(p => {
+  const area = p.querySelector('.nsewdrag'), trace = (p.data || [])[0];
+  if (!area || !trace || trace.type !== 'heatmap' || !trace.x) return [];
+  const cell = area.getBoundingClientRect().width / trace.x.length;
+  return [...p.querySelectorAll('.heatmaplayer text')]
+    .filter(t => t.textContent && t.getBoundingClientRect().width > cell + 0.5)
+    .map(t => [p.querySelector('.gtitle')?.textContent || '', t.textContent,
+               Math.round(t.getBoundingClientRect().width), Math.round(cell)]);
+})"""
 VIEWS = {  # view -> the JS predicate that says it is drawn
     "Patching": "() => [...document.querySelectorAll('[data-testid=stMetric]')].length >= 5"
                 " && [...document.querySelectorAll('.js-plotly-plot .gtitle')]"
                 ".some(t => t.textContent.startsWith('Top-'))",
     "Inside a head": "() => [...document.querySelectorAll('[data-testid=stMetric]')].length >= 4",
     "Rollout & norms": "() => document.querySelectorAll('.js-plotly-plot .colorbar .cbtitle text').length >= 4",
+    "Follow a token": "() => document.querySelectorAll('.js-plotly-plot .heatmaplayer text').length > 0",
 }
+# The model and text of each view's check: Follow a token needs words longer than its cells, which MiniLM's
+# sentence has.
+OPEN = {"Follow a token": ("minilm", "The keys to the old cabinet were on the table, so she took them.")}
 
 
 @pytest.mark.parametrize("view", list(VIEWS))
 def test_nothing_is_cut_at_1000x800(browser, streamlit_url, view):
-    context, page = open_app(browser, streamlit_url, {"model": "tiny", "text": TEXT, "view": view}, VIEWS[view],
+    model, text = OPEN.get(view, ("tiny", TEXT))
+    context, page = open_app(browser, streamlit_url, {"model": model, "text": text, "view": view}, VIEWS[view],
                              f"the {view} view")
     try:
         _assert_no_exception(page, f"opening {view}")
@@ -64,6 +80,7 @@ def test_nothing_is_cut_at_1000x800(browser, streamlit_url, view):
         assert page.evaluate(SPILL) == [], f"{view}: metric text wider than its box at 1000x800"
         assert page.evaluate(OVERLAP) == [], f"{view}: a legend drawn over its chart's axis title at 1000x800"
         assert page.evaluate(BAR_TITLE) == [], f"{view}: a colour bar's title drawn over the bar at 1000x800"
+        assert page.evaluate(CELL_TEXT) == [], f"{view}: words wider than their heatmap cells at 1000x800"
         assert not page.js_errors, page.js_errors
     finally:
         context.close()

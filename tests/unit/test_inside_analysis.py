@@ -68,3 +68,19 @@ def test_pattern_pick_figure_makes_every_cell_a_click_on_its_row():
     assert fig.layout.shapes[0].y0 == 0.5 and fig.layout.shapes[0].y1 == 1.5  # the query row outlined
     n = plotting.CLICKABLE_ROWS_UP_TO + 1
     assert len(plotting.pattern_pick_figure(torch.eye(n), [str(i) for i in range(n)], "t", 0).data) == 1
+
+
+def test_follow_cells_hold_their_words_at_the_narrowest_plot():
+    """Follow a token writes each token in its cell; at 1000 px "cabinet" ran into the next cell. A word that does
+    not fit the cell (at the narrowest plot, FOLLOW_PLOT_PX) is written at 9 px and cut with "…"; short words stay
+    whole at 10 px; past three characters a cell the words go to the axis."""
+    short = ["a", "b", "cd"] * 6
+    assert plotting.cell_words(short) == (short, 10)
+    tokens = ["[CLS]", "the", "keys", "cabinet"] + ["x"] * 14  # 18 cells of ~22 px
+    words, font = plotting.cell_words(tokens)
+    room = int((plotting.FOLLOW_PLOT_PX / 18 - 2) / (plotting._CHAR_EM * 9))
+    assert font == 9 and words[3] == "cabinet"[:room - 1] + "…" and words[1] == "the"
+    assert all(len(w) <= room for w in words)
+    assert plotting.cell_words(["word"] * 60) == (None, 10)
+    fig = plotting.follow_figure(tokens, torch.rand(2, 18), ["L0 H0", "L0 H1"], [0, 1], [False, False], 0, "t")
+    assert list(fig.data[0].text[0]) == words and fig.data[0].textfont.size == 9
