@@ -191,3 +191,20 @@ def test_follow_a_token_thins_long_text_labels_and_keeps_the_followed_one():
         assert all(abs(i - query) >= step for i in shown if i != query)
         assert fig.layout.xaxis.tickfont.size >= 10 and fig.layout.height > height
         assert fig.layout.title.yref == "container" and fig.layout.margin.t > 40
+
+
+def test_follow_a_token_says_when_a_word_is_cut_in_its_cell():
+    """Words longer than Follow a token's cells are cut with "…" (plotting.cell_words); the page says so, and says
+    nothing when every word is whole."""
+    app = str(Path(__file__).resolve().parents[2] / "app.py")
+    for text, cut in (("The keys to the old cabinet were on the table, so she took them.", True),
+                      ("The cat sat on the mat.", False)):
+        at = AppTest.from_file(app, default_timeout=300)
+        at.run()
+        at.text_area(key="text_box").input(text)
+        at.button[0].click()
+        at.run()
+        open_view(at, "Follow a token")
+        assert not at.exception, at.exception
+        said = " ".join(c.value for c in at.caption)
+        assert ("is cut with “…”" in said) == cut, (text, said)

@@ -29,6 +29,9 @@ def render(ctx: ViewContext) -> None:
                                  f"Where {token} (position {query}) looks, {where} ({scale_word})",
                                  shared_scale=ctx.shared_scale)
     thinned = fit_labels(fig, query)
+    words = fig.data[0].text
+    cut = words is not None and any(w.endswith("…") and not t.endswith("…")
+                                    for w, t in zip(words[0], map(plotting.safe_label, run.tokens)))
     st.plotly_chart(fig, width="stretch", key="follow_fig", config=chart_config())
     scale = ("shared 0–1 scale: full colour = all of the token's attention" if ctx.shared_scale else
              "each head's own maximum: full colour = where that head looks most (hover for the weight)")
@@ -38,7 +41,9 @@ def render(ctx: ViewContext) -> None:
                + " Switched-off heads are grey: their pattern is still computed. Positions are the model's own "
                "tokens; the sidebar's hide/merge options do not apply here."
                + (f" With {len(run.tokens)} tokens one in {thinned} is labelled (and the followed token, in "
-                  "bold); hover a cell for its token." if thinned > 1 else ""))
+                  "bold); hover a cell for its token." if thinned > 1 else "")
+               + (" A word longer than its cell (in a window 1000 px wide) is cut with “…”; hover the cell for the "
+                  "whole token." if cut else ""))
     top = rows.argmax(dim=-1)  # (R,)
     summary = ", ".join(f"{head_name(h)} → {md_safe(quoted(run.tokens[int(k)], 16))} ({float(rows[i, k]):.0%})"
                         for i, (h, k) in enumerate(zip(heads, top)) if not every)
