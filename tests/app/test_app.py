@@ -307,3 +307,19 @@ def test_effect_panel_shows_the_top_predictions_before_and_after_as_bars():
         label = html.escape(visible(word, 24))
         assert f"title='{label}: {b.get(word, 0.0):.2%} before, {a.get(word, 0.0):.2%} after'" in bars
     assert not at.get("plotly_chart"), "the Layer view with a head off draws no plotly chart"
+
+
+def test_ablation_effects_with_every_head_on_shows_no_before_and_after():
+    """With no head off, "before" and "after" are the same run: the view showed a KL of 0.0000 and two equal
+    top-5 lists above its note that nothing differs yet. Now the note stands alone; a head off brings the panel."""
+    at = _app("tiny")
+    open_view(at, "Ablation effects")
+    assert not at.exception, at.exception
+    assert not [m for m in at.metric if m.label.startswith("KL(before")]
+    assert any("nothing differs yet" in i.value for i in at.info)
+    open_view(at, "Layer")
+    at.toggle[0].set_value(False).run()
+    open_view(at, "Ablation effects")
+    assert not at.exception, at.exception
+    assert float(_metric(at, "KL(before")) > 0
+    assert not any("nothing differs yet" in i.value for i in at.info)

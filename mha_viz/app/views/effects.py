@@ -40,14 +40,16 @@ def render(ctx: ViewContext) -> None:
             format_func=lambda i: f"{i}: {visible(base.tokens[i], 24)}", key="pred_pos",
             help="For a causal LM, position i predicts token i+1; the last position predicts what comes next.",
         )
+    # With every head on, "before" and "after" are the same run: a KL of 0 and two equal top-5 lists say nothing.
+    if not ctx.heads_off:
+        st.info("All heads are on, so nothing differs yet. Switch heads off in the layer view, or compute the "
+                "importance map below.")
+    elif position is not None:
         predictions_panel(model, base, run, position, key="pred_fig_fx", table=True)
     else:
         cos = analysis.cosine_change(base.output, run.output)
         st.metric("Cosine similarity of sentence embedding (before vs after)", f"{cos:.5f}")
-    if not ctx.heads_off:
-        st.info("All heads are on, so nothing differs yet. Switch heads off in the layer view, or compute the "
-                "importance map below.")
-    else:
+    if ctx.heads_off:
         pattern_shift(model, base, run, ctx.heads_off)
     importance(model, ctx.name, ctx.text, base, ctx.heads_off, position, ctx.ablation)
 
