@@ -26,10 +26,9 @@ __all__ = ["DEFAULT_TEXT", "main", "warm_up"]
 _COMPACT = ("<style>[data-testid='stMainBlockContainer']{padding-top:4rem}"
             "[data-testid='stSidebarUserContent']{padding-top:0.5rem}"
             # A row of controls in a `wrap` container folds onto a second line before a label would be cut.
-            # (keys "wrap" and "wrap_<view>"): a select box keeps room for its value ("L0 H0" was clipped to "L0 H(")
-            "[class*='st-key-wrap'] [data-testid='stHorizontalBlock']{flex-wrap:wrap;row-gap:0.4rem}"
-            "[class*='st-key-wrap'] [data-testid='stColumn']{min-width:5.5rem}"
-            "[class*='st-key-wrap'] [data-testid='stColumn']:has([data-testid='stSelectbox']){min-width:9.5rem}"
+            ".st-key-wrap [data-testid='stHorizontalBlock']{flex-wrap:wrap;row-gap:0.4rem}"
+            ".st-key-wrap [data-testid='stColumn']{min-width:5.5rem}"
+            ".st-key-wrap [data-testid='stColumn']:has([data-testid='stSelectbox']){min-width:9.5rem}"
             ".st-key-wrap [data-testid='stColumn']:first-child{min-width:10rem}"
             # A row of metrics (common.metric_row) folds the same way before a value is cut ("+1…" for +1.048):
             # each column keeps the room its row's longest value needs; labels wrap instead of ending in "…".

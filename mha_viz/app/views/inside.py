@@ -29,7 +29,8 @@ def render(ctx: ViewContext) -> None:
     model = ctx.model
     st.subheader(f"Inside a head of layer {ctx.layer}")
     _apply_row_click()
-    c1, c2, _ = st.container(key="wrap_inside").columns([1, 1, 4])
+    # Wide enough for "L29 H8" in a 1000 px window (at [1, 1, 4] the head picker showed "L0 H(").
+    c1, c2, _ = st.columns([1.4, 1.4, 3])
     layer = layer_picker(model, ctx.name, ctx.layer, c1)
     head = c2.selectbox("Head", range(model.n_heads), format_func=lambda h: head_name((layer, h)), key="inside_head")
     query = token_picker(ctx.run, "Query token (click one)")
