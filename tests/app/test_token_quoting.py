@@ -28,7 +28,8 @@ def test_follow_a_token_names_its_token_in_quotes():
 
 
 def test_ablation_effects_picker_and_caption_write_tokens_one_way():
-    at = open_view(open_link({"model": "tiny", "text": TINY}), "Ablation effects")
+    # A head off: with every head on the view shows no before/after panel (nothing differs).
+    at = open_view(open_link({"model": "tiny", "text": TINY, "off": "L0H1"}), "Ablation effects")
     picker = at.selectbox(key="pred_pos")
     options = list(picker.options)
     assert options[-1] == "16: ." and not any("'" in o for o in options), options[-3:]
