@@ -55,7 +55,7 @@ def where(model: Model, run: AttentionRun, position: int) -> str:
 
 # Room per column of a metric row, in rem (page.py's CSS has one rule per width): a value of n characters at the
 # metric's 2.25rem font needs about 1.3 n rem.
-_METRIC_ROOM = (7, 10, 13)
+METRIC_ROOM = (7, 10, 13)
 
 
 def metric_row(key: str, metrics: list[tuple], where=None) -> None:
@@ -66,7 +66,7 @@ def metric_row(key: str, metrics: list[tuple], where=None) -> None:
     args = [m if isinstance(m, dict) else dict(zip(("label", "value", "delta", "delta_color", "help"), m))
             for m in metrics]
     longest = max(len(str(m["value"])) for m in args)
-    room = next((w for w in _METRIC_ROOM if 1.3 * longest + 0.5 <= w), _METRIC_ROOM[-1])
+    room = next((w for w in METRIC_ROOM if 1.3 * longest + 0.5 <= w), METRIC_ROOM[-1])
     columns = (where or st).container(key=f"mrow{room}_{key}").columns(len(args))
     for column, m in zip(columns, args):
         column.metric(**m)

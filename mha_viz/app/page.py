@@ -10,7 +10,7 @@ import streamlit as st
 from mha_viz.app import heads_off as off_panel
 from mha_viz.app import reconnect, sidebar, state
 from mha_viz.app.cache import get_run, memory_scope, set_threads
-from mha_viz.app.common import display, display_notes, md_safe
+from mha_viz.app.common import METRIC_ROOM, display, display_notes, md_safe
 from mha_viz.app.components.nav import nav
 from mha_viz.app.context import ViewContext
 from mha_viz.app.link import load_or_explain
@@ -33,7 +33,7 @@ _COMPACT = ("<style>[data-testid='stMainBlockContainer']{padding-top:4rem}"
             # A row of metrics (common.metric_row) folds the same way before a value is cut ("+1…" for +1.048):
             # each column keeps the room its row's longest value needs; labels wrap instead of ending in "…".
             + "".join(f"[class*='st-key-mrow{w}_'] [data-testid='stHorizontalBlock']{{flex-wrap:wrap;row-gap:0.6rem}}"
-                      f"[class*='st-key-mrow{w}_'] [data-testid='stColumn']{{min-width:{w}rem}}" for w in (7, 10, 13))
+                      f"[class*='st-key-mrow{w}_'] [data-testid='stColumn']{{min-width:{w}rem}}" for w in METRIC_ROOM)
             + "[data-testid='stMetricLabel'] *"
             "{white-space:normal!important;overflow-wrap:anywhere;text-overflow:clip!important}"
             # The heads-off summary's box has one height (heads_off.SUMMARY_PX); its lines stay one line each, cut

@@ -44,12 +44,12 @@ def render(ctx: ViewContext) -> None:
     if not ctx.heads_off:
         st.info("All heads are on, so nothing differs yet. Switch heads off in the layer view, or compute the "
                 "importance map below.")
-    elif position is not None:
-        predictions_panel(model, base, run, position, key="pred_fig_fx", table=True)
     else:
-        cos = analysis.cosine_change(base.output, run.output)
-        st.metric("Cosine similarity of sentence embedding (before vs after)", f"{cos:.5f}")
-    if ctx.heads_off:
+        if position is not None:
+            predictions_panel(model, base, run, position, key="pred_fig_fx", table=True)
+        else:
+            cos = analysis.cosine_change(base.output, run.output)
+            st.metric("Cosine similarity of sentence embedding (before vs after)", f"{cos:.5f}")
         pattern_shift(model, base, run, ctx.heads_off)
     importance(model, ctx.name, ctx.text, base, ctx.heads_off, position, ctx.ablation)
 

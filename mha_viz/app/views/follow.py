@@ -29,9 +29,8 @@ def render(ctx: ViewContext) -> None:
                                  f"Where {token} (position {query}) looks, {where} ({scale_word})",
                                  shared_scale=ctx.shared_scale)
     thinned = fit_labels(fig, query)
-    words = fig.data[0].text
-    cut = words is not None and any(w.endswith("…") and not t.endswith("…")
-                                    for w, t in zip(words[0], map(plotting.safe_label, run.tokens)))
+    words = fig.data[0].text  # the cells' words: each token's label, or that label cut to its cell
+    cut = words is not None and list(words[0]) != [plotting.safe_label(t) for t in run.tokens]
     st.plotly_chart(fig, width="stretch", key="follow_fig", config=chart_config())
     scale = ("shared 0–1 scale: full colour = all of the token's attention" if ctx.shared_scale else
              "each head's own maximum: full colour = where that head looks most (hover for the weight)")
