@@ -66,7 +66,8 @@ class HeadInside:
         q, k, v       float32 (T, dh)              this head's queries, keys and values; q and k as they enter the
                                                    dot product (after rotary embeddings where the model uses them);
                                                    with grouped-query attention k and v are the shared key/value head's
-        scores        float32 (Q, K)               q . k^T times `scale`: the logits before softmax, -inf where the
+        scores        float32 (Q, K)               q . k^T times `scale` (and each row times `query_scale`, where
+                                                   the model has one): the logits before softmax, -inf where the
                                                    mask forbids (a causal model's later keys, padding)
         weights       float32 (Q, K)               softmax(scores) == run(text, ablate).attentions[layer, head]
         contribution  float32 (T, D)               this head's share of the attention output: (weights @ v) through
@@ -89,6 +90,7 @@ class HeadInside:
     weights: torch.Tensor  # (Q, K)
     contribution: torch.Tensor  # (T, D)
     scale: float  # what q . k^T is multiplied by, e.g. 1 / sqrt(dh)
+    query_scale: torch.Tensor | None  # (Q,) a further factor per query (length-scaled attention), or None
     bias: torch.Tensor | None  # (D,)
     resid: torch.Tensor  # (T, D)
     kv_head: int  # which key/value head k and v come from (== head without grouped-query attention)

@@ -19,22 +19,36 @@ from mha_viz.models.interventions import HeadEdit
 
 
 def attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+    query_scale: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Scaled dot-product attention with an explicit softmax (Vaswani et al. 2017, eq. 1).
 
     q, k, v: (..., T, dh). mask: bool, broadcastable to (..., T, T), True where a query may look at a key.
+    query_scale: (T,) or None, a further factor on each query's scores (`length_scale`).
     Returns (out (..., T, dh), weights (..., T, T)); each row of weights sums to 1.
     """
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"query and key head sizes differ: {q.shape[-1]} vs {k.shape[-1]}; project both to dh")
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., T, T)
+    if query_scale is not None:
+        scores = scores * query_scale[:, None]  # (..., T, T)
     if mask is not None:
         # -inf (not a large negative number) so masked keys get exactly 0 weight, and causal rows stay triangular.
         scores = scores.masked_fill(~mask, float("-inf"))  # (..., T, T)
     weights = torch.softmax(scores, dim=-1)  # (..., T, T)
     out = weights @ v  # (..., T, dh)
     return out, weights
+
+
+def length_scale(n_positions: int) -> torch.Tensor:
+    """log(number of keys a causal query sees) per query position, log(t + 1), with query 0 (one key, any factor
+    gives it weight 1) at log 2: Scalable-Softmax (Nakanishi 2025, "Scalable-Softmax Is Superior for Attention"),
+    softmax(s log(n) z), with its learned per-head s left to the query/key weights. Why: with plain softmax a fixed
+    score margin buys less weight as keys accumulate, and the tiny model's previous-token heads faded along the
+    text (one seed's from 0.97 at position 20 to 0.84-0.89 at 52-63, where 12 nearby keys shared what it lost;
+    issue 20). -> (T,)"""
+    return torch.log(torch.arange(1, n_positions + 1, dtype=torch.float32).clamp_min(2))  # (T,)
 
 
 def _check_head_keep(head_keep: torch.Tensor, B: int, H: int) -> torch.Tensor:
@@ -80,7 +94,7 @@ class MultiHeadSelfAttention(nn.Module):
     `keys` marks the real positions of right-padded rows: no query may attend to a key it marks False.
     """
 
-    def __init__(self, d_model: int, n_heads: int, max_len: int, causal: bool = True):
+    def __init__(self, d_model: int, n_heads: int, max_len: int, causal: bool = True, length_scaled: bool = False):
         super().__init__()
         if d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; pick sizes so dh is whole")
@@ -91,6 +105,10 @@ class MultiHeadSelfAttention(nn.Module):
         self.out = nn.Linear(d_model, d_model)
         # Not persistent: it is derived from max_len, so it stays out of the saved weights.
         self.register_buffer("tril", torch.ones(max_len, max_len, dtype=torch.bool).tril(), persistent=False)
+        if length_scaled and not causal:
+            raise ValueError("length_scaled counts the keys a causal query sees; an encoder's queries all see T")
+        # (max_len,) or None: derived, so not saved either.
+        self.register_buffer("query_scale", length_scale(max_len) if length_scaled else None, persistent=False)
 
     def forward(
         self, x: torch.Tensor, head_keep: torch.Tensor | None = None, edit=None, layer: int = 0,
@@ -119,13 +137,15 @@ class MultiHeadSelfAttention(nn.Module):
         if keys is not None:  # padded rows: no query sees padding
             real = keys[:, None, None, :]  # (B, 1, 1, K)
             mask = real if mask is None else mask & real  # (B, 1, Q, K)
-        ctx, weights = attention(q, k, v, mask)  # (B, H, T, dh), (B, H, T, T)
+        qs = None if self.query_scale is None else self.query_scale[:T]  # (T,) or None
+        ctx, weights = attention(q, k, v, mask, qs)  # (B, H, T, dh), (B, H, T, T)
 
         # 3. The intervention passed for this call only (models/interventions.py): keep, zero or replace each
         # head's output (0 removes that head's contribution, not its pattern), and record what was asked.
         if edit is not None:
             allowed = mask if keys is None else mask[0, 0]  # (Q, K): batch row 0's, the one an edit shows
-            edit.attended(layer, q, k, v, weights, allowed, dh ** -0.5)  # as transformers' BertSelfAttention.scaling
+            # dh ** -0.5 as transformers' BertSelfAttention.scaling; qs the length scale, None without one
+            edit.attended(layer, q, k, v, weights, allowed, dh ** -0.5, qs)
             ctx = edit(layer, ctx)  # (B, H, T, dh)
 
         # 4. Concatenate: the H head outputs are laid side by side, then mixed by the output projection.

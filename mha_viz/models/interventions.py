@@ -62,7 +62,8 @@ class Attended:
 
     q (B, H, Q, dh) and k (B, H_kv, K, dh) as they enter the dot product (after rotary embeddings where the model
     uses them), v (B, H_kv, K, dh), weights (B, H, Q, K), allowed (Q, K) bool or None (where a query may look),
-    scale: what q . k^T is multiplied by."""
+    scale: what q . k^T is multiplied by; query_scale (Q,) or None: a further factor per query
+    (length-scaled attention, `mha_viz.models.attention.length_scale`)."""
 
     q: torch.Tensor
     k: torch.Tensor
@@ -70,6 +71,7 @@ class Attended:
     weights: torch.Tensor
     allowed: torch.Tensor | None
     scale: float
+    query_scale: torch.Tensor | None = None
 
 
 class HeadEdit:
@@ -164,7 +166,8 @@ class HeadEdit:
         return layer in self.inspect or self.want_values
 
     def attended(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, weights: torch.Tensor,
-                 allowed: torch.Tensor | Callable[[], torch.Tensor | None] | None, scale: float) -> None:
+                 allowed: torch.Tensor | Callable[[], torch.Tensor | None] | None, scale: float,
+                 query_scale: torch.Tensor | None = None) -> None:
         """Called by every layer's attention with what it computed (see `Attended`); keeps what was asked.
         `allowed` may be a function, called only when this layer is inspected."""
         if self.want_values:
@@ -172,7 +175,8 @@ class HeadEdit:
         if layer in self.inspect:
             if callable(allowed):
                 allowed = allowed()
-            self.seen[layer] = Attended(q=q, k=k, v=v, weights=weights, allowed=allowed, scale=float(scale))
+            self.seen[layer] = Attended(q=q, k=k, v=v, weights=weights, allowed=allowed, scale=float(scale),
+                                        query_scale=query_scale)
 
     def grown(self, layer: int, x: torch.Tensor) -> torch.Tensor:
         """x (B, T, D) entering `layer` -> the batch that enters it: with `rows`, the rows that join here appended
@@ -758,6 +762,9 @@ class EditableModel(Model):
         group = H // k_kv.shape[0]  # query heads per key/value head; 1 without grouped-query attention
         k, v = repeat_kv(k_kv, H), repeat_kv(v_kv, H)  # (H, K, dh), (H, K, dh)
         scores = q @ k.transpose(-2, -1) * seen.scale  # (H, Q, K)
+        query_scale = None if seen.query_scale is None else seen.query_scale.float().cpu()  # (Q,) or None
+        if query_scale is not None:
+            scores = scores * query_scale[:, None]  # (H, Q, K)
         if seen.allowed is not None:
             scores = scores.masked_fill(~seen.allowed.cpu(), float("-inf"))  # (H, Q, K)
         gap = float((torch.softmax(scores, dim=-1) - weights).abs().max())
@@ -773,7 +780,8 @@ class EditableModel(Model):
         resid = edit.inputs[layer][0].float().cpu()  # (T, D)
         return [
             HeadInside(tokens=enc.labels, layer=layer, head=h, q=q[h], k=k[h], v=v[h], scores=scores[h],
-                       weights=weights[h], contribution=contribution[h], scale=seen.scale, bias=bias, resid=resid,
+                       weights=weights[h], contribution=contribution[h], scale=seen.scale,
+                       query_scale=query_scale, bias=bias, resid=resid,
                        kv_head=h // group, ablated=(layer, h) in ablate)
             for h in range(H)
         ]

@@ -1,6 +1,7 @@
 """`Model.inside`: one head opened up, for every model kind (tiny, MiniLM, SmolLM2, and small BERT, GPT-2 and
 Llama-like models built here). The references are independent of the adapter: the run's own attentions, and the
 output projection's output read by a forward hook on the model itself."""
+import math
 import shutil
 
 import pytest
@@ -94,6 +95,11 @@ def test_scores_are_scaled_dot_products_and_minus_inf_where_masked(models, kind)
     assert h.k.shape == h.v.shape == (T, dh) and h.q.dtype == torch.float32
     assert h.scale == pytest.approx(dh ** -0.5)  # every model here scales by 1/sqrt(dh)
     expected = h.q @ h.k.T * h.scale  # (Q, K)
+    if h.query_scale is not None:  # length-scaled attention (the tiny model): each query's row times log(keys seen)
+        assert kind == "tiny"
+        by_hand = torch.tensor([math.log(max(t + 1, 2)) for t in range(T)])  # (Q,)
+        torch.testing.assert_close(h.query_scale, by_hand)
+        expected = expected * by_hand[:, None]  # (Q, K)
     forbidden = torch.ones(T, T, dtype=torch.bool).triu(1) if model.causal else torch.zeros(T, T, dtype=torch.bool)
     assert torch.isneginf(h.scores[forbidden]).all()
     assert torch.isfinite(h.scores[~forbidden]).all()

@@ -80,17 +80,26 @@ def test_the_census_widget_keeps_the_head_selected_from_code(executed):
     assert 'data-map="composition"' in circ.data["image/svg+xml"]
 
 
+def _previous_token_head(nb) -> str:
+    """The head the notebook found by measuring (its output), as the grid names it."""
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    prev = re.search(r"previous-token head: (L\d H\d): \d+%", text)
+    assert prev, text
+    return prev.group(1)
+
+
 def test_the_saved_grid_shows_the_last_picture(executed):
     (shown,) = _outputs(executed, "w = mha_viz.show(tiny, text, layer=1)")
     assert "application/vnd.jupyter.widget-view+json" in shown.data
     # The head was switched off two cells later; the display handle updated this output's fallback picture.
-    assert "tiny, layer 1, off: L0 H1" in shown.data["image/svg+xml"]
+    prev = _previous_token_head(executed)
+    assert f"tiny, layer 1, off: {prev}" in shown.data["image/svg+xml"]
     from nbconvert import HTMLExporter
 
     html, _ = HTMLExporter().from_notebook_node(executed)
     # nbconvert draws an SVG output as an <img> with a data: URL.
     pictures = [base64.b64decode(b).decode() for b in re.findall(r'src="data:image/svg\+xml;base64,([^"]+)"', html)]
     grids = [p for p in pictures if 'data-head="L1 H0"' in p]
-    # the grid's fallback, the static SVG(w.to_svg()) cell and show(run): all with L0 H1 off
-    assert len(grids) == 3 and all("layer 1, off: L0 H1" in p for p in grids)
-    assert sum("tiny, layer 1, off: L0 H1" in p for p in grids) == 2
+    # the grid's fallback, the static SVG(w.to_svg()) cell and show(run): all with the previous-token head off
+    assert len(grids) == 3 and all(f"layer 1, off: {prev}" in p for p in grids)
+    assert sum(f"tiny, layer 1, off: {prev}" in p for p in grids) == 2

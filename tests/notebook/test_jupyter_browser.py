@@ -16,15 +16,21 @@ import pytest
 from jupyter_harness import CHROMIUM, JupyterServer, Page, write_notebook
 from test_widget import png_pixels
 
+from mha_viz.models.tiny.evidence import context_roles, load_evidence
+
 pytestmark = pytest.mark.e2e
 
-# Repeated random words: the tiny model's layer-1 heads copy from after the first occurrence (induction), which
-# needs the previous-token head of layer 0 (L0 H1 in assets/tiny, found by measuring in examples/).
+# Repeated random words: the tiny model's induction head copies from after the first occurrence, which needs its
+# previous-token head. Both are read from the shipped evidence (assets/tiny/probes.json), not named here.
+_ROLES = context_roles(load_evidence()["final"]["context"])
+PREV, IND = tuple(_ROLES["previous_token"]["head"]), tuple(_ROLES["induction"]["head"])
+assert PREV[0] == 0 and IND[0] == 1, f"the test opens layers 0 and 1; the shipped roles are {PREV} and {IND}"
+PREV_NAME, IND_NAME = f"L0 H{PREV[1]}", f"L1 H{IND[1]}"
 TEXT = "reed night boat lamp river cold tree sun fish wall reed night boat lamp river cold tree sun fish wall"
 CELLS = [
     f"import mha_viz\nw = mha_viz.show('tiny', {TEXT!r}, layer=1)",
     "from mha_viz import analysis\n"
-    "kl = analysis.next_token_kl(w.model.run(w.text).logits, w.model.run(w.text, ablate={(0, 1)}).logits)\n"
+    f"kl = analysis.next_token_kl(w.model.run(w.text).logits, w.model.run(w.text, ablate={{{PREV}}}).logits)\n"
     "print('off:', sorted(w.heads_off), 'ablated run:', sorted(w.run.ablated), f'kl: {kl:.4f}', 'layer:', w.layer)",
 ]
 
@@ -76,17 +82,18 @@ def test_switching_a_head_off_in_the_page(browser, server, front_end):
         p.open(front_end, name)
         p.run_cell(0)
         page = p.page
-        page.wait_for_selector(".mhw[data-drawn-at] .mhv-head[data-head='L1 H0'] canvas", timeout=60000)
+        page.wait_for_selector(f".mhw[data-drawn-at] .mhv-head[data-head='{IND_NAME}'] canvas", timeout=60000)
         readout = page.locator("[data-testid=mhw-readout]")
         assert "0.0000 nats" in readout.inner_text()
-        induction_before = _pixels(page, "L1 H0")
+        induction_before = _pixels(page, IND_NAME)
         # In the page only: hovering a heatmap reads a weight, clicking it opens the head large.
-        box = page.locator(".mhv-head[data-head='L1 H0'] canvas").bounding_box()
+        box = page.locator(f".mhv-head[data-head='{IND_NAME}'] canvas").bounding_box()
         page.mouse.move(box["x"] + box["width"] * 0.9, box["y"] + box["height"] * 0.95)
-        page.wait_for_function("document.querySelector('[data-testid=mhv-info]').innerText.includes('L1 H0 · query')")
-        page.click(".mhv-head[data-head='L1 H0'] .mhv-wrap")
+        page.wait_for_function("document.querySelector('[data-testid=mhv-info]').innerText"
+                               f".includes('{IND_NAME} · query')")
+        page.click(f".mhv-head[data-head='{IND_NAME}'] .mhv-wrap")
         page.wait_for_selector(".mhv-focus:not([hidden]) .mhv-focus-canvas")
-        assert page.locator(".mhv-focus-title").inner_text() == "L1 H0"
+        assert page.locator(".mhv-focus-title").inner_text() == IND_NAME
         # The grid's own Save SVG button works inside the notebook's page.
         with page.expect_download() as download:
             page.click(".mhw button[data-save='svg']")
@@ -95,18 +102,19 @@ def test_switching_a_head_off_in_the_page(browser, server, front_end):
         assert "L1 H3" in svg
         # Layer tabs are the page's own; the switch goes to the kernel.
         page.click(".mhv-tab[data-layer='0']")
-        page.click(".mhv-head[data-head='L0 H1'] .mhv-switch")
-        page.wait_for_selector(".mhv-head.mhv-off[data-head='L0 H1']", timeout=60000)
+        page.click(f".mhv-head[data-head='{PREV_NAME}'] .mhv-switch")
+        page.wait_for_selector(f".mhv-head.mhv-off[data-head='{PREV_NAME}']", timeout=60000)
         page.wait_for_function("document.querySelector('[data-testid=mhw-readout]').innerText.includes('1 off')",
                                timeout=60000)
         shown_kl = readout.inner_text().split(" nats")[0].rsplit(": ", 1)[1]
         page.click(".mhv-tab[data-layer='1']")
-        page.wait_for_selector(".mhv-grid[data-layer='1']")
-        assert _pixels(page, "L1 H0") != induction_before, "the induction head's pattern did not change"
+        # The head's own canvas, not only its grid: a grid draws its heads one after another.
+        page.wait_for_selector(f".mhv-grid[data-layer='1'] .mhv-head[data-head='{IND_NAME}'] canvas")
+        assert _pixels(page, IND_NAME) != induction_before, "the induction head's pattern did not change"
         page.click(".mhv-tab[data-layer='2']")  # the tab shown is Python's w.layer too
         p.run_cell(1)
         # Python sees what the page switched, and the readout's KL is the one recomputed from the model there.
-        assert f"off: [(0, 1)] ablated run: [(0, 1)] kl: {shown_kl} layer: 2" in p.output_text(1)
+        assert f"off: [{PREV}] ablated run: [{PREV}] kl: {shown_kl} layer: 2" in p.output_text(1)
         assert float(shown_kl) > 0
         assert not p.outside, f"requests left loopback: {p.outside}"
         # Saved from the front end, the grid's output carries the last picture for viewers without a kernel.
@@ -115,12 +123,12 @@ def test_switching_a_head_off_in_the_page(browser, server, front_end):
         while time.monotonic() < deadline:
             saved = nbformat.read(server.root / name, as_version=4)
             pictures = [o.get("data", {}).get("image/svg+xml", "") for o in saved.cells[0].outputs]
-            if any("layer 2, off: L0 H1" in pic for pic in pictures):
+            if any(f"layer 2, off: {PREV_NAME}" in pic for pic in pictures):
                 break
             page.wait_for_timeout(500)
-        assert any("tiny, layer 2, off: L0 H1" in pic for pic in pictures), [pic[:300] for pic in pictures]
+        assert any(f"tiny, layer 2, off: {PREV_NAME}" in pic for pic in pictures), [pic[:300] for pic in pictures]
         # ...and that picture is the grid's: L2 H0's pixels in the page equal the PNG inside the saved SVG.
-        (pic,) = [pic for pic in pictures if "tiny, layer 2, off: L0 H1" in pic]
+        (pic,) = [pic for pic in pictures if f"tiny, layer 2, off: {PREV_NAME}" in pic]
         href = re.search(r'data-head="L2 H0">.*?href="data:image/png;base64,([^"]+)"', pic, re.S).group(1)
         saved_rgb = png_pixels(base64.b64decode(href))  # (T, T, 3)
         page_rgba = np.array(_pixels(page, "L2 H0"), np.uint8).reshape(saved_rgb.shape[0], saved_rgb.shape[1], 4)

@@ -70,11 +70,17 @@ def test_resuming_after_the_unedited_layers_changes_no_number(name):
             model.can_resume = True
         else:
             del model.can_resume
-    assert torch.allclose(out, full_out, atol=1e-5)
+    # Float32 rounding only: the resumed rows go through matmuls of other batch shapes, whose kernels may sum in
+    # another order (SmolLM2 on an AVX-512 Xeon: 7.6e-05 on outputs up to 36, 2e-06 of their size; within 1e-5 on
+    # the AVX2 EPYC before), so the tolerance is relative to each tensor's size.
+    def close(a, b, rel):
+        return torch.allclose(a, b, atol=rel * float(b.abs().max()), rtol=0)
+
+    assert close(out, full_out, 1e-5)
     if logits is not None:
-        assert torch.allclose(logits, full_logits, atol=1e-4)
+        assert close(logits, full_logits, 1e-5)
         assert at_last.shape == (3, 1, full_logits.shape[-1])
-        assert torch.allclose(at_last[:, 0], full_logits[:, -1], atol=1e-4)
+        assert close(at_last[:, 0], full_logits[:, -1], 1e-5)
 
 
 @pytest.mark.parametrize("name", ["minilm", "smollm2"])

@@ -89,9 +89,17 @@ def steps(ctx: ViewContext, h, query: int, token: str) -> None:
         if len(h.tokens) <= plotting.CLICKABLE_ROWS_UP_TO:
             st.caption("Click a cell to open its row (query token); the outlined row is the one below.")
     right.markdown(f"**{name}, query token {query}: {token}**" + (" — switched off" if h.ablated else ""))
+    if h.query_scale is None:
+        scored = (f"1. **Scores** $s_j = q \\cdot k_j \\times {h.scale:.4g}$ (the scale is $1/\\sqrt{{d_{{head}}}}$ "
+                  f"with $d_{{head}} = {dh}$ where it equals that)")
+    else:  # length-scaled attention (models/attention.length_scale): this query's own factor
+        factor = float(h.query_scale[query])
+        scored = (f"1. **Scores** $s_j = q \\cdot k_j \\times {h.scale:.4g} \\times {factor:.4g}$: "
+                  f"$1/\\sqrt{{d_{{head}}}}$ with $d_{{head}} = {dh}$, times the log of the number of keys this query "
+                  f"sees ($\\ln {max(query + 1, 2)}$), so a fixed score gap keeps its weight however long the text "
+                  "(Scalable-Softmax, Nakanishi 2025)")
     right.markdown(
-        f"1. **Scores** $s_j = q \\cdot k_j \\times {h.scale:.4g}$ (the scale is $1/\\sqrt{{d_{{head}}}}$ with "
-        f"$d_{{head}} = {dh}$ where it equals that)"
+        scored
         + (f"; {masked} later key(s) are masked ($-\\infty$): a causal model's token sees only itself and earlier "
            "ones" if masked else "") + ".\n"
         "2. **Weights** $\\alpha_j = e^{s_j} / \\sum_k e^{s_k}$: a softmax over the keys, so they sum to 1.\n"

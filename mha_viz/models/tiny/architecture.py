@@ -28,6 +28,10 @@ class TinyConfig:
     # queries. The position table holds n_positions = max_len + train_margin rows.
     train_margin: int = 6
     d_mlp: int = 256  # 4 x d_model, as in GPT-2
+    # Each query's scores times log(keys it sees) (models/attention.length_scale, Scalable-Softmax): without it a
+    # head's previous-token weight faded along the text where the recipe's seed put that head (seed 1: 0.97 at
+    # position 20, 0.84-0.89 at 52-63; issue 20). With it every seed's head holds to the end of the context.
+    length_scaled: bool = True
     seed: int = 0  # initialisation seed: the untrained twin is exactly the trained model's starting point
 
     def __post_init__(self):
@@ -51,6 +55,7 @@ class TinyConfig:
     def from_json(cls, text: str) -> "TinyConfig":
         data = json.loads(text)
         data.setdefault("train_margin", 0)  # a model trained before the margin existed has a table of max_len
+        data.setdefault("length_scaled", False)  # and one trained before length scaling has plain softmax
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -64,7 +69,8 @@ class Block(nn.Module):
     def __init__(self, cfg: TinyConfig):
         super().__init__()
         self.ln1 = nn.LayerNorm(cfg.d_model)
-        self.attn = MultiHeadSelfAttention(cfg.d_model, cfg.n_heads, cfg.n_positions, causal=True)
+        self.attn = MultiHeadSelfAttention(cfg.d_model, cfg.n_heads, cfg.n_positions, causal=True,
+                                           length_scaled=cfg.length_scaled)
         self.ln2 = nn.LayerNorm(cfg.d_model)
         self.mlp = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_mlp), nn.GELU(), nn.Linear(cfg.d_mlp, cfg.d_model))
 
@@ -79,7 +85,8 @@ class Block(nn.Module):
 
 
 class TinyLM(nn.Module):
-    """Token + position embeddings, L pre-LN blocks, a final LayerNorm and an (untied) LM head.
+    """Token + position embeddings, L pre-LN blocks, a final LayerNorm and an (untied) LM head. With
+    `cfg.length_scaled` each query's attention scores are multiplied by log(keys it sees) (Scalable-Softmax).
 
     forward(ids (B, T), head_keep (B, L, H) or (L, H) or None, edit (models/interventions.HeadEdit) or None)
         -> logits (B, T, V), hidden (B, T, D) after the final LayerNorm, attentions (B, L, H, T, T).

@@ -85,6 +85,9 @@ def test_a_config_from_before_the_margin_loads_with_none():
     """A folder trained before `train_margin` existed has max_len rows of positions: its config.json still loads."""
     old = TinyConfig.from_json('{"vocab_size": 50, "max_len": 16}')
     assert old.train_margin == 0 and old.n_positions == 16
+    assert not old.length_scaled  # nor length scaling: its attention is plain softmax
+    assert not any(b.attn.query_scale is not None for b in build_model(old).blocks)
+    assert all(b.attn.query_scale is not None for b in build_model(CFG).blocks) == CFG.length_scaled
 
 
 def test_config_roundtrip_and_validation():

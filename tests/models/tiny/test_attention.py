@@ -110,3 +110,27 @@ def test_bad_head_keep_shape_says_what_to_pass(layer, x):
 def test_too_long_input_is_refused(layer):
     with pytest.raises(ValueError, match="max_len"):
         layer(torch.zeros(1, 17, D))
+
+
+def test_length_scaled_attention_is_a_plain_loop_over_rows_with_log_of_keys_seen(layer, x):
+    """Scalable-Softmax as the tiny model uses it (TinyConfig.length_scaled): query t's scores q.k / sqrt(dh) times
+    log(t + 1) (log 2 for query 0, which has one key), re-derived here one row at a time with math.log."""
+    import math
+
+    scaled = MultiHeadSelfAttention(D, H, max_len=16, length_scaled=True)
+    scaled.load_state_dict(layer.state_dict())
+    out, weights = scaled.eval()(x)  # (B, T, D), (B, H, T, T)
+    q, k, v = _heads(layer, x)
+    dh = D // H
+    for b in range(B):
+        for h in range(H):
+            for t in range(T):
+                s = [float(q[b, h, t] @ k[b, h, j]) / math.sqrt(dh) * math.log(max(t + 1, 2)) for j in range(t + 1)]
+                top = max(s)
+                e = [math.exp(v_ - top) for v_ in s]
+                want = torch.tensor([w / sum(e) for w in e] + [0.0] * (T - t - 1))  # (T,)
+                torch.testing.assert_close(weights[b, h, t], want, atol=1e-6, rtol=1e-5)
+    plain, _ = layer(x)
+    assert not torch.allclose(out, plain, atol=1e-3)  # the factor changes the layer's output
+    with pytest.raises(ValueError, match="causal"):
+        MultiHeadSelfAttention(D, H, max_len=16, causal=False, length_scaled=True)

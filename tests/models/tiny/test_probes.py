@@ -135,9 +135,7 @@ def test_switching_off_the_subject_head_removes_far_more_agreement_than_any_othe
     assert margins[top] < 0.5 * others[nearest]
 
 
-@pytest.mark.parametrize("k", [2, pytest.param(3, marks=pytest.mark.xfail(strict=True, reason=(
-    "the seed trained with the position margin: three of layer 0's heads off (L0 H0, H1, H2), which every later "
-    "head reads, take the margin to 0.10, below the top 3 subject heads' 0.43")))])
+@pytest.mark.parametrize("k", [2, 3])
 def test_switching_off_the_top_subject_heads_removes_more_agreement_than_any_as_many_others(trained, scores, k):
     # The issue's causal check, against every set of k other heads (not a sample), mean-ablated over REFERENCE.
     # Batched (probes.forward_batch); test_the_batched_probe_forward_equals_the_page_run ties it to the page's run.
