@@ -51,14 +51,11 @@ def test_every_listed_seed_ships_with_its_evidence():
 # faded along the text (seed 1's L1 H1: 0.97 at position 20, 0.84-0.89 at 52-63, its lost weight spread over the
 # 3-16 keys before), because with plain softmax a fixed score margin buys less weight as keys accumulate. Four
 # recipe changes only moved which seed faded; scaling each query's scores by log(keys it sees)
-# (TinyConfig.length_scaled) made every seed hold. strict: a (seed, relation) listed here must fail.
-NOT_YET: set[tuple[str, str]] = set()
-_NOT_YET = pytest.mark.xfail(strict=True, reason="issue 20: this seed's head misses 0.9 in a band")
+# (TinyConfig.length_scaled) made every seed hold.
 
 
 def _cases(names):
-    return [pytest.param(n, rel, marks=_NOT_YET, id=f"{_name(n)}-{rel}") if (_name(n), rel) in NOT_YET
-            else pytest.param(n, rel, id=f"{_name(n)}-{rel}") for n in names for rel in CONTEXT_RELATIONS]
+    return [pytest.param(n, rel, id=f"{_name(n)}-{rel}") for n in names for rel in CONTEXT_RELATIONS]
 
 
 @pytest.mark.parametrize("folder,rel", _cases(FOLDERS))

@@ -139,11 +139,10 @@ def test_switching_off_the_subject_head_removes_far_more_agreement_than_any_othe
 def test_switching_off_the_top_subject_heads_removes_more_agreement_than_any_as_many_others(trained, scores, k):
     # The causal check, against every set of k other heads (not a sample), mean-ablated over REFERENCE.
     # Batched (probes.forward_batch); test_the_batched_probe_forward_equals_the_page_run ties it to the page's run.
-    # Measured on the margin (as the single-head test above): accuracy only counts its sign. In the seed trained
-    # with the position margin the accuracy no longer separates them: the top 2 subject heads off leave 0.70, and
-    # two sets holding L0 H2 (a layer-0 head every path seems to need) leave 0.60-0.64; the notes say so, from
-    # probes.json (evidence.set_verdict). The margin: 0.67 with the top 2 subject heads off, 1.27 or more for any
-    # other 2 (the old seed met this on accuracy too: 0.51 against 0.77 or more).
+    # Measured on the margin (as the single-head test above): accuracy only counts its sign. The shipped seed
+    # (length-scaled attention): all on 8.18; the top 2 subject heads off -0.00 against 2.34 or more for any other
+    # 2; the top 3 off -0.14 against 0.92 or more for any other 3 (the most harmful: L0 H0, H1, H2, which every
+    # later head reads).
     from itertools import combinations
 
     L, H = trained.n_layers, trained.n_heads
