@@ -9,59 +9,21 @@ Where the same label appears twice in one picker, `distinct_labels` adds the pos
 """
 from __future__ import annotations
 
-import re
-
 from mha_viz import plotting
-from mha_viz.contract import Head
+# A head and a layer are spelled in mha_viz.names (the bottom of the package, so analysis and the notebook use
+# the same function); re-exported here for the page.
+from mha_viz.names import (  # noqa: F401
+    MAX_HEADS_IN_LINK,
+    grid_names,
+    head_name,
+    head_names,
+    layer_name,
+    link_heads,
+    parse_head,
+    parse_link_heads,
+)
 
-_HEAD_NAME = re.compile(r"^L(\d+) H(\d+)$")
-# What a link may write for a head: "L0H3", "l0 h3", "0.3", "0:3", "0-3", "0_3".
-_HEAD_IN_LINK = re.compile(r"^\s*L?(\d{1,4})[\s.:_-]*H?(\d{1,4})\s*$", re.IGNORECASE)
-MAX_HEADS_IN_LINK = 2000
 _SUBSCRIPT = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
-
-
-def layer_name(layer: int) -> str:
-    """3 -> "L3"."""
-    return f"L{layer}"
-
-
-def head_name(head: Head) -> str:
-    """(2, 11) -> "L2 H11", the one spelling of a head on the page."""
-    return f"{layer_name(head[0])} H{head[1]}"
-
-
-def parse_head(name: str) -> Head:
-    """"L2 H11" -> (2, 11); the inverse of `head_name`."""
-    match = _HEAD_NAME.match(name)
-    if not match:
-        raise ValueError(f"{name!r} is not a head name like 'L2 H11'")
-    return int(match.group(1)), int(match.group(2))
-
-
-def link_heads(heads) -> str:
-    """[(0, 3), (2, 11)] -> "L0H3,L2H11": heads as a link carries them (no spaces to escape)."""
-    return ",".join(head_name(h).replace(" ", "") for h in sorted(heads))
-
-
-def parse_link_heads(raw: str) -> tuple[list[Head], list[str]]:
-    """"0.3,2.11" or "L0H3,L2H11" -> [(0, 3), (2, 11)], plus the items that did not parse."""
-    heads, bad = [], []
-    for item in raw.split(",")[:MAX_HEADS_IN_LINK]:
-        if not item.strip():
-            continue
-        match = _HEAD_IN_LINK.match(item)
-        if match:
-            heads.append((int(match.group(1)), int(match.group(2))))
-        else:
-            bad.append(item[:20])
-    return heads, bad
-
-
-def grid_names(n_layers: int, n_heads: int) -> dict:
-    """The spellings a browser component needs: {"layers": ["L0", ...], "heads": [["L0 H0", ...], ...]}."""
-    return {"layers": [layer_name(i) for i in range(n_layers)],
-            "heads": [[head_name((i, h)) for h in range(n_heads)] for i in range(n_layers)]}
 
 
 def token_label(token: str, limit: int = 40) -> str:
