@@ -12,7 +12,7 @@ PKG = Path(__file__).resolve().parents[2] / "mha_viz"
 FORBIDDEN = {
     "models": ("mha_viz.analysis", "mha_viz.plotting", "mha_viz.app", "streamlit"),
     "analysis": ("mha_viz.plotting", "mha_viz.app", "streamlit"),
-    "plotting.py": ("mha_viz.app", "streamlit"),
+    "plotting": ("mha_viz.app", "mha_viz.notebook", "mha_viz.web", "streamlit"),
     "contract.py": ("mha_viz.models", "mha_viz.analysis", "mha_viz.plotting", "mha_viz.app", "streamlit"),
     "settings.py": ("mha_viz.", "streamlit"),
 }
