@@ -13,6 +13,7 @@ from mha_viz.contract import Embeddings, HeadWeights, InputError, ModelInfo, _in
 from mha_viz.models.bert.architecture import BertEncoder, load_bert
 from mha_viz.models.examples import shipped_examples
 from mha_viz.models.interventions import EditableModel, Encoded, Forward, HeadEdit
+from mha_viz.models.special import added_positions
 from mha_viz.settings import settings
 
 
@@ -34,8 +35,6 @@ class BertModel(EditableModel):
         self._tok_cut = Tokenizer.from_file(path)
         self._tok_cut.no_padding()
         self._tok_cut.enable_truncation(max_length=info.max_tokens)  # the post-processor keeps [CLS] and [SEP]
-        added = self._tok.get_added_tokens_decoder()  # {id: AddedToken}
-        self._special = {i for i, t in added.items() if t.special}
         self._unk = self._tok.token_to_id("[UNK]")
         self._mask = "[MASK]" if self._tok.token_to_id("[MASK]") is not None else None
 
@@ -76,7 +75,7 @@ class BertModel(EditableModel):
         enc, dropped = self._encode(text)
         ids = list(enc.ids)
         return Encoded(ids=ids, labels=list(enc.tokens), dropped=dropped,
-                       special=tuple(i for i, t in enumerate(ids) if t in self._special),
+                       special=added_positions(enc.special_tokens_mask),  # [CLS], [SEP]; not a typed [MASK]
                        unknown=tuple(i for i, t in enumerate(ids) if t == self._unk))
 
     can_resume = True  # BertEncoder.forward resumes at edit.start

@@ -20,6 +20,7 @@ from mha_viz.contract import (
 from mha_viz.models.examples import shipped_examples
 from mha_viz.models.hf.ablation import LayerIndex, editing, make_resumable, watch_final_norm
 from mha_viz.models.interventions import EditableModel, Encoded, FinalParts, Forward, HeadEdit
+from mha_viz.models.special import added_positions
 
 
 class HFModel(EditableModel):
@@ -88,24 +89,29 @@ class HFModel(EditableModel):
         return shipped_examples()
 
     # -- tokenization ------------------------------------------------------------------------------------------
-    def _encode(self, text: str) -> tuple[dict, int]:
-        """Tokenize, keeping the first `max_tokens`. Returns (model inputs, number of tokens dropped)."""
+    def _encode(self, text: str) -> tuple[dict, int, tuple[int, ...]]:
+        """Tokenize, keeping the first `max_tokens`. Returns (model inputs, number of tokens dropped, positions the
+        tokenizer added: see `mha_viz.models.special`)."""
         tok = self._tokenizer
-        enc = tok(text, add_special_tokens=True, verbose=False, return_tensors="pt")
+        enc = tok(text, add_special_tokens=True, verbose=False, return_tensors="pt", return_special_tokens_mask=True)
         cap = self.info.max_tokens
         dropped = max(enc["input_ids"].shape[1] - cap, 0)
         if dropped:  # only long texts pay for a second pass; the tokenizer keeps [SEP]-like end tokens
-            enc = tok(text, add_special_tokens=True, truncation=True, max_length=cap, return_tensors="pt")
+            enc = tok(text, add_special_tokens=True, truncation=True, max_length=cap, return_tensors="pt",
+                      return_special_tokens_mask=True)
+        if "special_tokens_mask" not in enc:
+            raise ModelLoadError(f"{self.info.name}: its tokenizer ({type(tok).__name__}) gives no special-tokens "
+                                 "mask, so the positions it adds cannot be told from the text's; use a transformers "
+                                 "tokenizer (tokenizer.json) for this model")
+        added = added_positions(enc["special_tokens_mask"][0].tolist())
         enc = {k: v.to(self._device) for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
-        return enc, dropped
+        return enc, dropped, added
 
     def encoding(self, text: str) -> Encoded:
-        enc, dropped = self._encode(text)
+        enc, dropped, added = self._encode(text)
         ids = enc["input_ids"][0].tolist()
-        special_ids = set(self._tokenizer.all_special_ids)
         unk = self._tokenizer.unk_token_id
-        return Encoded(ids=ids, labels=self._labels(ids), dropped=dropped,
-                       special=tuple(i for i, t in enumerate(ids) if t in special_ids),
+        return Encoded(ids=ids, labels=self._labels(ids), dropped=dropped, special=added,
                        unknown=tuple(i for i, t in enumerate(ids) if unk is not None and t == unk))
 
     def _labels(self, ids: list[int]) -> list[str]:

@@ -21,6 +21,7 @@ from mha_viz.contract import (
     _index,
 )
 from mha_viz.models.interventions import EditableModel, Encoded, FinalParts, Forward, HeadEdit
+from mha_viz.models.special import added_positions
 from mha_viz.models.tiny.architecture import TinyConfig, TinyLM, build_model
 from mha_viz.models.tiny.corpus import (
     BOS,
@@ -69,7 +70,8 @@ class TinyModel(EditableModel):
 
     def encoding(self, text: str) -> Encoded:
         labels, ids, cut = self.encode(text)
-        return Encoded(ids=ids, labels=labels, dropped=cut, special=(0,),  # only <bos>: nothing else is added
+        added = [1] + [0] * (len(ids) - 1)  # the tokenizer adds only <bos>; an <unk> is the text's, in `unknown`
+        return Encoded(ids=ids, labels=labels, dropped=cut, special=added_positions(added),
                        unknown=tuple(i for i, t in enumerate(ids) if t == self.vocab.unk_id))
 
     can_resume = True  # TinyLM.forward resumes at edit.start
