@@ -19,6 +19,7 @@ import torch
 
 from mha_viz.analysis import circuits as circ
 from mha_viz.models import checkpoints, load_model, seeds
+from mha_viz.names import head_name
 from mha_viz.settings import ASSETS
 
 NOTES = ASSETS / "notes.md"
@@ -28,10 +29,6 @@ CIRCUITS_END = "[//]: # (circuits-notes end)"
 AFTER = "<!-- tiny-model-evidence"  # a section written for the first time goes after this line of notes.md
 OTHER_MODELS = ("minilm", "smollm2")
 TOP = 3
-
-
-def _head(head) -> str:
-    return f"L{head[0]} H{head[1]}"
 
 
 def model_lines(name: str, path_heads=None) -> list[str]:
@@ -45,22 +42,23 @@ def model_lines(name: str, path_heads=None) -> list[str]:
     texts = circ.repeated_texts(model)
     induction, previous = circ.pattern_scores(model, texts)  # (L, H) each
     prev, ind = path_heads or circ.induction_path(induction, previous)
-    pairs = "; ".join(f"{_head(a)} → {_head(b)} {s:.3f} ({s / base.mean:.1f}x random)" for a, b, s in
+    pairs = "; ".join(f"{head_name(a)} → {head_name(b)} {s:.3f} ({s / base.mean:.1f}x random)" for a, b, s in
                       c.top_pairs("k", TOP))
     lines = [f"- **{name}** ({c.n_layers} x {c.n_heads} heads, D = {c.d_model}, dh = {c.d_head}): highest "
              f"K-composition {pairs}; random matrices of the same shapes score {base.mean:.3f} ± {base.std:.3f} "
              f"(99th percentile {base.p99:.3f})."]
     if c.copying is not None:
         order = c.copying.flatten().argsort(descending=True)[:TOP].tolist()
-        copies = ", ".join(f"{_head(divmod(i, c.n_heads))} {float(c.copying.flatten()[i]):+.2f}" for i in order)
+        copies = ", ".join(f"{head_name(divmod(i, c.n_heads))} {float(c.copying.flatten()[i]):+.2f}" for i in order)
         lines.append(f"  Highest OV copying scores: {copies}.")
     check = circ.causal_check(model, prev, texts)
     k = float(c.composition["k"][prev + ind])
+    p, i = head_name(prev), head_name(ind)
     lines.append(
-        f"  Induction path{' (the heads found at the last step)' if path_heads else ''}: {_head(prev)} attends to "
+        f"  Induction path{' (the heads found at the last step)' if path_heads else ''}: {p} attends to "
         f"the previous token {float(previous[prev]):.0%} on {len(texts)} texts of random words said twice, "
-        f"{_head(ind)} has induction score {float(induction[ind]):.0%}, K-composition {_head(prev)} → {_head(ind)} "
-        f"{k:.3f} ({k / base.mean:.1f}x random). With {_head(prev)} mean-ablated, {_head(ind)}'s induction score "
+        f"{i} has induction score {float(induction[ind]):.0%}, K-composition {p} → {i} "
+        f"{k:.3f} ({k / base.mean:.1f}x random). With {p} mean-ablated, {i}'s induction score "
         f"is {float(check.induction_off[ind]):.0%} (all heads on: {float(check.induction_on[ind]):.0%}).")
     return lines
 

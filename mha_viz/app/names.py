@@ -10,6 +10,7 @@ Where the same label appears twice in one picker, `distinct_labels` adds the pos
 from __future__ import annotations
 
 from mha_viz import plotting
+
 # A head and a layer are spelled in mha_viz.names (the bottom of the package, so analysis and the notebook use
 # the same function); re-exported here for the page.
 from mha_viz.names import (  # noqa: F401

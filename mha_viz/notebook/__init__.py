@@ -1,8 +1,8 @@
 """mha-viz in a Jupyter notebook: `mha_viz.show(model_or_name, text, layer=0)` or `mha_viz.show(run)`, and
 `mha_viz.show_census(census)`, `mha_viz.show_circuits(circuits)`.
 
-Importing this package imports neither anywidget nor Jupyter (the app imports `mha_viz.notebook.payload`, the data
-both hosts draw from); the show functions do, when first called.
+Importing this package imports neither anywidget nor Jupyter (what the app and the notebook share, the grid's
+browser code and payload, is mha_viz.web); the show functions do, when first called.
 """
 from __future__ import annotations
 

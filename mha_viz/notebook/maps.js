@@ -15,7 +15,7 @@ function floatsOf(value) {  // a Bytes trait as float32s; copied to align it
 }
 
 function mapCell(model, image, ev) {
-  // The cell of an embedded heads x heads map under the pointer: {row, col, value, tip, lh} or null.
+  // The cell of an embedded heads x heads map under the pointer: {row, col, value, tip, lh, name} or null.
   const info = (model.get("hover") || {})[image.dataset.map];
   if (!info) return null;
   const box = image.getBoundingClientRect();
@@ -31,7 +31,7 @@ function mapCell(model, image, ev) {
     tip = `${from} → ${into} (${info.what}): ${value.toFixed(3)}, ${(value / info.base).toFixed(2)}x random`;
   }
   const heads = into.match(/\d+/g).map(Number);
-  return { row, col, value, tip: tip + ` · click: select ${into}`, lh: heads };
+  return { row, col, value, tip: tip + ` · click: select ${into}`, lh: heads, name: into };
 }
 
 function build(model) {
@@ -72,17 +72,20 @@ function build(model) {
   });
   picture.addEventListener("mouseleave", () => { tip.textContent = "\u00a0"; });
   picture.addEventListener("click", (ev) => {
-    let lh = null;
+    let lh = null, name = "";  // the head's name as Python wrote it (mha_viz.names), never spelled here
     const image = ev.target.closest && ev.target.closest("image[data-map]");
     if (image) {
       const cell = mapCell(model, image, ev);
-      if (cell) lh = cell.lh;
+      if (cell) { lh = cell.lh; name = cell.name; }
     } else {
       const el = ev.target.closest && ev.target.closest("[data-lh]");
-      if (el) lh = el.getAttribute("data-lh").split(",").map(Number);
+      if (el) {
+        lh = el.getAttribute("data-lh").split(",").map(Number);
+        name = (el.getAttribute("data-tip") || "").split(" · ")[0];  // every tip starts with the head's name
+      }
     }
     if (!lh) return;
-    status.textContent = `selecting L${lh[0]} H${lh[1]}…`;
+    status.textContent = `selecting ${name}…`;
     model.set("selected", lh);
     model.save_changes();
   });

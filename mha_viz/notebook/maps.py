@@ -18,6 +18,7 @@ import torch
 
 from mha_viz import plotting
 from mha_viz.analysis.census_inputs import RELATION_WORDS
+from mha_viz.names import head_name
 from mha_viz.notebook import svg as _svg
 
 Head = tuple[int, int]
@@ -49,10 +50,6 @@ MEASURES = {
     "duplicate": "at a repeated word, attention on its first occurrence",
     **{k: f"most-attended word is the gold word: {v} (Clark et al. 2019)" for k, v in RELATION_WORDS.items()},
 }
-
-
-def head_name(lh: Head) -> str:
-    return f"L{lh[0]} H{lh[1]}"
 
 
 def _esc(text) -> str:

@@ -211,7 +211,7 @@ class CircuitsMaps(_Maps):
 
     def _send_hover(self) -> None:
         c = self._circuits
-        labels = [f"L{layer} H{head}" for layer in range(c.n_layers) for head in range(c.n_heads)]
+        labels = [maps.head_name((layer, head)) for layer in range(c.n_layers) for head in range(c.n_heads)]
         self.hover = {"composition": {"n": len(labels), "labels": labels, "base": c.baseline[self.mode].mean,
                                       "mode": self.mode, "what": maps.MODE_WORDS[self.mode]}}
         self.hover_values = maps.composition_values(c, self.mode)

@@ -1,5 +1,5 @@
 """One layer of the head grid as a standalone SVG file: every head a heatmap with its name and measured score, the
-same colours as the browser grid (the same colour stops the grid receives in its payload, from mha_viz.plotting).
+same colours as the browser grid (the palette the grid receives in its payload, mha_viz/web/palette.py).
 
 Each heatmap is an embedded PNG of T x T pixels drawn with `image-rendering: pixelated` (crisp cells at any zoom,
 and a file of kilobytes where T² rectangles would be megabytes). No streamlit, no Jupyter: the notebook widget's
@@ -14,7 +14,8 @@ import zlib
 
 import numpy as np
 
-from mha_viz import plotting
+from mha_viz.names import head_name
+from mha_viz.web.palette import PICTURE, grid_colours
 
 TILE = 160  # px per heatmap in the SVG
 GAP = 14
@@ -23,12 +24,14 @@ BADGE_H = 16
 
 
 def colour_stops() -> tuple[list[str], list[str]]:
-    """(on, off) colour stops: the ones the grid receives in its payload (plotting.ATTN_SCALE / OFF_SCALE)."""
-    return [c for _, c in plotting.ATTN_SCALE], [c for _, c in plotting.OFF_SCALE]
+    """(on, off) colour stops: the ones the grid receives in its payload (web/palette.py)."""
+    colours = grid_colours()
+    return colours["on"], colours["off"]
 
 
 def lut(colors: list[str]) -> np.ndarray:
-    """256 RGB entries interpolated along the colour stops, as head_grid.js's lut() does -> (256, 3) uint8."""
+    """256 RGB entries interpolated along the colour stops, as the grid's lut() does (web/grid/colour.js)
+    -> (256, 3) uint8."""
     rgb = np.array([[int(c[i:i + 2], 16) for i in (1, 3, 5)] for c in colors], np.float64)  # (S, 3)
     x = np.arange(256) / 255 * (len(rgb) - 1)  # (256,)
     i = np.minimum(np.floor(x).astype(int), len(rgb) - 2)  # (256,)
@@ -38,7 +41,7 @@ def lut(colors: list[str]) -> np.ndarray:
 
 
 def contrast_map() -> np.ndarray:
-    """head_grid.js's default contrast ("√ square root", its remap("sqrt")): code v -> colour index
+    """The grid's default contrast ("√ square root", its remap("sqrt")): code v -> colour index
     Math.round(sqrt(v / 255) * 255), so a head's weak cells stay visible beside one strong one -> (256,) uint8.
     The browser tests compare the grid's pixels with this picture's."""
     return np.floor(np.sqrt(np.arange(256) / 255) * 255 + 0.5).astype(np.uint8)  # (256,)
@@ -87,13 +90,13 @@ def layer_svg(codes: np.ndarray, tokens: list[str], layer: int, off: set, badges
     height = top + rows * cell_h + GAP
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
-           f'<rect width="{width}" height="{height}" fill="#ffffff"/>']
+           f'<rect width="{width}" height="{height}" fill="{PICTURE["paper"]}"/>']
     y = GAP
     if title:
         out.append(f'<text x="{GAP}" y="{y + 12}" font-size="14" font-weight="bold">{html.escape(title)}</text>')
         y += 18
     for line in token_lines:
-        out.append(f'<text x="{GAP}" y="{y + 11}" font-family="monospace" font-size="11" fill="#444">'
+        out.append(f'<text x="{GAP}" y="{y + 11}" font-family="monospace" font-size="11" fill="{PICTURE["label"]}">'
                    f'{html.escape(line)}</text>')
         y += 14
     for h in range(H):
@@ -102,15 +105,16 @@ def layer_svg(codes: np.ndarray, tokens: list[str], layer: int, off: set, badges
         is_off = (layer, h) in off
         image = (off_lut if is_off else on_lut)[remap[codes[h]]]  # (T, T, 3)
         href = "data:image/png;base64," + base64.b64encode(png(image)).decode()
-        name = f"L{layer} H{h}" + (" (off)" if is_off else "")
-        fill = "#888" if is_off else "#222"
-        out.append(f'<g data-head="L{layer} H{h}"><text x="{x0}" y="{y0 + 13}" fill="{fill}">{name}</text>')
+        name = head_name((layer, h)) + (" (off)" if is_off else "")
+        fill = PICTURE["ink_off"] if is_off else PICTURE["ink"]
+        out.append(f'<g data-head="{head_name((layer, h))}"><text x="{x0}" y="{y0 + 13}" fill="{fill}">{name}</text>')
         out.append(f'<image x="{x0}" y="{y0 + TITLE_H}" width="{TILE}" height="{TILE}" preserveAspectRatio="none" '
                    f'style="image-rendering: pixelated" href="{href}"/>')
-        out.append(f'<rect x="{x0}" y="{y0 + TITLE_H}" width="{TILE}" height="{TILE}" fill="none" stroke="#ccc"/>')
+        out.append(f'<rect x="{x0}" y="{y0 + TITLE_H}" width="{TILE}" height="{TILE}" fill="none" '
+                   f'stroke="{PICTURE["frame"]}"/>')
         badge = badges.get((layer, h), "")
         if badge:
-            out.append(f'<text x="{x0}" y="{y0 + TITLE_H + TILE + 12}" font-size="10" fill="#555">'
+            out.append(f'<text x="{x0}" y="{y0 + TITLE_H + TILE + 12}" font-size="10" fill="{PICTURE["note"]}">'
                        f'{html.escape(badge)}</text>')
         out.append("</g>")
     out.append("</svg>")

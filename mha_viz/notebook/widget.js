@@ -1,12 +1,13 @@
-// The layer grid as a Jupyter widget (anywidget): the app's own browser code, mha_viz/app/components/head_grid.js,
-// mounted in a notebook output. The widget's model carries what the Streamlit component's `data` carries, split
-// into traits: `grid` (the JSON part), `att` (the deflated uint8 codes, a binary buffer) and `layer`; head_grid.js
-// arrives as the text trait `_grid_js` and is imported from a blob: URL, so nothing comes from a CDN.
+// The layer grid as a Jupyter widget (anywidget): the app's own browser code, mha_viz/web/grid/ (joined into one
+// module by mha_viz.web.grid_js), mounted in a notebook output. The widget's model carries what the Streamlit
+// component's `data` carries, split into traits: `grid` (the JSON part), `att` (the deflated uint8 codes, a binary
+// buffer) and `layer`; the grid's module arrives as the text trait `_grid_js` and is imported from a blob: URL, so
+// nothing comes from a CDN.
 // A head's switch becomes a message to Python ({type: "toggle", layer, head, on}); Python reruns the model and
 // sends back new traits, and a `readout` of what changed (KL and top predictions, or the embedding cosine).
 // node, bytesOf and mount are common.js's, put before this text by display.esm().
 
-const MODULES = new Map();  // source text -> the imported head_grid module (one import per page)
+const MODULES = new Map();  // source text -> the imported grid module (one import per page)
 
 function gridModule(source) {
   if (!MODULES.has(source)) {
@@ -16,7 +17,7 @@ function gridModule(source) {
   return MODULES.get(source);
 }
 
-// head_grid.js reads the weights as an Arrow table's one binary cell: att.getChild("z").get(0).
+// The grid reads the weights as an Arrow table's one binary cell: att.getChild("z").get(0).
 function arrowCell(bytes) {
   return { getChild: () => ({ get: () => bytes }) };
 }
@@ -62,7 +63,7 @@ function build(model) {
   readout.setAttribute("data-testid", "mhw-readout");
   box.append(bar, grid, readout);
   const parts = { box, grid, readout, status, draws: 0 };
-  // Every time head_grid.js draws a layer it writes the grid's data-layer: the time of the last draw is kept on
+  // Every time the grid draws a layer it writes the grid's data-layer: the time of the last draw is kept on
   // the widget's box (data-drawn-at, ms since the epoch), which is how show()-to-drawn is measured in a browser.
   new MutationObserver(() => {
     parts.draws += 1;

@@ -1,7 +1,7 @@
 """The layer grid in a Jupyter notebook: `mha_viz.show(model, text)` (or `show(run)`).
 
-The picture is the app's own browser code (app/components/head_grid.js), mounted by a small anywidget wrapper
-(widget.js); the data is the same payload the app sends (notebook/payload.py). A head's switch clicked in the page
+The picture is the app's own browser code (mha_viz/web: the grid's module and its payload, which the app's
+Streamlit component mounts too), inside a small anywidget wrapper (widget.js). A head's switch clicked in the page
 calls back into Python: the model reruns with those heads off (per call, nothing stored on the model), the grid and
 the effect readout update, and `widget.heads_off` / `widget.run` hold the new state for the code in the next cell.
 
@@ -20,12 +20,12 @@ import traitlets
 
 from mha_viz import analysis
 from mha_viz.contract import AttentionRun, Head, InputError, Model, check_ablate, check_ablation
+from mha_viz.names import head_names
 from mha_viz.notebook import svg as _svg
 from mha_viz.notebook.display import FallbackDisplay, esm
-from mha_viz.notebook.payload import deflate, grid_data
+from mha_viz.web import grid_css, grid_js
+from mha_viz.web.payload import deflate, grid_data
 
-_HERE = Path(__file__).resolve().parent
-_COMPONENTS = _HERE.parent / "app" / "components"
 TOP_K = 5
 
 _WIDGET_CSS = """
@@ -99,9 +99,9 @@ class HeadGrid(FallbackDisplay, anywidget.AnyWidget):
     """
 
     _esm = esm("widget.js")
-    _css = (_COMPONENTS / "head_grid.css").read_text() + _WIDGET_CSS
-    _grid_js = traitlets.Unicode((_COMPONENTS / "head_grid.js").read_text()).tag(sync=True)
-    grid = traitlets.Dict().tag(sync=True)  # the payload without the weights (notebook/payload.py)
+    _css = grid_css() + _WIDGET_CSS
+    _grid_js = traitlets.Unicode(grid_js()).tag(sync=True)
+    grid = traitlets.Dict().tag(sync=True)  # the payload without the weights (web/payload.py)
     att = traitlets.Bytes().tag(sync=True)  # the weights' codes, deflated: (L, H, T, T) uint8
     layer = traitlets.Int(0).tag(sync=True)
     readout = traitlets.Dict().tag(sync=True)
@@ -212,7 +212,7 @@ class HeadGrid(FallbackDisplay, anywidget.AnyWidget):
     def _title(self, layer: int) -> str:
         name = self._model.info.name if self._model is not None else "a run"
         off = sorted(self.heads_off)
-        return f"{name}, layer {layer}" + (f", off: {', '.join(f'L{a} H{b}' for a, b in off)}" if off else "")
+        return f"{name}, layer {layer}" + (f", off: {head_names(off)}" if off else "")
 
     def to_svg(self, layer: int | None = None) -> str:
         """The shown layer (or `layer`) as an SVG document: every head's heatmap in the grid's colours, its name,

@@ -9,6 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
+from mha_viz.names import head_name, layer_name
 from mha_viz.plotting.layout import FONT, NO_TEMPLATE
 
 
@@ -26,12 +27,12 @@ def census_map(scores: torch.Tensor, title: str, uniform: float, baseline_text: 
     legend = f"uniform {uniform:.2f}" + (f"<br>{baseline_text}" if baseline_text else "")
     layers, heads = np.meshgrid(np.arange(n_layers), np.arange(n_heads), indexing="ij")  # (L, H) each
     data = [
-        dict(type="heatmap", z=z, x=[f"H{h}" for h in range(n_heads)], y=[f"L{l}" for l in range(n_layers)],
+        dict(type="heatmap", z=z, x=[f"H{h}" for h in range(n_heads)], y=[layer_name(l) for l in range(n_layers)],
              zmin=0.0, zmax=top, colorscale="Viridis", reversescale=reverse,
              colorbar=dict(title=dict(text=legend, side="right"), thickness=12),
              hovertemplate="%{y} %{x}: %{z:.3f}<extra></extra>"),
         dict(type="scatter", mode="markers", x=[f"H{h}" for h in heads.ravel()],
-             y=[f"L{l}" for l in layers.ravel()], customdata=np.stack([layers.ravel(), heads.ravel()], 1),
+             y=[layer_name(l) for l in layers.ravel()], customdata=np.stack([layers.ravel(), heads.ravel()], 1),
              marker=dict(size=max(4, min(18, 600 // max(n_heads, n_layers))), opacity=0.0), hoverinfo="skip",
              showlegend=False),
     ]
@@ -51,7 +52,7 @@ def census_scatter(x: torch.Tensor, y: torch.Tensor, x_title: str, y_title: str,
     ys = np.asarray(y.detach().float(), dtype=np.float32)  # (L, H)
     n_layers, n_heads = xs.shape
     layers, heads = np.meshgrid(np.arange(n_layers), np.arange(n_heads), indexing="ij")  # (L, H) each
-    names = [f"L{l} H{h}" for l, h in zip(layers.ravel(), heads.ravel())]
+    names = [head_name((l, h)) for l, h in zip(layers.ravel(), heads.ravel())]
     data = [dict(type="scatter", mode="markers", x=xs.ravel(), y=ys.ravel(), text=names,
                  customdata=np.stack([layers.ravel(), heads.ravel()], 1),
                  marker=dict(color=layers.ravel(), colorscale="Plasma", size=9, line=dict(width=0.5, color="#333"),
@@ -88,7 +89,7 @@ def census_maps_side_by_side(maps: list[torch.Tensor], titles: list[str], zmax: 
         layout["yaxis" if i == 0 else f"yaxis{i + 1}"] = dict(anchor=xa, autorange="reversed", type="category",
                                                                showticklabels=i == 0)
         data.append(dict(type="heatmap", z=z, x=[f"H{h}" for h in range(z.shape[1])],
-                         y=[f"L{l}" for l in range(z.shape[0])], zmin=0.0, zmax=zmax, colorscale="Viridis",
+                         y=[layer_name(l) for l in range(z.shape[0])], zmin=0.0, zmax=zmax, colorscale="Viridis",
                          showscale=i == n - 1, xaxis=xa, yaxis=ya,
                          hovertemplate=html.escape(title, quote=False) + " %{y} %{x}: %{z:.2f}<extra></extra>"))
         layout["annotations"].append(dict(text=f"<b>{html.escape(title, quote=False)}</b>", x=x0 + w / 2, y=1.0,

@@ -9,6 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
+from mha_viz.names import head_name
 from mha_viz.plotting.colours import COMPOSITION_SCALE, DIFF_SCALE
 from mha_viz.plotting.layout import FONT, NO_TEMPLATE, _as_np, _fast_figure, tick_plan
 from mha_viz.plotting.tokens import safe_label
@@ -26,7 +27,7 @@ def composition_map_figure(scores: torch.Tensor, baseline: float, title: str, *,
     n_layers, n_heads = z.shape[:2]
     n = n_layers * n_heads
     grid = z.reshape(n, n).T  # (N later, N earlier)
-    labels = [f"L{layer} H{head}" for layer in range(n_layers) for head in range(n_heads)]
+    labels = [head_name((layer, head)) for layer in range(n_layers) for head in range(n_heads)]
     top = float(np.nanmax(grid)) if np.isfinite(grid).any() else baseline + 1e-6
     ratio = grid / baseline  # (N, N)
     trace = dict(type="heatmap", z=grid, x=labels, y=labels, customdata=ratio, zmin=baseline,
@@ -56,7 +57,7 @@ def difference_map_figure(a: torch.Tensor, b: torch.Tensor, title: str, *, heigh
     n_layers, n_heads = d.shape[:2]
     n = n_layers * n_heads
     grid = d.reshape(n, n).T  # (N later, N earlier)
-    labels = [f"L{layer} H{head}" for layer in range(n_layers) for head in range(n_heads)]
+    labels = [head_name((layer, head)) for layer in range(n_layers) for head in range(n_heads)]
     bound = float(np.nanmax(np.abs(grid))) if np.isfinite(grid).any() else 1.0
     trace = dict(type="heatmap", z=grid, x=labels, y=labels, zmid=0.0, zmin=-bound, zmax=bound, colorscale=DIFF_SCALE,
                  hoverongaps=False, colorbar=dict(title=dict(text="change")),
@@ -133,7 +134,7 @@ def causal_check_figure(on: torch.Tensor, off: torch.Tensor, title: str, switche
     """Every head's score with all heads on and with one head switched off, as paired bars (L*H heads)."""
     a, b = _as_np(on).reshape(-1), _as_np(off).reshape(-1)  # (N,)
     n_layers, n_heads = _as_np(on).shape
-    labels = [f"L{layer} H{head}" for layer in range(n_layers) for head in range(n_heads)]
+    labels = [head_name((layer, head)) for layer in range(n_layers) for head in range(n_heads)]
     data = [dict(type="bar", x=labels, y=a, name="all heads on", marker=dict(color="#4292c6"),
                  hovertemplate="%{x}: %{y:.1%}<extra>all on</extra>"),
             dict(type="bar", x=labels, y=b, name=f"{switched_off} off", marker=dict(color="#ef8a62"),

@@ -8,6 +8,7 @@ import html
 import numpy as np
 import plotly.graph_objects as go
 
+from mha_viz.names import head_name
 from mha_viz.plotting.colours import head_colour
 from mha_viz.plotting.layout import FONT, NO_TEMPLATE, _as_np
 
@@ -58,7 +59,7 @@ def timeline_figure(
         for l in sorted(range(n_layers), key=lambda x: x == layer):
             for hd in range(n_heads):
                 mine = l == layer
-                name = f"L{l} H{hd}"
+                name = head_name((l, hd))
                 data.append(dict(
                     type="scatter", mode="lines+markers" if mine else "lines", x=x_steps, y=z[:, l, hd],
                     xaxis=xa, yaxis=ya, name=name, legendgroup=name, showlegend=mine and i == 1,
@@ -134,7 +135,7 @@ def circuits_timeline_figure(steps: list[int], pairs: dict[str, np.ndarray], bas
             c = np.asarray(copying, dtype=np.float32)  # (S, L, H)
             for layer in range(c.shape[1]):
                 for head in range(c.shape[2]):
-                    name = f"L{layer} H{head}"
+                    name = head_name((layer, head))
                     data.append(dict(type="scatter", mode="lines", x=x, y=c[:, layer, head], xaxis=xa, yaxis=ya,
                                      name=name, legendgroup="copying", showlegend=False,
                                      line=dict(color=head_colour(head), width=1 + (layer == c.shape[1] - 1)),
@@ -162,10 +163,10 @@ def formation_figure(formations: list, current: int | None = None, *, height: in
         return np.array([at.get(s, np.nan) for s in steps], dtype=np.float64)
 
     def pair(f) -> str:
-        return f"L{f.previous_head[0]} H{f.previous_head[1]} → L{f.induction_head[0]} H{f.induction_head[1]}"
+        return f"{head_name(f.previous_head)} → {head_name(f.induction_head)}"
 
     def head(f) -> str:
-        return f"L{f.induction_head[0]} H{f.induction_head[1]}"
+        return head_name(f.induction_head)
 
     pairs = {f"{f.name}: K-composition {pair(f)}": on_steps(f, f.composition["k"]) for f in formations}
     copying = {f"{f.name}: {head(f)} copying": on_steps(f, f.copying) for f in formations}

@@ -14,6 +14,7 @@ from mha_viz.app.names import (
     parse_link_heads,
     token_label,
 )
+from mha_viz.web import grid_js
 
 from helpers import APP, grid_data
 from page_steps import open_view
@@ -45,9 +46,9 @@ def test_the_grid_gets_its_names_and_colours_from_python():
     assert data["names"]["heads"][2][5] == "L2 H5"
     assert data["colours"]["on"] == [c for _, c in plotting.ATTN_SCALE]
     assert data["colours"]["off"] == [c for _, c in plotting.OFF_SCALE]
-    js = (APP.rsplit("/", 1)[0] + "/mha_viz/app/components/head_grid.js")
-    source = open(js).read()
-    assert "#08306b" not in source and '"L" + l' not in source, "no copy of the colours or the head format in JS"
+    source = grid_js()
+    assert "#08306b" not in source and '"L" + l' not in source and "L${" not in source, \
+        "no copy of the colours or the head format in JS"
 
 
 def test_similarity_table_names_each_score_as_the_badges_do():

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from mha_viz.web import GRID_FILES
+
 ROOT = Path(__file__).resolve().parents[2]
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 LEAVE_OUT = (".git", ".venv", "venv", "build", "dist", "*.egg-info", "__pycache__", "*.pyc", ".pytest_cache",
@@ -66,7 +68,8 @@ def test_the_wheel_carries_the_browser_code_the_assets_and_the_command(wheel):
         names = set(z.namelist())
         entry = z.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
         meta = z.read(next(n for n in names if n.endswith("METADATA"))).decode()
-    for needed in ("mha_viz/app/components/head_grid.js", "mha_viz/app/components/head_grid.css",
+    grid = [f"mha_viz/web/grid/{name}" for name in (*GRID_FILES, "grid.css")]
+    for needed in (*grid, "mha_viz/app/components/nav.js", "mha_viz/app/components/nav.css",
                    "mha_viz/notebook/widget.js", "mha_viz/notebook/maps.js", "mha_viz/notebook/common.js",
                    "mha_viz/cli.py",
                    "mha_viz/_checkout/app.py",

@@ -20,7 +20,7 @@ import mha_viz
 from mha_viz import analysis
 from mha_viz.contract import InputError
 from mha_viz.notebook import svg as svg_mod
-from mha_viz.notebook.payload import encode, grid_data
+from mha_viz.web.payload import encode, grid_data
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_TEXT = "anna berg went to the market . tom lind saw anna berg at the park ."
@@ -71,7 +71,7 @@ def test_show_sends_the_app_payload_for_every_layer(tiny):
 
 
 def test_the_app_component_builds_the_same_payload(tiny):
-    """head_grid.py (the streamlit host) and the widget share notebook/payload.py: same codes, same JSON."""
+    """head_grid.py (the streamlit host) and the widget share web/payload.py: same codes, same JSON."""
     from mha_viz.app.components.head_grid import payload, unpack
 
     run = tiny.run(TINY_TEXT)
@@ -214,7 +214,7 @@ def test_colour_stops_are_the_ones_the_grid_receives(tiny):
     w = mha_viz.show(tiny, TINY_TEXT, display=False)
     on, off = svg_mod.colour_stops()
     assert (on, off) == (w.grid["colours"]["on"], w.grid["colours"]["off"]) and len(on) >= 2 and len(off) >= 2
-    # lut() interpolates as head_grid.js's lut(): the ends are the first and last stops.
+    # lut() interpolates as the grid's lut() (web/grid/colour.js): the ends are the first and last stops.
     table = svg_mod.lut(on)
     assert "#%02x%02x%02x" % tuple(table[0]) == on[0].lower() and "#%02x%02x%02x" % tuple(table[255]) == on[-1].lower()
     remap = svg_mod.contrast_map()
@@ -248,10 +248,9 @@ def test_the_notebook_package_imports_no_streamlit_and_no_jupyter_until_show():
         for node in ast.walk(ast.parse(f.read_text())):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            # mha_viz.app.names is the app's one spelling of head and layer names, and imports no streamlit.
-            bad = [n for n in names if n.startswith(("streamlit", "mha_viz.app")) and n != "mha_viz.app.names"]
+            bad = [n for n in names if n.startswith(("streamlit", "mha_viz.app"))]
             assert not bad, f"{f.name} imports {bad}"
-    code = ("import sys, mha_viz, mha_viz.notebook.payload; "
+    code = ("import sys, mha_viz, mha_viz.notebook, mha_viz.web.payload; "
             "print(sorted(m for m in ('anywidget', 'ipywidgets', 'streamlit') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]"

@@ -1,8 +1,11 @@
 """The folders are the layers and imports point one way: app -> plotting -> analysis -> models -> contract/settings.
-Only the app imports streamlit. Checked on the source, so a shortcut across layers fails here, not in review."""
+Only the app imports streamlit. The app and the notebook import nothing from each other: what both hosts of the
+head grid share is mha_viz.web, below both. A head's name is spelled by mha_viz.names only. Checked on the source,
+so a shortcut across layers fails here, not in review."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,10 @@ FORBIDDEN = {
     "models": ("mha_viz.analysis", "mha_viz.plotting", "mha_viz.app", "streamlit"),
     "analysis": ("mha_viz.plotting", "mha_viz.app", "streamlit"),
     "plotting": ("mha_viz.app", "mha_viz.notebook", "mha_viz.web", "streamlit"),
+    # What the app's Streamlit component and the notebook widget both mount: below both hosts.
+    "web": ("mha_viz.app", "mha_viz.notebook", "streamlit"),
+    "notebook": ("mha_viz.app", "streamlit"),
+    "names.py": ("mha_viz.", "streamlit"),
     "contract.py": ("mha_viz.models", "mha_viz.analysis", "mha_viz.plotting", "mha_viz.app", "streamlit"),
     "settings.py": ("mha_viz.", "streamlit"),
 }
@@ -108,3 +115,52 @@ def test_no_import_cycles():
         if node not in state:
             visit(node, [node])
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_the_app_and_the_notebook_import_nothing_from_each_other():
+    """Two hosts of the same browser code: the grid's JS, its payload and palette are mha_viz.web, which both import."""
+    bad = [f"{f.relative_to(PKG.parent)} imports {name}"
+           for host, other in (("app", "mha_viz.notebook"), ("notebook", "mha_viz.app"))
+           for f in sorted((PKG / host).rglob("*.py")) for name in _imports(f) if name.startswith(other)]
+    assert not bad, "\n".join(bad)
+    js = [p.relative_to(PKG).as_posix() for p in (PKG / "notebook").rglob("*.py") if "app/components" in p.read_text()]
+    assert not js, f"read the app's files by path: {js}"
+
+
+# Files whose hand-written head names belong to another piece of work (analysis/ and the tiny model's probe report
+# are being moved onto the measures registry); each line here is one file still to convert.
+HAND_SPELLED = {"analysis/census_run.py", "analysis/circuits.py", "models/tiny/probes.py"}
+_SPELLED_IN_TEXT = re.compile(r"L%d H%d|L%s H%s|L\{\w*\} H\{\w*\}")  # "L%d H%d" % ..., "L{} H{}".format(...)
+_SPELLED_IN_JS = re.compile(r"L\$\{[^}]*\}\s*H\$\{|\"L\"\s*\+")  # `L${l} H${h}`, "L" + l
+
+
+def _spelled_by_hand(path: Path) -> list[int]:
+    """Lines of `path` that write a head as "L<layer> H<head>" themselves: an f-string whose text reads "L", a
+    value, " H", a value; or a %- / .format template of the same."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.JoinedStr):
+            parts = node.values
+            for i in range(len(parts) - 3):
+                a, b, c, d = parts[i:i + 4]
+                if (isinstance(a, ast.Constant) and str(a.value).endswith("L") and isinstance(b, ast.FormattedValue)
+                        and isinstance(c, ast.Constant) and str(c.value).startswith(" H")
+                        and isinstance(d, ast.FormattedValue)):
+                    lines.append(node.lineno)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _SPELLED_IN_TEXT.search(node.value):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_a_head_is_named_by_one_function():
+    """mha_viz.names.head_name / layer_name / head_names spell a head everywhere; no module writes "L{l} H{h}"."""
+    bad = [f"{f.relative_to(PKG.parent)}:{line}" for f in sorted(PKG.rglob("*.py"))
+           if f.relative_to(PKG).as_posix() not in HAND_SPELLED | {"names.py"} for line in _spelled_by_hand(f)]
+    bad += [f"{f.relative_to(PKG.parent)}" for f in sorted(PKG.rglob("*.js")) if _SPELLED_IN_JS.search(f.read_text())]
+    assert not bad, "a head's name spelled by hand (use mha_viz.names):\n" + "\n".join(bad)
+
+
+def test_the_hand_spelling_check_finds_what_it_looks_for(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text('l, h = 1, 2\na = f"L{l} H{h}"\nb = "L%d H%d" % (l, h)\nc = f"{l}"\nd = f"rollout of L{l}"\n')
+    assert _spelled_by_hand(sample) == [2, 3]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 import zlib
 from collections import OrderedDict
-from pathlib import Path
 from typing import Callable
 
 import pyarrow as pa
@@ -20,16 +19,15 @@ import torch
 
 from mha_viz.app.components import figure_font
 from mha_viz.contract import Head
-from mha_viz.notebook.payload import DEFLATE_LEVEL, deflate, encode, grid_data  # noqa: F401  (encode: re-exported)
+from mha_viz.web import grid_css, grid_js
+from mha_viz.web.payload import deflate, grid_data
 
 BULK_ACTIONS = ("off", "on", "only", "reset")
 figure_font.warm()  # the saved figures' font, made in a thread while the server starts
-_HERE = Path(__file__).resolve().parent
 # isolate_styles=False: no shadow root, so browser tests and benchmarks can query the grid's DOM; every class is
 # prefixed `mhv-` instead.
 _COMPONENT = st.components.v2.component(
-    "mha_viz.head_grid", html="", css=(_HERE / "head_grid.css").read_text(), js=(_HERE / "head_grid.js").read_text(),
-    isolate_styles=False,
+    "mha_viz.head_grid", html="", css=grid_css(), js=grid_js(), isolate_styles=False,
 )
 
 
@@ -51,10 +49,10 @@ def unpack(table: pa.Table) -> bytes:
 
 def payload(tokens: list[str], att: torch.Tensor, layer: int, heads_off, n_cols: int, shared_scale: bool,
             badges: dict[Head, str], unknown=(), controls: bool = False) -> dict:
-    """Everything the browser draws from (see the header of head_grid.js): JSON, but for `att`, an Arrow table
-    that travels as a binary blob. Built by notebook/payload.py, which the notebook widget shares: the head and
-    layer names and the colour stops come from Python (names.py, plotting.ATTN_SCALE / OFF_SCALE), so the grid
-    spells and colours a head as every other figure does.
+    """Everything the browser draws from (see the header of web/grid/main.js): JSON, but for `att`, an Arrow
+    table that travels as a binary blob. Built by web/payload.py, which the notebook widget shares: the head and
+    layer names and the colours come from Python (mha_viz/names.py, web/palette.py), so the grid spells and
+    colours a head as every other figure does.
 
     controls: the page's grid draws the layer's heading and bulk switches itself and writes the link's layer (one
     layer state that a tab changes in the browser). The saved figures' font rides in the same blob (`font`)."""

@@ -10,6 +10,7 @@ import streamlit as st
 
 from mha_viz import analysis
 from mha_viz.app.context import ViewContext
+from mha_viz.app.names import head_name
 from mha_viz.contract import AttentionRun, Model, TrainingEvidence
 from mha_viz.settings import ASSETS
 
@@ -43,7 +44,7 @@ def best_head(scores: list[list[float]]) -> tuple[tuple[int, int], float]:
 
 
 def _fmt_head(head) -> str:
-    return f"L{head[0]} H{head[1]}"
+    return head_name(head)
 
 
 def context_lines(final, words: dict[str, str]) -> list[str]:

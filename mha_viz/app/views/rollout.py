@@ -7,6 +7,7 @@ from mha_viz import analysis, plotting
 from mha_viz.app.cache import norm_inputs
 from mha_viz.app.common import fitted_chart, head_name, layer_picker
 from mha_viz.app.context import ViewContext
+from mha_viz.app.names import layer_name
 from mha_viz.contract import Ablation, head_keep_mask
 
 
@@ -33,11 +34,12 @@ def render(ctx: ViewContext) -> None:
     c1, c2 = st.columns(2)
     if on.any():
         raw = run.attentions[layer][on].mean(0)  # (Q, K)  mean over the heads that are on
-        fitted_chart(plotting.head_figure(raw, run.tokens, f"L{layer} raw, mean of the {int(on.sum())} heads on",
-                                          size=380, colorbar=True, contrast="sqrt"), "roll_raw", c1, width="content")
+        title = f"{layer_name(layer)} raw, mean of the {int(on.sum())} heads on"
+        fitted_chart(plotting.head_figure(raw, run.tokens, title, size=380, colorbar=True, contrast="sqrt"),
+                     "roll_raw", c1, width="content")
     else:
-        c1.info(f"Every head of L{layer} is off: no attention of this layer reaches the output.")
-    fitted_chart(plotting.head_figure(rolled[layer], run.tokens, f"rollout through L{layer}", size=380,
+        c1.info(f"Every head of {layer_name(layer)} is off: no attention of this layer reaches the output.")
+    fitted_chart(plotting.head_figure(rolled[layer], run.tokens, f"rollout through {layer_name(layer)}", size=380,
                                       colorbar=True, contrast="sqrt"), "roll_fig", c2, width="content")
 
     st.markdown("**Value-weighted norms** ‖α_ij f(x_j)‖ (Kobayashi et al. 2020)")

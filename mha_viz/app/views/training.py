@@ -16,6 +16,7 @@ from mha_viz.analysis.circuits import describe_formation
 from mha_viz.app.cache import checkpoint_run, training_evidence
 from mha_viz.app.common import chart_config, head_name, md_safe, trained_here
 from mha_viz.app.context import ViewContext
+from mha_viz.app.names import layer_name
 from mha_viz.app.views.circuits import formation
 from mha_viz.contract import InputError, ModelLoadError, UnavailableError
 
@@ -93,7 +94,7 @@ def _layer(ctx: ViewContext, where, n_layers: int | None) -> int:
     if checkpoints(ctx.name):
         return min(ctx.layer, (n_layers or ctx.model.n_layers) - 1)
     options = list(range(n_layers or 1))
-    return where.selectbox("Layer of the tiny model", options, format_func=lambda i: f"L{i}", key=LAYER_KEY)
+    return where.selectbox("Layer of the tiny model", options, format_func=layer_name, key=LAYER_KEY)
 
 
 def _unknown_note(name: str, text: str, steps: list[int]) -> str | None:

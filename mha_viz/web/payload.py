@@ -1,6 +1,6 @@
-"""The layer grid's data, as both hosts send it to the same browser code (mha_viz/app/components/head_grid.js):
-the Streamlit component (app/components/head_grid.py) and the notebook widget (notebook/widget.py). No streamlit,
-no Jupyter here: tensors and tokens in, plain Python values and bytes out.
+"""The layer grid's data, as both hosts send it to the same browser code (mha_viz/web/grid/): the Streamlit
+component (app/components/head_grid.py) and the notebook widget (notebook/widget.py). No streamlit, no Jupyter
+here: tensors and tokens in, plain Python values and bytes out.
 
 Every layer's attention goes to the page once, as one byte per cell, deflated; the browser inflates it natively
 (DecompressionStream) and draws the heads, the layer tabs, the hovered row and the enlarged head itself.
@@ -13,9 +13,9 @@ import zlib
 import numpy as np
 import torch
 
-from mha_viz import plotting
-from mha_viz.app.names import grid_names  # streamlit-free: the one spelling of heads and layers
 from mha_viz.contract import Head
+from mha_viz.names import grid_names
+from mha_viz.web.palette import grid_colours
 
 # zlib level 1: at 128 tokens MiniLM's 1.18 MB of codes become 0.43 MB in 11 ms (level 6: 0.37 MB in 56 ms), and
 # the browser inflates them natively (DecompressionStream). Measured in benchmarks/RESULTS.md.
@@ -46,7 +46,7 @@ def deflate(codes: bytes) -> bytes:
 
 def grid_data(tokens: list[str], att: torch.Tensor, layer: int, heads_off, n_cols: int, shared_scale: bool,
               badges: dict[Head, str], unknown=()) -> tuple[dict, bytes]:
-    """Everything the browser draws from (see the header of head_grid.js) but the weights, and the weights'
+    """Everything the browser draws from (see the header of web/grid/main.js) but the weights, and the weights'
     codes (not yet deflated), for the host to send its own way: -> (data without "att", codes)."""
     codes, scale = encode(att, shared_scale)
     L, H, T = int(att.shape[0]), int(att.shape[1]), int(att.shape[-1])
@@ -58,8 +58,7 @@ def grid_data(tokens: list[str], att: torch.Tensor, layer: int, heads_off, n_col
         "off": sorted([int(l), int(h)] for l, h in heads_off), "layer": int(layer), "cols": int(n_cols),
         "badges": {f"{l},{h}": text for (l, h), text in badges.items()}, "shared": bool(shared_scale),
         "names": grid_names(L, H), "unknown": sorted(int(i) for i in unknown),
-        "colours": {"on": [c for _, c in plotting.ATTN_SCALE], "off": [c for _, c in plotting.OFF_SCALE],
-                    "heads": list(plotting.HEAD_COLOURS), "head_off": plotting.OFF_COLOUR},
+        "colours": grid_colours(),
         "lines_up_to": LINES_UP_TO,
     }
     return data, codes

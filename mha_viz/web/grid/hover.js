@@ -1,0 +1,28 @@
+// Hover: a token's row lit in every head (kept by a click on the strip), and the info line's words.
+function hover(s, q, k, h) {
+  s.hoverQ = q;
+  const d = s.d;
+  if (q === null) {
+    s.info.textContent = s.pinQ !== null ? `query ${JSON.stringify(d.tokens[s.pinQ])} (${s.pinQ}) kept: click it again to let go`
+                                         : HINT;
+  } else if (k === null) {
+    s.info.textContent = `query ${JSON.stringify(d.tokens[q])} (${q}): its row is outlined in every head of ${d.names.layers[s.layer]}`;
+  } else {
+    s.info.textContent = `${headName(s, s.layer, h)} · query ${JSON.stringify(d.tokens[q])} (${q}) → key ` +
+                         `${JSON.stringify(d.tokens[k])} (${k}): ${weight(s, s.layer, h, q, k).toFixed(3)}`;
+  }
+  paintRows(s);
+}
+
+function paintRows(s) {
+  const d = s.d, q = s.hoverQ !== null ? s.hoverQ : s.pinQ;
+  for (const head of s.heads) {
+    if (q === null) { head.row.hidden = true; continue; }
+    head.row.hidden = false;
+    head.row.style.top = (q / d.T * 100) + "%";
+    head.row.style.height = Math.max(100 / d.T, 0.8) + "%";
+  }
+  s.grid.dataset.row = q === null ? "" : String(q);
+  for (const chip of s.strip.children) chip.classList.toggle("mhv-tok-on", Number(chip.dataset.q) === q);
+  if (s.focus) drawFocus(s);
+}

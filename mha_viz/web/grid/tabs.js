@@ -1,0 +1,27 @@
+// The layer tabs: a tab is drawn at once and asked of the host (the page's one layer state).
+function buildTabs(s) {
+  const d = s.d;
+  if (s.tabs.childElementCount !== d.L) {
+    s.tabs.replaceChildren();
+    for (let l = 0; l < d.L; l++) {
+      const b = el("button", "mhv-tab", d.names.layers[l]);
+      b.setAttribute("role", "tab");
+      b.dataset.layer = l;
+      b.title = "Show layer " + l + " (the other views and the link follow)";
+      b.addEventListener("click", () => setLayer(s, l));
+      s.tabs.append(b);
+    }
+  }
+  [...s.tabs.children].forEach((b, l) => b.setAttribute("aria-selected", String(l === s.layer)));
+}
+
+function setLayer(s, l) {
+  if (l === s.layer) return;
+  s.layer = l;
+  [...s.tabs.children].forEach((b, i) => b.setAttribute("aria-selected", String(i === l)));
+  drawLayer(s);
+  if (s.focus) openFocus(s, l, s.focus[1]);
+  linkLayer(s, l);
+  s.askedLayer = l;
+  s.setTrigger("layer", l);  // the page's layer state: the sidebar's summary and the other views follow
+}
