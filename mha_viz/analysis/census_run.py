@@ -434,20 +434,22 @@ def census_inputs(model: Model, seed: int = 0, cfg: CensusConfig | None = None, 
 
 
 def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | None = None,
-                control: Model | str | None = "auto", progress: Progress | None = None) -> HeadCensus:
+                control: Model | str | None = "destroyed", progress: Progress | None = None) -> HeadCensus:
     """Measure every head of `model` on inputs made for each question (see the module docstring).
 
     texts: natural texts for the text scores and the top examples (a list, or one string with one text per line;
     default `default_texts(model)`); seed: which inputs (the same seed gives the same inputs and intervals);
-    control: "auto" (the untrained twin where one ships, else inputs with the relation destroyed), a Model to
-    compare with (the same architecture, e.g. re-initialised), or None; progress(fraction, message) is called after
-    every batch of inputs read.
+    control: a Model to compare with (the same architecture: the untrained twin, or re-initialised), "destroyed"
+    (inputs with the relation destroyed) or None. "auto" is resolved by the caller, which may load models:
+    `mha_viz.head_census` and the Census view pass the untrained twin where one ships (`census_control`).
+    progress(fraction, message) is called after every batch of inputs read.
     """
-    from mha_viz.models.registry import untrained_twin
-
+    if isinstance(control, str) and control != "destroyed":
+        raise InputError(f"control must be a Model, 'destroyed' or None; got {control!r}: for 'auto' call "
+                         "mha_viz.head_census, or pass mha_viz.models.registry.census_control(model)")
     cfg = config or CensusConfig.for_model(model)
     sets = census_inputs(model, seed, cfg, texts)
-    twin = untrained_twin(model) if control == "auto" else (control if isinstance(control, Model) else None)
+    twin = control if isinstance(control, Model) else None
     if twin is not None and (twin.n_layers, twin.n_heads) != (model.n_layers, model.n_heads):
         raise InputError(f"the control {twin.name} has {twin.n_layers} x {twin.n_heads} heads, {model.name} has "
                          f"{model.n_layers} x {model.n_heads}: compare the same architecture")

@@ -6,7 +6,7 @@ import torch
 
 from mha_viz.analysis._checks import attention as _attention
 from mha_viz.analysis._checks import tensor as _tensor
-from mha_viz.models.heads import out_proj_per_head, repeat_kv, split_heads  # noqa: F401  (re-exported)
+from mha_viz.heads import out_proj_per_head, repeat_kv, split_heads  # noqa: F401  (re-exported)
 
 
 def norm_view(att: torch.Tensor, values: torch.Tensor, w_o: torch.Tensor) -> torch.Tensor:

@@ -25,7 +25,7 @@ from mha_viz.analysis.patching import (
     patching_map,
 )
 from mha_viz.contract import AttentionRun, Head, InputError, Model, TrainingEvidence, UnavailableError
-from mha_viz.models import load_model
+from mha_viz.models import load_model, registry
 from mha_viz.settings import settings
 
 
@@ -147,6 +147,17 @@ def get_model(name: str) -> Model:
 
 def run_bytes(run: AttentionRun) -> int:
     return sum(t.numel() * t.element_size() for t in (run.attentions, run.output, run.logits) if t is not None)
+
+
+def model_bytes(model: Model) -> int:
+    """The weights a loaded model holds: every parameter and buffer of the torch modules it keeps."""
+    modules = [m for m in vars(model).values() if isinstance(m, torch.nn.Module)]
+    return sum(t.numel() * t.element_size() for m in modules for t in (*m.parameters(), *m.buffers()))
+
+
+def entry_bytes(entry) -> int:
+    """What an entry of the run cache holds: a run's tensors, or a side model's weights (`side_model`)."""
+    return model_bytes(entry) if isinstance(entry, Model) else run_bytes(entry)
 
 
 class RunBudgetError(InputError):
@@ -305,7 +316,35 @@ class RunCache:
 def runs() -> RunCache:
     """The run cache of this process, made on first use rather than at import: a bad MHA_VIZ_RUN_CACHE_MB then
     raises SettingsError inside page.main, which shows it as the page's own message, not as a traceback."""
-    return RunCache(settings().run_cache_mb * 2**20)
+    return RunCache(settings().run_cache_mb * 2**20, size=entry_bytes)
+
+
+_SIDE_LOCK = threading.Lock()  # two sessions asking for the same side model load it once
+
+
+def side_model(name: str) -> Model:
+    """A model loaded beside the one the user picked (a training step for a slider or timeline, another seed of the
+    recipe, an untrained twin as the census's control): kept in the run cache, under its memory budget, by the
+    bytes of its weights, and dropped least recently used like a run; `get_model`'s slots stay free for the models
+    a user picks. Meant for the small in-repo models (a tiny step is about 1 MB)."""
+    key = ("side-model", name)
+    found = runs().peek(key)
+    if found is not None:
+        return found
+    with _SIDE_LOCK:
+        return runs().get(key, lambda: _loaded(name))
+
+
+def _loaded(name: str) -> Model:
+    model = load_model(name)
+    gc.collect()
+    gc.freeze()  # as in get_model
+    return model
+
+
+def census_control(model: Model, control: Model | str | None = "auto") -> Model | str | None:
+    """What the census of `model` compares with, "auto" resolved with the untrained twin as a side model."""
+    return registry.census_control(model, control, load=side_model)
 
 
 def attention_bytes(model: Model, text: str) -> int:
@@ -441,22 +480,10 @@ def direct_effect_map(name: str, text: str, position: int, answer: int, other: i
     return None if readout is None else direct_effects(readout, position, answer, other)
 
 
-@st.cache_resource(show_spinner=False, max_entries=2)
-def _checkpoint_models(name: str) -> dict:
-    """Every saved training step of `name` at once (the tiny model's are small): a step slider then never
-    reloads a model, and `get_model`'s four slots stay free for the models a user picks."""
-    from mha_viz.models import checkpoints
-
-    models = {step: load_model(f"{name}@{step}") for step in checkpoints(name)}
-    gc.collect()
-    gc.freeze()  # as in get_model
-    return models
-
-
 def checkpoint_run(name: str, step: int, text: str) -> AttentionRun:
     """`name` at training step `step` on `text`, all heads on; shared by every session like `get_run`."""
     # The key has get_run's shape, so get_run(f"{name}@{step}", text) finds this run instead of making it again.
-    model = _checkpoint_models(name)[step]
+    model = side_model(f"{name}@{step}")
     return runs().get((f"{name}@{step}", text, (), "zero", (), None), lambda: model.run(text),
                       need=work_bytes(model, text), on_wait=_queued, scope_key=(f"{name}@{step}", text))
 

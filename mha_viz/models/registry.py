@@ -205,3 +205,14 @@ def untrained_twin(model: Model) -> Model | None:
     the same run); None for every other model, whose initialisation is not shipped."""
     name = untrained_name(model.name)
     return None if name is None else load_model(name)
+
+
+def census_control(model: Model, control: Model | str | None = "auto",
+                   load: Callable[[str], Model] = load_model) -> Model | str | None:
+    """What a census of `model` compares with, "auto" resolved: the untrained twin where one ships (loaded by
+    `load`, e.g. the app's budgeted cache), else "destroyed" (inputs with the relation destroyed). A Model,
+    "destroyed" or None comes back as given. The analysis layer never loads a model, so its callers resolve this."""
+    if not (isinstance(control, str) and control == "auto"):
+        return control
+    name = untrained_name(model.name)
+    return "destroyed" if name is None else load(name)

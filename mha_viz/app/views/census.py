@@ -24,7 +24,7 @@ from mha_viz.analysis.census_run import (
     head_census,
     seed_roles,
 )
-from mha_viz.app.cache import RunCache, get_model
+from mha_viz.app.cache import RunCache, census_control, get_model
 from mha_viz.app.common import clicked_head, head_name, md_safe, pick_clicked_head
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import Head, InputError, Model, ModelLoadError
@@ -120,7 +120,7 @@ def _get(name: str, model: Model, seed: int, texts) -> HeadCensus | None:
         return None
     bar = st.progress(0.0, text="Census...")
     try:
-        census = _CENSUS.get(key, lambda: head_census(model, texts=texts, seed=seed,
+        census = _CENSUS.get(key, lambda: head_census(model, texts=texts, seed=seed, control=census_control(model),
                                                       progress=lambda f, m: bar.progress(f, text=m)))
     except InputError as err:
         bar.empty()
@@ -281,7 +281,8 @@ def _seeds(name: str, seed: int) -> None:
                 st.error(str(err))
                 return
             done[i] = _CENSUS.get((n, seed, None), lambda m=model: head_census(
-                m, seed=seed, progress=lambda f, msg, i=i: bar.progress((i + f) / len(names), text=msg)))
+                m, seed=seed, control=census_control(m),
+                progress=lambda f, msg, i=i: bar.progress((i + f) / len(names), text=msg)))
         bar.empty()
     roles = seed_roles(done)
     for role, score in roles["scores"].items():
