@@ -8,7 +8,9 @@ import streamlit as st
 import torch
 
 from mha_viz import analysis, plotting
-from mha_viz.app.names import distinct_labels, head_name, parse_head, quoted, token_label
+from mha_viz.app import state
+from mha_viz.app.markdown import md_safe  # the views' one import of it (state.py imports markdown)
+from mha_viz.app.names import distinct_labels, head_name, layer_name, parse_head, quoted, token_label
 from mha_viz.contract import Ablation, AttentionRun, Model
 
 LEARNED_NOTE = (
@@ -22,17 +24,8 @@ LEARNED_NOTE = (
 ABLATION_LABELS = {a.key: f"{a.label}: its output {a.describe}" for a in Ablation.kinds()}
 ABLATION_SHORT = {a.key: a.adjective for a in Ablation.kinds()}
 
-def md_safe(text: str) -> str:
-    """Text shown as typed inside Markdown: the characters that can make links, images, code, maths, HTML, tables
-    or emphasis are backslash-escaped (CommonMark allows it for any ASCII punctuation; remark-math honours `\\$`);
-    words like A_B stay as typed. The one escaper for everything from a user, a link or a model."""
-    for ch in "\\`*[]()<>$!|~#":
-        text = text.replace(ch, "\\" + ch)
-    return text
-
-
 visible = token_label  # the one way to write a token (names.py); the short name every view already uses
-__all__ = ["distinct_labels", "head_name", "parse_head", "quoted", "visible"]
+__all__ = ["distinct_labels", "head_name", "md_safe", "parse_head", "quoted", "visible"]
 
 
 def top_predictions(model: Model, logits: torch.Tensor, k: int = 5) -> list[tuple[str, float]]:
@@ -223,15 +216,11 @@ def token_picker(run: AttentionRun, label: str) -> int:
 
 # -- the layer, for the views that show one layer (the Layer view's grid has its own tabs, on the same state) ------
 def _layer_picked(model_name: str) -> None:
-    from mha_viz.app import state
-
     state.set_layer(model_name, st.session_state[f"layer_pick|{model_name}"])
 
 
 def layer_picker(model: Model, model_name: str, layer: int, where=st) -> int:
     """A layer select on the page's one layer state (state.current_layer); returns the layer shown."""
-    from mha_viz.app.names import layer_name
-
     key = f"layer_pick|{model_name}"
     st.session_state[key] = layer
     return where.selectbox("Layer", range(model.n_layers), format_func=layer_name, key=key,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from mha_viz.app.common import md_safe
+from mha_viz.app.markdown import md_safe
 from mha_viz.app.names import head_name, link_heads, parse_link_heads
 from mha_viz.contract import ABLATIONS, Head
 from mha_viz.models import BUILTIN, is_shipped
