@@ -15,7 +15,7 @@ ATTN_SCALE = _scale(["#f7fbff", "#deebf7", "#c6dbef", "#9ecae1", "#6baed6", "#42
 
 
 def sqrt_scale(scale: list[list]) -> list[list]:
-    """A colour scale drawn with square-root contrast, the Layer grid's default (head_grid.js CONTRASTS.sqrt): the
+    """A colour scale drawn with square-root contrast, the Layer grid's default (web/grid/colour.js CONTRASTS.sqrt): the
     colour at a weight w of the range's top is the linear scale's colour at sqrt(w), so a weight a quarter of the
     top is drawn half dark. The stops move (to position**2); the values, the hover and the colour bar's numbers stay
     the weights themselves."""
