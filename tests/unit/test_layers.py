@@ -127,9 +127,9 @@ def test_the_app_and_the_notebook_import_nothing_from_each_other():
     assert not js, f"read the app's files by path: {js}"
 
 
-# Files whose hand-written head names belong to another piece of work (analysis/ and the tiny model's probe report
-# are being moved onto the measures registry); each line here is one file still to convert.
-HAND_SPELLED = {"analysis/census_run.py", "analysis/circuits.py", "models/tiny/probes.py"}
+# Files whose hand-written head names belong to another piece of work (analysis/ and the tiny model's probe report,
+# wherever it lives, are being moved onto the measures registry): each entry is one file still to convert.
+HAND_SPELLED = {"analysis/census_run.py", "analysis/circuits.py", "models/tiny/probes.py", "tiny_probes.py"}
 _SPELLED_IN_TEXT = re.compile(r"L%d H%d|L%s H%s|L\{\w*\} H\{\w*\}")  # "L%d H%d" % ..., "L{} H{}".format(...)
 _SPELLED_IN_JS = re.compile(r"L\$\{[^}]*\}\s*H\$\{|\"L\"\s*\+")  # `L${l} H${h}`, "L" + l
 
