@@ -57,15 +57,17 @@ def head_importance_loop(model, text: str, base_off=frozenset(), position: int =
     return scores
 
 
-def same_token_reference(att, ids):
-    """The same-token score by loops over plain Python ints: for each query whose token occurred earlier, the
-    attention mass on those earlier occurrences, averaged over such queries -> (L, H), NaN when none repeats."""
+def same_token_reference(att, ids, added=()):
+    """The registered `duplicate` ("same token earlier") score by loops over plain Python ints: for each query the
+    text produced (not a tokenizer-added position) whose token occurred earlier, the attention mass on those earlier
+    occurrences, averaged over such queries -> (L, H), NaN when none repeats."""
     import torch
 
     ids = [int(i) for i in ids]
+    added = set(added)
     rows = []
     for q in range(len(ids)):
-        earlier = [k for k in range(q) if ids[k] == ids[q]]
+        earlier = [k for k in range(q) if ids[k] == ids[q] and q not in added and k not in added]
         if earlier:
             rows.append(att[..., q, earlier].sum(-1))  # (L, H)
     if not rows:

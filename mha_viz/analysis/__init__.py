@@ -27,7 +27,6 @@ from mha_viz.analysis.norms import norm_view, out_proj_per_head, repeat_kv, spli
 from mha_viz.analysis.rollout import rollout
 from mha_viz.analysis.scores import (
                                       SCORE_NAMES,
-                                      SCORE_WORDS,
                                       describe_score,
                                       pattern_scores,
                                       run_scores,

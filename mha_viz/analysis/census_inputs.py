@@ -17,23 +17,15 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from mha_viz.measures import RELATIONS
+
 Arc = tuple[int, int]  # (query word index, key word index)
 
 # Relations per direction. Encoders read both ways: the dependent attends to its head, as Clark et al. score them.
 # A causal model's query sees only earlier words, so each relation is read from its later word.
 ENCODER_RELATIONS = ("det→noun", "adj→noun", "subject→verb", "verb→subject", "verb→object")
 CAUSAL_RELATIONS = ("noun→det", "noun→adj", "verb→subject", "pre-verb→subject", "object→verb")
-RELATION_WORDS = {
-    "det→noun": "from a determiner to its noun",
-    "noun→det": "from a noun to its determiner",
-    "adj→noun": "from an adjective to its noun",
-    "noun→adj": "from a noun to its adjective",
-    "subject→verb": "from the subject to its verb, across the attractor noun",
-    "verb→subject": "from the verb to its subject, across the attractor noun (the nearer noun has the other number)",
-    "pre-verb→subject": "from the word where the verb is predicted (the attractor) to the subject",
-    "verb→object": "from the verb to its object",
-    "object→verb": "from the object to its verb",
-}
+RELATION_WORDS = RELATIONS  # their words live with their measures (`mha_viz.measures`)
 
 
 @dataclass(frozen=True)

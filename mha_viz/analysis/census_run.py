@@ -9,7 +9,8 @@ for the bootstrap and the top examples), never an attention matrix.
 Scores (each an (L, H) tensor in `HeadCensus.scores`, with its uniform baseline, bootstrap interval and control):
     previous, nearby, distance       random word sequences (no grammar: only position tells where the previous is)
     the same with " (text)"          natural text (`texts`, default the model's example sentences)
-    first, special, entropy          natural text: sinks and spread
+    first, special, punctuation,     natural text: sinks, special positions and spread
+    entropy
     induction, duplicate             repeated random word sequences (Olsson et al. 2022)
     the relations of census_inputs   template sentences, Clark et al. 2019's most-attended-word accuracy, against
                                      the best fixed offset as well as uniform attention
@@ -20,11 +21,13 @@ from __future__ import annotations
 
 import math
 import random
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
+from mha_viz import measures as M
 from mha_viz.analysis import census as C
 from mha_viz.analysis import census_inputs as I
 from mha_viz.contract import Head, InputError, Model, check_text
@@ -46,7 +49,6 @@ class CensusConfig:
     n_loss: int = 8  # repeated inputs for the in-context loss and its ablation check (causal LMs)
     k: int | None = None  # induction heads switched off together; None: as many as hold the pattern (see _in_context)
     n_other_sets: int = 4  # sets of k other heads to compare with
-    window: int = 2  # nearby: keys within this many positions
     n_boot: int = 200  # bootstrap resamples
 
     @classmethod
@@ -114,8 +116,8 @@ class HeadCensus:
 
     @staticmethod
     def lower_is_notable(name: str) -> bool:
-        """Scores whose notable heads are the lowest: distance (a band near the diagonal) and entropy (focus)."""
-        return name.startswith("distance") or name == "entropy"
+        """Scores whose notable heads are the lowest, as their registered measure says (distance, entropy)."""
+        return M.get(name).lower_is_notable
 
     def baseline(self, name: str) -> float:
         """The stronger of the uniform and fixed-offset baselines: what a head must beat."""
@@ -172,7 +174,14 @@ class HeadCensus:
                 "offset": {k: list(v) for k, v in self.offset.items()}, "control_kind": self.control_kind,
                 "control": lists(self.control), "no_control": self.no_control, "in_context": ic,
                 "texts": list(self.texts), "lexicon": self.lexicon_source, "skipped": self.skipped,
-                "notes": list(self.notes)}
+                "notes": list(self.notes), "measures": {n: _words(n) for n in self.scores}}
+
+
+def _words(score: str) -> dict:
+    """What an export says about one score: its registered measure's words (`mha_viz.measures`)."""
+    m, inputs = M.of_score(score)
+    return {"measure": m.name, "label": M.score_label(score), "meaning": m.meaning, "inputs": M.INPUTS[inputs],
+            "citation": m.citation, "notable": m.notable}
 
 
 def _num(x) -> float | None:
@@ -196,29 +205,24 @@ class _Read:
     token_ids: tuple[int, ...]
 
 
-def _text_names(suffix: str) -> dict[str, str]:
-    return {"previous": "previous" + suffix, "nearby": "nearby" + suffix, "distance": "distance" + suffix}
-
-
-TEXT_NAMES = {**_text_names(" (text)"), "first": "first", "special": "special", "entropy": "entropy"}
-
-
-def _scores(kind: str, item: I.WordInput | None, att: torch.Tensor, pos: tuple[int, ...], content, special,
-            causal: bool, window: int) -> tuple[dict, dict]:
+def _scores(kind: str, item: I.WordInput | None, att: torch.Tensor, pos: tuple[int, ...], positions: M.Positions
+            ) -> tuple[dict, dict]:
     """One input's scores by the kind of input it is -> (name -> ((L, H), uniform), relation -> offset accuracies).
-    att (L, H, T, T); pos: each word's token position."""
+    att (L, H, T, T); pos: each word's token position; positions: the input's token facts. Every value is a
+    registered measure's (`mha_viz.measures`)."""
     if kind in ("random", "texts"):
-        scores = C.text_scores(att, causal, content, special, window)
-        names = _text_names("") if kind == "random" else TEXT_NAMES
-        return {name: scores[key] for key, name in names.items()}, {}
-    pairs = {name: [(pos[q], pos[k]) for q, k in arcs] for name, arcs in item.pairs.items()}
+        return C.input_scores(att, positions, kind), {}
+    pairs = {name: tuple((pos[q], pos[k]) for q, k in arcs) for name, arcs in item.pairs.items()}
     if kind in ("repeated", "unrepeated"):
-        return {name: C.pair_mass(att, pairs[name]) for name in ("induction", "duplicate")}, {}
+        # The generator knows which word repeats which (the unrepeated control keeps the positions, not the words).
+        repeats = tuple((k, q) for q, k in pairs["duplicate"])
+        return C.input_scores(att, dataclasses.replace(positions, repeats=repeats), "repeated"), {}
     values, offsets = {}, {}
     for rel, ps in pairs.items():  # templates, shuffled: Clark et al.'s accuracy per relation
-        values[rel] = C.dependency_hits(att, ps, content, causal)
+        gold = dataclasses.replace(positions, gold=ps)
+        values[rel] = M.REGISTRY[rel].measure(att, gold)
         if kind == "templates":
-            values[MASS + rel] = C.pair_mass(att, ps)
+            values[MASS + rel] = M.REGISTRY["gold"].measure(att, gold)
             offsets[rel] = C.offset_accuracy(ps)
     return values, offsets
 
@@ -251,7 +255,9 @@ def _read(model: Model, sets: dict, kinds: tuple[str, ...], cfg: CensusConfig,
                 ids[p] == piece_id(w) for p, w in zip(pos[1:], item.words[1:])))
             if not lined_up:
                 return _Read({}, {}, (), tuple(ids))
-        values, offsets = _scores(kind, item, run.attentions, pos, content, special, model.causal, cfg.window)
+        positions = M.Positions.of(len(run.tokens), model.causal, run.tokens, run.token_ids if item is None else None,
+                                   special)
+        values, offsets = _scores(kind, item, run.attentions, pos, positions)
         return _Read(values, offsets, pos, tuple(run.token_ids))
 
     done = [0]
@@ -504,17 +510,14 @@ def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | 
         "repeated": f"{len(sets['repeated'])} random sequences said twice",
         "templates": f"{len(sets['templates'])} template sentences",
     }
-    where = {"previous": "random", "nearby": "random", "distance": "random", "previous (text)": "texts",
-             "nearby (text)": "texts", "distance (text)": "texts",
-             "first": "texts", "special": "texts", "entropy": "texts", "induction": "repeated",
-             "duplicate": "repeated"}
-    text_names = ("previous (text)", "nearby (text)", "distance (text)", "first", "special", "entropy")
+    where = {name: inputs for name, _, inputs in M.census_scores()}
+    text_names = [name for name, inputs in where.items() if inputs == "texts"]
     return HeadCensus(
         model=model.name, seed=seed, n_layers=model.n_layers, n_heads=model.n_heads, causal=model.causal,
         scores={n: p.mean for n, p in pooled.items()}, uniform={n: p.uniform for n, p in pooled.items()},
         low={n: p.low for n, p in pooled.items()}, high={n: p.high for n, p in pooled.items()},
         n_inputs={n: p.n for n, p in pooled.items()},
-        inputs={n: inputs_words[where.get(n, "templates")] for n in pooled},
+        inputs={n: inputs_words[where[n]] for n in pooled},
         offset={rel: C.best_offset(v) for rel, v in acc.offsets.items()},
         control=control_values, control_kind=control_kind, no_control=no_control, in_context=ic,
         texts=tuple(sets["texts"]), text_values={n: torch.stack(acc.values[n]) for n in text_names if n in acc.values},

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
+from mha_viz import measures
 from mha_viz.contract import UnavailableError
 
 MODES = ("q", "k", "v")  # the input of the later head the earlier head's output reaches: query, key or value
@@ -292,22 +293,13 @@ def offset_profile(position_map: torch.Tensor, max_offset: int = 32) -> torch.Te
 
 
 def induction_scores(att: torch.Tensor, token_ids) -> torch.Tensor:
-    """Induction score per head on one input (Olsson et al. 2022, "In-context learning and induction heads"):
-    at a token that occurred before, the attention on the token right after each earlier occurrence, summed,
-    then averaged over such queries. att (L, H, Q, K), token_ids T ids -> (L, H); NaN when no query qualifies.
-    A query whose earlier occurrence sits right before it (the target would be the query itself) is skipped."""
+    """The registered `induction` measure (`mha_viz.measures`, Olsson et al. 2022) on one input whose token ids
+    are `token_ids`: att (L, H, Q, K) -> (L, H); NaN when no token repeats one two or more positions back."""
     ids = list(token_ids)
-    n_layers, n_heads, t, _ = att.shape
+    t = att.shape[-1]
     if len(ids) != t:
         raise ValueError(f"token_ids must hold one id per position ({t}); got {len(ids)}")
-    mass = torch.zeros(n_layers, n_heads)
-    n_queries = 0
-    for q in range(t):
-        targets = sorted({k + 1 for k in range(q - 1) if ids[k] == ids[q]})  # k + 1 < q
-        if targets:
-            mass += att[:, :, q, targets].sum(-1)  # (L, H)
-            n_queries += 1
-    return mass / n_queries if n_queries else torch.full((n_layers, n_heads), float("nan"))
+    return measures.REGISTRY["induction"](att, measures.Positions.of(t, False, token_ids=ids))
 
 
 # -- through the model contract ----------------------------------------------------------------------------------
@@ -460,14 +452,15 @@ def causal_check(model, off: tuple[int, int], texts: tuple[str, ...] | None = No
 
 
 def pattern_scores(model, texts: tuple[str, ...], **run_args) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every head's induction score (`induction_scores`) and its mean attention on the previous token, each
-    averaged over `texts` (repeated random words: `repeated_texts`), from `model.run(text, **run_args)`
-    -> ((L, H), (L, H))."""
+    """Every head's registered `induction` and `previous` measures (`mha_viz.measures`: the same definitions as
+    the badges and the census), each averaged over `texts` (repeated random words: `repeated_texts`), from
+    `model.run(text, **run_args)` -> ((L, H), (L, H))."""
     induction, previous = [], []
     for text in texts:
         run = model.run(text, **run_args)
-        induction.append(induction_scores(run.attentions, run.token_ids))  # (L, H)
-        previous.append(run.attentions.diagonal(offset=-1, dim1=-2, dim2=-1).mean(-1))  # (L, H)
+        pos = measures.Positions.of(len(run.tokens), model.causal, run.tokens, run.token_ids, run.special)
+        induction.append(measures.REGISTRY["induction"](run.attentions, pos))  # (L, H)
+        previous.append(measures.REGISTRY["previous"](run.attentions, pos))  # (L, H)
     return _mean(induction), _mean(previous)
 
 

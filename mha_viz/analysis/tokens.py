@@ -8,6 +8,7 @@ import torch
 
 from mha_viz.analysis._checks import attention as _attention
 from mha_viz.analysis._checks import position_mask as _position_mask
+from mha_viz.measures import is_punctuation
 
 # Word-start markers of SentencePiece ("▁"), byte-level BPE ("Ġ") and labels already decoded to a space.
 _START_MARKERS = ("▁", "Ġ", " ")
@@ -65,9 +66,8 @@ def _strip_marker(token: str) -> str:
 
 
 def _is_punct(token: str) -> bool:
-    """Only punctuation or symbols once word markers and spaces are gone: ".", ",", "##!", "Ġ(", "▁."."""
-    text = _strip_marker(token).strip()
-    return bool(text) and not any(ch.isalnum() for ch in text)
+    """Only punctuation or symbols once word markers and spaces are gone: the registry's `punctuation` rule."""
+    return is_punctuation(token)
 
 
 def _breaks_line(token: str) -> bool:

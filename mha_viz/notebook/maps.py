@@ -16,8 +16,7 @@ import math
 import numpy as np
 import torch
 
-from mha_viz import plotting
-from mha_viz.analysis.census_inputs import RELATION_WORDS
+from mha_viz import measures, plotting
 from mha_viz.names import head_name
 from mha_viz.notebook import svg as _svg
 
@@ -35,21 +34,9 @@ QK_COLOUR, OV_COLOUR = "#2166ac", "#b2182b"  # as plotting.singular_values_figur
 N_EXAMPLES = 5
 EXAMPLE_CHARS = 110
 
-MEASURES = {
-    "previous": "attention on the previous word (random word sequences)",
-    "nearby": "attention within 2 positions, itself excluded (random word sequences)",
-    "distance": "mean distance to the keys it attends over uniform attention's (random sequences; low: near the "
-                "diagonal)",
-    "previous (text)": "attention on the previous token (natural text)",
-    "nearby (text)": "attention within 2 positions, itself excluded (natural text)",
-    "distance (text)": "mean attention distance over uniform attention's (natural text)",
-    "first": "attention on the first position (natural text)",
-    "special": "attention on special tokens (natural text)",
-    "entropy": "spread of attention, 1 = even (natural text)",
-    "induction": "at a repeated word, attention on the word after its first occurrence (Olsson et al. 2022)",
-    "duplicate": "at a repeated word, attention on its first occurrence",
-    **{k: f"most-attended word is the gold word: {v} (Clark et al. 2019)" for k, v in RELATION_WORDS.items()},
-}
+def measure_line(score: str) -> str:
+    """A census score's title line: its registered label and words (`mha_viz.measures`), as the app writes them."""
+    return f"{measures.score_label(score)}: {measures.score_words(score)}"
 
 
 def _esc(text) -> str:
@@ -191,7 +178,7 @@ def census_svg(census, score: str, x: str, y: str, selected: Head | None) -> str
     L, H = census.n_layers, census.n_heads
     cell = 22 if H <= 16 else 16
     left, top = GAP + 34, GAP + 50
-    body = [_text(GAP, GAP + 30, f"{score}: {MEASURES.get(score, score)}", 11, bold=True),
+    body = [_text(GAP, GAP + 30, measure_line(score), 11, bold=True),
             _text(GAP, GAP + 44, f"measured on {census.inputs[score]}; click a head to select it", 10, fill="#555")]
     lo, hi = census_range(census, score)
     reverse = census.lower_is_notable(score)
@@ -226,7 +213,7 @@ def census_svg(census, score: str, x: str, y: str, selected: Head | None) -> str
                           extra=' class="mhm-head-info"'))
     height = y0 + 14 * len(lines) + GAP
     return _doc(width, height, f"Head census of {census.model} (seed {census.seed}): {L} layers x {H} heads",
-                body, "census", f"{score}: {MEASURES.get(score, score)}")
+                body, "census", measure_line(score))
 
 
 def _axis_range(s: torch.Tensor, base: float) -> tuple[float, float]:

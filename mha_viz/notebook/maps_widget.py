@@ -132,7 +132,7 @@ class CensusMaps(_Maps):
         y = pick(y, "induction" if "induction" in names else names[min(1, len(names) - 1)])
         for value in (score, x, y):
             _check_name(value, names, "a score of this census")
-        options = [[n, f"{n}: {maps.MEASURES.get(n, census.inputs.get(n, n))}"] for n in names]
+        options = [[n, maps.measure_line(n)] for n in names]
         short = [[n, n] for n in names]
         controls = [{"trait": "score", "label": "Score", "options": options},
                     {"trait": "x", "label": "Scatter x", "options": short},

@@ -18,7 +18,7 @@ import anywidget
 import numpy as np
 import traitlets
 
-from mha_viz import analysis
+from mha_viz import analysis, measures
 from mha_viz.contract import AttentionRun, Head, InputError, Model, check_ablate, check_ablation
 from mha_viz.names import head_names
 from mha_viz.notebook import svg as _svg
@@ -59,7 +59,7 @@ def badge_labels(run: AttentionRun, causal: bool) -> dict[Head, str]:
             top = analysis.top_badges(scores, baselines, layer, head, n=1)
             if top:
                 name, value = top[0]
-                out[(layer, head)] = f"measured: {value:.0%} → {analysis.SCORE_WORDS[name].short}"
+                out[(layer, head)] = f"measured: {value:.0%} → {measures[name].label}"
             else:
                 out[(layer, head)] = "measured: no location stands out"
     return out

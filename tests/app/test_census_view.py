@@ -2,9 +2,8 @@
 give texts of one's own; and, where seeds ship, the seeds' roles. Numbers are compared with `head_census` itself."""
 import pytest
 
-from mha_viz import head_census, seeds
+from mha_viz import head_census, measures, seeds
 from mha_viz.analysis.census_run import MAX_TEXTS
-from mha_viz.analysis.scores import SCORE_WORDS
 from tests.helpers import app_at, loaded
 
 from page_steps import layer_of, open_view
@@ -41,15 +40,16 @@ def test_the_census_runs_on_request_and_shows_what_head_census_measured(census):
     assert not at.exception, at.exception
     table = _table(at, "leading head")
     rows = {r["score"]: r for r in table.to_dict("records")}
-    # One glossary (issue 19): the census's "duplicate" is what the badges and the Similarity table call it.
-    same_token = SCORE_WORDS["same_token"].short
-    assert set(rows) == {same_token if n == "duplicate" else n for n in census.names}
-    assert "duplicate" in census.names and same_token in rows and "duplicate" not in rows
+    # One glossary: every census score is shown by its registered measure's label, as the badges and the
+    # Similarity table show it ("same token earlier" for the registry's `duplicate`).
+    assert set(rows) == {measures.score_label(n) for n in census.names}
+    assert "duplicate" in census.names and measures["duplicate"].label in rows and "duplicate" not in rows
     for name in ("previous", "induction", "pre-verb→subject"):
         (layer, head), value = census.top(name, 1)[0]
-        assert rows[name]["leading head"] == f"L{layer} H{head}"
-        assert rows[name]["its score"] == f"{value:.2f}"
-        assert rows[name]["uniform"] == f"{census.uniform[name]:.2f}"
+        row = rows[measures.score_label(name)]
+        assert row["leading head"] == f"L{layer} H{head}"
+        assert row["its score"] == f"{value:.2f}"
+        assert row["uniform"] == f"{census.uniform[name]:.2f}"
     # the map of the chosen score is census.scores itself
     maps = [c for c in at.get("plotly_chart") if '"heatmap"' in c.proto.spec]
     assert maps

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from streamlit.testing.v1 import AppTest
 
-from mha_viz import analysis
+from mha_viz import analysis, measures
 from mha_viz.app.common import display
 from mha_viz.app.page import DEFAULT_TEXT
 
@@ -50,7 +50,6 @@ def test_band_heads_of_minilm_l0_carry_the_census_nearby_badge():
     """Issue 19: MiniLM L0 H4 and H5 draw a band along the diagonal, yet their badges said "no location stands
     out". The badge now names the census's `nearby` score (mass within 2 positions, itself excluded), measured on
     the sentence shown, with the census's own scorer giving the same value."""
-    from mha_viz.analysis import census
 
     from helpers import open_link
 
@@ -59,9 +58,9 @@ def test_band_heads_of_minilm_l0_carry_the_census_nearby_badge():
     data = grid_data(at)
     model = loaded("minilm")
     run = model.run(text)
-    content = [i not in run.special for i in range(len(run.tokens))]
-    nearby, uniform = census.nearby_score(run.attentions, content, window=2)  # (L, H), float
-    word = analysis.SCORE_WORDS["nearby"].short
+    positions = measures.Positions.of(len(run.tokens), model.causal, run.tokens, run.token_ids, run.special)
+    nearby, uniform = measures["nearby"].measure(run.attentions, positions)  # (L, H), float
+    word = measures["nearby"].label
     for head in (4, 5):
         badge = data["badges"][f"0,{head}"]
         assert f"{float(nearby[0, head]):.0%} → {word}" in badge, badge

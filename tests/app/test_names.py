@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest
 
-from mha_viz import analysis, plotting
+from mha_viz import analysis, measures, plotting
 from mha_viz.app.names import (
     distinct_labels,
     grid_names,
@@ -57,7 +57,7 @@ def test_similarity_table_names_each_score_as_the_badges_do():
     open_view(at, "Similarity & scores")
     config = at.dataframe[0].proto.columns
     for name in analysis.SCORE_NAMES:
-        assert analysis.SCORE_WORDS[name].short in config, (name, config[:300])
+        assert measures[name].column in config, (name, config[:300])
 
 
 def test_a_causal_models_table_has_no_next_token_column_and_quotes_its_tokens():
@@ -69,7 +69,7 @@ def test_a_causal_models_table_has_no_next_token_column_and_quotes_its_tokens():
     at.run()
     open_view(at, "Similarity & scores")
     frame = at.dataframe[0].value
-    assert "next" not in frame.columns and "same_token" in frame.columns, list(frame.columns)
+    assert "next" not in frame.columns and "duplicate" in frame.columns, list(frame.columns)
     assert any("No \"next token\" column" in c.value for c in at.caption)
     truth = " ".join(" ".join(t.value["attention measured"]) for t in at.table)
     assert "“trees”" in truth and "'trees'" not in truth, truth

@@ -10,7 +10,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 from streamlit.testing.v1 import app_test as app_test_module
 
-from mha_viz import analysis, load_model
+from mha_viz import analysis, load_model, measures
 from mha_viz.app.page import DEFAULT_TEXT
 from mha_viz.contract import ModelLoadError
 
@@ -69,12 +69,12 @@ def test_same_token_score_reaches_the_badges_the_table_and_the_spread():
     run = model.run(DEFAULT_TEXT)
     scores, baselines = analysis.run_scores(run, model.causal)
     # The same-token score and its baseline from an independent loop, so a regression in run_scores shows here.
-    scores["same_token"] = same_token_reference(run.attentions, run.token_ids)
+    scores["duplicate"] = same_token_reference(run.attentions, run.token_ids, run.special)
     uniform = analysis.uniform_pattern(len(run.tokens), model.causal)[None, None]  # (1, 1, T, T)
-    baselines["same_token"] = float(same_token_reference(uniform, run.token_ids)[0, 0])
-    expected = {h: f"measured: {v:.0%} → {analysis.SCORE_WORDS[name].short}"
+    baselines["duplicate"] = float(same_token_reference(uniform, run.token_ids, run.special)[0, 0])
+    expected = {h: f"measured: {v:.0%} → {measures[name].label}"
                 for h in range(model.n_heads)
-                for name, v in analysis.top_badges(scores, baselines, 0, h, n=1) if name == "same_token"}
+                for name, v in analysis.top_badges(scores, baselines, 0, h, n=1) if name == "duplicate"}
     # The caption leads with that score (a second one may follow it, after " · ").
     assert expected, "the default sentence repeats words; some L0 head should lead with the same-token score"
 
@@ -87,13 +87,13 @@ def test_same_token_score_reaches_the_badges_the_table_and_the_spread():
     open_view(at, "Similarity & scores")
     assert not at.exception, at.exception
     table = at.dataframe[0].value
-    shown = table["same_token"].iloc[:-1].to_numpy(dtype=float).reshape(model.n_layers, model.n_heads)
+    shown = table["duplicate"].iloc[:-1].to_numpy(dtype=float).reshape(model.n_layers, model.n_heads)
     assert not np.isnan(shown).any()
-    assert np.allclose(shown, scores["same_token"].numpy().round(3), atol=1e-6)
+    assert np.allclose(shown, scores["duplicate"].numpy().round(3), atol=1e-6)
 
     at.button(key="scores_multi").click().run()
     assert not at.exception, at.exception
-    spread = at.dataframe[1].value["same_token"]
+    spread = at.dataframe[1].value["duplicate"]
     assert (spread != "—").all(), "every example repeats a token, so every head has a mean ± spread"
 
 
@@ -109,14 +109,14 @@ def test_json_export_carries_the_scores_of_the_run_shown(downloads):
     payload = json.loads(downloads(button))
     run = model.run(DEFAULT_TEXT, ablate={(1, 2)})
     scores, _ = analysis.run_scores(run, model.causal)
-    scores["same_token"] = same_token_reference(run.attentions, run.token_ids)  # independent of run_scores
+    scores["duplicate"] = same_token_reference(run.attentions, run.token_ids, run.special)  # independent of run_scores
     assert payload["ablated"] == [[1, 2]]
     assert set(payload["scores"]) == set(analysis.SCORE_NAMES)
     for name, value in scores.items():
         exported = np.array(payload["scores"][name], dtype=float)  # null (NaN) where not measurable
         assert exported.shape == (model.n_layers, model.n_heads)
         assert np.allclose(exported, value.numpy(), atol=1e-4, equal_nan=True), name
-    assert not np.isnan(np.array(payload["scores"]["same_token"], dtype=float)).any()
+    assert not np.isnan(np.array(payload["scores"]["duplicate"], dtype=float)).any()
 
 
 # -- 2. byte-level pieces are text on the page; part of a character is a byte marker, never mojibake or U+FFFD --

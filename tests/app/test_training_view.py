@@ -99,11 +99,11 @@ def test_scores_beside_the_heads_come_from_the_probe_file():
 def test_the_table_names_scores_as_the_rest_of_the_page_does():
     """Issue 19's glossary: the table said "duplicate" for what the badges and the Similarity table call "same token
     earlier" (attention on a repeated token's earlier occurrence)."""
-    from mha_viz.analysis.scores import SCORE_WORDS
+    from mha_viz import measures
 
     at = _open()
     columns = list(at.table[0].value.columns)
-    assert SCORE_WORDS["same_token"].short in columns and "duplicate" not in columns, columns
+    assert measures["duplicate"].label in columns and "duplicate" not in columns, columns
     assert not any("(duplicate)" in c.value for c in at.caption)
 
 

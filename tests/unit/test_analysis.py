@@ -196,7 +196,7 @@ def test_previous_token_pattern_scores():
     assert s["first"].item() == pytest.approx(1 / (t - 1))  # only query 1's previous token is the first
     assert s["next"].item() == 0.0
     assert s["entropy"].item() == pytest.approx(0.0, abs=1e-6)  # one-hot rows
-    assert math.isnan(s["special"].item()) and math.isnan(s["same_token"].item())
+    assert math.isnan(s["special"].item()) and math.isnan(s["duplicate"].item())
 
 
 def test_next_self_first_scores_bidirectional():
@@ -220,22 +220,27 @@ def test_uniform_entropy_is_one_for_causal_and_bidirectional():
     assert A.pattern_scores(causal_uniform, causal=False)["entropy"].item() < 0.9
 
 
-def test_special_and_same_token_scores():
+def test_special_punctuation_and_duplicate_scores():
     t = 5
     att = A.uniform_pattern(t, False).clone()  # (T, T), rows of 0.2
     att[2] = torch.tensor([0.6, 0.1, 0.1, 0.1, 0.1])
     att[3] = torch.tensor([0.1, 0.2, 0.3, 0.3, 0.1])
     ids = [5, 7, 5, 7, 9]  # queries 2 and 3 repeat keys 0 and 1
-    mask = torch.tensor([True, False, False, False, True])
-    s = A.pattern_scores(att[None, None], token_ids=ids, special_mask=mask)
-    assert s["same_token"].item() == pytest.approx((0.6 + 0.2) / 2)
-    assert s["special"].item() == pytest.approx((0.4 * 3 + 0.7 + 0.2) / 5)
+    s = A.pattern_scores(att[None, None], token_ids=ids, added=(4,))
+    assert s["duplicate"].item() == pytest.approx((0.6 + 0.2) / 2)
+    assert s["special"].item() == pytest.approx((0.2 * 3 + 0.1 * 2) / 5)  # key 4, every query sees it
     words = ["the", "cat", "the", "cat", "."]  # display labels work as ids: equal labels, same token
-    s_words = A.pattern_scores(att[None, None], token_ids=words, special_mask=mask)
-    assert s_words["same_token"].item() == pytest.approx((0.6 + 0.2) / 2)
-    s = A.pattern_scores(att[None, None], token_ids=[1, 2, 3, 4, 5], special_mask=torch.zeros(t, dtype=torch.bool))
-    assert math.isnan(s["same_token"].item()) and math.isnan(s["special"].item())
-    assert math.isnan(A.pattern_scores(att[None, None], token_ids=[])["same_token"].item())  # ids not given
+    s_words = A.pattern_scores(att[None, None], token_ids=words, tokens=words)
+    assert s_words["duplicate"].item() == pytest.approx((0.6 + 0.2) / 2)
+    assert s_words["punctuation"].item() == pytest.approx((0.2 * 3 + 0.1 * 2) / 5)
+    assert math.isnan(s_words["special"].item())  # the tokenizer added nothing
+    # A tokenizer-added position is special, never punctuation, and never a repeat's query or key.
+    s = A.pattern_scores(att[None, None], token_ids=ids, added=(0, 4), tokens=words)
+    assert math.isnan(s["punctuation"].item())
+    assert s["duplicate"].item() == pytest.approx(0.2)  # only query 3 -> key 1 is left
+    s = A.pattern_scores(att[None, None], token_ids=[1, 2, 3, 4, 5])
+    assert math.isnan(s["duplicate"].item()) and math.isnan(s["special"].item())
+    assert math.isnan(A.pattern_scores(att[None, None], token_ids=[])["duplicate"].item())  # no ids, no tokens
 
 
 def test_pattern_scores_validates():
@@ -252,7 +257,7 @@ def test_uniform_baselines_by_hand():
     assert b["previous"] == pytest.approx((1 / 3 + 1 / 4) / 2)  # from query 2: previous_pairs
     assert b["next"] == 0.0 and b["entropy"] == pytest.approx(1.0)
     b = A.uniform_baselines(4, causal=False, token_ids=[1, 2, 1, 2])
-    assert b["previous"] == pytest.approx(0.25) and b["same_token"] == pytest.approx(0.25)
+    assert b["previous"] == pytest.approx(0.25) and b["duplicate"] == pytest.approx(0.25)
 
 
 def test_top_badges_picks_largest_excess_over_baseline():
@@ -271,11 +276,11 @@ def test_top_badges_picks_largest_excess_over_baseline():
 
 def test_describe_score_words_a_measurement():
     assert A.describe_score("previous", 0.62) == "62% of attention goes to the previous token on this input."
-    assert "earlier occurrences of the same token" in A.describe_score("same_token", 0.5)
-    assert A.describe_score("same_token", float("nan")).startswith("Not measurable on this input")
+    assert "earlier occurrences of the same token" in A.describe_score("duplicate", 0.5)
+    assert A.describe_score("duplicate", float("nan")).startswith("Not measurable on this input")
     assert "0.85 of its maximum" in A.describe_score("entropy", 0.85)
     with pytest.raises(ValueError, match="previous"):
-        A.describe_score("induction", 0.5)
+        A.describe_score("det→noun", 0.5)  # needs a relation's gold pairs: not a score of one input
 
 
 # ---------------------------------------------------------------------------------------------- 4. rollout
@@ -394,9 +399,9 @@ def test_special_mask_marks_special_and_punctuation():
     assert mask.tolist() == [True, False, True, True, True, True]
 
 
-def test_same_token_and_special_equal_their_plain_formulas():
-    # pattern_scores gathers the matching (query, key) pairs and multiplies by the mask (a matmul) instead of
-    # forming T x T masked copies; on random attention with repeated tokens both give the formulas' values.
+def test_duplicate_induction_and_special_equal_their_plain_formulas():
+    # The registry builds masks from repeat pairs; on random attention with many repeated tokens and random
+    # tokenizer-added positions, each equals its formula written out here with loops.
     torch.manual_seed(0)
     for causal in (True, False):
         t = 40
@@ -404,13 +409,23 @@ def test_same_token_and_special_equal_their_plain_formulas():
         att = att.tril() if causal else att
         att = att / att.sum(-1, keepdim=True)
         ids = torch.randint(0, 8, (t,)).tolist()  # 8 distinct tokens in 40 positions: many repeats
-        mask = torch.rand(t) > 0.7  # (T,)
-        s = A.pattern_scores(att, ids, mask, causal=causal)
-        idt = torch.tensor(ids)
-        same = (idt[:, None] == idt[None, :]) & torch.tril(torch.ones(t, t, dtype=torch.bool), -1)  # (Q, K)
-        rows = same.any(-1)  # (Q,)
-        torch.testing.assert_close(s["same_token"], (att * same.float()).sum(-1)[..., rows].mean(-1))
-        torch.testing.assert_close(s["special"], (att * mask.float()).sum(-1).mean(-1))
+        added = [i for i in range(t) if torch.rand(()) > 0.8]
+        s = A.pattern_scores(att, ids, added, causal=causal)
+        content = [i not in added for i in range(t)]
+        dup, ind = torch.zeros(t, t, dtype=torch.bool), torch.zeros(t, t, dtype=torch.bool)  # (Q, K)
+        for q in range(t):
+            for k in range(q):
+                if content[q] and content[k] and ids[k] == ids[q]:
+                    dup[q, k] = True
+                    if k + 1 < q and content[k + 1]:
+                        ind[q, k + 1] = True
+        for name, mask in (("duplicate", dup), ("induction", ind)):
+            rows = mask.any(-1)  # (Q,)
+            torch.testing.assert_close(s[name], (att * mask.float()).sum(-1)[..., rows].mean(-1))
+        keys = torch.tensor([not c for c in content])  # (K,)
+        seen = keys[None, :] & (torch.ones(t, t).tril().bool() if causal else torch.ones(t, t).bool())  # (Q, K)
+        rows = seen.any(-1)
+        torch.testing.assert_close(s["special"], (att * seen.float()).sum(-1)[..., rows].mean(-1))
 
 
 def test_checks_still_catch_nan_inf_and_negative_weights():
@@ -422,23 +437,25 @@ def test_checks_still_catch_nan_inf_and_negative_weights():
             A.pattern_scores(broken, causal=False)
 
 
-def test_nearby_score_is_the_census_nearby_on_one_input():
-    """`pattern_scores`' nearby is the census's (one name, one unit): a band of width 2 either side scores 1,
-    the baseline is uniform attention's, and the census scorer gives the same numbers on random attention."""
-    from mha_viz.analysis import census
-
+def test_nearby_score_equals_its_formula():
+    """The registered nearby: a band of width 2 either side scores 1, the baseline is uniform attention's, and on
+    random attention it equals the formula written out (content queries from 2 on, content keys 1-2 away, never
+    position 0)."""
     t = 12
     pos = torch.arange(t)
     dist = (pos[:, None] - pos[None, :]).abs()  # (Q, K)
     band = ((dist >= 1) & (dist <= 2)).float()  # (Q, K)
     band = band / band.sum(-1, keepdim=True)
     att = torch.stack([band, torch.softmax(torch.randn(t, t), -1)])[None]  # (1, 2, T, T)
-    content = [True] * t
-    content[-1] = False  # a trailing [SEP]: neither a query nor a key of the score
-    scores = A.pattern_scores(att, content=content)
-    ref, uniform = census.nearby_score(att, content, window=2)
+    added = (t - 1,)  # a trailing [SEP]: neither a query nor a key of the score
+    scores = A.pattern_scores(att, added=added)
+    mask = torch.zeros(t, t, dtype=torch.bool)  # (Q, K)
+    for q in range(2, t - 1):
+        for k in range(1, t - 1):
+            mask[q, k] = 1 <= abs(q - k) <= 2
+    ref = (att * mask).sum(-1)[..., 2:t - 1].mean(-1)  # (1, 2)
     torch.testing.assert_close(scores["nearby"], ref)
     assert scores["nearby"][0, 0] > 0.9
-    base = A.uniform_baselines(t, False, content=content)
-    assert base["nearby"] == pytest.approx(uniform)
+    base = A.uniform_baselines(t, False, added=added)
+    assert base["nearby"] == pytest.approx(float((mask.float() / t).sum(-1)[2:t - 1].mean()))
     assert [name for name, _ in A.top_badges(scores, base, 0, 0, n=1)] == ["nearby"]

@@ -1,13 +1,23 @@
-"""The census's pure scorers on hand-made attention whose answers are known, and each re-derived by a plain loop
-over attention rows on random attention."""
+"""The registered measures the census reads (`mha_viz.measures`) and the census's own pooling, on hand-made
+attention whose answers are known, and each re-derived by a plain loop over attention rows on random attention."""
 import math
 
 import pytest
 import torch
 
+from mha_viz import measures as M
 from mha_viz.analysis import census as C
 from mha_viz.analysis import census_inputs as I
 from mha_viz.analysis.scores import pattern_scores, previous_pairs, uniform_pattern
+
+
+def measure(name, att, causal, added=(), **kw):
+    """((L, H), uniform baseline) of one registered measure on one input."""
+    return M[name].measure(att, M.Positions(att.shape[-1], causal, added=frozenset(added), **kw))
+
+
+def without(content):
+    return tuple(i for i, c in enumerate(content) if not c)
 
 
 def causal_softmax(x: torch.Tensor) -> torch.Tensor:
@@ -32,7 +42,7 @@ def test_nearby_of_a_previous_token_head_is_one_and_uniform_scores_its_baseline(
     t = 8
     content = [True] * t
     att = torch.stack([previous_head(t), uniform_pattern(t, True)])[None]  # (1, 2, T, T)
-    value, uniform = C.nearby_score(att, content, window=2)
+    value, uniform = measure("nearby", att, True, without(content))
     assert value[0, 0] == pytest.approx(1.0)
     assert value[0, 1] == pytest.approx(uniform)
     # by hand: queries 2..7 see keys 1..2 away, not key 0: query 2 -> {1}, then 2 keys each
@@ -42,7 +52,7 @@ def test_nearby_of_a_previous_token_head_is_one_and_uniform_scores_its_baseline(
 def test_nearby_skips_special_positions_and_position_zero():
     t = 6
     content = [False, True, True, True, True, False]  # [CLS] ... [SEP]
-    mask = C.nearby_mask(t, 1, content, causal=False)
+    mask = M.nearby_mask(t, 1, content, causal=False)
     assert not mask[:, 0].any() and not mask[:, 5].any() and not mask[5].any() and not mask[:2].any()
     assert mask[2].nonzero().flatten().tolist() == [1, 3]
 
@@ -52,7 +62,7 @@ def test_nearby_matches_a_plain_loop_over_rows():
         att = random_att(causal=causal, seed=1)
         t = att.shape[-1]
         content = [i not in (0, 5) for i in range(t)]
-        value, _ = C.nearby_score(att, content, window=2)
+        value, _ = measure("nearby", att, causal, without(content))
         for l in range(att.shape[0]):
             for h in range(att.shape[1]):
                 rows = []
@@ -69,37 +79,37 @@ def test_previous_is_the_page_definition_from_query_two():
     assert previous_pairs(5) == [(2, 1), (3, 2), (4, 3)]
     att = random_att(seed=2)
     t = att.shape[-1]
-    scores = C.text_scores(att, True, [True] * t, ())
+    scores = C.input_scores(att, M.Positions(t, True), "random")
     loop = torch.tensor([[sum(float(att[l, h, q, q - 1]) for q in range(2, t)) / (t - 2) for h in range(3)]
                          for l in range(2)])
     torch.testing.assert_close(scores["previous"][0], loop)
     torch.testing.assert_close(scores["previous"][0], pattern_scores(att, causal=True)["previous"])
 
 
-def test_repeat_pairs_and_induction_on_a_hand_made_induction_head():
+def test_induction_and_duplicate_on_a_hand_made_induction_head():
     ids = [1, 10, 11, 12, 10, 11, 12]  # <bos> a b c a b c
-    content = [False] + [True] * 6
-    induction, duplicate = C.repeat_pairs(ids, content)
-    assert induction == [(4, 2), (5, 3), (6, 4)]
-    assert duplicate == [(4, 1), (5, 2), (6, 3)]
     t = len(ids)
+    pos = M.Positions.of(t, True, token_ids=ids, added=(0,))
+    assert set(pos.repeats) == {(1, 4), (2, 5), (3, 6)}
+    induction = [(4, 2), (5, 3), (6, 4)]
     att = uniform_pattern(t, True).clone()  # (T, T)
     for q, k in induction:
         att[q] = 0.0
         att[q, k] = 1.0
     att = att[None, None]
-    value, uniform = C.pair_mass(att, induction)
+    value, uniform = M["induction"].measure(att, pos)
     assert value.item() == pytest.approx(1.0)
     assert uniform == pytest.approx((1 / 5 + 1 / 6 + 1 / 7) / 3)
-    assert C.pair_mass(att, duplicate)[0].item() == 0.0
-    with pytest.raises(ValueError, match="one key per query"):
-        C.pair_mass(att, [(4, 1), (4, 2)])
+    assert M["duplicate"](att, pos).item() == 0.0
+    # The census hands the repeats it generated (the unrepeated control keeps the positions, not the words).
+    given = M.Positions(t, True, added=frozenset({0}), repeats=((1, 4), (2, 5), (3, 6)))
+    assert M["induction"](att, given).item() == pytest.approx(1.0)
 
 
-def test_pair_mass_matches_a_plain_loop():
+def test_gold_mass_matches_a_plain_loop():
     att = random_att(seed=3)
-    pairs = [(5, 2), (6, 3), (8, 1)]
-    value, uniform = C.pair_mass(att, pairs)
+    pairs = ((5, 2), (6, 3), (8, 1))
+    value, uniform = measure("gold", att, True, gold=pairs)
     for l in range(2):
         for h in range(3):
             assert float(value[l, h]) == pytest.approx(sum(float(att[l, h, q, k]) for q, k in pairs) / 3, abs=1e-6)
@@ -108,25 +118,22 @@ def test_pair_mass_matches_a_plain_loop():
 
 def test_dependency_hits_count_the_most_attended_candidate():
     t = 6
-    content = [False, True, True, True, True, True]
     att = uniform_pattern(t, False).clone()  # (T, T)
     att[4] = torch.tensor([0.5, 0.3, 0.05, 0.05, 0.05, 0.05])  # [CLS] most, then word 1: [CLS] is no candidate
     att[2] = torch.tensor([0.1, 0.1, 0.5, 0.2, 0.05, 0.05])  # itself most, then 3: itself is no candidate
-    hits, chance = C.dependency_hits(att[None, None], [(4, 1), (2, 3)], content, causal=False)
+    hits, chance = measure("det→noun", att[None, None], False, (0,), gold=((4, 1), (2, 3)))
     assert hits.item() == 1.0
     assert chance == pytest.approx(1 / 4)  # 5 words, minus the query itself
-    miss, _ = C.dependency_hits(att[None, None], [(4, 2)], content, causal=False)
+    miss, _ = measure("det→noun", att[None, None], False, (0,), gold=((4, 2),))
     assert miss.item() == 0.0
     with pytest.raises(ValueError, match="not a candidate"):
-        C.dependency_hits(att[None, None], [(4, 0)], content, causal=False)
+        measure("det→noun", att[None, None], False, (0,), gold=((4, 0),))
 
 
 def test_dependency_hits_match_a_plain_loop_causal():
     att = random_att(seed=4)
-    t = att.shape[-1]
-    content = [i != 0 for i in range(t)]
-    pairs = [(5, 2), (7, 6), (8, 1)]
-    hits, chance = C.dependency_hits(att, pairs, content, causal=True)
+    pairs = ((5, 2), (7, 6), (8, 1))
+    hits, chance = measure("verb→subject", att, True, (0,), gold=pairs)
     for l in range(2):
         for h in range(3):
             n = 0
@@ -166,8 +173,8 @@ def test_drop_lost():
 
 def test_special_score_is_nan_without_special_tokens():
     att = random_att(causal=False, seed=5)
-    assert torch.isnan(C.special_score(att, ())[0]).all()
-    value, uniform = C.special_score(att, (0, 8))
+    assert torch.isnan(measure("special", att, False)[0]).all()
+    value, uniform = measure("special", att, False, (0, 8))
     loop = (att[..., :, 0] + att[..., :, 8]).mean(-1)  # (L, H)
     torch.testing.assert_close(value, loop)
     assert uniform == pytest.approx(2 / 9)
@@ -226,15 +233,15 @@ def test_distance_is_one_for_uniform_and_small_for_a_band():
         keys = [k for k in (q - 1, q, q + 1) if 0 <= k < t]
         band[q, keys] = 1 / len(keys)
     att = torch.stack([uniform_pattern(t, False), band])[None]  # (1, 2, T, T)
-    value, base = C.distance_score(att, content)
-    assert base == 1.0
+    value, base = measure("distance", att, False, without(content))
+    assert base == pytest.approx(1.0)
     assert value[0, 0] == pytest.approx(1.0, abs=1e-6)  # [CLS] left out and the rest renormalised: still uniform
     assert value[0, 1] < 0.3
     # by a plain loop over rows, for random causal attention
     att = random_att(seed=6)
     t = att.shape[-1]
     content = [i != 0 for i in range(t)]
-    value, _ = C.distance_score(att, content)
+    value, _ = measure("distance", att, True, without(content))
     for l in range(2):
         for h in range(3):
             ratios = []

@@ -13,8 +13,7 @@ import math
 
 import streamlit as st
 
-from mha_viz import plotting, seeds
-from mha_viz.analysis.census_inputs import RELATION_WORDS
+from mha_viz import measures, plotting, seeds
 from mha_viz.analysis.census_run import (
     MAX_TEXT_CHARS,
     MAX_TEXTS,
@@ -31,29 +30,8 @@ from mha_viz.contract import Head, InputError, Model, ModelLoadError
 
 _CENSUS = RunCache(8, size=lambda _: 1)  # the last 8 censuses, shared by every session
 MAX_UPLOAD_BYTES = MAX_TEXTS * MAX_TEXT_CHARS
-SCORE_WORDS = {
-    "previous": "attention on the previous word (random word sequences)",
-    "nearby": "attention within 2 positions, itself excluded (random word sequences)",
-    "distance": "mean distance to the keys it attends, over uniform attention's (random sequences; below 1: a band "
-                "near the diagonal)",
-    "previous (text)": "attention on the previous token (natural text)",
-    "nearby (text)": "attention within 2 positions, itself excluded (natural text)",
-    "distance (text)": "mean attention distance over uniform attention's (natural text; below 1: near the diagonal)",
-    "first": "attention on the first position (natural text)",
-    "special": "attention on [CLS]/[SEP]/<bos> (natural text)",
-    "entropy": "spread of attention, 1 = even (natural text)",
-    "induction": "at a repeated word, attention on the word after its first occurrence (Olsson et al. 2022)",
-    "duplicate": "at a repeated word, attention on its first occurrence",
-    **{k: f"how often the most-attended word is the gold word: {v} (Clark et al. 2019)" for k, v in
-       RELATION_WORDS.items()},
-}
-# A census score shown under the name the rest of the page gives the same measure (the badges, the Similarity table
-# and the Training view say "same token earlier" for attention on a repeated token's earlier occurrence).
-SHOWN = {"duplicate": "same token earlier"}
-
-
-def shown(name: str) -> str:
-    return SHOWN.get(name, name)
+# A census score is shown by its registered measure's label and words (`mha_viz.measures`), as everywhere else.
+shown = measures.score_label
 
 
 def render(ctx: ViewContext) -> None:
@@ -164,12 +142,13 @@ def _clicked(key: str) -> Head | None:
 
 def _maps(c: HeadCensus) -> Head | None:
     name = st.selectbox("Score", c.names, key="census_score",
-                        format_func=lambda n: f"{shown(n)}: {SCORE_WORDS.get(n, n)}")
+                        format_func=lambda n: f"{shown(n)}: {measures.score_words(n)}")
     off = c.offset.get(name)
     base = f"best offset {off[0]:+d}: {off[1]:.2f}" if off else ""
     fig = plotting.census_map(c.scores[name], f"{shown(name)}, {c.inputs[name]}", c.uniform[name], base,
                               zmax=None, reverse=c.lower_is_notable(name))
     st.plotly_chart(fig, width="stretch", key="census_map", on_select="rerun", selection_mode="points")
+    st.caption(f"Source: {measures.get(name).citation}")
     if name in c.control:
         ctrl = float(c.control[name].max() if not c.lower_is_notable(name) else c.control[name].min())
         st.caption(f"Control ({c.control_kind}): its most extreme head scores {ctrl:.2f}.")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from mha_viz import analysis
+from mha_viz import analysis, measures
 from mha_viz.app import state
 from mha_viz.app.components.head_grid import head_grid, payload
 from mha_viz.app.context import ViewContext
@@ -66,7 +66,7 @@ def badge_text(badges, layer: int, head: int) -> tuple[str, str]:
                if not (name == "nearby" and top[0][0] in ("previous", "next") and neighbour >= 0.8 * value)]
     top = top[:BADGES]
     if top:
-        caption = " · ".join(f"{value:.0%} → {analysis.SCORE_WORDS[name].short}" for name, value in top)
+        caption = " · ".join(f"{value:.0%} → {measures[name].label}" for name, value in top)
         return ("measured: " + caption,
                 " ".join(analysis.describe_score(name, value) for name, value in top) + " A measurement, not a role.")
     return ("measured: no location stands out",

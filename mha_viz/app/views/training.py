@@ -11,7 +11,7 @@ import time
 import numpy as np
 import streamlit as st
 
-from mha_viz import checkpoints, plotting, seeds
+from mha_viz import checkpoints, measures, plotting, seeds
 from mha_viz.analysis.circuits import describe_formation
 from mha_viz.app.cache import checkpoint_run, training_evidence
 from mha_viz.app.common import chart_config, head_name, md_safe, trained_here
@@ -25,10 +25,11 @@ LAYER_KEY = "train_layer"
 PENDING = "_train_step_pending"  # a step to show on the next run (a widget's value cannot change after it is drawn)
 PLAY_SECONDS = 0.7  # per saved step while playing
 PER_ROW = 2  # heads per row figure
-PANELS = {"previous_token": "previous token", "induction": "induction", "subject": "subject"}
-# The table's columns: the probe's names, worded as the rest of the page words the same score (the badges and the
-# Similarity table call attention on a repeated token's earlier occurrence "same token earlier").
-COLUMNS = {**PANELS, "duplicate": "same token earlier"}
+# The probe's scores under their registered measures' labels (`mha_viz.measures`), as the badges, the Similarity
+# table and the census word them; the subject probe is attention on the gold subject, the registry's `gold`.
+PANELS = {"previous_token": measures["previous"].label, "induction": measures["induction"].label,
+          "subject": "subject"}
+COLUMNS = {**PANELS, "duplicate": measures["duplicate"].label}
 
 
 def render(ctx: ViewContext) -> None:

@@ -1,0 +1,98 @@
+"""The registry of measures (`mha_viz.measures`): every entry is complete and computable, and every place that
+shows a per-head score names it by a registry name and words it from the entry."""
+from __future__ import annotations
+
+import ast
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from mha_viz import measures as M
+from mha_viz.analysis import census as C
+from mha_viz.analysis import scores as S
+
+PKG = Path(__file__).resolve().parents[2] / "mha_viz"
+
+
+def test_the_module_is_the_registry():
+    assert M["previous"] is M()["previous"] is M.REGISTRY["previous"]
+    assert list(M) == list(M.REGISTRY) and len(M) == len(M.REGISTRY) and "induction" in M
+    with pytest.raises(KeyError, match="registered measure"):
+        M["previous token"]
+
+
+@pytest.mark.parametrize("name", list(M.REGISTRY))
+def test_every_entry_is_complete_and_computes_its_baseline(name):
+    m = M[name]
+    assert m.name == name and m.label and m.meaning and m.citation and m.unmeasurable
+    assert m.notable in ("high", "low")
+    assert any(year in m.citation for year in ("19", "20")), "a citation names its paper and year"
+    for causal in (True, False):
+        t = 9
+        gold = ((6, 2), (8, 4)) if m.needs == "gold" else ()
+        tokens = ("[CLS]", "a", ",", "b", "c", "a", ",", "b", ".")
+        pos = M.Positions.of(t, causal, tokens, token_ids=[1, 2, 3, 4, 5, 2, 3, 4, 6], added=(0,), gold=gold)
+        att = torch.softmax(torch.randn(2, 3, t, t), -1)
+        if causal:
+            att = att.tril() / att.tril().sum(-1, keepdim=True)
+        value, base = m.measure(att, pos)
+        assert value.shape == (2, 3) and not torch.isnan(value).any(), name
+        assert math.isfinite(base)
+        uniform = M.uniform_pattern(t, causal)[None, None].expand(2, 3, t, t)
+        if m.chance is None:  # the baseline is the measure of uniform attention on the same positions
+            torch.testing.assert_close(m(uniform, pos), torch.full((2, 3), base))
+    assert "nan" not in m.sentence(0.5).lower() and m.sentence(float("nan")).startswith("Not measurable")
+
+
+def test_page_scores_and_badges_are_registry_names():
+    assert set(S.SCORE_NAMES) <= set(M.REGISTRY) and set(M.BADGES) <= set(S.SCORE_NAMES)
+    att = torch.softmax(torch.randn(1, 2, 6, 6), -1)
+    assert list(S.pattern_scores(att)) == list(S.SCORE_NAMES)
+    assert all(not M[n].lower_is_notable and M[n].is_share for n in M.BADGES)
+
+
+def test_census_score_names_resolve_to_their_measure_and_inputs():
+    for score, m, inputs in M.census_scores():
+        assert M.of_score(score) == (m, inputs)
+        assert M.score_words(score).startswith(m.meaning) and M.INPUTS[inputs] in M.score_words(score)
+    assert M.of_score("previous (text)") == (M["previous"], "texts")
+    assert M.score_label("previous (text)") == "previous token (text)"
+    t = 8
+    pos = M.Positions(t, True)
+    att = M.uniform_pattern(t, True)[None, None]
+    for inputs in ("random", "texts"):
+        assert {n for n in C.input_scores(att, pos, inputs)} == {s for s, _, on in M.census_scores() if on == inputs}
+
+
+def test_one_definition_each_across_page_census_and_circuits():
+    """The badges, the census and the circuits view read previous, induction and duplicate from the same entries."""
+    from mha_viz.analysis import circuits
+
+    torch.manual_seed(1)
+    ids = [7, 1, 2, 3, 4, 1, 2, 3, 4]
+    t = len(ids)
+    att = torch.softmax(torch.randn(2, 2, t, t), -1)
+    page = S.pattern_scores(att, ids, added=(0,))
+    pos = M.Positions.of(t, False, token_ids=ids, added=(0,))
+    census = C.input_scores(att, pos, "repeated")
+    torch.testing.assert_close(page["induction"], census["induction"][0])
+    torch.testing.assert_close(page["duplicate"], census["duplicate"][0])
+    torch.testing.assert_close(page["previous"], C.input_scores(att, pos, "random")["previous"][0])
+    # circuits' own entry point, on a run with nothing added, is the same measure
+    alone = M.Positions.of(t, False, token_ids=ids)
+    torch.testing.assert_close(circuits.induction_scores(att, ids), M["induction"](att, alone))
+
+
+def _string_constants(path: Path) -> set[str]:
+    return {n.value for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Constant)
+            and isinstance(n.value, str)}
+
+
+def test_no_view_or_export_keeps_its_own_copy_of_a_measures_words():
+    """A measure's sentence of meaning is written once, in its entry: no other module of the package holds it."""
+    meanings = {m.meaning for m in M.REGISTRY.values()} | {m.citation for m in M.REGISTRY.values()}
+    offenders = [f"{p.relative_to(PKG.parent)}: {s[:60]}" for p in PKG.rglob("*.py") if p.name != "measures.py"
+                 for s in _string_constants(p) if s in meanings]
+    assert not offenders, offenders
