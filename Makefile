@@ -75,11 +75,11 @@ train-seeds: setup
 	$(PY) -m mha_viz.models.tiny.train --seed 1 --quiet
 	$(PY) -m mha_viz.models.tiny.train --seed 2 --quiet
 	$(PY) -m mha_viz.models.tiny.train --seed 3 --quiet
-	$(PY) -m mha_viz.models.tiny.probes
+	$(PY) -m mha_viz.tiny_probes
 
 # Every saved step of assets/tiny/ and of each seed under it: assets/tiny/probes.json, seeds/seedN/probes.json.
 probe: setup
-	$(PY) -m mha_viz.models.tiny.probes
+	$(PY) -m mha_viz.tiny_probes
 
 bench: setup setup-browser
 	$(PY) benchmarks/bench_compute.py

@@ -10,7 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from mha_viz import checkpoints, load_model
-from mha_viz.models.tiny.probes import load_evidence
+from mha_viz.models.tiny.evidence import load_evidence
 
 from helpers import APP, heatmap_z
 

@@ -1,13 +1,13 @@
-"""The tiny model's training record: the probe file `make probe` writes (probes.py measures it) and the loss log
+"""The tiny model's training record: the probe file `make probe` writes (tiny_probes.py measures it) and the loss log
 `make train` writes, read as the contract's `TrainingEvidence`. Reading needs no model, so the adapter answers
 `training_evidence()` without importing the probes."""
 from __future__ import annotations
 
 from mha_viz.contract import StepScores, TrainingEvidence
 
-EVIDENCE = "probes.json"  # in the tiny model's folder; written by `python -m mha_viz.models.tiny.probes`
+EVIDENCE = "probes.json"  # in the tiny model's folder; written by `python -m mha_viz.tiny_probes`
 RELATIONS = ("previous_token", "induction", "duplicate", "subject")
-CONTEXT_RELATIONS = ("previous_token", "induction")  # measured per position band and length (probes.measure_context)
+CONTEXT_RELATIONS = ("previous_token", "induction")  # per position band and length (tiny_probes.measure_context)
 RELATION_WORDS = {
     "previous_token": "previous token (random word sequences)",
     "induction": "induction: token after the first occurrence (a random sequence said twice)",

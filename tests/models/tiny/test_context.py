@@ -9,7 +9,8 @@ import torch
 from mha_viz import load_model, seeds
 from mha_viz.models.tiny import corpus
 from mha_viz.models.tiny.evidence import CONTEXT_RELATIONS, context_roles, load_evidence
-from mha_viz.models.tiny.probes import (
+from mha_viz.models.tiny.train import SEEDS, TINY_ASSETS, seed_folders, sha256
+from mha_viz.tiny_probes import (
     ContextSets,
     ProbeConfig,
     band_of,
@@ -17,7 +18,6 @@ from mha_viz.models.tiny.probes import (
     measure_context,
     previous_token_pairs,
 )
-from mha_viz.models.tiny.train import SEEDS, TINY_ASSETS, seed_folders, sha256
 
 TARGET = 0.9
 LENGTHS = ProbeConfig().context_lengths

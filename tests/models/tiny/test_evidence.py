@@ -7,10 +7,10 @@ import pytest
 
 from mha_viz.app.views.notes import evidence_markdown, fill_notes
 from mha_viz.models.tiny.adapter import checkpoint_steps, load_tiny
-from mha_viz.models.tiny.probes import EVIDENCE, load_evidence, probe
 from mha_viz.models.tiny.train import TINY_ASSETS as ASSETS
 from mha_viz.models.tiny.train import sha256
 from mha_viz.settings import ASSETS as ALL_ASSETS
+from mha_viz.tiny_probes import EVIDENCE, load_evidence, probe
 
 
 @pytest.fixture(scope="module")

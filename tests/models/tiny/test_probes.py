@@ -10,11 +10,10 @@ import torch
 
 from mha_viz import load_model
 from mha_viz.models.tiny import corpus
-from mha_viz.models.tiny.probes import (
+from mha_viz.tiny_probes import (
+    ablated_margins,
     agreement_accuracy,
-    agreement_margin_from_logits,
     copy_score,
-    forward_batch,
     induction_score,
     previous_token_score,
     score_pairs,
@@ -138,7 +137,8 @@ def test_switching_off_the_subject_head_removes_far_more_agreement_than_any_othe
 @pytest.mark.parametrize("k", [2, 3])
 def test_switching_off_the_top_subject_heads_removes_more_agreement_than_any_as_many_others(trained, scores, k):
     # The causal check, against every set of k other heads (not a sample), mean-ablated over REFERENCE.
-    # Batched (probes.forward_batch); test_the_batched_probe_forward_equals_the_page_run ties it to the page's run.
+    # Batched (tiny_probes.ablated_margins: one run_batch_keep per sentence, one row per set);
+    # test_the_batched_probe_margins_equal_the_page_run ties it to the page's run.
     # Measured on the margin (as the single-head test above): accuracy only counts its sign. The shipped seed
     # (length-scaled attention): all on 8.18; the top 2 subject heads off -0.00 against 2.34 or more for any other
     # 2; the top 3 off -0.14 against 0.92 or more for any other 3 (the most harmful: L0 H0, H1, H2, which every
@@ -147,18 +147,12 @@ def test_switching_off_the_top_subject_heads_removes_more_agreement_than_any_as_
 
     L, H = trained.n_layers, trained.n_heads
     means = trained.head_means(REFERENCE)  # (L, H, dh)
-
-    def margin(heads) -> float:
-        keep = torch.ones(L, H)  # (L, H)
-        for head in heads:
-            keep[head] = 0.0
-        logits, _, _ = forward_batch(trained, AGREEMENT, keep, means)
-        return agreement_margin_from_logits(trained, AGREEMENT, logits)
-
-    top = scores["trained"]["subject"].ranked()[:k]
-    base, off = margin(()), margin(top)
+    top = tuple(scores["trained"]["subject"].ranked()[:k])
     rest = [(l, h) for l in range(L) for h in range(H) if (l, h) not in top]
-    others = {c: margin(c) for c in combinations(rest, k)}
+    sets = [(), top, *combinations(rest, k)]
+    margins = ablated_margins(trained, AGREEMENT, sets, means).mean(1)  # (S,): each set's mean margin
+    base, off = float(margins[0]), float(margins[1])
+    others = {c: float(m) for c, m in zip(sets[2:], margins[2:])}
     mean_other = sum(others.values()) / len(others)
     worst = min(others, key=others.get)
     print(f"agreement margin: all on {base:.2f}; top {k} subject heads {top} off {off:.2f}; "
@@ -167,22 +161,29 @@ def test_switching_off_the_top_subject_heads_removes_more_agreement_than_any_as_
     assert off < others[worst]  # more than the most harmful set of as many other heads
 
 
-def test_the_batched_probe_forward_equals_the_page_run(trained):
-    # probes.forward_batch pads texts on the right into one batch; a causal model must give each text's own run,
-    # with every head on and with heads mean-ablated exactly as the page's run does it.
-    examples = REPEATED[:5] + AGREEMENT[:5]
-    off = [(2, 1), (0, 3)]
-    keep = torch.ones(trained.n_layers, trained.n_heads)  # (L, H)
-    for head in off:
-        keep[head] = 0.0
-    for batch, page in (((), {}), ((keep, trained.head_means(REFERENCE)),
-                                    {"ablate": off, "ablation": "mean", "reference": REFERENCE})):
-        logits, attentions, lengths = forward_batch(trained, examples, *batch)
+def test_the_batched_probe_margins_equal_the_page_run(trained):
+    # tiny_probes.ablated_margins runs each sentence once with one row per set of heads switched off
+    # (Model.run_batch_keep); each row must be the page's own run with those heads mean-ablated.
+    examples = AGREEMENT[:6]
+    sets = [(), ((2, 1), (0, 3)), ((1, 0),)]
+    got = ablated_margins(trained, examples, sets, trained.head_means(REFERENCE))  # (3, 6)
+    for s, heads in enumerate(sets):
         for i, ex in enumerate(examples):
-            run = trained.run(ex.text, **page)
-            n = lengths[i]
-            torch.testing.assert_close(attentions[i, :, :, :n, :n], run.attentions, atol=1e-5, rtol=0)
-            torch.testing.assert_close(logits[i, :n], run.logits, atol=1e-4, rtol=0)
+            row = trained.run(ex.text, heads, ablation="mean", reference=REFERENCE).logits[ex.verb_pos - 1]  # (V,)
+            agree, other = ex.verb_forms[int(ex.plural)], ex.verb_forms[1 - int(ex.plural)]
+            margin = row[trained.token_id(agree)] - row[trained.token_id(other)]
+            assert abs(float(got[s, i]) - float(margin)) < 1e-4
+
+
+def test_the_probe_runs_are_the_page_runs(trained):
+    from mha_viz.tiny_probes import run_examples
+
+    examples = REPEATED[:5] + AGREEMENT[:5]
+    attentions, logits = run_examples(trained, examples, logits=True)
+    for i, ex in enumerate(examples):
+        run = trained.run(ex.text)
+        torch.testing.assert_close(attentions[i], run.attentions, atol=1e-5, rtol=0)
+        torch.testing.assert_close(logits[i], run.logits, atol=1e-4, rtol=0)
 
 
 def test_scores_on_hand_made_patterns():

@@ -1,4 +1,5 @@
-"""Pattern scores per head, measured against ground truth from the corpus generator, with uniform baselines.
+"""The tiny model's probes (`make probe`): pattern scores per head, measured against ground truth from the corpus
+generator, with uniform baselines, and the causal check of agreement; written to each model folder's probes.json.
 
 Every score is the mean attention weight a head puts on a target key, over (query, key) pairs picked from ground
 truth. The baseline is the same mean for a head that spreads its attention evenly over every key it may see
@@ -6,6 +7,11 @@ truth. The baseline is the same mean for a head that spreads its attention evenl
 then the score is a measured heuristic, not a label of what the head is for.
 
 Tensors: attentions (L, H, Q, K) float32, as in `AttentionRun.attentions`.
+
+A consumer of both models/ and analysis/, above them: it measures the tiny model through the contract only
+(`Model.run_many` for the runs with every head on, `Model.run_batch_keep` for the heads switched off), with the
+page's pair scorers (analysis/pairs.py: one definition of each score, shared with the Similarity view and the
+census). models/tiny/evidence.py reads the file it writes, so the model needs nothing from here.
 """
 from __future__ import annotations
 
@@ -14,10 +20,7 @@ from typing import Iterable
 
 import torch
 
-# The pair scorers are the page's (one definition of each score, shared with the Similarity view and the census).
-# The probe command is a consumer of analysis/ that lives here until issue 18 moves it: the one exception to the
-# models -> analysis rule in tests/unit/test_layers.py.
-from mha_viz.analysis.pairs import (  # noqa: F401
+from mha_viz.analysis.pairs import (  # noqa: F401  (the scorers the probe tests use too)
     HeadScores,
     Pair,
     copy_score,
@@ -27,8 +30,7 @@ from mha_viz.analysis.pairs import (  # noqa: F401
     score_pairs,
     subject_score,
 )
-from mha_viz.contract import Head
-from mha_viz.models.interventions import HeadEdit
+from mha_viz.contract import Head, Model
 from mha_viz.models.tiny.evidence import (  # noqa: F401
     EVIDENCE,
     RELATION_WORDS,
@@ -38,19 +40,21 @@ from mha_viz.models.tiny.evidence import (  # noqa: F401
     set_verdict,
     typed_evidence,
 )
+from mha_viz.names import head_name
 
 
-def verb_form_ids(model, ex) -> tuple[int, int]:
+def verb_form_ids(model: Model, ex) -> tuple[int, int]:
     """(id of the verb form that agrees with the subject, id of the other form) of one agreement example."""
     agree, other = ex.verb_forms[int(ex.plural)], ex.verb_forms[1 - int(ex.plural)]
-    return model.vocab.id(agree), model.vocab.id(other)
+    return model.token_id(agree), model.token_id(other)
 
 
 def agreement_accuracy(model, examples: Iterable, ablate: Iterable[Head] = ()) -> float:
     """Share of agreement examples where the model's next-token logit at the position before the verb is higher
     for the verb form that agrees with the subject than for the other form (Linzen et al. 2016; chance is 0.5).
 
-    model: a `TinyModel` (anything with `run` and `vocab`); examples: `corpus.Example`s with verb annotations.
+    model: the tiny model (any model whose tokens are the generator's words); examples: `corpus.Example`s with verb
+    annotations.
     """
     ablate = frozenset(ablate)
     correct = total = 0
@@ -90,45 +94,63 @@ class ProbeConfig:
     seed: int = 2024  # seed, seed + 1, ..., seed + 4 for the five sets; seed + 5 + 2i, seed + 6 + 2i for length i
 
 
-def forward_batch(model, examples, keep: torch.Tensor | None = None,
-                  replace: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
-    """One batched forward of corpus examples through a TinyModel's network (padded on the right: the model is
-    causal, so padding after a text changes nothing at its positions). keep: (L, H), 1 = head on; replace:
-    (L, H, dh), what a switched-off head outputs instead of 0 (mean ablation), the page's `HeadEdit`.
-    Returns (logits (N, T, V), attentions (N, L, H, T, T), lengths)."""
-    lengths = [len(ex.tokens) for ex in examples]
-    ids = torch.full((len(examples), max(lengths)), model.vocab.pad_id, dtype=torch.long)  # (N, T)
+def run_examples(model: Model, examples, logits: bool = False) -> tuple[list[torch.Tensor], list]:
+    """Each example run with every head on, through the contract (`Model.run_many`: texts of similar length in
+    padded batches, the same numbers as one `run` each). Returns (attentions, each (L, H, n, n); logits, each
+    (n, V), or None without `logits`). The generator's tokens must be what the model makes of the text, or the
+    ground-truth positions would point at other words."""
+    def keep(i: int, run) -> tuple:
+        if list(run.tokens) != list(examples[i].tokens):
+            raise ValueError(f"the model tokenized {examples[i].text!r} differently from the generator "
+                             f"({run.tokens[:8]} ...); positions would be off")
+        return run.attentions, run.logits
+
+    got = model.run_many([ex.text for ex in examples], keep, logits=logits)
+    return [a for a, _ in got], [lg for _, lg in got]
+
+
+def verb_margins(model: Model, examples, rows: torch.Tensor) -> torch.Tensor:
+    """The logit of the agreeing verb form minus the other form's, where the verb is predicted -> (N,), from `rows`
+    (N, V): each example's logits at verb_pos - 1."""
+    ids = torch.tensor([verb_form_ids(model, ex) for ex in examples])  # (N, 2): agreeing, other
+    picked = rows.gather(1, ids)  # (N, 2)
+    return picked[:, 0] - picked[:, 1]  # (N,)
+
+
+def agreement(margins: torch.Tensor) -> dict:
+    """Agreement accuracy (the share of positive margins, Linzen et al. 2016; chance 0.5) and the mean margin
+    (nats), rounded as the probe file keeps them. margins: (N,) or (S, N) -> one dict, or S of them."""
+    if margins.ndim == 2:
+        return [agreement(m) for m in margins]
+    return {"accuracy": round(float((margins > 0).float().mean()), 4), "margin": round(float(margins.mean()), 4)}
+
+
+def ablated_margins(model: Model, examples, head_sets: list, means: torch.Tensor) -> torch.Tensor:
+    """For each set of heads, switched off together by mean ablation (each one's output set to its row of `means`
+    (L, H, dh) at every position), every example's verb margin (`verb_margins`) -> (S, N). One
+    `Model.run_batch_keep` per example, one row per set, logits read only where the verb is predicted."""
+    keep = torch.ones(len(head_sets), model.n_layers, model.n_heads)  # (S, L, H)
+    for s, heads in enumerate(head_sets):
+        for layer, head in heads:
+            keep[s, layer, head] = 0.0
+    replace = means[None, :, :, None]  # (1, L, H, 1, dh): the same mean at every position of every row
+    ids = torch.tensor([verb_form_ids(model, ex) for ex in examples])  # (N, 2)
+    out = torch.empty(len(head_sets), len(examples))  # (S, N)
     for i, ex in enumerate(examples):
-        ids[i, : lengths[i]] = torch.tensor(model.vocab.encode(list(ex.tokens)))
-    keep = None if keep is None else keep[None]  # (1, L, H)
-    edit = HeadEdit(keep, None if replace is None or keep is None else replace[None, :, :, None])  # (1, L, H, 1, dh)
-    with torch.no_grad():
-        logits, _, attentions = model.lm(ids, None, edit)  # (N, T, V), _, (N, L, H, T, T)
-    return logits.float(), attentions.float(), lengths
+        _, logits = model.run_batch_keep(ex.text, keep, replace, positions=[ex.verb_pos - 1])  # (S, 1, V)
+        picked = logits[:, 0, ids[i]]  # (S, 2)
+        out[:, i] = picked[:, 0] - picked[:, 1]
+    return out
 
 
-def _per_text(attentions: torch.Tensor, lengths: list[int]) -> list[torch.Tensor]:
-    return [attentions[i, :, :, :n, :n] for i, n in enumerate(lengths)]  # each (L, H, n, n)
+def heldout_loss(model: Model, examples) -> float:
+    """Mean next-token cross-entropy (nats) over every target of `examples`, pooled over texts."""
+    def nats(i: int, run) -> tuple[float, int]:
+        ids = torch.tensor(run.token_ids)  # (n,)
+        return float(torch.nn.functional.cross_entropy(run.logits[:-1], ids[1:], reduction="sum")), len(ids) - 1
 
-
-def agreement_from_logits(model, examples, logits: torch.Tensor) -> float:
-    """`agreement_accuracy` on logits (N, T, V) already computed for `examples`."""
-    correct = 0
-    for i, ex in enumerate(examples):
-        row = logits[i, ex.verb_pos - 1]  # (V,)
-        good, bad = verb_form_ids(model, ex)
-        correct += int(row[good] > row[bad])
-    return correct / len(examples)
-
-
-def heldout_loss(model, examples) -> float:
-    """Mean next-token cross-entropy (nats) over every real (non-padding) target of `examples`."""
-    logits, _, lengths = forward_batch(model, examples)
-    ids = torch.full(logits.shape[:2], -100, dtype=torch.long)  # (N, T); -100: not scored
-    for i, ex in enumerate(examples):
-        ids[i, : lengths[i]] = torch.tensor(model.vocab.encode(list(ex.tokens)))
-    return float(torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
-                                                   ids[:, 1:].reshape(-1), ignore_index=-100))
+    sums = model.run_many([ex.text for ex in examples], nats, logits=True)
+    return sum(s for s, _ in sums) / sum(n for _, n in sums)
 
 
 @dataclass(frozen=True)
@@ -181,14 +203,13 @@ def measure_context(model, sets: "list[ContextSets]", n_bands: int) -> dict:
     {"previous_token": {"12": [band, ...], ...}, "induction": {...}} (`banded_scores` entries)."""
     out: dict = {"previous_token": {}, "induction": {}}
     for cs in sets:
-        _, att_u, len_u = forward_batch(model, cs.unrepeated)
-        _, att_r, len_r = forward_batch(model, cs.repeated)
-        prev_pairs = [previous_token_pairs(n) for n in len_u]
+        att_u, _ = run_examples(model, cs.unrepeated)
+        att_r, _ = run_examples(model, cs.repeated)
+        prev_pairs = [previous_token_pairs(a.shape[-1]) for a in att_u]
         ind_pairs = [[(s, f + 1) for f, s in ex.repeats] for ex in cs.repeated]
-        out["previous_token"][str(cs.length)] = banded_scores(_per_text(att_u, len_u), prev_pairs, cs.length,
-                                                              n_bands, "previous token")
-        out["induction"][str(cs.length)] = banded_scores(_per_text(att_r, len_r), ind_pairs, cs.length, n_bands,
-                                                         "induction")
+        out["previous_token"][str(cs.length)] = banded_scores(att_u, prev_pairs, cs.length, n_bands,
+                                                              "previous token")
+        out["induction"][str(cs.length)] = banded_scores(att_r, ind_pairs, cs.length, n_bands, "induction")
     return out
 
 
@@ -226,37 +247,26 @@ class ProbeSets:
 def measure(model, sets: ProbeSets) -> dict:
     """Every measure of one model on the held-out sets: per-head scores (L, H) as nested lists, their uniform
     baselines, the agreement accuracy and the held-out loss."""
-    _, att_random, len_random = forward_batch(model, sets.random)
-    _, att_rep, len_rep = forward_batch(model, sets.repeated)
-    logits_agr, att_agr, len_agr = forward_batch(model, sets.agreement)
+    att_random, _ = run_examples(model, sets.random)
+    att_rep, _ = run_examples(model, sets.repeated)
+    att_agr, logits_agr = run_examples(model, sets.agreement, logits=True)
     repeats = [ex.repeats for ex in sets.repeated]
     scores = {
-        "previous_token": previous_token_score(_per_text(att_random, len_random)),
-        "induction": induction_score(_per_text(att_rep, len_rep), repeats),
-        "duplicate": copy_score(_per_text(att_rep, len_rep), repeats),
-        "subject": subject_score(_per_text(att_agr, len_agr),
-                                 [(ex.subject_pos, ex.verb_pos) for ex in sets.agreement]),
+        "previous_token": previous_token_score(att_random),
+        "induction": induction_score(att_rep, repeats),
+        "duplicate": copy_score(att_rep, repeats),
+        "subject": subject_score(att_agr, [(ex.subject_pos, ex.verb_pos) for ex in sets.agreement]),
     }
+    rows = torch.stack([lg[ex.verb_pos - 1] for lg, ex in zip(logits_agr, sets.agreement)])  # (N, V)
     out = {
         "loss": round(heldout_loss(model, sets.loss), 4),
-        "agreement_accuracy": round(agreement_from_logits(model, sets.agreement, logits_agr), 4),
+        "agreement_accuracy": agreement(verb_margins(model, sets.agreement, rows))["accuracy"],
         "scores": {k: [[round(float(v), 4) for v in row] for row in s.scores] for k, s in scores.items()},
         "baselines": {k: round(s.baseline, 4) for k, s in scores.items()},
     }
     if sets.context:
         out["context"] = measure_context(model, list(sets.context), sets.n_bands)
     return out
-
-
-def agreement_margin_from_logits(model, examples, logits: torch.Tensor) -> float:
-    """Mean logit margin (nats) of the agreeing verb form over the other form, at the position before the verb:
-    a graded version of `agreement_from_logits`, which only counts the sign."""
-    total = 0.0
-    for i, ex in enumerate(examples):
-        row = logits[i, ex.verb_pos - 1]  # (V,)
-        good, bad = verb_form_ids(model, ex)
-        total += float(row[good] - row[bad])
-    return total / len(examples)
 
 
 SET_SIZES = (1, 2, 3)  # the causal check switches off the top 1, 2 and 3 subject heads, and every set of as many others
@@ -282,25 +292,25 @@ def causal_check(model, sets: ProbeSets, subject_scores: torch.Tensor) -> dict:
 
     L, H = subject_scores.shape
     means = model.head_means([ex.text for ex in sets.reference])  # (L, H, dh), the page's mean-ablation path
-
-    def ablated(heads) -> dict:
-        keep = torch.ones(L, H)  # (L, H)
-        for head in heads:
-            keep[head] = 0.0
-        logits, _, _ = forward_batch(model, sets.agreement, keep, means)
-        return {"accuracy": round(agreement_from_logits(model, sets.agreement, logits), 4),
-                "margin": round(agreement_margin_from_logits(model, sets.agreement, logits), 4)}
-
     every = [(l, h) for l in range(L) for h in range(H)]
     ranked = sorted(every, key=lambda lh: (-float(subject_scores[lh]), lh))
+    # Every set of heads the check switches off, measured in one pass over the sentences (one row per set).
+    other_sets = {k: list(combinations([lh for lh in every if lh not in ranked[:k]], k)) for k in SET_SIZES}
+    head_sets = [(), *[(lh,) for lh in every], *[tuple(ranked[:k]) for k in SET_SIZES],
+                 *[c for k in SET_SIZES for c in other_sets[k]]]
+    head_sets = list(dict.fromkeys(head_sets))  # the top head alone is also a single head
+    result = dict(zip(head_sets, agreement(ablated_margins(model, sets.agreement, head_sets, means))))
+
+    def ablated(heads) -> dict:
+        return result[tuple(heads)]
+
     heads = [[ablated([(l, h)]) for h in range(H)] for l in range(L)]
     out_sets = []
     for k in SET_SIZES:
         top = ranked[:k]
-        other_sets = list(combinations([lh for lh in every if lh not in top], k))
-        others = [ablated(c) for c in other_sets]
+        others = [ablated(c) for c in other_sets[k]]
         worst = min(range(len(others)), key=lambda i: (others[i]["accuracy"], others[i]["margin"]))
-        worst_set = other_sets[worst]
+        worst_set = other_sets[k][worst]
         out_sets.append({
             "k": k, "top": [list(lh) for lh in top], "top_result": ablated(top), "n_others": len(others),
             "others_mean_accuracy": round(sum(o["accuracy"] for o in others) / len(others), 4),
@@ -347,7 +357,7 @@ def probe(folder, cfg: ProbeConfig = ProbeConfig(), quiet: bool = True, causal: 
     finally:
         torch.set_num_threads(before)
     return {
-        "about": "Written by `make probe` (python -m mha_viz.models.tiny.probes) from the saved weights. Scores "
+        "about": "Written by `make probe` (python -m mha_viz.tiny_probes) from the saved weights. Scores "
                  "are mean attention weights on held-out inputs, per head (layer, head); baselines are uniform "
                  "attention over the visible keys; \"context\" holds previous-token and induction per position "
                  "band (thirds of the text) at several input lengths. A test recomputes every number from the "
@@ -405,12 +415,12 @@ def main(argv: list[str] | None = None) -> None:
         evidence = write_probe(folder, causal=folder == root)
         final = evidence["final"]
         for rel in RELATIONS:  # the notes view words the rest (mha_viz/app/views/notes.py)
-            (layer, head), value = best_head(final["scores"][rel])
-            print(f"{rel}: L{layer} H{head} {value:.0%} (uniform {final['baselines'][rel]:.0%})")
+            head, value = best_head(final["scores"][rel])
+            print(f"{rel}: {head_name(head)} {value:.0%} (uniform {final['baselines'][rel]:.0%})")
         for rel, role in context_roles(final["context"]).items():
             bands = "; ".join(f"length {n}: " + " / ".join("-" if v is None else f"{v:.2f}" for v in b)
                               for n, b in role["bands"].items())
-            print(f"{rel} over the context: L{role['head'][0]} H{role['head'][1]}, lowest band {role['min']:.2f} "
+            print(f"{rel} over the context: {head_name(tuple(role['head']))}, lowest band {role['min']:.2f} "
                   f"({bands})")
         print()
 
