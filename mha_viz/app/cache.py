@@ -24,9 +24,10 @@ from mha_viz.analysis.patching import (
     direct_effects,
     patching_map,
 )
-from mha_viz.contract import AttentionRun, Head, InputError, Model, TrainingEvidence, UnavailableError
+from mha_viz.contract import AttentionRun, Head, InputError, Model, UnavailableError
 from mha_viz.models import load_model, registry
 from mha_viz.settings import settings
+from mha_viz.training_record import TrainingEvidence
 
 
 def set_threads() -> None:

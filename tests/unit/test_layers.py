@@ -14,7 +14,8 @@ PKG = Path(__file__).resolve().parents[2] / "mha_viz"
 # What each layer must not import (the layers above it). From the top: the two hosts (app/, notebook/), the browser
 # code both mount (web/), figures (plotting/), the probe command (tiny_probes.py, a consumer of analysis and the tiny
 # model), analysis/ (pure functions on tensors, handed any model it runs: never loads one), models/, and at the
-# bottom contract.py, heads.py (per-head slicing), names.py and settings.py.
+# bottom contract.py, training_record.py (the tiny model's record types), heads.py (per-head slicing), names.py
+# and settings.py.
 HOSTS = ("mha_viz.app", "mha_viz.notebook", "streamlit")
 FORBIDDEN = {
     "tiny_probes.py": (*HOSTS, "mha_viz.web", "mha_viz.plotting"),
@@ -27,6 +28,7 @@ FORBIDDEN = {
     "contract.py": (*HOSTS, "mha_viz.web", "mha_viz.plotting", "mha_viz.tiny_probes", "mha_viz.analysis",
                     "mha_viz.models"),
     "heads.py": ("mha_viz.", "streamlit"),
+    "training_record.py": ("mha_viz.", "streamlit"),
     "names.py": ("mha_viz.", "streamlit"),
     "settings.py": ("mha_viz.", "streamlit"),
 }

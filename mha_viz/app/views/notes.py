@@ -11,8 +11,9 @@ import streamlit as st
 from mha_viz import analysis
 from mha_viz.app.context import ViewContext
 from mha_viz.app.names import head_name
-from mha_viz.contract import AttentionRun, Model, TrainingEvidence
+from mha_viz.contract import AttentionRun, Model
 from mha_viz.settings import ASSETS
+from mha_viz.training_record import TrainingEvidence
 
 NOTES_MARK = "<!-- tiny-model-evidence"  # the line of assets/notes.md that the measured section replaces
 ORDER = ("previous_token", "induction", "duplicate", "subject")

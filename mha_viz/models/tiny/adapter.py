@@ -17,7 +17,6 @@ from mha_viz.contract import (
     Lexicon,
     ModelInfo,
     ModelLoadError,
-    TrainingEvidence,
     _index,
 )
 from mha_viz.models.interventions import EditableModel, Encoded, FinalParts, Forward, HeadEdit
@@ -34,6 +33,7 @@ from mha_viz.models.tiny.corpus import (
     tokenize,
 )
 from mha_viz.settings import ASSETS
+from mha_viz.training_record import TrainingEvidence
 
 TINY_ASSETS = ASSETS / "tiny"
 

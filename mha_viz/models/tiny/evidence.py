@@ -1,9 +1,9 @@
 """The tiny model's training record: the probe file `make probe` writes (tiny_probes.py measures it) and the loss log
-`make train` writes, read as the contract's `TrainingEvidence`. Reading needs no model, so the adapter answers
+`make train` writes, read as `mha_viz.training_record.TrainingEvidence`. Reading needs no model, so the adapter answers
 `training_evidence()` without importing the probes."""
 from __future__ import annotations
 
-from mha_viz.contract import StepScores, TrainingEvidence
+from mha_viz.training_record import StepScores, TrainingEvidence
 
 EVIDENCE = "probes.json"  # in the tiny model's folder; written by `python -m mha_viz.tiny_probes`
 RELATIONS = ("previous_token", "induction", "duplicate", "subject")
@@ -69,7 +69,7 @@ def load_evidence(folder=None) -> dict | None:
 
 
 def typed_evidence(evidence: dict | None, log: dict) -> TrainingEvidence:
-    """The evidence file and the training log as the contract's `TrainingEvidence`."""
+    """The evidence file and the training log as `TrainingEvidence` (mha_viz.training_record)."""
     def typed(s: dict) -> StepScores:
         return StepScores(step=int(s["step"]), loss=float(s["loss"]), agreement_accuracy=float(s["agreement_accuracy"]),
                           scores=s["scores"], baselines=s["baselines"],
