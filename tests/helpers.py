@@ -16,7 +16,7 @@ APP = str(REPO / "app.py")
 MODELS = ["minilm", "smollm2", "tiny", "tiny-untrained"]
 
 # A ~120-token paragraph (MiniLM reads it as 122 tokens, SmolLM2 as 121) with two names that come back: the long
-# text of issue 19's screenshot matrix, shared by the AppTests and browser tests of what it found.
+# text of the screenshot matrix, shared by the AppTests and browser tests of what it found.
 LONG_TEXT = ("When Mary and John went to the store after a long day at work, John gave a small bottle of milk to Mary. "
              "The weather had been cold all week, and the streets near the old market were still wet from the rain "
              "that fell during the night. Inside, the shop smelled of fresh bread and coffee, and a radio in the "

@@ -51,8 +51,8 @@ def set_threads() -> None:
 # back at once, for itself and every later thread (memory_scope_of_run); the job drops its own at its next chunk.
 IDLE_OTHERS = 0.5  # cores the rest of the machine may use while a long job borrows them
 # The machine is looked at over this long before the first chunk too: a short job is one or two chunks (SmolLM2's
-# exact patching map at 18 tokens), and without a first look it ran them on the setting's threads: 4.07 s under the
-# policy against 2.28 s on both cores and 3.64 s on one, on an idle machine (bench_long_steps --borrow, 20:27).
+# exact patching map at 18 tokens), and without a first look it ran them on the setting's threads, nearly twice as
+# slow as on both cores of an idle machine (benchmarks/RESULTS.md, "Long steps on SmolLM2").
 FIRST_LOOK_S = 0.1
 
 

@@ -189,7 +189,7 @@ def test_inside_a_page_scope_each_text_holds_its_share_until_the_page_is_drawn()
 
 
 def test_a_long_job_borrows_idle_cores_only_alone_and_gives_them_back():
-    """Issue 19: the exact maps may use the idle cores; torch's thread count is process-wide, so only while
+    """The exact maps may use the idle cores; torch's thread count is process-wide, so only while
     nothing else runs in the process or on the machine, and never past a page run that opens meanwhile."""
     from mha_viz.app.cache import long_job_threads
 

@@ -153,7 +153,7 @@ def test_tiny_every_seed_is_shown_with_its_own_top_pair():
 
 
 def test_tiny_token_maps_are_not_washed_out_by_a_few_tokens():
-    """Screenshot matrix, issue 19: the OV map of tiny's default head was white but for three columns (the logits of
+    """Screenshot matrix: the OV map of tiny's default head was white but for three columns (the logits of
     <pad>, <unk> and <bos>, 4x the 99th percentile of |value|) and its 210 token labels were 5 px. Now the colours
     end at the 99th percentile, the page says so and names the tokens past it, and labels are thinned, never under
     8 px."""
@@ -180,7 +180,7 @@ def test_tiny_token_maps_are_not_washed_out_by_a_few_tokens():
 
 
 def test_an_encoder_without_an_lm_head_is_not_said_to_have_logits():
-    """Screenshot matrix (issue 19): under MiniLM, a sentence encoder with no language-model head, the view titled
+    """Screenshot matrix: under MiniLM, a sentence encoder with no language-model head, the view titled
     its bars "the logits its OV map raises most" (axis: "logit change"), though the map is read through the token
     embedding. It now says what it draws and why."""
     assert load_model("minilm").embeddings().unembed is None  # the premise: no output layer

@@ -1,4 +1,4 @@
-"""What the screenshot matrix of issue 19 found in the plotly heatmaps, through the page (AppTest): token labels of
+"""What the screenshot matrix found in the plotly heatmaps, through the page (AppTest): token labels of
 a long text drawn at 6 px, every one of them (unreadable, overlapping); colour bars at the far edge of a wide column,
 away from the square they explain, or missing (Rollout, Inside a head, the pattern-shift maps); a title on top of
 the "key →" axis title; Compare's heads nearly white on a long text. Where things land on screen, at 1000x800 too:

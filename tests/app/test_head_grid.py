@@ -47,7 +47,7 @@ def test_shared_scale_sends_weights_on_zero_to_one():
 
 
 def test_band_heads_of_minilm_l0_carry_the_census_nearby_badge():
-    """Issue 19: MiniLM L0 H4 and H5 draw a band along the diagonal, yet their badges said "no location stands
+    """MiniLM L0 H4 and H5 draw a band along the diagonal, yet their badges said "no location stands
     out". The badge now names the census's `nearby` score (mass within 2 positions, itself excluded), measured on
     the sentence shown, with the census's own scorer giving the same value."""
 

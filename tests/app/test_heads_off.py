@@ -26,7 +26,7 @@ def _off_means(at) -> str:
 
 @pytest.mark.parametrize("view,where", [("Layer", "corner"), ("Follow a token", "Layer view")])
 def test_all_heads_on_says_what_a_switch_will_show(view, where):
-    """Issue 19 reserved the box so the grid does not jump on the first toggle; with all heads on it held one short
+    """The box is reserved so the grid does not jump on the first toggle; with all heads on it held one short
     line and about 60 px of nothing. Now: where the switches are, what "off" means, and the prediction a switch
     will be measured against (the model's own top next token, measured here)."""
     at = open_view(open_link({"model": "tiny", "text": TEXT}), view)

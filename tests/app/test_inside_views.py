@@ -153,7 +153,7 @@ REPEATED = "The keys to the old cabinet were on the table, so she took them."  #
 
 @pytest.mark.parametrize("view", ["Inside a head", "Follow a token"])
 def test_a_repeated_token_selects_the_position_clicked(view):
-    """Issue 19, bug 1: picking the first "the" opened the last one, because the picker keyed its options by their
+    """Picking the first "the" opened the last one, because the picker keyed its options by their
     label. Each repeated label carries its position, and the position picked is the one selected."""
     at = _view(_app(text=REPEATED), view)
     picker = at.pills(key="token_pick")
@@ -169,7 +169,7 @@ def test_a_repeated_token_selects_the_position_clicked(view):
 
 
 def test_follow_a_token_thins_long_text_labels_and_keeps_the_followed_one():
-    """Issue 19: ~120 tokens drew every label at a few pixels under the title; now at most LABELS_UP_TO labels of
+    """~120 tokens drew every label at a few pixels under the title; now at most LABELS_UP_TO labels of
     10 px, the followed token's among them, and the title gets a band of its own above them."""
     import torch
 

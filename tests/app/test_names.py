@@ -1,5 +1,5 @@
 """One spelling of heads, layers and tokens (app/names.py), the one the grid's payload carries, and one name per
-score in the Similarity table (issue 19's glossary, issue 18's "head names in one module")."""
+score in the Similarity table (the glossary: one word for one measure)."""
 from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest
@@ -61,7 +61,7 @@ def test_similarity_table_names_each_score_as_the_badges_do():
 
 
 def test_a_causal_models_table_has_no_next_token_column_and_quotes_its_tokens():
-    """Screenshot matrix (issue 19): for tiny and SmolLM2 the table showed a "next token" column of 0% for every
+    """Screenshot matrix: for tiny and SmolLM2 the table showed a "next token" column of 0% for every
     head (a causal model's token cannot look at a later one), and the ground truth wrote its tokens as 'trees'
     where the rest of the page writes “trees”."""
     at = AppTest.from_file(APP, default_timeout=180)

@@ -1,4 +1,4 @@
-"""Issue 10: every number on the page is the one the analysis measured. Each test drives the page through AppTest
+"""Every number on the page is the one the analysis measured. Each test drives the page through AppTest
 and compares what it shows with the analysis run on its own, so each fails if its bug came back."""
 from __future__ import annotations
 
@@ -176,7 +176,7 @@ def test_norm_view_says_the_head_is_off_and_draws_no_norms_for_it():
 def test_norm_view_draws_weights_and_values_of_one_run(ablation):
     """The page's norm map ||alpha f(x)|| for a head after a switched-off one, against values recorded by forward
     hooks on an independent copy of the model with that head's output set by hand (0, or its reference mean over
-    the examples' ordinary tokens): weights and values from the same run, whatever "off" means (issue 18, fix 1)."""
+    the examples' ordinary tokens): weights and values from the same run, whatever "off" means."""
     from reference import HookedReference, reference_means
 
     model = loaded("minilm")

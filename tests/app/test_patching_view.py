@@ -59,7 +59,7 @@ LONG = ("When Mary and John went to the store after a long day at work, John gav
 
 
 def test_a_long_text_swaps_the_names_that_come_back_not_capitalised_words():
-    """Screenshot matrix (issue 19): on a ~120-token text the second sentence swapped "August" for "Inside" (a
+    """Screenshot matrix: on a ~120-token text the second sentence swapped "August" for "Inside" (a
     month for a sentence-initial word), and the answer tokens were logit(“␣Inside”) − logit(“␣August”). The names
     that come back are swapped: the last "Mary" for "John"."""
     at = _app("minilm", LONG)
@@ -80,7 +80,7 @@ def test_tiny_patching_view_shows_the_measured_maps():
     source = swapped(TINY_TEXT)
     assert any(t.value == source for t in at.text_input)
     run, other = model.run(TINY_TEXT), model.run(source)
-    # Issue 19, bug 3: the answer tokens are the swapped words ("ben" out, "anna" in), the one the first sentence
+    # The answer tokens are the swapped words ("ben" out, "anna" in), the one the first sentence
     # prefers as the answer; not the two sentences' top predictions, which the swap need not touch.
     ben, anna = model.token_id("ben"), model.token_id("anna")
     answer, against = (ben, anna) if run.logits[-1, ben] >= run.logits[-1, anna] else (anna, ben)
@@ -243,7 +243,7 @@ def _page_text(at: AppTest) -> str:
 
 @pytest.mark.parametrize("model", ["tiny", "minilm", "smollm2"])
 def test_identical_sentences_say_so_and_the_example_pair_works(model):
-    """Issue 19, bug 3: a sentence without two names got an identical copy, flat maps, "rank correlation nan"
+    """A sentence without two names got an identical copy, flat maps, "rank correlation nan"
     and a 270-run button. Now: a clear state with no map and no button; the model's example pair, one click away,
     moves the metric; `nan` never reaches the page."""
     at = _app(model, "the keys to the cabinet are on the table .")
@@ -274,7 +274,7 @@ def _spec(at: AppTest, title: str) -> dict:
 
 
 def test_exact_map_says_its_cost_counts_stops_and_shares_the_estimates_colour_range():
-    """Issue 19, long steps and honest colour: the exact map's button says what it will cost before it is pressed;
+    """Long steps and honest colour: the exact map's button says what it will cost before it is pressed;
     a stopped job says so and keeps nothing; the exact map and its attribution estimate share one symmetric range."""
     from mha_viz.app.common import _running_key
 
@@ -400,7 +400,7 @@ def test_names_of_two_words_swap_whole_and_are_read_before_their_first_word():
 
 def test_tiny_lowercase_names_are_names_on_the_page():
     """The tiny model's vocabulary is lowercase, so no word of its own sentences looked like a name and the
-    second sentence was always the first (issue 19: "tiny fails every time"). The model says which of its words
+    second sentence was always the first ("tiny fails every time"). The model says which of its words
     are names (`Model.name_words`): the page swaps them, reads the metric before a final name of two words, at its
     first word, and the sentences differ on the metric."""
     model = loaded("tiny")

@@ -25,7 +25,7 @@ def _counts(at, n: int) -> list[str]:
 @pytest.mark.parametrize("view", ["Follow a token", "All layers"])
 def test_a_long_texts_token_count_is_written_once(view):
     """A strip of more than LONG_STRIP tokens folds into a "Tokens (N)" expander; the caption under it said
-    "N tokens" as well (issue 19, after its items: the count shown twice)."""
+    "N tokens" as well (the count shown twice)."""
     from mha_viz.app.text import LONG_STRIP
 
     at = open_view(open_link({"model": "minilm", "text": LONG}), view)
@@ -47,7 +47,7 @@ SENTENCE = "the keys are on the table ."  # in every model's vocabulary, tiny's 
 
 @pytest.mark.parametrize("ending", [" ", "\n", " \n\n"])
 def test_the_default_followed_token_is_the_last_word_not_a_trailing_whitespace_token(ending):
-    """Issue 19, after its items: SmolLM2 makes a token of a final space or newline ("␣", "↵"), and Follow a token
+    """SmolLM2 makes a token of a final space or newline ("␣", "↵"), and Follow a token
     opened it. The default is the last token that is neither whitespace-only nor special."""
     from mha_viz.app.common import default_token
 

@@ -1,4 +1,4 @@
-"""One way to write a token in a sentence of the page (issue 19's glossary, found again by the screenshot matrix):
+"""One way to write a token in a sentence of the page (the glossary, found again by the screenshot matrix):
 prose said "Where . (position 120) looks", "Predictions at the last position, . (the next token)", "L0 H3 → . (7%)",
 the prediction picker "16: '.'" (Python's repr, which writes SmolLM2's " She" as "' She'"), the patching metric
 "logit('␣Mary')". A token inside a sentence is now its label in curly quotes (“.”, “␣She”); pickers show the label."""

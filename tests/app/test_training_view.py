@@ -97,7 +97,7 @@ def test_scores_beside_the_heads_come_from_the_probe_file():
 
 
 def test_the_table_names_scores_as_the_rest_of_the_page_does():
-    """Issue 19's glossary: the table said "duplicate" for what the badges and the Similarity table call "same token
+    """The glossary: the table said "duplicate" for what the badges and the Similarity table call "same token
     earlier" (attention on a repeated token's earlier occurrence)."""
     from mha_viz import measures
 
@@ -148,7 +148,7 @@ def test_the_notes_on_the_page_read_the_probe_file():
 
 
 def test_under_another_model_the_view_shows_no_heads_off_panel_and_says_what_it_cut():
-    """Issue 19: under MiniLM the Training view showed MiniLM's heads-off panel above a view about tiny, and cut
+    """Under MiniLM the Training view showed MiniLM's heads-off panel above a view about tiny, and cut
     the text to the tiny model's token limit without saying so."""
     from helpers import loaded
 
@@ -179,7 +179,7 @@ def _half_step(steps: list[int], values: list[float]) -> int | None:
 
 
 def test_the_induction_path_in_the_weights_over_training_for_every_seed():
-    """Issue 21, part 4: every seed's K-composition from its previous-token head into its induction head against
+    """Every seed's K-composition from its previous-token head into its induction head against
     the step, next to that head's induction score and its copying score. The heads are found here by measurement
     (the causal check's all-on scores at the last step), every value recomputed from each step's own weights."""
     from mha_viz import circuits, seeds

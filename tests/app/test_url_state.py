@@ -169,7 +169,7 @@ def test_a_link_naming_a_url_or_dotdot_path_is_refused_from_the_name_alone(model
 
 @pytest.mark.parametrize("model", ["/etc/passwd", "~root"])
 def test_a_path_in_a_link_is_checked_only_after_the_visitor_confirms(model):
-    """The preview does not say whether the path exists (issue 23); the loader refuses it once confirmed."""
+    """The preview does not say whether the path exists; the loader refuses it once confirmed."""
     at = _open({"model": model})
     assert not at.error and any("This link asks for a model" in i.value for i in at.info)
     at.button(key="link_model_load").click().run()
@@ -204,7 +204,7 @@ def test_link_to_a_saved_tiny_step_opens_it_without_asking():
     at = _open({"model": f"tiny@{step}", "text": "one two three four"})
     assert not [b for b in at.button if b.key == "link_model_load"], "a shipped step must not ask for confirmation"
     assert len(at.toggle) == load_model("tiny").n_heads
-    # Issue 19, bug 5: the picker names the step, not "your own"; an unsaved step says which steps exist.
+    # The picker names the step, not "your own"; an unsaved step says which steps exist.
     picker = at.sidebar.selectbox(key="model_choice")
     assert picker.value == f"tiny@{step}"
     assert f"tiny at training step {step} (saved with the app)" in picker.options, picker.options
@@ -228,7 +228,7 @@ def test_the_navigation_places_every_view_once_and_census_and_circuits_in_genera
 
 @pytest.mark.parametrize("view", ["Census", "Circuits", "Training", "Trained vs untrained", "Notes & export"])
 def test_views_about_the_model_in_general_show_no_sentence_strip_or_heads_off_line(view):
-    """Issue 19: Census and Circuits read the weights or generated inputs, not this sentence's run: the page's token
+    """Census and Circuits read the weights or generated inputs, not this sentence's run: the page's token
     strip, its token count and the heads-off summary are not drawn above them (an old link opens them too)."""
     from mha_viz.app.views import NOT_ABOUT_THIS_RUN
 

@@ -1,4 +1,4 @@
-"""The screenshot matrix of issue 19: every view x model x text length x window size, full-page, in headless
+"""The screenshot matrix: every view x model x text length x window size, full-page, in headless
 Chromium, for a person to look at as a newcomer would. Not a test: it asserts nothing, it writes pictures and a
 list of what each page showed (exceptions, error and warning boxes, `nan`, JS errors) to `--out`.
 

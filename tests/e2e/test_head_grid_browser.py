@@ -33,7 +33,7 @@ def test_layer_switch_hover_and_focus_stay_in_the_browser(browser, streamlit_url
     wait_idle(page)
     _assert_no_exception(page, "opening the Layer view")
     assert page.evaluate(GRID_TITLES) == [f"L0 H{h}" for h in range(N_HEADS)]
-    # Issue 19: a short text's small heatmaps carry every token on both axes, at 8 px or more.
+    # A short text's small heatmaps carry every token on both axes, at 8 px or more.
     labels = page.evaluate(LABELS)
     n_tokens = page.locator(".mhv-strip .mhv-tok").count()
     assert labels["step"] == 1 and labels["font"] >= 8 and labels["shown"] == [n_tokens] * (2 * N_HEADS), labels

@@ -1,5 +1,5 @@
 """Heatmaps that keep their aspect (the square heatmaps, the All-layers overview) leave no band of white under them
-in a narrow window (issue 19, 1000x800). Plotly keeps a square square by shrinking it inside a figure whose height
+in a narrow window (1000x800). Plotly keeps a square square by shrinking it inside a figure whose height
 the server fixed, so in Rollout's ~260 px columns a 196 px square stood over 196 px of white (Ablation effects: 249
 px under a 103 px square). The chart's height now follows its column's width (common.fitted_chart)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Nothing on the page is cut at 1000x800 (issue 19): the screenshot matrix found metric values that Streamlit cut
+"""Nothing on the page is cut at 1000x800: the screenshot matrix found metric values that Streamlit cut
 with an ellipsis ("+1…" for a sum of head effects, "1.9438 n…" for a KL divergence), labels cut the same way, a head
 picker that showed "L0 H(" and a chart legend drawn over its axis title. Checked on the views where they were seen,
 in a real browser at the narrow size the issue names. Also: a square heatmap's colour-bar title ("weight") drawn over

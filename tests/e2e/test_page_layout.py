@@ -1,4 +1,4 @@
-"""The page as a newcomer meets it (issue 19): one layer state for the grid's tabs, the heading, the bulk switches
+"""The page as a newcomer meets it: one layer state for the grid's tabs, the heading, the bulk switches
 and the link; the Layer view's first row of heads on the first screen at 1600x1000 and at 1000x800, the sentence box
 above it and the tokens shown once; the views in a grouped <nav>; a toggle does not move the grid; the grid says
 when it draws fewer heatmaps per row than asked; the layer grid can be saved as SVG and PNG."""
@@ -69,7 +69,7 @@ def _heading(page) -> str:
 
 
 def test_one_layer_state_for_tabs_heading_switches_and_link(browser, streamlit_url):
-    """Issue 19, bug 2: a grid tab showed L5 while the heading, the bulk buttons and the link's next write said L3,
+    """A grid tab showed L5 while the heading, the bulk buttons and the link's next write said L3,
     and "All heads of L3 off" switched off heads not on screen."""
     context, page = _open(browser, streamlit_url, 1600, 1000, layer="3", view="Layer")
     try:
@@ -199,7 +199,7 @@ def test_nav_opens_views_and_old_links_still_work(browser, streamlit_url):
 
 
 def test_long_text_says_it_draws_fewer_per_row_and_saves(browser, streamlit_url):
-    """Issue 19, bug 6 (asked 4, drew 3, silently) and bug 4 (no way to save the layer grid)."""
+    """Asked for 4 heads per row, the grid drew 3 without saying so; and the layer grid could not be saved."""
     long_text = " ".join(["the cat sat on the mat while anna gave the old keys to ben"] * 10)
     context, page = _open(browser, streamlit_url, 1000, 800)
     try:
@@ -296,7 +296,7 @@ LONG = ("The garden the cat sat on the mat while Anna gave the old keys to Ben b
 
 @pytest.mark.parametrize("size", [(1600, 1000), (1000, 800)])
 def test_follow_a_token_on_a_long_text_keeps_its_title_clear_of_readable_labels(browser, streamlit_url, size):
-    """Issue 19: on ~120 tokens the Follow a token title overlapped the token labels, which shrank to ~6 px. The
+    """On ~120 tokens the Follow a token title overlapped the token labels, which shrank to ~6 px. The
     labels are thinned to a readable size, the title sits above them, and the title says which scale it uses."""
     width, height = size
     context, page = new_page(browser, width, height)

@@ -1,4 +1,4 @@
-"""What the screenshot matrix of issue 19 (tests/e2e/screenshot_matrix.py) found in a real browser: on a long text
+"""What the screenshot matrix (tests/e2e/screenshot_matrix.py) found in a real browser: on a long text
 the Layer grid's first and last token labels were cut in half at the edge of their strip ("[CLS]" showed as its
 lower half), because a label is centred on a row thinner than its font."""
 from __future__ import annotations

@@ -78,7 +78,7 @@ def _tile_rows(fig) -> int:
 
 
 def test_overview_of_a_long_text_is_filled_by_its_tiles():
-    # Issue 10 item 9: at 128 tokens MiniLM's overview was 1224 px tall with its tiles in 446 px of it.
+    # At 128 tokens MiniLM's overview was 1224 px tall with its tiles in 446 px of it.
     grid = torch.rand(6, 12, 128, 128)  # (L, H, Q, K)
     fig = plotting.tiled_figure(grid, [f"L{i}" for i in range(6)], [f"H{h}" for h in range(12)], width=900)
     heat = fig.data[0]

@@ -37,8 +37,8 @@ LOG = "train_log.json"  # the training loss against the step, for the training v
 
 @dataclass(frozen=True)
 class TrainConfig:
-    # 4,000: with late repeats the heads form a few hundred steps later than without (at 3,000 the previous-token
-    # head was still sharpening: 0.93 on 32-word sequences, against 0.99 before).
+    # 4,000: with late repeats the heads form a few hundred steps later than without, and are still sharpening at
+    # 3,000. The trials behind this and the three shares below: benchmarks/RESULTS.md, "The tiny recipe".
     steps: int = 4000
     batch_size: int = 32
     lr: float = 3e-3
@@ -47,27 +47,17 @@ class TrainConfig:
     n_texts: int = 40_000  # generated once; about one pass at the default steps x batch_size
     data_seed: int = 1234  # the held-out probes in tests use other seeds
     order_seed: int = 0
-    # Random words said again and again (corpus.random_repeat_text): at 0.3 alone the previous-token and induction
-    # heads had not formed after 1,000 steps; at 0.5 alone they formed between steps 600 and 1,000. 0.25 since the
-    # early repeats (below, 0.15) took their share: those are random repeats too, after a short one.
+    # Random words said again and again (corpus.random_repeat_text): what forms the previous-token and induction
+    # heads early. 0.25, since the early repeats (below) are random repeats too and took their share.
     random_share: float = 0.25
     # Ordinary sentences, then a random repeat whose first copy can start anywhere up to the end of the context
-    # (corpus.late_repeat_text), so the previous-token head is needed, and trained, at every position: without
-    # them it fell to 0.4-0.5 in a 64-token text's last third (issue 20). The rest (0.4) is the mixed text.
-    # Tried and not taken, on all four seeds (probes of fresh seeds, lowest band of the previous-token head):
-    # 0.3 taken from the mixed text moved seed 1's previous-token role from L1 H1 (0.89) to L0 H0 (0.96), but
-    # moved seeds 0 and 3 into layer 1 (L1 H0 0.83, L1 H1 0.78; seed 2 0.94). Taken from the random repeats (0.2)
-    # seed 1 stayed in layer 1, at 0.62. 0.25 from the mixed text: seed 0 fell to 0.62 (L1 H0), the others held.
-    # Before length-scaled attention (TinyConfig.length_scaled) some seed's head always faded along the text,
-    # whatever the share; with it (these shares) all four hold, 0.97-0.99 at worst. Also tried then, on plain
-    # softmax, and not taken: weight decay 0.1 (seed 1: 0.82), a 94-row position table (seeds 2, 3: 0.90, 0.86),
-    # a fixed sinusoidal table (seeds 0, 1: 0.85, 0.77).
+    # (corpus.late_repeat_text), so the previous-token head is needed, and trained, at every position; without them
+    # it fades in a long text's last third. The rest (0.4) is the mixed text. With length-scaled attention
+    # (TinyConfig.length_scaled) these shares hold on all four seeds; other shares moved some seed's head.
     late_share: float = 0.2
     # A short sequence said twice right after <bos>, then a random repeat (corpus.early_repeat_text), so induction
-    # is trained at positions 4-12 too: without them the shipped seed's induction head scored 0.84 at positions
-    # 4-7 of a 12-token text (issue 20). Taken from the random repeats, which it still contains. Tried on the
-    # shipped seed, on probes of fresh seeds: 0.10 (random 0.30) gave that band 0.97-0.98 but the previous-token head
-    # 0.91 in a 64-token text's last third; 0.15 (random 0.25) gave 0.98-0.99 and 0.93-0.94, subject 0.96.
+    # is trained at the start of a text too (positions 4-12), not only later. Taken from the random repeats, which
+    # it still contains; more of it weakens the previous-token head at the end of a long text.
     early_share: float = 0.15
     # Steps whose weights are saved (float16) for the training timeline: 0 is the initialisation, `steps` the end
     # (always saved). Dense from 800 to 2,000, where the heads form; sparse after, where little changes. Eight

@@ -1,4 +1,4 @@
-"""The tiny model across its whole context (issue 20): in every shipped seed, one head attends to the previous
+"""The tiny model across its whole context: in every shipped seed, one head attends to the previous
 token and one head does induction at >= 0.9 in every position band (thirds of the text) at input lengths 12, 40
 and 64 (the model's max_len). Checked twice: in the shipped evidence (each seed's probes.json, re-measured here
 so a stale file fails), and on fresh random sequences from seeds the probes never used (2029-2034 are theirs),
@@ -45,7 +45,7 @@ def test_every_listed_seed_ships_with_its_evidence():
         assert all("context" in s for s in evidence["per_step"]), "every saved step is measured over the context"
 
 
-# Issue 20's target. The recipe (train.py: late repeats, early repeats, 65-token texts, 4,000 steps) mended the
+# The target. The recipe (train.py: late repeats, early repeats, 65-token texts, 4,000 steps) mended the
 # shipped seed's induction at positions 4-7 of a 12-token text (0.84 without the early repeats); the position margin
 # (TinyConfig.train_margin) the last positions of the context. What was left: a seed whose previous-token head
 # faded along the text (seed 1's L1 H1: 0.97 at position 20, 0.84-0.89 at 52-63, its lost weight spread over the

@@ -64,7 +64,7 @@ def test_committed_assets_exist_are_small_and_load():
     print(f"weights in assets/: {total / 1e6:.2f} MB")
     # The shipped recipe and two more training seeds (assets/tiny/seeds/), float16, checkpoints included.
     assert total <= 10 * 1024 * 1024, "all weights in assets/, checkpoints and seeds included, stay under 10 MB"
-    # Issue 20's bound on the whole folder (weights, probe files, logs), about as `du` counts it: whole 4 KiB
+    # The bound on the whole folder (weights, probe files, logs), about as `du` counts it: whole 4 KiB
     # blocks per file, one per folder.
     tiny = sum(-(-p.stat().st_size // 4096) * 4096 if p.is_file() else 4096 for p in [ASSETS, *ASSETS.rglob("*")])
     print(f"assets/tiny/: {tiny / 2**20:.2f} MiB")
