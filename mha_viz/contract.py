@@ -33,8 +33,6 @@ import torch
 if TYPE_CHECKING:
     import torch as _torch  # noqa: F401
 
-    from mha_viz.training_record import TrainingEvidence  # the tiny model's record: its own module
-
 Head = tuple[int, int]  # (layer, head), both 0-based
 R = TypeVar("R")  # what a `Model.run_many` reduction returns
 
@@ -158,6 +156,52 @@ class Embeddings:
 
 
 @dataclass(frozen=True)
+class StepScores:
+    """One saved training step measured on held-out inputs (the tiny model's `make probe`)."""
+
+    step: int
+    loss: float  # held-out next-token cross-entropy, nats
+    agreement_accuracy: float  # share of agreement sentences where the agreeing verb form scores higher
+    scores: dict[str, list[list[float]]]  # score name -> (L, H) as nested lists: each head's measured score
+    baselines: dict[str, float]  # score name -> the same score under uniform attention
+    # Whole-context relations (previous token, induction) per text length and position band, for the one head that
+    # holds each best over all of them: {relation: {"head": (l, h), "min", "mean", "bands": {length: [score|None]}}}
+    context: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TrainingEvidence:
+    """What a model's training left behind, measured: the training loss log and each saved step's probe scores.
+
+    `relations` names each score in words; `probe_config` the sizes of the probe sets (n_agreement, n_reference,
+    ...); `causal` the last step's causal check as its producer wrote it, `causal_summary` its headline (the top
+    head's effect next to the strongest other single head's), and `set_verdicts` for each set in
+    `causal["sets"]` whether the top-k heads harm far more than k others."""
+
+    log_steps: tuple[int, ...]
+    log_loss: tuple[float, ...]
+    per_step: tuple[StepScores, ...]  # () until the steps have been measured
+    relations: dict[str, str]
+    probe_config: dict
+    causal: dict | None
+    causal_summary: dict | None
+    set_verdicts: tuple[bool, ...] = ()
+    shipped: StepScores | None = None  # the shipped weights (float32) measured; the last step's are float16
+
+    @property
+    def steps(self) -> list[int]:
+        return [s.step for s in self.per_step]
+
+    @property
+    def final(self) -> StepScores | None:
+        """The shipped weights' scores when measured, else the last saved step's."""
+        return self.shipped or (self.per_step[-1] if self.per_step else None)
+
+    def at(self, step: int) -> StepScores | None:
+        return next((s for s in self.per_step if s.step == step), None)
+
+
+@dataclass(frozen=True)
 class Lexicon:
     """Whole-word items that are one token each for one model (`Model.lexicon`), for generated inputs in which
     word i is the i-th non-special token and "the same word" is the same token.
@@ -193,10 +237,11 @@ class UnavailableError(RuntimeError):
 class Ablation(str):
     """What switching a head off sets its output to (its slice of the output projection's input).
 
-    One subclass per meaning; adding a meaning of "off" is one subclass here: the URL parser, the page's wording
-    and every intervention read from it. An Ablation is a str equal to its `key` (the value of `?ablation=` in a
-    link), so `run.ablation == "mean"` holds and it hashes as that string in caches. `Ablation.of(value)` turns a
-    string (or an Ablation) into one, or raises an InputError listing the meanings there are.
+    One subclass per meaning, owning its words and the replacement it computes: adding a meaning of "off" is one
+    subclass here. The URL parser, the sidebar's picker and help, Inside a head, the notes, the census and every
+    intervention read from it. An Ablation is a str equal to its `key` (the value of `?ablation=` in a link), so
+    `run.ablation == "mean"` holds and it hashes as that string in caches. `Ablation.of(value)` turns a string (or
+    an Ablation) into one, or raises an InputError listing the meanings there are.
     """
 
     key: ClassVar[str]
@@ -204,6 +249,7 @@ class Ablation(str):
     describe: ClassVar[str]  # completes "a head switched off has its output ...": "set to zero"
     adjective: ClassVar[str]  # "zero-ablated"
     help: ClassVar[str]  # one or two sentences for the sidebar's help and the notes
+    source: ClassVar[str] = ""  # the paper the meaning comes from, where there is one
     _KINDS: ClassVar[dict[str, type["Ablation"]]] = {}
 
     def __init_subclass__(cls, **kwargs):
@@ -244,7 +290,8 @@ class ZeroAblation(Ablation):
     label = "zero"
     describe = "set to 0"
     adjective = "zero-ablated"
-    help = "A head switched off outputs zero: its contribution to the layer's output is removed."
+    help = ("A head switched off outputs zero: its contribution to the layer's output is removed. Zero is a value "
+            "the head never produces, so zero ablation can overstate its role.")
 
     def outputs(self, model, reference):
         return None
@@ -256,8 +303,10 @@ class MeanAblation(Ablation):
     describe = "set to its average over the example sentences"
     adjective = "mean-ablated"
     help = ("A head switched off outputs its average output instead: the mean over the example sentences' ordinary "
-            "tokens (special tokens such as [CLS], [SEP] and <bos> left out, each sentence weighted equally), with "
-            "every head on. It removes what the head says about this input while keeping its typical output.")
+            "tokens (special tokens such as [CLS], [SEP] and `<bos>` left out, each sentence weighted equally), "
+            "with every head on, the same vector at every position. It removes what the head says about this input "
+            "while keeping its typical output.")
+    source = "Wang et al. 2022, IOI (theirs is position by position, over aligned template sentences)"
 
     def outputs(self, model, reference):
         return model.head_means(reference)  # (L, H, dh)
@@ -503,8 +552,8 @@ class Model(ABC):
         raise UnavailableError(f"{self.info.title}: its embedding matrices could not be identified for this "
                                "architecture.")
 
-    def training_evidence(self) -> "TrainingEvidence":
-        """The loss log and measured scores of this model's training (see `mha_viz.training_record`)."""
+    def training_evidence(self) -> TrainingEvidence:
+        """The loss log and measured scores of this model's training (see `TrainingEvidence`)."""
         raise UnavailableError(f"{self.info.title} was not trained here, so it has no training record.")
 
     def ground_truth(self, tokens: list[str]):

@@ -6,7 +6,7 @@ import streamlit as st
 
 from mha_viz.app import state
 from mha_viz.app.common import ABLATION_LABELS, FIG_FORMAT, LEARNED_NOTE
-from mha_viz.contract import Model
+from mha_viz.contract import Ablation, Model
 from mha_viz.models import BUILTIN
 
 CUSTOM = "custom"
@@ -56,15 +56,14 @@ def display_options(model: Model) -> tuple[int, bool, bool, bool]:
 
 
 def ablation() -> str:
-    """What switching a head off means: "zero" or "mean" (Model.run's `ablation`); carried in the URL."""
+    """What switching a head off means: one of `Ablation.kinds()` by its key (Model.run's `ablation`); carried in
+    the URL. The choices and their help are each meaning's own words."""
     st.sidebar.header("Switching a head off")
     return st.sidebar.radio(
         "Sets the head's output to", list(ABLATION_LABELS), format_func=ABLATION_LABELS.get, key="ablation",
-        help="A head's output is its slice of the output projection's input. Zero is a value the head never "
-             "produces, so zero ablation can overstate its role; the mean over reference text (the example "
-             "sentences: their ordinary tokens, special tokens such as [CLS] and <bos> left out, each sentence "
-             "weighted equally) removes what the head says about this input while keeping its typical output. "
-             "See the Patching view's notes.",
+        help="A head's output is its slice of the output projection's input.\n\n"
+             + "\n\n".join(f"**{a.label}**: {a.help}" for a in Ablation.kinds())
+             + "\n\nSee the Patching view's notes.",
     )
 
 

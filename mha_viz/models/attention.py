@@ -11,11 +11,12 @@ the whole point of this app. The parity tests check this explicit path against i
 from __future__ import annotations
 
 import math
+from typing import Callable, Sequence
 
 import torch
 from torch import nn
 
-from mha_viz.models.interventions import HeadEdit
+from mha_viz.models.points import HeadEdit
 
 
 def attention(
@@ -81,12 +82,48 @@ def check_stack_inputs(ids: torch.Tensor, head_keep: torch.Tensor | None, n_laye
     return head_keep
 
 
+def run_stack(blocks: Sequence[nn.Module], ids: torch.Tensor, head_keep: torch.Tensor | None,
+              edit: HeadEdit | None, embed: Callable[[], torch.Tensor], max_len: int,
+              keys: torch.Tensor | None = None, patterns: bool = True,
+              ) -> tuple[torch.Tensor, HeadEdit | None, torch.Tensor | None]:
+    """The forward loop every in-repo stack shares (the tiny model, the BERT encoder): its blocks, in order, with
+    the edit's named points called between them (models/points.py). A block is called as
+    block(x (B, T, D), edit, layer, keys) -> (x (B, T, D), weights (B, H, T, T)).
+
+    ids (B, T); head_keep (L, H) or (B, L, H), a shorthand for `edit=HeadEdit.keeping(head_keep)`; embed() makes
+    the first block's input, called only when the edit does not resume after unedited layers; keys (B, T) bool or
+    None: the real positions of right-padded rows. Returns (the last block's output (B, T, D), the edit in use,
+    every layer's weights (B, L, H, T, T) when `patterns` asks and no layer was skipped, else None)."""
+    n_layers, n_heads = len(blocks), blocks[0].attn.n_heads
+    head_keep = check_stack_inputs(ids, head_keep, n_layers, n_heads, max_len)  # (B, L, H) or None
+    if head_keep is not None:
+        if edit is not None:
+            raise ValueError("pass either head_keep or an edit (whose keep mask says which heads are off)")
+        edit = HeadEdit.keeping(head_keep)
+    start = edit.start if edit is not None else 0
+    x = edit.resumed(ids.shape[0]) if start else embed()  # (B, T, D): layers before `start` are as if unedited
+    kept = []  # every layer's weights, when `patterns` asks for them
+    for layer, block in enumerate(blocks):
+        if layer < start:
+            continue
+        if edit is not None:
+            x = edit.grown(layer, x)  # (B', T, D): a growing batch's rows that begin here (HeadEdit.rows)
+            edit.entering(layer, x)
+        x, weights = block(x, edit, layer, keys)  # (B, T, D), (B, H, T, T)
+        if edit is not None:
+            edit.block_done(layer, x)
+        if patterns:
+            kept.append(weights)
+    # Skipped layers have no pattern here; callers that skip ask for none.
+    return x, edit, torch.stack(kept, dim=1) if patterns and not start else None  # (B, L, H, T, T)
+
+
 class MultiHeadSelfAttention(nn.Module):
     """Causal multi-head self-attention: one fused qkv projection split into H heads, and an output projection.
 
     forward(x (B, T, D), head_keep (B, H) or (H,) or None, edit, layer, keys (B, T) bool or None)
         -> (out (B, T, D), weights (B, H, T, T)).
-    `edit` (models/interventions.HeadEdit) is the one mechanism that changes heads: it maps the head outputs
+    `edit` (models/points.HeadEdit) is the one mechanism that changes heads: it maps the head outputs
     (B, H, T, dh) to what the output projection sees (switched off, mean, patched) and records what the call asks
     for; `layer` is this layer's index in its stack. `head_keep` (1 = on, 0 = off) is a shorthand that builds such
     an edit for this layer alone: an ablated head's pattern is still computed (and returned) but adds nothing
@@ -140,7 +177,7 @@ class MultiHeadSelfAttention(nn.Module):
         qs = None if self.query_scale is None else self.query_scale[:T]  # (T,) or None
         ctx, weights = attention(q, k, v, mask, qs)  # (B, H, T, dh), (B, H, T, T)
 
-        # 3. The intervention passed for this call only (models/interventions.py): keep, zero or replace each
+        # 3. The intervention passed for this call only (models/points.py): keep, zero or replace each
         # head's output (0 removes that head's contribution, not its pattern), and record what was asked.
         if edit is not None:
             allowed = mask if keys is None else mask[0, 0]  # (Q, K): batch row 0's, the one an edit shows

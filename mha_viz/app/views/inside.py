@@ -39,7 +39,7 @@ def render(ctx: ViewContext) -> None:
     except UnavailableError as err:
         st.info(md_safe(str(err)))
         return
-    except InputError as err:  # e.g. mean ablation for a model with no example sentences
+    except InputError as err:  # e.g. mean or resample ablation for a model with no example sentences
         st.warning(md_safe(str(err)))
         return
     h = heads[head]
@@ -125,10 +125,9 @@ def steps(ctx: ViewContext, h, query: int, token: str) -> None:
         st.plotly_chart(plotting.weighted_sum_figure(h.tokens, weighted, z, f"{name}: αⱼ vⱼ for each key, and z"),
                         width="stretch", key="inside_sum", config=chart_config())
     if h.ablated:
-        st.caption("This head is switched off: its weights are still computed (above), but its output z is "
-                   + ("replaced by zero before the output projection, so it adds nothing to the layer."
-                      if ctx.ablation == "zero" else "replaced by its mean output over the example sentences before "
-                      "the output projection, the same vector at every position, whatever this sentence says."))
+        off = Ablation.of(ctx.ablation)
+        st.caption(f"This head is switched off: its weights are still computed (above), but its output z is "
+                   f"{off.describe} before the output projection ({off.adjective}). {off.help}")
 
 
 def combine(ctx: ViewContext, heads, query: int, token: str) -> None:

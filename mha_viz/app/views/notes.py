@@ -11,11 +11,12 @@ import streamlit as st
 from mha_viz import analysis
 from mha_viz.app.context import ViewContext
 from mha_viz.app.names import head_name
-from mha_viz.contract import AttentionRun, Model
+from mha_viz.contract import Ablation, AttentionRun, Model
 from mha_viz.settings import ASSETS
 from mha_viz.training_record import TrainingEvidence
 
 NOTES_MARK = "<!-- tiny-model-evidence"  # the line of assets/notes.md that the measured section replaces
+OFF_MARK = "<!-- ablation-meanings"  # the line of assets/notes.md that each meaning of "off" replaces
 ORDER = ("previous_token", "induction", "duplicate", "subject")
 
 
@@ -35,7 +36,15 @@ def fill_notes(notes: str, evidence: TrainingEvidence | None) -> str:
     saying how to write the evidence file)."""
     section = evidence_markdown(evidence) if evidence is not None and evidence.per_step else (
         "*The tiny model's measured numbers appear here once `make probe` has written assets/tiny/probes.json.*")
-    return "\n".join(section if line.startswith(NOTES_MARK) else line for line in notes.split("\n"))
+    filled = {NOTES_MARK: section, OFF_MARK: off_meanings()}
+    return "\n".join(next((text for mark, text in filled.items() if line.startswith(mark)), line)
+                     for line in notes.split("\n"))
+
+
+def off_meanings() -> str:
+    """Each meaning of "off" in its own words (`contract.Ablation`: label, help and source), one item each."""
+    return "\n".join(f"- **{a.label}**: {a.help}" + (f" Source: {a.source}." if a.source else "")
+                     for a in Ablation.kinds())
 
 
 def best_head(scores: list[list[float]]) -> tuple[tuple[int, int], float]:

@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from mha_viz.models.attention import MultiHeadSelfAttention, check_stack_inputs
-from mha_viz.models.interventions import HeadEdit
+from mha_viz.models.attention import MultiHeadSelfAttention, run_stack
+from mha_viz.models.points import HeadEdit
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,6 @@ class BertLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, edit: HeadEdit | None = None, layer: int = 0,
                 keys: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        if edit is not None:
-            edit.entering(layer, x)
         a, weights = self.attn(x, None, edit, layer, keys)  # (B, T, D), (B, H, T, T)
         x = self.ln1(x + a)  # (B, T, D)
         # BERT's "gelu" is the exact, erf-based one (transformers' ACT2FN["gelu"]).
@@ -71,7 +69,7 @@ class BertLayer(nn.Module):
 class BertEncoder(nn.Module):
     """Embeddings (word + position + token type 0, then LayerNorm) and L post-LN layers; no pooler, no LM head.
 
-    forward(ids (B, T), head_keep (B, L, H) or (L, H) or None, edit (models/interventions.HeadEdit) or None,
+    forward(ids (B, T), head_keep (B, L, H) or (L, H) or None, edit (models/points.HeadEdit) or None,
             lengths (B,) or None) -> hidden (B, T, D) after the last layer, attentions (B, L, H, T, T).
     `lengths`: row b is a text of lengths[b] tokens, right-padded; no position attends to the padding, and every
     other part of a layer works per position, so a text's positions come out as when it runs alone.
@@ -95,31 +93,13 @@ class BertEncoder(nn.Module):
 
     def forward(self, ids: torch.Tensor, head_keep: torch.Tensor | None = None, edit: HeadEdit | None = None,
                 lengths=None, patterns: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
-        cfg = self.cfg
-        head_keep = check_stack_inputs(ids, head_keep, cfg.n_layers, cfg.n_heads, cfg.max_len)  # (B, L, H) or None
-        if head_keep is not None:
-            if edit is not None:
-                raise ValueError("pass either head_keep or an edit (whose keep mask says which heads are off)")
-            edit = HeadEdit.keeping(head_keep)
-        start = edit.start if edit is not None else 0
-        # Layers before `start` are as in the unedited run: resume from its state.
-        x = edit.resumed(ids.shape[0]) if start else self.embed(ids)  # (B, T, D)
         keys = None
         if lengths is not None:
             keys = torch.arange(ids.shape[1], device=ids.device)[None] < torch.as_tensor(
                 list(lengths), device=ids.device)[:, None]  # (B, T): the real positions of each row
-        kept = []  # every layer's weights, when `patterns` asks for them
-        for layer, block in enumerate(self.layers):
-            if layer < start:
-                continue
-            if edit is not None:
-                x = edit.grown(layer, x)  # (B', T, D): a growing batch's rows that begin here (HeadEdit.rows)
-            x, weights = block(x, edit, layer, keys)  # (B, T, D), (B, H, T, T)
-            if edit is not None:
-                edit.block_done(layer, x)
-            if patterns:
-                kept.append(weights)
-        return x, torch.stack(kept, dim=1) if patterns and not start else None  # (B, T, D), (B, L, H, T, T)
+        x, _, attentions = run_stack(self.layers, ids, head_keep, edit, lambda: self.embed(ids), self.cfg.max_len,
+                                     keys, patterns)  # (B, T, D), the edit in use, (B, L, H, T, T) or None
+        return x, attentions
 
 
 def load_bert(folder: str | Path) -> BertEncoder:

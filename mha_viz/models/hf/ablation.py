@@ -3,7 +3,7 @@
 transformers 5.x dropped `head_mask` (it is silently ignored), so we register our own attention function,
 "mha_viz". It calls the model's own eager attention (so the numbers are exactly transformers'), reports what it
 computed with to the HeadEdit of this call, and hands each head's context, before the output projection, to that
-edit (models/interventions.py: keep, zero or replace it, record it). The edit travels in one ContextVar that a
+edit (models/points.py: keep, zero or replace it, record it). The edit travels in one ContextVar that a
 forward sets for its duration: every thread (every Streamlit session) has its own context, so nothing
 per-session is ever stored on the shared model. The final norm's hook writes into the same call's edit.
 """
@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 import torch
 
 from mha_viz.contract import ModelLoadError
-from mha_viz.models.interventions import HeadEdit
+from mha_viz.models.points import HeadEdit
 
 ATTN_IMPL = "mha_viz"
 

@@ -11,8 +11,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from mha_viz.models.attention import MultiHeadSelfAttention, check_stack_inputs
-from mha_viz.models.interventions import HeadEdit
+from mha_viz.models.attention import MultiHeadSelfAttention, run_stack
+from mha_viz.models.points import HeadEdit
 
 
 @dataclass(frozen=True)
@@ -74,11 +74,9 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(cfg.d_model)
         self.mlp = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_mlp), nn.GELU(), nn.Linear(cfg.d_mlp, cfg.d_model))
 
-    def forward(self, x: torch.Tensor, edit: HeadEdit | None = None,
-                layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        if edit is not None:
-            edit.entering(layer, x)
-        a, weights = self.attn(self.ln1(x), None, edit, layer)  # (B, T, D), (B, H, T, T)
+    def forward(self, x: torch.Tensor, edit: HeadEdit | None = None, layer: int = 0,
+                keys: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        a, weights = self.attn(self.ln1(x), None, edit, layer, keys)  # (B, T, D), (B, H, T, T)
         x = x + a  # (B, T, D)
         x = x + self.mlp(self.ln2(x))  # (B, T, D)
         return x, weights
@@ -88,7 +86,7 @@ class TinyLM(nn.Module):
     """Token + position embeddings, L pre-LN blocks, a final LayerNorm and an (untied) LM head. With
     `cfg.length_scaled` each query's attention scores are multiplied by log(keys it sees) (Scalable-Softmax).
 
-    forward(ids (B, T), head_keep (B, L, H) or (L, H) or None, edit (models/interventions.HeadEdit) or None)
+    forward(ids (B, T), head_keep (B, L, H) or (L, H) or None, edit (models/points.HeadEdit) or None)
         -> logits (B, T, V), hidden (B, T, D) after the final LayerNorm, attentions (B, L, H, T, T).
     `head_keep` (1 = on, 0 = off) is a shorthand for `edit=HeadEdit.keeping(head_keep)`: one mechanism.
     """
@@ -116,38 +114,17 @@ class TinyLM(nn.Module):
         self, ids: torch.Tensor, head_keep: torch.Tensor | None = None, edit: HeadEdit | None = None,
         patterns: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        cfg = self.cfg
-        head_keep = check_stack_inputs(ids, head_keep, cfg.n_layers, cfg.n_heads, cfg.n_positions)  # (B, L, H) or None
-        if head_keep is not None:
-            if edit is not None:
-                raise ValueError("pass either head_keep or an edit (whose keep mask says which heads are off)")
-            edit = HeadEdit.keeping(head_keep)
-        T = ids.shape[1]
+        def embed() -> torch.Tensor:
+            positions = torch.arange(ids.shape[1], device=ids.device)  # (T,)
+            return self.tok(ids) + self.pos(positions)  # (B, T, D)
 
-        start = edit.start if edit is not None else 0
-        if start:  # layers before `start` are as in the unedited run: resume from its state
-            x = edit.resumed(ids.shape[0])  # (B, T, D)
-        else:
-            positions = torch.arange(T, device=ids.device)  # (T,)
-            x = self.tok(ids) + self.pos(positions)  # (B, T, D)
-        kept = []  # every layer's weights, when `patterns` asks for them
-        for layer, block in enumerate(self.blocks):
-            if layer < start:
-                continue
-            if edit is not None:
-                x = edit.grown(layer, x)  # (B', T, D): a growing batch's rows that begin here (HeadEdit.rows)
-            x, weights = block(x, edit, layer)  # (B, T, D), (B, H, T, T)
-            if edit is not None:
-                edit.block_done(layer, x)
-            if patterns:
-                kept.append(weights)
+        x, edit, attentions = run_stack(self.blocks, ids, head_keep, edit, embed, self.cfg.n_positions,
+                                        patterns=patterns)  # (B, T, D), the edit in use, (B, L, H, T, T) or None
         hidden = self.ln_f(x)  # (B, T, D)
         if edit is not None:
             edit.finished(x, hidden)
         at = edit.logits_at if edit is not None else None
         logits = self.head(hidden if at is None else hidden[:, at])  # (B, T, V), or (B, P, V) at those positions
-        # Skipped layers have no pattern here; callers that skip ask for none.
-        attentions = torch.stack(kept, dim=1) if patterns and not start else None  # (B, L, H, T, T)
         return logits, hidden, attentions
 
     def loss(self, ids: torch.Tensor, ignore_index: int) -> torch.Tensor:

@@ -1,0 +1,136 @@
+"""How one forward call is scheduled: which layers it runs, for which rows and positions. None of it changes a
+number: a call that resumes, grows or runs a tail gives what the full forward would (the engine's tests compare
+each against the plain run).
+
+    start, prefix   layers 0..start-1 are exactly as in the unedited run, whose block output at start-1 is `prefix`
+                    (batch 1): an adapter that can skip (`can_resume`) feeds it to layer `start`; one that cannot
+                    runs every layer
+    rows, bases     a growing batch (adapters whose `grows` is True): the forward is called with one row of ids and
+                    `rows[l]` rows enter layer l (non-decreasing from `start` on). Rows that join at layer l are the
+                    unedited run up to there: copies of its input to layer l (`bases[l - 1]`, the unedited run's
+                    block outputs; at `start`, the one row the forward brings). Row b's edits apply from the layer
+                    it joins, so a row that first edits layer l costs the layers from l on, and every layer runs as
+                    one batch of all rows begun
+    past            a tail (adapters whose `tails` is True): the ids are positions offset.. of the text only, and
+                    `past` holds every layer's keys and values (1, H_kv, offset, dh) of positions 0..offset-1 from
+                    the unedited run
+    logits_at       only those positions' logits are read
+    stop_after      nothing after this layer's head outputs is needed: the forward ends there (`Stopped`)
+
+Also here: the budgets of padded and growing batches, and the per-model caches of values derived from texts.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Callable, Sequence
+
+import torch
+
+# How big one padded forward of `run_many` (and of the head means) may get. Rows x padded length: matrix products
+# of a few hundred rows already run at nearly full speed on this CPU (benchmarks/RESULTS.md, the census); more only
+# holds more activations. Attention weights B x L x H x T x T: 2^25 float32 = 128 MB, what bounds memory.
+BATCH_TOKENS = 1024
+BATCH_ATTENTION = 1 << 25
+# Rows x tokens of one growing batch of `run_batch_keep` (the importance and patching maps): larger budgets were
+# measured no faster on one thread, and one forward per first-edited layer slower (benchmarks/RESULTS.md).
+WAVE_TOKENS = 1024
+
+
+class Stopped(Exception):
+    """Raised through a forward by `HeadEdit.__call__` once the layer the call needs has run (`stop_after`)."""
+
+
+class Schedule:
+    """Which layers, rows and positions one call runs (see the module docstring); a part of `HeadEdit`.
+    `batch`: the rows the call's keep mask has (None without one), which a growing batch ends at."""
+
+    def __init__(self, start: int = 0, prefix=None, logits_at: list[int] | None = None,
+                 stop_after: int | None = None, rows: Sequence[int] | None = None, bases: Sequence | None = None,
+                 past: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None, batch: int | None = None):
+        if start and prefix is None:
+            raise ValueError("start > 0 needs the prefix: the unedited run's block output at layer start - 1")
+        if rows is not None and (batch is None or rows[-1] != batch or bases is None
+                                 or any(a > b for a, b in zip(rows, rows[1:]))):
+            raise ValueError("rows must be non-decreasing up to keep's batch size, with the unedited run's bases")
+        self.start, self.prefix, self.logits_at, self.stop_after = start, prefix, logits_at, stop_after
+        self.rows, self.bases = (None if rows is None else list(rows)), bases
+        self.past = None if past is None else list(past)
+        self.offset = 0 if past is None else int(past[0][0].shape[-2])  # positions 0..offset-1 come from `past`
+
+    def stop(self, layer: int) -> None:
+        """Ends the forward (raises `Stopped`) once `layer`'s head outputs are all the call needs."""
+        if self.stop_after is not None and layer >= self.stop_after:
+            raise Stopped
+
+    def grown(self, layer: int, x: torch.Tensor) -> torch.Tensor:
+        """x (B, T, D) entering `layer` -> the batch that enters it: with `rows`, the rows that join here appended
+        (copies of the unedited run's input to this layer); otherwise x itself."""
+        if self.rows is None or layer < self.start:
+            return x
+        want = self.rows[layer]
+        if want == x.shape[0]:
+            return x
+        base = x[:1] if layer == self.start else _first(self.bases[layer - 1])  # (1, T, D): as if unedited
+        return torch.cat([x, base.to(x.dtype).expand(want - x.shape[0], *x.shape[1:])])  # (rows[layer], T, D)
+
+    def skips(self, layer: int) -> bool:
+        """Whether block `layer` is left out of this forward (it is as in the unedited run)."""
+        return layer < self.start
+
+    def resumed(self, batch: int):
+        """The block output to continue from at layer `start`, repeated over the batch (a tensor (B, T, D), or the
+        tuple a transformers block returns, its first item repeated)."""
+        return _repeat_batch(self.prefix, batch)
+
+
+def _first(out) -> torch.Tensor:
+    """A block's output as its tensor (B, T, D): the block's own return value may be a tuple led by it."""
+    return out if isinstance(out, torch.Tensor) else out[0]
+
+
+def _tail(out, start: int):
+    """A block's output (a tensor (B, T, D) or a tuple led by one) cut to positions start.."""
+    if isinstance(out, torch.Tensor):
+        return out[:, start:]  # (B, T - start, D)
+    return (out[0][:, start:], *out[1:])
+
+
+def _repeat_batch(out, batch: int):
+    if isinstance(out, torch.Tensor):
+        return out.expand(batch, *out.shape[1:]) if out.shape[0] != batch else out  # (B, ...)
+    if isinstance(out, tuple) and out and isinstance(out[0], torch.Tensor):
+        return (_repeat_batch(out[0], batch), *out[1:])
+    return out
+
+
+def _padded(encs: list) -> tuple[torch.Tensor, list[int]]:
+    """Token ids of several texts (`Encoded`) right-padded with id 0, which no text position sees ->
+    (ids (B, T), lengths)."""
+    lengths = [len(e.ids) for e in encs]
+    ids = torch.zeros(len(encs), max(lengths), dtype=torch.long)  # (B, T)
+    for row, enc in enumerate(encs):
+        ids[row, : lengths[row]] = torch.tensor(enc.ids)
+    return ids, lengths
+
+
+class _PerModelCache:
+    """Values derived from a model's weights and some texts (head means per reference set, the unedited run's
+    block outputs per text): bounded, locked, and held beside the model (weakly), not on it, so the shared model
+    object carries no state and two sessions asking at once compute each value once."""
+
+    def __init__(self, per_model: int = 8):
+        self._lock = threading.Lock()
+        self._per_model = per_model
+        self._by_model: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def get(self, model, texts: tuple, compute: Callable[[], object]):
+        with self._lock:
+            table = self._by_model.setdefault(model, {})
+            if texts in table:
+                return table[texts]
+            value = compute()  # under the lock: one computation per reference set, even with sessions racing
+            if len(table) >= self._per_model:
+                table.pop(next(iter(table)))
+            table[texts] = value
+            return value
