@@ -33,6 +33,8 @@ import torch
 if TYPE_CHECKING:
     import torch as _torch  # noqa: F401
 
+    from mha_viz.training_record import TrainingEvidence  # the tiny model's record: its own module
+
 Head = tuple[int, int]  # (layer, head), both 0-based
 R = TypeVar("R")  # what a `Model.run_many` reduction returns
 
@@ -153,52 +155,6 @@ class Embeddings:
     positions: torch.Tensor | None  # (P, D)
     unembed: torch.Tensor | None  # (V, D)
     labels: list[str]
-
-
-@dataclass(frozen=True)
-class StepScores:
-    """One saved training step measured on held-out inputs (the tiny model's `make probe`)."""
-
-    step: int
-    loss: float  # held-out next-token cross-entropy, nats
-    agreement_accuracy: float  # share of agreement sentences where the agreeing verb form scores higher
-    scores: dict[str, list[list[float]]]  # score name -> (L, H) as nested lists: each head's measured score
-    baselines: dict[str, float]  # score name -> the same score under uniform attention
-    # Whole-context relations (previous token, induction) per text length and position band, for the one head that
-    # holds each best over all of them: {relation: {"head": (l, h), "min", "mean", "bands": {length: [score|None]}}}
-    context: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class TrainingEvidence:
-    """What a model's training left behind, measured: the training loss log and each saved step's probe scores.
-
-    `relations` names each score in words; `probe_config` the sizes of the probe sets (n_agreement, n_reference,
-    ...); `causal` the last step's causal check as its producer wrote it, `causal_summary` its headline (the top
-    head's effect next to the strongest other single head's), and `set_verdicts` for each set in
-    `causal["sets"]` whether the top-k heads harm far more than k others."""
-
-    log_steps: tuple[int, ...]
-    log_loss: tuple[float, ...]
-    per_step: tuple[StepScores, ...]  # () until the steps have been measured
-    relations: dict[str, str]
-    probe_config: dict
-    causal: dict | None
-    causal_summary: dict | None
-    set_verdicts: tuple[bool, ...] = ()
-    shipped: StepScores | None = None  # the shipped weights (float32) measured; the last step's are float16
-
-    @property
-    def steps(self) -> list[int]:
-        return [s.step for s in self.per_step]
-
-    @property
-    def final(self) -> StepScores | None:
-        """The shipped weights' scores when measured, else the last saved step's."""
-        return self.shipped or (self.per_step[-1] if self.per_step else None)
-
-    def at(self, step: int) -> StepScores | None:
-        return next((s for s in self.per_step if s.step == step), None)
 
 
 @dataclass(frozen=True)
@@ -552,8 +508,8 @@ class Model(ABC):
         raise UnavailableError(f"{self.info.title}: its embedding matrices could not be identified for this "
                                "architecture.")
 
-    def training_evidence(self) -> TrainingEvidence:
-        """The loss log and measured scores of this model's training (see `TrainingEvidence`)."""
+    def training_evidence(self) -> "TrainingEvidence":
+        """The loss log and measured scores of this model's training (see `mha_viz.training_record`)."""
         raise UnavailableError(f"{self.info.title} was not trained here, so it has no training record.")
 
     def ground_truth(self, tokens: list[str]):
