@@ -1,7 +1,7 @@
 """Nothing on the page is cut at 1000x800: the screenshot matrix found metric values that Streamlit cut
 with an ellipsis ("+1…" for a sum of head effects, "1.9438 n…" for a KL divergence), labels cut the same way, a head
 picker that showed "L0 H(" and a chart legend drawn over its axis title. Checked on the views where they were seen,
-in a real browser at the narrow size the issue names. Also: a square heatmap's colour-bar title ("weight") drawn over
+in a real browser at that narrow size. Also: a square heatmap's colour-bar title ("weight") drawn over
 the top edge of its bar (Rollout & norms, Inside a head)."""
 from __future__ import annotations
 

@@ -89,7 +89,7 @@ def test_sticky_sessions_each_see_their_own_state(browser, deployment):
 def test_ctrl_c_stops_nginx_supervisord_and_every_app_process(artifacts):
     """`make serve` then Ctrl-C: the launcher stops its children (nginx, supervisord) and theirs (the app process,
     its health listener) and removes its temp dir. The signal goes to the launcher alone here (a terminal sends it
-    to the whole group), the case where it must do the stopping itself. The time it takes is printed (the issue's
+    to the whole group), the case where it must do the stopping itself. The time it takes is printed (the
     bound is 3 s; no test asserts a wall-clock time)."""
     import re
     import signal

@@ -137,7 +137,7 @@ def test_switching_off_the_subject_head_removes_far_more_agreement_than_any_othe
 
 @pytest.mark.parametrize("k", [2, 3])
 def test_switching_off_the_top_subject_heads_removes_more_agreement_than_any_as_many_others(trained, scores, k):
-    # The causal check, against every set of k other heads (not a sample), mean-ablated over REFERENCE.
+    # The causal check, against every set of k other heads (not a sample), mean-ablated over REFERENCE.
     # Batched (tiny_probes.ablated_margins: one run_batch_keep per sentence, one row per set);
     # test_the_batched_probe_margins_equal_the_page_run ties it to the page's run.
     # Measured on the margin (as the single-head test above): accuracy only counts its sign. The shipped seed

@@ -59,7 +59,7 @@ def test_committed_assets_exist_are_small_and_load():
     state = load_file(str(weights))
     assert state["tok.weight"].shape == (cfg.vocab_size, cfg.d_model)
     assert 2 <= cfg.n_layers <= 4 and 4 <= cfg.n_heads <= 8 and 64 <= cfg.d_model <= 128
-    # The bound is on weights (screenshots and notes are not): every safetensors file, checkpoints included.
+    # The bound is on weights (screenshots and notes are not): every safetensors file, checkpoints included.
     total = sum(p.stat().st_size for p in ALL_ASSETS.rglob("*.safetensors"))
     print(f"weights in assets/: {total / 1e6:.2f} MB")
     # The shipped recipe and two more training seeds (assets/tiny/seeds/), float16, checkpoints included.
