@@ -4,7 +4,7 @@ from .analysis.census_run import CensusConfig, HeadCensus
 from .analysis.circuits import Circuits, circuits
 from .contract import AttentionRun, HeadInside, InputError, Model, ModelInfo, ModelLoadError, UnavailableError
 from .models import BUILTIN, checkpoints, load_model, seeds
-from .models.registry import census_control
+from .models.registry import census_control as _census_control
 from .notebook import show, show_census, show_circuits  # notebook pictures; anywidget only when show() is called
 
 
@@ -14,7 +14,7 @@ def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | 
     whose docstring says what each argument means), with control="auto" resolved here: the untrained twin where one
     ships (the tiny model and its seeds), else "destroyed" (inputs with the relation destroyed)."""
     return _census_run.head_census(model, texts=texts, seed=seed, config=config,
-                                   control=census_control(model, control), progress=progress)
+                                   control=_census_control(model, control), progress=progress)
 
 
 __all__ = ["AttentionRun", "BUILTIN", "CensusConfig", "Circuits", "HeadCensus", "HeadInside", "InputError", "Model",
