@@ -24,6 +24,7 @@ every adapter shares (run, inside, interventions) is written once in `mha_viz.mo
 from __future__ import annotations
 
 import operator
+import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, ClassVar, Iterable, Sequence, TypeVar
@@ -237,8 +238,17 @@ class Ablation(str):
 
     def outputs(self, model: "Model", reference: Iterable[str] | None) -> torch.Tensor | None:
         """What a switched-off head outputs instead, the same vector at every position -> (L, H, dh), or None
-        for zero (cheaper than a tensor of zeros: the edit multiplies by 0 and adds nothing)."""
-        raise NotImplementedError
+        for zero (cheaper than a tensor of zeros: the edit multiplies by 0 and adds nothing). A meaning whose
+        replacement differs by position overrides `replacement` instead."""
+        raise NotImplementedError(f"{type(self).__name__} gives one output per position: ask for its "
+                                  "replacement(model, reference, text)")
+
+    def replacement(self, model: "Model", reference: Iterable[str] | None, text: str) -> torch.Tensor | None:
+        """What the switched-off heads output instead in a run on `text` -> (L, H, 1, dh): one vector for every
+        position, or (L, H, T, dh): one per position of `text`'s T tokens; None for zero. By default `outputs`,
+        the same at every position."""
+        out = self.outputs(model, reference)  # (L, H, dh) or None
+        return None if out is None else out[:, :, None]  # (L, H, 1, dh)
 
 
 class ZeroAblation(Ablation):
@@ -268,7 +278,63 @@ class MeanAblation(Ablation):
         return model.head_means(reference)  # (L, H, dh)
 
 
-ABLATIONS = tuple(Ablation._KINDS)  # the keys, for URL parsing and pickers: ("zero", "mean")
+class ResampleAblation(Ablation):
+    """Each switched-off head's output, position by position, from a run (all heads on) on another text of the
+    reference set: the text `seed` picks among the reference texts that differ from the one being run, the same
+    pick for every run with that reference set. Position i of the run takes position i of that text
+    (`line_up`); where the text is shorter, the positions past its end take its last position's output."""
+
+    key = "resample"
+    label = "resample"
+    describe = "taken from a run on another example sentence"
+    adjective = "resample-ablated"
+    help = ("A head switched off outputs, position by position, what it output on another example sentence (one "
+            "picked by a fixed seed, run with every head on): an output the head really produces, just not for "
+            "this input (causal scrubbing's resampling). Positions past the end of the other sentence take its "
+            "last position's output.")
+    source = "Chan et al. 2022, causal scrubbing"
+    seed = 0  # which reference text is picked; fixed, so a run is the same on every page load
+
+    def chosen(self, model: "Model", reference: Iterable[str] | None, text: str) -> str:
+        """The reference text whose head outputs a run on `text` takes, or an InputError when there is no other."""
+        text = check_text(text)
+        others = [t for t in reference_texts(model, reference) if t.strip() != text.strip()]
+        if not others:
+            raise InputError("resample ablation takes each head's output from another text, and the reference set "
+                             "holds only this one: pass reference=[other texts]")
+        return random.Random(self.seed).choice(others)
+
+    def replacement(self, model, reference, text):
+        other = model.head_outputs(self.chosen(model, reference, text))  # (L, H, P, dh)
+        return line_up(other, model.token_count(text))  # (L, H, T, dh)
+
+
+def line_up(outputs: torch.Tensor, n_tokens: int) -> torch.Tensor:
+    """Head outputs of another text (L, H, P, dh) -> (L, H, n_tokens, dh) for a run of `n_tokens` positions:
+    position i takes position i (the texts are read from their first token on, as patching reads them); where the
+    other text is shorter, positions past its end take its last position's output (clipped, not cycled: cycling
+    would put its first position, often an attention sink with outlier outputs, in the middle of the run)."""
+    index = torch.arange(n_tokens).clamp_max(outputs.shape[2] - 1)  # (T,)
+    return outputs[:, :, index]  # (L, H, T, dh)
+
+
+def reference_texts(model: "Model", reference: Iterable[str] | None) -> tuple[str, ...]:
+    """The texts mean and resample ablation read: `reference` checked, or the model's example sentences (None)."""
+    if reference is None:
+        texts = tuple(text for _, text, _ in model.examples())
+        if not texts:
+            raise InputError(f"{model.name} has no example sentences to take head outputs from; pass "
+                             "reference=[some texts] for mean or resample ablation")
+        return texts
+    if isinstance(reference, str):
+        raise InputError("reference must be a list of texts, not one text: wrap it as [text]")
+    texts = tuple(check_text(t) for t in reference)
+    if not texts:
+        raise InputError("reference is empty: give at least one text to take head outputs from")
+    return texts
+
+
+ABLATIONS = tuple(Ablation._KINDS)  # the keys, for URL parsing and pickers: ("zero", "mean", "resample")
 
 
 @dataclass(frozen=True)

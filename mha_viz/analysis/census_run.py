@@ -30,7 +30,7 @@ import torch
 from mha_viz import measures as M
 from mha_viz.analysis import census as C
 from mha_viz.analysis import census_inputs as I
-from mha_viz.contract import Head, InputError, Model, check_text
+from mha_viz.contract import Ablation, Head, InputError, Model, check_text
 
 Progress = Callable[[float, str], None]
 MASS = "mass:"  # internal prefix: a relation's mean attention on the gold word, kept beside its accuracy
@@ -341,26 +341,33 @@ def _in_context(model: Model, repeats: list, induction: torch.Tensor, uniform: f
     rng = random.Random(seed)
     others = tuple(tuple(sorted(rng.sample(rest, min(k, len(rest))))) for _ in range(cfg.n_other_sets))
     configs = [()] + [top] + ([partners] if partners else []) + list(others)
-    try:
-        means = model.head_means(reference)  # (L, H, dh)
-        mean_over = f"every position of {len(reference)} natural texts, each run with all heads on"
-    except InputError as err:
-        means, mean_over = None, f"not available: {err}"
-    keep = torch.ones(2 * len(configs) - 1, L, H)  # (B, L, H): row 0 all on, then each set zeroed, then each mean
-    replace = None
-    if means is not None:
-        replace = torch.zeros(keep.shape[0], L, H, 1, means.shape[-1])  # (B, L, H, 1, dh)
-    for i, heads in enumerate(configs[1:]):
-        for lh in heads:
-            keep[1 + i][lh] = 0.0
-            keep[len(configs) + i][lh] = 0.0
-            if replace is not None:
-                replace[len(configs) + i][lh] = means[lh]
-    if replace is None:
-        keep = keep[: len(configs)]
+    # Every meaning of "off" the model can give (mean and resample take outputs from the natural texts).
+    offs, missing = [], {}
+    for off in Ablation.kinds():
+        try:
+            off.replacement(model, reference, repeats[0][0].text)
+            offs.append(off)
+        except InputError as err:
+            missing[off.key] = f"not available: {err}"
+    mean_over = missing.get("mean", f"every position of {len(reference)} natural texts, each run with all heads on")
+    n = len(configs)
+    keep = torch.ones(1 + len(offs) * (n - 1), L, H)  # (B, L, H): row 0 all on, then each set under each meaning
+    for j in range(len(offs)):
+        for i, heads in enumerate(configs[1:]):
+            for lh in heads:
+                keep[1 + j * (n - 1) + i][lh] = 0.0
     firsts, seconds = [], []
     for item, read in repeats:
         first, second = _loss_positions(read.word_pos, len(item.words) // 2)
+        reps = [off.replacement(model, reference, item.text) for off in offs]  # (L, H, T or 1, dh) or None each
+        replace = None
+        if any(r is not None for r in reps):
+            width, dh = max(r.shape[2] for r in reps if r is not None), next(r for r in reps if r is not None).shape[-1]
+            replace = torch.zeros(keep.shape[0], L, H, width, dh)  # (B, L, H, T or 1, dh)
+            for j, rep in enumerate(reps):
+                for i, heads in enumerate(configs[1:]):
+                    for lh in heads if rep is not None else ():
+                        replace[1 + j * (n - 1) + i][lh] = rep[lh]  # (T or 1, dh)
         _, logits = model.run_batch_keep(item.text, keep, replace, positions=first + second)  # (B, P, V)
         if logits is None:
             return None  # no LM head: no loss to measure
@@ -371,21 +378,17 @@ def _in_context(model: Model, repeats: list, induction: torch.Tensor, uniform: f
     first, second = torch.stack(firsts).mean(0), torch.stack(seconds).mean(0)  # (B,)
     drops = first - second  # (B,)
     drop = float(drops[0])
-    n = len(configs)
-    lost_zero = [C.drop_lost(drop, float(drops[i])) for i in range(1, n)]
-    lost_mean = [C.drop_lost(drop, float(drops[n - 1 + i])) for i in range(1, n)] if replace is not None else []
     first_other = 2 if partners else 1
     prev_name = "previous-token heads " + ", ".join(f"L{a} H{b}" for a, b in partners)
     lost, others_lost = {}, {}
-    for meaning, values in (("zero", lost_zero), ("mean", lost_mean)):
-        if not values:
-            continue
-        lost[f"top {k} induction, {meaning}"] = values[0]
+    for j, off in enumerate(offs):
+        values = [C.drop_lost(drop, float(drops[1 + j * (n - 1) + i])) for i in range(n - 1)]
+        lost[f"top {k} induction, {off.key}"] = values[0]
         if partners:
-            lost[f"{prev_name}, {meaning}"] = values[1]
+            lost[f"{prev_name}, {off.key}"] = values[1]
         rest_values = values[first_other:]
-        lost[f"other {k}, {meaning}"] = sum(rest_values) / len(rest_values)
-        others_lost[meaning] = tuple(rest_values)
+        lost[f"other {k}, {off.key}"] = sum(rest_values) / len(rest_values)
+        others_lost[off.key] = tuple(rest_values)
     return InContext(float(first[0]), float(second[0]), k, top, partners, others, lost, others_lost, len(repeats),
                      mean_over)
 

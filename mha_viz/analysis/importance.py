@@ -35,13 +35,14 @@ def head_importance(
     embedding. Heads already in `base_off` score 0. The single-head ablations go through the model as a
     batch of keep masks, `chunk` at a time (None: `Model.wave_rows`, one growing batch per call), instead of one
     forward per head. `ablation` (an `Ablation` or its key)
-    says what each switched-off head (those in `base_off` too) outputs, as in `Model.run`: "mean" its mean over the
-    model's example sentences instead of zero.
+    says what each switched-off head (those in `base_off` too) outputs, as in `Model.run`, with the model's example
+    sentences as the reference texts.
     """
     n_layers, n_heads = model.n_layers, model.n_heads
     base_off = check_ablate(base_off, n_layers, n_heads, "base_off")
-    outputs = Ablation.of(ablation).outputs(model, None)  # (L, H, dh): what a switched-off head outputs, or None: 0
-    replace = None if outputs is None else outputs[None, :, :, None, :]  # (1, L, H, 1, dh), used where keep = 0
+    # What a switched-off head outputs instead: (L, H, T or 1, dh), or None for 0.
+    outputs = Ablation.of(ablation).replacement(model, None, text)
+    replace = None if outputs is None else outputs[None]  # (1, L, H, T or 1, dh), used where keep = 0
     base_keep = head_keep_mask(frozenset(base_off), n_layers, n_heads)  # (L, H)
     heads = [(layer, head) for layer in range(n_layers) for head in range(n_heads) if (layer, head) not in base_off]
     # Only the logits at `position` are read: the model computes just those (B, 1, V), and skips the layers before
@@ -81,13 +82,13 @@ def importance_estimate(model: Model, text: str, base_off: frozenset[Head] = fro
     embedding p. Both quadratic forms are estimated with random projections (Hutchinson 1989): for u with
     covariance F (or the projector), E[(u . dz_h)^2] = dz_h^T F dz_h, and u . z is one scalar, so one backward
     pass per sample gives every head's term at once (dz_h . u = -sum over positions of (z_h - r_h) . d(u . z)/dz_h,
-    r_h what the head outputs when off: 0, or its mean). An estimate, labelled as one: first order in the
-    change and sampled; `samples` trades time for noise. Heads in `base_off` score 0.
+    r_h what the head outputs when off: 0, its mean, or a resampled output). An estimate, labelled as one: first
+    order in the change and sampled; `samples` trades time for noise. Heads in `base_off` score 0.
     """
     n_layers, n_heads = model.n_layers, model.n_heads
     base_off = check_ablate(base_off, n_layers, n_heads, "base_off")
     ablation = Ablation.of(ablation)
-    means = ablation.outputs(model, None)  # (L, H, dh) or None: what a switched-off head outputs instead
+    off = ablation.replacement(model, None, text)  # (L, H, T or 1, dh) or None: what a switched-off head outputs
     base = model.run(text, ablate=base_off, ablation=ablation)
     gen = torch.Generator().manual_seed(seed)
     total = torch.zeros(n_layers, n_heads)  # (L, H)
@@ -117,7 +118,7 @@ def importance_estimate(model: Model, text: str, base_off: frozenset[Head] = fro
         if got is None:
             raise InputError(f"{model.name} cannot report gradients of head outputs, so there is no estimate")
         outputs, grads = got  # (L, H, T, dh) each
-        own = outputs - (0 if means is None else means[:, :, None, :])  # (L, H, T, dh): z_h - r_h
+        own = outputs - (0 if off is None else off)  # (L, H, T, dh): z_h - r_h
         total += ((own * grads).sum(dim=(2, 3))) ** 2  # (L, H): (u . dz_h)^2
     estimate = 0.5 * total / samples  # (L, H)
     for layer, head in base_off:

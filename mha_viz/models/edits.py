@@ -6,7 +6,7 @@
                 (None: 0, zero ablation)
 
 Every intervention mha-viz offers is such a choice per head. A meaning of "off" (`contract.Ablation`: zero, mean,
-...) computes its own replacement; patching takes the head's outputs in a run on another text
+resample, ...) computes its own replacement; patching takes the head's outputs in a run on another text
 (`intervention` builds both into one keep mask and one replacement for a run).
 """
 from __future__ import annotations
@@ -53,13 +53,17 @@ def intervention(model: Model, text: str, n_tokens: int, ablate: frozenset[Head]
                  source: str | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """(keep (1, L, H) or None when every head is on, replace (1, L, H, T or 1, dh) or None): what the heads in
     `ablate` (as `ablation` says) and `patch` (from a run on `source`) output instead of their own output in a run
-    on `text` of `n_tokens` tokens. A replacement is per position (T) when anything is patched; else one vector
-    per head."""
+    on `text` of `n_tokens` tokens. A replacement is per position (T) when the meaning of "off" gives one per
+    position (`Ablation.replacement`, e.g. resample) or anything is patched; else one vector per head."""
     if not ablate and not patch:
         return None, None
     L, H = model.n_layers, model.n_heads
     keep = head_keep_mask(ablate | patch, L, H)[None]  # (1, L, H)
-    means = ablation.outputs(model, reference) if ablate else None  # (L, H, dh) or None for zero
+    off = ablation.replacement(model, reference, text) if ablate else None  # (L, H, T or 1, dh) or None: zero
+    if off is not None and (off.ndim != 4 or tuple(off.shape[:2]) != (L, H) or off.shape[2] not in (1, n_tokens)):
+        raise ValueError(f"{type(ablation).__name__}.replacement must give (L={L}, H={H}, {n_tokens} or 1, dh) for "
+                         f"this text; got {tuple(off.shape)}: line a per-position replacement up with the run's "
+                         "positions (contract.line_up)")
     src = None
     if patch:  # the caller has checked that a source was given
         source = check_text(source)
@@ -71,12 +75,13 @@ def intervention(model: Model, text: str, n_tokens: int, ablate: frozenset[Head]
                 "source so it lines up (e.g. swap one name for another of the same length in tokens)."
             )
         src = model.head_outputs(source)  # (L, H, T, dh)
-    if means is None and src is None:
+    if off is None and src is None:
         return keep, None  # zero: keep 0 is enough
-    d_head = (src if src is not None else means).shape[-1]
-    replace = torch.zeros(1, L, H, n_tokens if patch else 1, d_head)  # (1, L, H, T or 1, dh)
-    for layer, head in ablate if means is not None else ():
-        replace[0, layer, head] = means[layer, head]  # (dh,), the same at every position
+    d_head = (src if src is not None else off).shape[-1]
+    per_position = patch or off.shape[2] > 1
+    replace = torch.zeros(1, L, H, n_tokens if per_position else 1, d_head)  # (1, L, H, T or 1, dh)
+    for layer, head in ablate if off is not None else ():
+        replace[0, layer, head] = off[layer, head]  # (T or 1, dh); one vector broadcast over T
     for layer, head in patch:
         replace[0, layer, head] = src[layer, head]  # (T, dh)
     return keep, replace

@@ -6,6 +6,7 @@ replacing it (models/edits.py):
 
     zero ablation      replace with 0
     mean ablation      replace with the head's mean output over reference texts (one vector, every position)
+    resample ablation  replace with the head's output on another reference text (one vector per position)
     patching           replace with the head's output in a run on another text (one vector per position)
 
 Each meaning of "off" is a `contract.Ablation` that computes its own replacement. An adapter (tiny/, bert/, hf/)
@@ -46,6 +47,7 @@ from mha_viz.contract import (
     check_ablate,
     check_text,
     head_keep_mask,
+    reference_texts,
 )
 from mha_viz.models.batching import _OUTPUTS, _PAST, _STATES, Batching
 from mha_viz.models.edits import Change, intervention
@@ -167,7 +169,10 @@ class EditableModel(Batching, Model):
         )
 
     def head_outputs(self, text: str) -> torch.Tensor:
-        return self._captured(self._ids(text)[1])  # (L, H, T, dh)
+        """See `Model.head_outputs`; kept for a few texts per model (a patching source, a resampled reference text
+        is read again on every run), handed out as a copy so no caller can change the kept one."""
+        enc, ids = self._ids(text)
+        return _OUTPUTS.get(self, tuple(enc.ids), lambda: self._captured(ids)).clone()  # (L, H, T, dh)
 
     def _captured(self, ids: torch.Tensor) -> torch.Tensor:
         """ids (1, T) -> every head's output in the unedited run (L, H, T, dh), from one forward."""
@@ -188,17 +193,7 @@ class EditableModel(Batching, Model):
         ablate with a head's mean over a templated distribution of sentences, position by position (the texts are
         aligned); ours is one vector for every position, over sentences of any length, since the page's texts
         are not aligned to the reference texts."""
-        if reference is None:
-            texts = tuple(text for _, text, _ in self.examples())
-            if not texts:
-                raise InputError(f"{self.name} has no example sentences to average head outputs over; pass "
-                                 "reference=[some texts] for mean ablation")
-        else:
-            if isinstance(reference, str):
-                raise InputError("reference must be a list of texts, not one text: wrap it as [text]")
-            texts = tuple(check_text(t) for t in reference)
-            if not texts:
-                raise InputError("reference is empty: give at least one text to average head outputs over")
+        texts = reference_texts(self, reference)
         return _MEANS.get(self, texts, lambda: self._mean_outputs(texts))
 
     def _mean_outputs(self, texts: tuple[str, ...]) -> torch.Tensor:

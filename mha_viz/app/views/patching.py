@@ -23,7 +23,7 @@ from mha_viz.app.common import (
 )
 from mha_viz.app.context import ViewContext
 from mha_viz.app.text import read_text
-from mha_viz.contract import AttentionRun, InputError, Model
+from mha_viz.contract import Ablation, AttentionRun, InputError, Model
 
 _WORD = re.compile(r"[A-Za-z]+")
 # Capitalised words that start sentences without being names; enough for the default, which the user can edit.
@@ -434,11 +434,27 @@ def patch_heads(ctx: ViewContext, model: Model, base: AttentionRun, source: str,
     heads = frozenset(parse_head(name) for name in picked)
     run = cache.get_run(ctx.name, ctx.text, patch=heads, source=source)
     metric = cache.metric_for(ctx.name, source, metric_args)
-    value = float(metric(run.output, run.logits))
-    st.metric(f"Metric with {len(heads)} head(s) patched", f"{value:.3f}",
-              delta=f"{value - float(metric(base.output, base.logits)):+.3f}")
+    value, before = float(metric(run.output, run.logits)), float(metric(base.output, base.logits))
+    c1, c2 = st.columns(2)
+    c1.metric(f"Metric with {len(heads)} head(s) patched", f"{value:.3f}", delta=f"{value - before:+.3f}")
+    off_baseline(ctx, c2, heads, metric, before)
     if position is not None:
         predictions_panel(model, base, run, position, key="patch_pred_fig", changed="with those heads patched")
     else:
         st.caption(f"Cosine similarity of the embedding with the unpatched first sentence's: "
                    f"{analysis.cosine_change(base.output, run.output):.5f}")
+
+
+def off_baseline(ctx: ViewContext, column, heads, metric, before: float) -> None:
+    """The baseline a patch is read against: the same heads switched off as the sidebar's "off" means (zero, mean,
+    resample, ...), so a patch that moves the metric no further than switching the heads off says little about
+    the second sentence."""
+    off = Ablation.of(ctx.ablation)
+    try:
+        run = cache.get_run(ctx.name, ctx.text, off=heads, ablation=off)
+    except InputError as err:  # e.g. no reference text to take outputs from
+        column.caption(md_safe(str(err)))
+        return
+    value = float(metric(run.output, run.logits))
+    column.metric(f"Baseline: the same head(s) {off.adjective}", f"{value:.3f}", delta=f"{value - before:+.3f}",
+                  help=f"Off as the sidebar says: {off.help}")
