@@ -37,7 +37,7 @@ def test_every_model_kind_gets_every_score_with_baselines_and_intervals(kind, fo
     L, H = model.n_layers, model.n_heads
     assert (census.n_layers, census.n_heads, census.causal) == (L, H, model.causal)
     expected = {"previous", "nearby", "distance", "previous (text)", "nearby (text)", "distance (text)", "first",
-                "special", "punctuation", "entropy", "induction", "duplicate"}
+                "special", "punctuation", "confidence", "entropy", "induction", "duplicate"}
     relations = ({"noun→det", "noun→adj", "verb→subject", "pre-verb→subject", "object→verb"} if model.causal else
                  {"det→noun", "adj→noun", "subject→verb", "verb→subject", "verb→object"})
     assert set(census.names) == expected | relations
@@ -156,13 +156,13 @@ def test_seed_roles_are_worded_from_the_censuses(tiny_census):
 def test_the_batched_census_gives_the_numbers_of_the_one_by_one_census(kind, folders, monkeypatch):
     """The census reads its inputs through `run_many` in padded batches; with padding turned off (the contract's
     one-text-per-forward default, and one forward per text for the head means) every number is the same."""
-    from mha_viz.models import batching, interventions
+    from mha_viz.models import interventions
 
     model = _model(kind, folders)
     batched = head_census(model, texts=TEXTS, seed=2, config=SMALL)
     monkeypatch.setattr(type(model), "pads", False)
     monkeypatch.setattr(interventions, "_MEANS", interventions._PerModelCache())
-    monkeypatch.setattr(batching, "_STATES", batching._PerModelCache(per_model=4))
+    monkeypatch.setattr(interventions, "_STATES", interventions._PerModelCache(per_model=4))
     alone = head_census(model, texts=TEXTS, seed=2, config=SMALL)
     assert batched.names == alone.names and batched.n_inputs == alone.n_inputs
     for table in ("scores", "low", "high", "control", "mass", "text_values"):

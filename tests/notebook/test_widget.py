@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import mha_viz
-from mha_viz import analysis
+from mha_viz import analysis, measures
 from mha_viz.contract import InputError
 from mha_viz.notebook import svg as svg_mod
 from mha_viz.web.payload import encode, grid_data
@@ -67,7 +67,7 @@ def test_show_sends_the_app_payload_for_every_layer(tiny):
     # The badge under each head is its strongest measured score on this run, as the app words it.
     scores, baselines = analysis.run_scores(run, True)
     name, value = analysis.top_badges(scores, baselines, 0, 1, n=1)[0]
-    assert w.grid["badges"]["0,1"] == f"measured: {value:.0%} → {analysis.SCORE_WORDS[name].short}"
+    assert w.grid["badges"]["0,1"] == f"measured: {value:.0%} → {measures[name].label}"
 
 
 def test_the_app_component_builds_the_same_payload(tiny):
