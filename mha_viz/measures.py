@@ -204,6 +204,11 @@ def _entropy(att, pos: Positions):
     return (ent[..., rows] / n_allowed[rows].float().log()).clamp(0.0, 1.0).mean(-1)  # (L, H)
 
 
+def _row_max(att, pos: Positions):
+    rows = allowed_keys(pos.t, pos.causal).sum(-1) > 1  # (Q,)  a single allowed key is always the maximum
+    return att.amax(-1)[..., rows].mean(-1) if rows.any() else _nan(att)  # (L, H)
+
+
 def _distance(att, pos: Positions):
     t = pos.t
     c = pos.content
@@ -429,6 +434,13 @@ _register(Measure(
     unit="0–1",
     template="Attention spread is {value:.2f} of its maximum on this input (1 = even over all tokens it may attend "
              "to, 0 = all on one token)."))
+_register(Measure(
+    "confidence", "confidence", "the largest weight of each query's attention, averaged over the queries that may "
+    "see more than one key",
+    "Voita et al. 2019, section 4.1 (a head's confidence: the average of its maximum attention weight).",
+    lambda att, pos: _row_max(att, pos), unit="0–1", unmeasurable="no token can attend to more than one token",
+    census=("texts",), template="The largest attention weight is {value:.2f} on average on this input (1 = every "
+    "token puts all its attention on one key)."))
 _register(Measure(
     "gold", "attention on the gold word", "attention on the ground-truth key of each query of a relation",
     "Clark et al. 2019, section 4 (attention on the dependent word): the tie-break beside a relation's accuracy.",

@@ -96,3 +96,19 @@ def test_no_view_or_export_keeps_its_own_copy_of_a_measures_words():
     offenders = [f"{p.relative_to(PKG.parent)}: {s[:60]}" for p in PKG.rglob("*.py") if p.name != "measures.py"
                  for s in _string_constants(p) if s in meanings]
     assert not offenders, offenders
+
+
+def test_confidence_is_the_mean_largest_weight():
+    """Voita et al. 2019's confidence, by a loop over rows: each row's largest weight, rows that see one key left
+    out (their largest weight is 1 whatever the head does)."""
+    torch.manual_seed(2)
+    t = 7
+    att = torch.softmax(torch.randn(2, 2, t, t), -1).tril()
+    att = att / att.sum(-1, keepdim=True)  # (L, H, T, T), causal
+    value = M["confidence"](att, M.Positions(t, True))
+    for l in range(2):
+        for h in range(2):
+            rows = [max(float(w) for w in att[l, h, q, : q + 1]) for q in range(1, t)]
+            assert float(value[l, h]) == pytest.approx(sum(rows) / len(rows), abs=1e-6)
+    base = M["confidence"].baseline(M.Positions(t, True))
+    assert base == pytest.approx(sum(1 / (q + 1) for q in range(1, t)) / (t - 1))
