@@ -117,7 +117,7 @@ def verb_margins(model: Model, examples, rows: torch.Tensor) -> torch.Tensor:
     return picked[:, 0] - picked[:, 1]  # (N,)
 
 
-def agreement(margins: torch.Tensor) -> dict:
+def agreement(margins: torch.Tensor) -> dict | list[dict]:
     """Agreement accuracy (the share of positive margins, Linzen et al. 2016; chance 0.5) and the mean margin
     (nats), rounded as the probe file keeps them. margins: (N,) or (S, N) -> one dict, or S of them."""
     if margins.ndim == 2:
