@@ -19,9 +19,9 @@ much of that drop is lost with the top-k induction heads switched off (zero and 
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable
 
