@@ -295,8 +295,8 @@ class EditableModel(Batching, Model):
                     reference: Iterable[str] | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(values (L, H, K, dh), w_o (L, H, dh, D)) for the norm view (Kobayashi et al. 2020), from the same run
         (same heads off, same meaning of "off") as the weights it is drawn with. A switched-off head's values are
-        zero: what it adds (0, or its mean) does not come from the keys. Key/value heads shared by grouped-query
-        attention are repeated per query head."""
+        zero: what it adds (0, its mean, another text's output) does not come from the keys. Key/value heads shared
+        by grouped-query attention are repeated per query head."""
         w_o = [self._w_o(layer) for layer in range(self.n_layers)]
         if any(w is None for w in w_o):
             return None
