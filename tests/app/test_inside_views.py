@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from mha_viz.contract import Ablation
+
 from page_steps import open_view
 
 REPO = Path(__file__).resolve().parents[2]
@@ -142,7 +144,9 @@ def test_under_mean_ablation_a_switched_off_head_shows_its_mean_output():
     at.selectbox(key="inside_head").set_value(3).run()
     assert not at.exception, at.exception
     assert any("mean ablation" in md.value for md in at.markdown)
-    assert any("replaced by its mean output" in c.value for c in at.caption)
+    mean = Ablation.of("mean")  # the caption says what "off" means in the meaning's own words
+    assert any(f"is {mean.describe} before the output projection" in c.value and mean.help in c.value
+               for c in at.caption)
     combine = _chart(at, "inside_combine")
     off = combine["data"][0]["x"].index("L0 H3 (off)")
     assert _values(combine["data"][0]["y"])[off] > 0  # its mean output, not zero
