@@ -72,7 +72,7 @@ def test_equals_transformers_bert_with_its_own_tokenizer(native):
 
 
 @pytest.mark.parametrize("ablate", [{(0, 3)}, {(2, 1), (5, 11)}])
-@pytest.mark.parametrize("ablation", ["zero", "mean"])
+@pytest.mark.parametrize("ablation", ["zero", "mean", "resample"])
 def test_interventions_equal_the_transformers_adapter(native, hf, ablate, ablation):
     a, b = hf.run(TEXT, ablate, ablation=ablation), native.run(TEXT, ablate, ablation=ablation)
     torch.testing.assert_close(b.attentions, a.attentions, atol=ATOL, rtol=0)
