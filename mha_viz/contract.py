@@ -8,7 +8,7 @@ A `Model` turns text into an `AttentionRun`:
     run.tokens      list[str]                      one display label per position, len T
     run.attentions  torch.float32 (L, H, Q, K)     each row sums to 1; causal models are lower-triangular
     run.ablated     frozenset[(layer, head)]       heads whose contribution was switched off in this run
-    run.ablation    Ablation ("zero" or "mean")    what "off" meant for the heads in `ablated` (a str subclass)
+    run.ablation    Ablation ("zero", "mean", ...) what "off" meant for the heads in `ablated` (a str subclass)
     run.patched     frozenset[(layer, head)]       heads whose output was taken from a run on another text
     run.output      torch.float32 (T, D)           final hidden states
     run.logits      torch.float32 (T, V) or None   where the model has an LM head
@@ -54,8 +54,8 @@ class AttentionRun:
     unknown: tuple[int, ...] = ()
     # Positions of special tokens the tokenizer added ([CLS], [SEP], <s>, ...).
     special: tuple[int, ...] = ()
-    # What "off" meant for the heads in `ablated`: "zero" (output set to 0) or "mean" (set to its mean over
-    # reference texts). See `Model.run`.
+    # What "off" meant for the heads in `ablated`: one of `Ablation.kinds()` by its key ("zero", "mean",
+    # "resample"). See `Model.run`.
     ablation: str = "zero"  # an Ablation (a str), "zero" for runs with nothing switched off
     # Heads whose output was taken from a run on another text (activation patching).
     patched: frozenset[Head] = frozenset()
@@ -435,7 +435,8 @@ class Model(ABC):
 
         A head's output is its slice of the output projection's input. Heads in `ablate` are switched off as
         `ablation` says (an `Ablation` or its key: "zero" sets their output to 0, "mean" to its mean over the
-        `reference` texts, None: `examples()`, see `head_means`). Heads in `patch` take their output, position by
+        `reference` texts, None: `examples()`, see `head_means`, "resample" to its outputs on another of those
+        texts, see `ResampleAblation`). Heads in `patch` take their output, position by
         position, from a run on `source` with all heads on (activation patching); `source` must have as many
         tokens as `text`. Their own patterns are still computed."""
 
