@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PORT ?= 8501
 STAMP := $(VENV)/.installed
 
-.PHONY: setup setup-test setup-browser setup-nginx lint run serve test test-fast train train-seeds probe bench
+.PHONY: setup setup-test setup-compile compile setup-browser setup-nginx lint run serve test test-fast train train-seeds probe bench
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -20,13 +20,28 @@ $(STAMP): requirements.txt requirements-nodeps.txt | $(PY)
 
 setup: $(STAMP)
 
+# Tracr and jax (requirements-compile.txt): only to compile RASP programs (`make compile`, `mha-viz compile`) and for
+# the tests' parity with Tracr; a compiled folder runs with torch alone, so `make run` never installs them.
+COMPILE_STAMP := $(VENV)/.installed-compile
+$(COMPILE_STAMP): requirements-compile.txt $(STAMP)
+	$(PY) -m pip install -q -r requirements-compile.txt
+	touch $(COMPILE_STAMP)
+
+setup-compile: $(COMPILE_STAMP)
+
 # The tests' own references and the linter (requirements-test.txt), on top of the app's requirements.
 TEST_STAMP := $(VENV)/.installed-test
 $(TEST_STAMP): requirements-test.txt $(STAMP)
 	$(PY) -m pip install -q -r requirements-test.txt
 	touch $(TEST_STAMP)
 
-setup-test: $(TEST_STAMP)
+setup-test: $(TEST_STAMP) $(COMPILE_STAMP)
+
+
+# Every shipped program (assets/compiled/programs/NAME.py) compiled again into assets/compiled/NAME/, bit for bit.
+compile: setup-compile
+	@for f in assets/compiled/programs/*.py; do \
+	  $(PY) -m mha_viz.cli compile $$f --out assets/compiled/$$(basename $$f .py) || exit 1; done
 
 # Debian's chromium for the real-browser tests (playwright cannot download its own browser here).
 setup-browser:

@@ -3,6 +3,7 @@
     mha-viz                         the app, as `make run` starts it (http://localhost:8501)
     mha-viz --port 8600 [--host 0.0.0.0] [any streamlit option, e.g. --server.maxUploadSize 10]
     mha-viz serve --procs 3 [--port 8080 --host 0.0.0.0 --private]     N app processes behind nginx (README)
+    mha-viz compile PROGRAM.py --out FOLDER     a RASP program compiled by Tracr into a model folder
 
 `mha-viz` runs this file as the Streamlit script (in a wheel there is no app.py at a repository root) and loads the
 default model while the server starts, as app.py does. `mha-viz serve` runs deploy/serve.py with the arguments as
@@ -21,7 +22,27 @@ _PKG = Path(__file__).resolve().parent
 CHECKOUTS = (_PKG / "_checkout", _PKG.parent)
 
 USAGE = """mha-viz [--port PORT] [--host HOST] [streamlit options]   start the app (as `make run`)
-       mha-viz serve --procs N [--port PORT] [--host HOST] [--private]   N app processes behind nginx"""
+       mha-viz serve --procs N [--port PORT] [--host HOST] [--private]   N app processes behind nginx
+       mha-viz compile PROGRAM.py --out FOLDER   compile a RASP program (needs requirements-compile.txt)"""
+
+
+def compile_command(argv: list[str]) -> int:
+    """`mha-viz compile PROGRAM.py --out FOLDER`: the file defines program, vocab, max_seq_len (and causal, name);
+    the folder then loads with `load_model(FOLDER)`, without jax."""
+    parser = argparse.ArgumentParser(prog="mha-viz compile", description=compile_command.__doc__)
+    parser.add_argument("program", help="a Python file that defines program, vocab and max_seq_len")
+    parser.add_argument("--out", required=True, help="the folder to write (created)")
+    args = parser.parse_args(argv)
+    from mha_viz.contract import InputError, ModelLoadError
+    from mha_viz.models.compiled.tracr_bridge import compile_file
+
+    try:
+        folder = compile_file(args.program, args.out)
+    except (InputError, ModelLoadError) as err:
+        print(f"mha-viz compile: {err}", file=sys.stderr)
+        return 2
+    print(f"compiled {args.program} into {folder}")
+    return 0
 
 
 def serve_script() -> Path:
@@ -45,6 +66,8 @@ def streamlit_argv(port: int, host: str | None, rest: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["compile"]:
+        return compile_command(argv[1:])
     if argv[:1] == ["serve"]:
         # deploy/serve.py parses its own options (and says what it accepts); this only finds it and runs it here,
         # as its own command line would (no shell, no second interpreter).
@@ -62,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default=None, help="the address to listen on (default: streamlit's, all)")
     args, rest = parser.parse_known_args(argv)
     if rest and not rest[0].startswith("-"):
-        parser.error(f"unknown command {rest[0]!r}: the commands are `mha-viz` (the app) and `mha-viz serve`")
+        parser.error(f"unknown command {rest[0]!r}: the commands are `mha-viz` (the app), `mha-viz serve` and "
+                     "`mha-viz compile`")
     import threading
 
     def _warm_up() -> None:

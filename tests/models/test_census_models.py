@@ -156,13 +156,13 @@ def test_seed_roles_are_worded_from_the_censuses(tiny_census):
 def test_the_batched_census_gives_the_numbers_of_the_one_by_one_census(kind, folders, monkeypatch):
     """The census reads its inputs through `run_many` in padded batches; with padding turned off (the contract's
     one-text-per-forward default, and one forward per text for the head means) every number is the same."""
-    from mha_viz.models import interventions
+    from mha_viz.models import batching, interventions
 
     model = _model(kind, folders)
     batched = head_census(model, texts=TEXTS, seed=2, config=SMALL)
     monkeypatch.setattr(type(model), "pads", False)
     monkeypatch.setattr(interventions, "_MEANS", interventions._PerModelCache())
-    monkeypatch.setattr(interventions, "_STATES", interventions._PerModelCache(per_model=4))
+    monkeypatch.setattr(batching, "_STATES", batching._PerModelCache(per_model=4))
     alone = head_census(model, texts=TEXTS, seed=2, config=SMALL)
     assert batched.names == alone.names and batched.n_inputs == alone.n_inputs
     for table in ("scores", "low", "high", "control", "mass", "text_values"):
