@@ -31,6 +31,7 @@ from mha_viz import measures as M
 from mha_viz.analysis import census as C
 from mha_viz.analysis import census_inputs as I
 from mha_viz.contract import Ablation, Head, InputError, Model, check_text
+from mha_viz.names import head_name, head_names
 
 Progress = Callable[[float, str], None]
 MASS = "mass:"  # internal prefix: a relation's mean attention on the gold word, kept beside its accuracy
@@ -379,7 +380,7 @@ def _in_context(model: Model, repeats: list, induction: torch.Tensor, uniform: f
     drops = first - second  # (B,)
     drop = float(drops[0])
     first_other = 2 if partners else 1
-    prev_name = "previous-token heads " + ", ".join(f"L{a} H{b}" for a, b in partners)
+    prev_name = "previous-token heads " + head_names(partners)
     lost, others_lost = {}, {}
     for j, off in enumerate(offs):
         values = [C.drop_lost(drop, float(drops[1 + j * (n - 1) + i])) for i in range(n - 1)]
@@ -553,30 +554,30 @@ def seed_roles(censuses: list[HeadCensus]) -> dict:
         return {"scores": {}, "rows": [], "sentences": []}
     scores = _role_scores(censuses[0].causal)
     rows, sentences, leaders = [], [], {role: [] for role in scores}
-    fmt = lambda lh: f"L{lh[0]} H{lh[1]}"  # noqa: E731
     for c in censuses:
         row = {"model": c.model}
         held: dict[Head, list[str]] = {}
         for role, score in scores.items():
             hs = holders(c, score)
             leaders[role].append(hs[0][0] if hs else None)
-            row[role] = ", ".join(f"{fmt(lh)} {v:.2f}" for lh, v in hs) or f"none above {c.baseline(score):.2f} + 0.2"
+            row[role] = (", ".join(f"{head_name(lh)} {v:.2f}" for lh, v in hs)
+                         or f"none above {c.baseline(score):.2f} + 0.2")
             for lh, _ in hs:
                 held.setdefault(lh, []).append(role)
             if len(hs) > 1:
                 sentences.append(f"{c.model}: the {role} pattern is split over {len(hs)} heads "
-                                 f"({', '.join(fmt(lh) for lh, _ in hs)}), each with at least half the leader's "
+                                 f"({head_names(lh for lh, _ in hs)}), each with at least half the leader's "
                                  f"excess over its baseline ({c.baseline(score):.2f}).")
         for lh, roles in held.items():
             if len(roles) > 1:
-                sentences.append(f"{c.model}: {fmt(lh)} holds more than one pattern ({', '.join(roles)}).")
+                sentences.append(f"{c.model}: {head_name(lh)} holds more than one pattern ({', '.join(roles)}).")
         rows.append(row)
     for role, heads in leaders.items():
         found = [(c.model, h) for c, h in zip(censuses, heads) if h is not None]
         if not found:
             sentences.insert(0, f"No census has a head holding the {role} pattern.")
             continue
-        where = "; ".join(f"{m}: {fmt(h)}" for m, h in found)
+        where = "; ".join(f"{m}: {head_name(h)}" for m, h in found)
         same = len({h for _, h in found}) == 1
         same_layer = len({h[0] for _, h in found}) == 1
         sentences.insert(0, f"The {role} pattern leads on "

@@ -34,6 +34,7 @@ import torch
 
 from mha_viz import measures
 from mha_viz.contract import UnavailableError
+from mha_viz.names import head_name
 
 MODES = ("q", "k", "v")  # the input of the later head the earlier head's output reaches: query, key or value
 _GRAM_BYTES = 600 * 2**20  # the Gram route keeps every head's packed D x D Gram matrix; above this, the direct route
@@ -550,7 +551,7 @@ def describe_formation(f: Formation) -> str:
     K-composition and the induction score stand at the first and last step, the first step where each has covered
     half of its rise, which comes first, and how far the K-composition has risen by the last saved step before
     the induction score starts to (has covered RISE_STARTS of its rise)."""
-    prev, ind = _head(f.previous_head), _head(f.induction_head)
+    prev, ind = head_name(f.previous_head), head_name(f.induction_head)
     k, base = f.composition["k"], f.baseline["k"]
     k_half = f.first_step_at(k)
     i_half = f.first_step_at(f.induction)
@@ -588,10 +589,6 @@ def describe_formation(f: Formation) -> str:
     if f.top_pair is not None:
         (a, b, score) = f.top_pair
         same = (a, b) == (f.previous_head, f.induction_head)
-        text += (f" In the weights alone, the highest K-composition pair at step {last} is {_head(a)} → {_head(b)} "
-                 f"({score:.3f}){': the same two heads' if same else ''}.")
+        text += (f" In the weights alone, the highest K-composition pair at step {last} is "
+                 f"{head_name(a)} → {head_name(b)} ({score:.3f}){': the same two heads' if same else ''}.")
     return text
-
-
-def _head(head: tuple[int, int]) -> str:
-    return f"L{head[0]} H{head[1]}"

@@ -137,9 +137,6 @@ def test_the_app_and_the_notebook_import_nothing_from_each_other():
     assert not js, f"read the app's files by path: {js}"
 
 
-# Files whose hand-written head names belong to another piece of work (analysis/ and the tiny model's probe report,
-# wherever it lives, are being moved onto the measures registry): each entry is one file still to convert.
-HAND_SPELLED = {"analysis/census_run.py", "analysis/circuits.py", "models/tiny/probes.py", "tiny_probes.py"}
 _SPELLED_IN_TEXT = re.compile(r"L%d H%d|L%s H%s|L\{\w*\} H\{\w*\}")  # "L%d H%d" % ..., "L{} H{}".format(...)
 _SPELLED_IN_JS = re.compile(r"L\$\{[^}]*\}\s*H\$\{|\"L\"\s*\+")  # `L${l} H${h}`, "L" + l
 
@@ -165,7 +162,7 @@ def _spelled_by_hand(path: Path) -> list[int]:
 def test_a_head_is_named_by_one_function():
     """mha_viz.names.head_name / layer_name / head_names spell a head everywhere; no module writes "L{l} H{h}"."""
     bad = [f"{f.relative_to(PKG.parent)}:{line}" for f in sorted(PKG.rglob("*.py"))
-           if f.relative_to(PKG).as_posix() not in HAND_SPELLED | {"names.py"} for line in _spelled_by_hand(f)]
+           if f.relative_to(PKG).as_posix() != "names.py" for line in _spelled_by_hand(f)]
     bad += [f"{f.relative_to(PKG.parent)}" for f in sorted(PKG.rglob("*.js")) if _SPELLED_IN_JS.search(f.read_text())]
     assert not bad, "a head's name spelled by hand (use mha_viz.names):\n" + "\n".join(bad)
 
