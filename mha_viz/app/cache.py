@@ -6,6 +6,7 @@ serve every browser session.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gc
 import os
@@ -156,9 +157,26 @@ def model_bytes(model: Model) -> int:
     return sum(t.numel() * t.element_size() for m in modules for t in (*m.parameters(), *m.buffers()))
 
 
+def tensor_bytes(value) -> int:
+    """The bytes of every tensor `value` holds: itself, or in a dataclass's fields, a dict's values, a list's or
+    a tuple's items (a side model's measurement, such as a training step's `Circuits`)."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return sum(tensor_bytes(getattr(value, f.name)) for f in dataclasses.fields(value))
+    if isinstance(value, dict):
+        return sum(tensor_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(tensor_bytes(v) for v in value)
+    return 0
+
+
 def entry_bytes(entry) -> int:
-    """What an entry of the run cache holds: a run's tensors, or a side model's weights (`side_model`)."""
-    return model_bytes(entry) if isinstance(entry, Model) else run_bytes(entry)
+    """What an entry of the run cache holds: a run's tensors, a side model's weights (`side_model`), or the tensors
+    of what was measured on one (`side_result`)."""
+    if isinstance(entry, Model):
+        return model_bytes(entry)
+    return run_bytes(entry) if isinstance(entry, AttentionRun) else tensor_bytes(entry)
 
 
 class RunBudgetError(InputError):
@@ -334,6 +352,12 @@ def side_model(name: str) -> Model:
         return found
     with _SIDE_LOCK:
         return runs().get(key, lambda: _loaded(name))
+
+
+def side_result(kind: str, name: str, make):
+    """What `make()` measures on side model `name` (e.g. kind "circuits": a training step's weights read once), kept
+    in the run cache beside the model, by the bytes of its tensors, and dropped least recently used like a run."""
+    return runs().get((kind, name), make)
 
 
 def _loaded(name: str) -> Model:

@@ -47,3 +47,41 @@ def test_the_census_control_of_tiny_is_its_twin_as_a_side_model(budget):
     twin = cache.census_control(cache.side_model("tiny@400"))
     assert isinstance(twin, Model) and twin.name == "tiny-untrained"
     assert cache.side_model("tiny-untrained") is twin
+
+
+def test_a_training_steps_circuits_are_a_side_result_beside_its_side_model(budget):
+    from mha_viz.app.views.circuits import step_circuits
+
+    runs = budget(64)
+    first = step_circuits("tiny@400")
+    assert step_circuits("tiny@400") is first  # measured once
+    model = runs.peek(("side-model", "tiny@400"))
+    assert model is not None  # loaded through side_model, not beside the budget
+    held = cache.tensor_bytes(first)
+    assert held >= sum(first.composition[m].numel() * 4 for m in "qkv")  # its (L, H, L, H) maps at least
+    assert runs.kept_bytes() == cache.model_bytes(model) + held
+
+
+def test_a_timeline_of_steps_keeps_only_what_fits(budget):
+    """Every step's model and circuits go into one budget and leave least recently used, as runs do."""
+    from mha_viz.app.views.circuits import step_circuits
+
+    one = cache.model_bytes(cache.side_model("tiny@0"))
+    runs = budget(max(1, int(2.5 * one) // 2**20 + 1))  # room for two steps' models, not four
+    steps = [f"tiny@{s}" for s in (0, 400, 800, 1000)]
+    assert 4 * one > runs.budget
+    first = step_circuits(steps[0])
+    for name in steps[1:]:
+        step_circuits(name)
+    assert runs.kept_bytes() <= runs.budget
+    assert runs.peek(("side-model", steps[0])) is None  # the first step's model was dropped to make room
+    assert step_circuits(steps[0]) is not first  # and its circuits: measured again
+
+
+def test_the_census_loads_other_seeds_as_side_models(budget):
+    from mha_viz.app.views import census
+
+    runs = budget(64)
+    seed = census._seed_model("tiny", "tiny#seed1")
+    assert seed is cache.side_model("tiny#seed1")
+    assert runs.kept_bytes() == cache.model_bytes(seed)

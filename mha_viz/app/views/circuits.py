@@ -9,9 +9,9 @@ import numpy as np
 import streamlit as st
 import torch
 
-from mha_viz import checkpoints, load_model, plotting, seeds
+from mha_viz import checkpoints, plotting, seeds
 from mha_viz.analysis import circuits as circ
-from mha_viz.app.cache import get_model, training_evidence
+from mha_viz.app.cache import get_model, side_model, side_result, training_evidence
 from mha_viz.app.common import head_name, md_safe, metric_row, quoted, trained_here, visible
 from mha_viz.app.context import ViewContext
 from mha_viz.circuits_notes import formation_of
@@ -28,11 +28,11 @@ def model_circuits(name: str) -> circ.Circuits:
     return circ.circuits(get_model(name))
 
 
-@st.cache_resource(show_spinner=False, max_entries=64)
 def step_circuits(name: str) -> circ.Circuits:
-    """The same for a model loaded only for its weights (a training step such as tiny@800): the model is dropped
-    once measured, so a timeline does not hold every step's model."""
-    return circ.circuits(load_model(name))
+    """The same for a model loaded only for its weights (a training step such as tiny@800): the model is a side
+    model and its circuits a side result, both in the run cache under its memory budget, so a timeline of many
+    steps holds only what fits and drops the least recently used."""
+    return side_result("circuits", name, lambda: circ.circuits(side_model(name)))
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
