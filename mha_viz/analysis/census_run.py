@@ -411,14 +411,14 @@ def _check_texts(texts) -> tuple[str, ...]:
 
 
 def default_texts(model: Model) -> tuple[str, ...]:
-    """The natural text a census reads when none is given: the model's example sentences (the shipped ones for
-    models without their own)."""
-    texts = [t for _, t, _ in model.examples()]
+    """The natural text a census reads when none is given: the model's example sentences (`Model.examples`). A model
+    without any raises InputError; `mha_viz.head_census` and the Census view hand in the shipped sentences then
+    (`mha_viz.models.examples.census_texts`): this layer loads nothing itself."""
+    texts = tuple(t for _, t, _ in model.examples())
     if not texts:
-        from mha_viz.models.examples import shipped_examples
-
-        texts = [t for _, t, _ in shipped_examples()]
-    return tuple(texts) or ("The cat sat on the mat.",)
+        raise InputError(f"{model.name} has no example sentences for the census's text scores: pass texts=[...] "
+                         "(one natural text per item), or call mha_viz.head_census, which uses the shipped ones")
+    return texts
 
 
 def census_inputs(model: Model, seed: int = 0, cfg: CensusConfig | None = None, texts=None) -> dict:

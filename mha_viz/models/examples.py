@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from mha_viz.contract import Model
 from mha_viz.settings import ASSETS
 
 
@@ -13,3 +14,11 @@ def shipped_examples() -> list[tuple[str, str, str]]:
     if not path.exists():
         return []
     return [(e["label"], e["text"], e["text"]) for e in json.loads(path.read_text())]
+
+
+def census_texts(model: Model) -> tuple[str, ...]:
+    """The natural text a census of `model` reads when none is given: its own example sentences, the shipped ones
+    for a model without its own. The analysis layer loads nothing, so its callers (`mha_viz.head_census`, the Census
+    view) hand these in."""
+    texts = [t for _, t, _ in model.examples()] or [t for _, t, _ in shipped_examples()]
+    return tuple(texts) or ("The cat sat on the mat.",)

@@ -37,3 +37,23 @@ def test_the_public_census_hands_the_twin_to_the_analysis(monkeypatch):
     monkeypatch.setattr(census_run, "head_census", lambda model, **kw: seen.update(kw) or "census")
     assert mha_viz.head_census(mha_viz.load_model("tiny"), seed=1) == "census"
     assert isinstance(seen["control"], Model) and seen["control"].name == "tiny-untrained" and seen["seed"] == 1
+
+
+def test_the_public_census_hands_in_the_texts_and_the_analysis_loads_none(monkeypatch):
+    """Without texts the analysis reads the model's own examples through the contract and refuses a model with none,
+    naming the fix; mha_viz.head_census hands in the shipped sentences for such a model."""
+    from mha_viz.analysis import census_run
+    from mha_viz.models.examples import shipped_examples
+
+    bare = SimpleNamespace(name="bare", examples=lambda: [])
+    with pytest.raises(InputError, match="texts="):
+        census_run.default_texts(bare)
+    seen = {}
+    monkeypatch.setattr(census_run, "head_census", lambda model, **kw: seen.update(kw) or "census")
+    mha_viz.head_census(bare, control=None)
+    assert seen["texts"] == tuple(t for _, t, _ in shipped_examples()) and seen["texts"]
+    tiny = mha_viz.load_model("tiny")
+    mha_viz.head_census(tiny, control=None)
+    assert seen["texts"] == tuple(t for _, t, _ in tiny.examples())
+    mha_viz.head_census(tiny, texts=["one text."], control=None)
+    assert seen["texts"] == ["one text."]

@@ -19,14 +19,14 @@ from mha_viz.analysis.census_run import (
     MAX_TEXTS,
     CensusConfig,
     HeadCensus,
-    default_texts,
     head_census,
     seed_roles,
 )
-from mha_viz.app.cache import RunCache, census_control, get_model
+from mha_viz.app.cache import RunCache, census_control, get_model, side_model
 from mha_viz.app.common import clicked_head, head_name, md_safe, pick_clicked_head
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import Head, InputError, Model, ModelLoadError
+from mha_viz.models.examples import census_texts
 
 _CENSUS = RunCache(8, size=lambda _: 1)  # the last 8 censuses, shared by every session
 MAX_UPLOAD_BYTES = MAX_TEXTS * MAX_TEXT_CHARS
@@ -91,14 +91,15 @@ def _get(name: str, model: Model, seed: int, texts) -> HeadCensus | None:
     if found is not None:
         return found
     cfg = CensusConfig.for_model(model)
-    n = cfg.n_random + cfg.n_repeated + cfg.n_templates + len(texts or default_texts(model))
+    n = cfg.n_random + cfg.n_repeated + cfg.n_templates + len(texts or census_texts(model))
     st.info(f"The census of {model.info.title} runs about {2 * n} forward passes (its inputs, then the control) "
             "and is kept for every visitor once made.")
     if not st.button("Run the census", key="census_run", type="primary"):
         return None
     bar = st.progress(0.0, text="Census...")
     try:
-        census = _CENSUS.get(key, lambda: head_census(model, texts=texts, seed=seed, control=census_control(model),
+        census = _CENSUS.get(key, lambda: head_census(model, texts=texts or census_texts(model), seed=seed,
+                                                      control=census_control(model),
                                                       progress=lambda f, m: bar.progress(f, text=m)))
     except InputError as err:
         bar.empty()
@@ -233,12 +234,10 @@ def _downloads(c: HeadCensus) -> None:
                        file_name=f"census-{c.seed}.json", mime="application/json")
 
 
-@st.cache_resource(show_spinner=False, max_entries=6)
-def _seed_model(name: str) -> Model:
-    """The seeds' small models, kept apart from get_model's slots so they do not push out the user's models."""
-    from mha_viz.models import load_model
-
-    return load_model(name)
+def _seed_model(name: str, seed_name: str) -> Model:
+    """A seed of the recipe of `name`: the user's own model where it is that seed, else a side model (in the run
+    cache, under its memory budget, so the seeds do not push the user's models out of get_model's slots)."""
+    return get_model(seed_name) if seed_name == name else side_model(seed_name)
 
 
 def _seeds(name: str, seed: int) -> None:
@@ -255,12 +254,12 @@ def _seeds(name: str, seed: int) -> None:
         bar = st.progress(0.0, text="Seeds...")
         for i, n in enumerate(names):
             try:
-                model = get_model(n) if n == name else _seed_model(n)
+                model = _seed_model(name, n)
             except ModelLoadError as err:
                 st.error(str(err))
                 return
             done[i] = _CENSUS.get((n, seed, None), lambda m=model: head_census(
-                m, seed=seed, control=census_control(m),
+                m, texts=census_texts(m), seed=seed, control=census_control(m),
                 progress=lambda f, msg, i=i: bar.progress((i + f) / len(names), text=msg)))
         bar.empty()
     roles = seed_roles(done)
