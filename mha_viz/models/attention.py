@@ -47,8 +47,8 @@ def length_scale(n_positions: int) -> torch.Tensor:
     gives it weight 1) at log 2: Scalable-Softmax (Nakanishi 2025, "Scalable-Softmax Is Superior for Attention"),
     softmax(s log(n) z), with its learned per-head s left to the query/key weights. Why: with plain softmax a fixed
     score margin buys less weight as keys accumulate, and the tiny model's previous-token heads faded along the
-    text (one seed's from 0.97 at position 20 to 0.84-0.89 at 52-63, where 12 nearby keys shared what it lost;
-    issue 20). -> (T,)"""
+    text (one seed's from 0.97 at position 20 to 0.84-0.89 at 52-63, where 12 nearby keys shared what it lost).
+    -> (T,)"""
     return torch.log(torch.arange(1, n_positions + 1, dtype=torch.float32).clamp_min(2))  # (T,)
 
 

@@ -24,13 +24,13 @@ class TinyConfig:
     max_len: int = 64  # a few generated sentences; the longest text the app accepts for this model
     # Positions trained past max_len, never served: a position's previous-token attention is trained only where a
     # later query's induction head reads it, so in a 64-position stack positions 62-63 were barely trained (one
-    # seed's previous-token head put 0.45 and 0.00 there; issue 20). With 6 more the served ones all have later
+    # seed's previous-token head put 0.45 and 0.00 there). With 6 more the served ones all have later
     # queries. The position table holds n_positions = max_len + train_margin rows.
     train_margin: int = 6
     d_mlp: int = 256  # 4 x d_model, as in GPT-2
     # Each query's scores times log(keys it sees) (models/attention.length_scale, Scalable-Softmax): without it a
     # head's previous-token weight faded along the text where the recipe's seed put that head (seed 1: 0.97 at
-    # position 20, 0.84-0.89 at 52-63; issue 20). With it every seed's head holds to the end of the context.
+    # position 20, 0.84-0.89 at 52-63). With it every seed's head holds to the end of the context.
     length_scaled: bool = True
     seed: int = 0  # initialisation seed: the untrained twin is exactly the trained model's starting point
 
