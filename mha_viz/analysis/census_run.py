@@ -15,7 +15,8 @@ Scores (each an (L, H) tensor in `HeadCensus.scores`, with its uniform baseline,
     the relations of census_inputs   template sentences, Clark et al. 2019's most-attended-word accuracy, against
                                      the best fixed offset as well as uniform attention
 and for causal LMs `HeadCensus.in_context`: the loss on a repeated sequence's second copy against its first, and how
-much of that drop is lost with the top-k induction heads switched off (zero and mean) against k other heads.
+much of that drop is lost with the top-k induction heads switched off, under every meaning of "off" the model can
+give (`Ablation.kinds()`), against k other heads.
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ Progress = Callable[[float, str], None]
 MASS = "mass:"  # internal prefix: a relation's mean attention on the gold word, kept beside its accuracy
 MAX_TEXTS = 200  # the most natural texts one census takes
 MAX_TEXT_CHARS = 2000  # per text
+TEMPLATE_TOKENS = 16  # the longest template sentence (12 words) with room for the tokenizer's special tokens
 
 
 @dataclass(frozen=True)
@@ -71,11 +73,13 @@ class InContext:
     top_heads: tuple[Head, ...]
     partners: tuple[Head, ...]  # the previous-token heads, switched off on their own
     other_sets: tuple[tuple[Head, ...], ...]
-    # "top k induction, zero|mean", "previous-token heads ..., zero|mean", "other k, zero|mean" (mean over the sets)
+    # "top k induction, <off>", "previous-token heads ..., <off>", "other k, <off>" (mean over the sets), one of each
+    # per meaning of "off" measured (<off>: an `Ablation.kinds()` key)
     lost: dict[str, float]
-    others_lost: dict[str, tuple[float, ...]]  # per other set: "zero", "mean"
+    others_lost: dict[str, tuple[float, ...]]  # meaning of "off" -> the share lost with each other set
     n_inputs: int
-    mean_over: str  # what the mean-ablation mean was taken over, or why there is none
+    mean_over: str  # the reference texts the meanings that take outputs from texts (mean, resample) read
+    unavailable: dict[str, str] = field(default_factory=dict)  # meaning of "off" -> why it was not measured
 
     @property
     def drop(self) -> float:
@@ -168,7 +172,7 @@ class HeadCensus:
                   "top_heads": [list(h) for h in c.top_heads], "partners": [list(h) for h in c.partners],
                   "other_sets": [[list(h) for h in s] for s in c.other_sets], "lost": c.lost,
                   "others_lost": {k: list(v) for k, v in c.others_lost.items()}, "n_inputs": c.n_inputs,
-                  "mean_over": c.mean_over}
+                  "mean_over": c.mean_over, "unavailable": c.unavailable}
         return {"model": self.model, "seed": self.seed, "layers": self.n_layers, "heads": self.n_heads,
                 "causal": self.causal, "scores": lists(self.scores), "uniform": self.uniform, "low": lists(self.low),
                 "high": lists(self.high), "mass": lists(self.mass), "n_inputs": self.n_inputs, "inputs": self.inputs,
@@ -349,8 +353,8 @@ def _in_context(model: Model, repeats: list, induction: torch.Tensor, uniform: f
             off.replacement(model, reference, repeats[0][0].text)
             offs.append(off)
         except InputError as err:
-            missing[off.key] = f"not available: {err}"
-    mean_over = missing.get("mean", f"every position of {len(reference)} natural texts, each run with all heads on")
+            missing[off.key] = str(err)
+    mean_over = f"every position of {len(reference)} natural texts, each run with all heads on"
     n = len(configs)
     keep = torch.ones(1 + len(offs) * (n - 1), L, H)  # (B, L, H): row 0 all on, then each set under each meaning
     for j in range(len(offs)):
@@ -391,7 +395,7 @@ def _in_context(model: Model, repeats: list, induction: torch.Tensor, uniform: f
         lost[f"other {k}, {off.key}"] = sum(rest_values) / len(rest_values)
         others_lost[off.key] = tuple(rest_values)
     return InContext(float(first[0]), float(second[0]), k, top, partners, others, lost, others_lost, len(repeats),
-                     mean_over)
+                     mean_over, missing)
 
 
 def _check_texts(texts) -> tuple[str, ...]:
@@ -429,8 +433,12 @@ def census_inputs(model: Model, seed: int = 0, cfg: CensusConfig | None = None, 
     hi = min(cfg.repeated_lengths[1], (model.info.max_tokens - 2) // 2)
     lo = min(cfg.repeated_lengths[0], hi)
     repeated = I.repeated_sequences(lex.words, cfg.n_repeated, (lo, hi), base + 2)
+    # Template sentences need a grammar's words (a compiled program's vocabulary has none) and room for the longest.
+    grammar = len(lex.nouns) >= 3 and bool(lex.verbs) and bool(lex.determiner) and \
+        model.info.max_tokens >= TEMPLATE_TOKENS
     templates = I.template_sentences(lex.nouns, lex.adjectives, lex.prepositions, lex.verbs, lex.determiner,
-                                     lex.object_determiner, lex.period, cfg.n_templates, base + 3, model.causal)
+                                     lex.object_determiner, lex.period, cfg.n_templates, base + 3,
+                                     model.causal) if grammar else []
     return {
         "random": I.random_sequences(lex.words, cfg.n_random, min(cfg.random_length, model.info.max_tokens - 2),
                                      base + 1),

@@ -1,5 +1,5 @@
 """UI state: which heads are off (per model, in the session) and the URL, which carries the model, text, layer,
-heads off and what "off" means (zero or mean), compared heads, the selected token and the open view.
+heads off and what "off" means (an `Ablation` key), compared heads, the selected token and the open view.
 
 Parsed once per browser session (so the user's later changes win), written back on every run. Anything in the
 URL that does not parse or is out of range is dropped with a notice, never a traceback.

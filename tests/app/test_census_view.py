@@ -4,6 +4,7 @@ import pytest
 
 from mha_viz import head_census, measures, seeds
 from mha_viz.analysis.census_run import MAX_TEXTS
+from mha_viz.contract import Ablation
 from tests.helpers import app_at, loaded
 
 from page_steps import layer_of, open_view
@@ -53,6 +54,11 @@ def test_the_census_runs_on_request_and_shows_what_head_census_measured(census):
     # the map of the chosen score is census.scores itself
     maps = [c for c in at.get("plotly_chart") if '"heatmap"' in c.proto.spec]
     assert maps
+    # the in-context check says what "off" meant in each meaning's own words, every meaning the census measured
+    note = next(c.value for c in at.caption if "Switched off:" in c.value)
+    assert set(census.in_context.others_lost) == {off.key for off in Ablation.kinds()}
+    for off in Ablation.kinds():
+        assert f"{off.adjective}, its output {off.describe}" in note
     # a second visit is instant: the census is kept, no button
     at.run()
     assert not any(b.key == "census_run" for b in at.button)

@@ -25,7 +25,7 @@ from mha_viz.analysis.census_run import (
 from mha_viz.app.cache import RunCache, census_control, get_model, side_model
 from mha_viz.app.common import clicked_head, head_name, md_safe, pick_clicked_head
 from mha_viz.app.context import ViewContext
-from mha_viz.contract import Head, InputError, Model, ModelLoadError
+from mha_viz.contract import Ablation, Head, InputError, Model, ModelLoadError
 from mha_viz.models.examples import census_texts
 
 _CENSUS = RunCache(8, size=lambda _: 1)  # the last 8 censuses, shared by every session
@@ -44,7 +44,7 @@ def render(ctx: ViewContext) -> None:
     texts = _texts(ctx.model)
     if texts is False:
         return
-    # A column: at full width a 3-digit number box ran across the whole page (screenshot matrix, issue 19).
+    # A column: at full width a 3-digit number box runs across the whole page.
     seed = int(st.columns([1, 4])[0].number_input(
         "Input seed", min_value=0, max_value=999, value=0, step=1, key="census_seed",
         help="Which generated inputs: another seed gives other random sequences and sentences"))
@@ -217,8 +217,17 @@ def _in_context(c: HeadCensus) -> None:
                + "; ".join(", ".join(head_name(h) for h in s) for s in ic.other_sets)
                + "), none of them an induction or previous-token head. The previous-token heads are switched off on "
                  "their own: an induction head reads from them (Olsson et al. 2022's two-head circuit), so they can "
-                 "cost as much as the induction heads. Mean ablation uses each head's mean output over "
-                 f"{ic.mean_over}.")
+                 "cost as much as the induction heads. " + _meanings_of_off(ic))
+
+
+def _meanings_of_off(ic) -> str:
+    """What "off" meant in the in-context check, in each meaning's own words (`Ablation`), and where the meanings
+    that read texts took their outputs from: the census's natural texts stand in for the example sentences."""
+    measured = "; ".join(f"{off.adjective}, its output {off.describe}" for off in map(Ablation.of, ic.others_lost))
+    text = (f"Switched off: {measured}. The example sentences here are the census's natural texts ({ic.mean_over}).")
+    for key, why in ic.unavailable.items():
+        text += f" {Ablation.of(key).label.capitalize()} ablation was not measured: {why}"
+    return text
 
 
 def _downloads(c: HeadCensus) -> None:
