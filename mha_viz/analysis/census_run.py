@@ -31,7 +31,7 @@ import torch
 from mha_viz import measures as M
 from mha_viz.analysis import census as C
 from mha_viz.analysis import census_inputs as I
-from mha_viz.contract import Ablation, Head, InputError, Model, check_text
+from mha_viz.contract import Ablation, Head, InputError, Model, check_text, reference_texts
 from mha_viz.names import head_name, head_names
 
 Progress = Callable[[float, str], None]
@@ -418,11 +418,12 @@ def default_texts(model: Model) -> tuple[str, ...]:
     """The natural text a census reads when none is given: the model's example sentences (`Model.examples`). A model
     without any raises InputError; `mha_viz.head_census` and the Census view hand in the shipped sentences then
     (`mha_viz.models.examples.census_texts`): this layer loads nothing itself."""
-    texts = tuple(t for _, t, _ in model.examples())
-    if not texts:
+    try:
+        return reference_texts(model, None)  # the same sentences mean and resample ablation read by default
+    except InputError:
         raise InputError(f"{model.name} has no example sentences for the census's text scores: pass texts=[...] "
-                         "(one natural text per item), or call mha_viz.head_census, which uses the shipped ones")
-    return texts
+                         "(one natural text per item), or call mha_viz.head_census, which uses the shipped ones"
+                         ) from None
 
 
 def census_inputs(model: Model, seed: int = 0, cfg: CensusConfig | None = None, texts=None) -> dict:
