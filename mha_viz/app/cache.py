@@ -147,16 +147,6 @@ def get_model(name: str) -> Model:
     return model
 
 
-def run_bytes(run: AttentionRun) -> int:
-    return sum(t.numel() * t.element_size() for t in (run.attentions, run.output, run.logits) if t is not None)
-
-
-def model_bytes(model: Model) -> int:
-    """The weights a loaded model holds: every parameter and buffer of the torch modules it keeps."""
-    modules = [m for m in vars(model).values() if isinstance(m, torch.nn.Module)]
-    return sum(t.numel() * t.element_size() for m in modules for t in (*m.parameters(), *m.buffers()))
-
-
 def tensor_bytes(value) -> int:
     """The bytes of every tensor `value` holds: itself, or in a dataclass's fields, a dict's values, a list's or
     a tuple's items (a side model's measurement, such as a training step's `Circuits`)."""
@@ -169,6 +159,16 @@ def tensor_bytes(value) -> int:
     if isinstance(value, (list, tuple)):
         return sum(tensor_bytes(v) for v in value)
     return 0
+
+
+def run_bytes(run: AttentionRun) -> int:
+    return tensor_bytes((run.attentions, run.output, run.logits))
+
+
+def model_bytes(model: Model) -> int:
+    """The weights a loaded model holds: every parameter and buffer of the torch modules it keeps."""
+    modules = [m for m in vars(model).values() if isinstance(m, torch.nn.Module)]
+    return sum(tensor_bytes((*m.parameters(), *m.buffers())) for m in modules)
 
 
 def entry_bytes(entry) -> int:
