@@ -20,6 +20,30 @@ def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | 
                                    control=_census_control(model, control), progress=progress)
 
 
+
+def from_tracr(assembled_model, name: str, program=None) -> Model:
+    """A model Tracr compiled (`tracr.compiler.compiling.compile_rasp_to_model(..., compiler_bos=...)`) as a model
+    of this package, run in torch. With `program`, the RASP SOp it was compiled from, every head says which Select
+    wrote it. Needs tracr and jax here only (requirements-compile.txt); `save_compiled` writes a folder that loads
+    without them."""
+    from .models.compiled.adapter import CompiledModel
+    from .models.compiled.tracr_bridge import from_assembled
+
+    config, tensors = from_assembled(assembled_model, name, program)
+    return CompiledModel(config, tensors, name=name)
+
+
+def save_compiled(model: Model, folder) -> str:
+    """Write a compiled model (`from_tracr`, or `load_model` of a compiled folder) as safetensors + compiled.json
+    into `folder`; `load_model(folder)` reads it back with torch alone. Returns the folder."""
+    from .models.compiled import config as _compiled
+
+    if not hasattr(model, "tensors") or not isinstance(getattr(model, "config", None), _compiled.CompiledConfig):
+        raise InputError(f"{model.name} was not compiled from a RASP program; save_compiled writes compiled models "
+                         "only (from_tracr, or a compiled folder)")
+    return str(_compiled.save(folder, model.config, model.tensors))
+
+
 __all__ = ["AttentionRun", "BUILTIN", "CensusConfig", "Circuits", "HeadCensus", "HeadInside", "InputError", "Model",
            "ModelInfo", "ModelLoadError", "UnavailableError", "checkpoints", "circuits", "head_census", "load_model",
-           "seeds", "show", "show_census", "show_circuits"]
+           "from_tracr", "save_compiled", "seeds", "show", "show_census", "show_circuits"]

@@ -341,13 +341,15 @@ ABLATIONS = tuple(Ablation._KINDS)  # the keys, for URL parsing and pickers: ("z
 class ModelInfo:
     name: str  # what load_model was called with
     title: str  # human-readable, shown in the UI
-    kind: str  # "causal-lm", "masked-lm" or "encoder"
+    kind: str  # "causal-lm", "masked-lm", "encoder", or "program" (compiled from a RASP program: no LM head)
     n_layers: int
     n_heads: int
     max_tokens: int
     n_kv_heads: int | None = None  # grouped-query attention: heads sharing key/value projections
     # Said while the model loads for the first time (e.g. SmolLM2 converts its GGUF once); None when loading is quick.
     load_note: str | None = None
+    # Whether a query sees only earlier keys; None: as `kind` says (a causal LM is causal). A compiled program says it.
+    causal: bool | None = None
 
 
 def check_ablation(ablation) -> Ablation:
@@ -424,7 +426,7 @@ class Model(ABC):
 
     @property
     def causal(self) -> bool:
-        return self.info.kind == "causal-lm"
+        return self.info.causal if self.info.causal is not None else self.info.kind == "causal-lm"
 
     # -- what every model answers ----------------------------------------------------------------------------
     @abstractmethod
@@ -587,6 +589,16 @@ class Model(ABC):
     def examples(self) -> list[tuple[str, str, str]]:
         """(button label, sentence, what to look for) triples offered as one-click examples; [] for none."""
         return []
+
+    def program_output(self, run: AttentionRun) -> list | None:
+        """A compiled program's decoded output at each position of `run` (its readout, with the run's heads off);
+        None for a model that was not compiled from a program."""
+        return None
+
+    def written_heads(self) -> dict:
+        """(layer, head) -> what a program wrote into that head (`models.compiled.config.WrittenHead`: its Select,
+        in words and as the program's text); {} for a learned model, whose heads no one wrote."""
+        return {}
 
     def lexicon(self) -> Lexicon:
         """Whole words this model reads as one token each, sorted by the part they play in a template sentence

@@ -142,6 +142,20 @@ def _next(att, pos: Positions):
     return _diagonal(att, 1, 0)
 
 
+OFFSET_MAX = 5  # Clark et al. 2019's fixed offsets: the word up to 5 away
+
+
+def _offset(att, pos: Positions):
+    """The largest, over fixed offsets d = 1..5 back (and forward, for an encoder), of the mean attention on the key
+    d away, over the queries whose key d away exists and is not position 0 (as `previous`)."""
+    best = None
+    for d in range(1, OFFSET_MAX + 1):
+        for value in [_diagonal(att, -d, d + 1)] + ([] if pos.causal else [_diagonal(att, d, 1)]):
+            value = value.nan_to_num(nan=-1.0)  # (L, H)
+            best = value if best is None else torch.maximum(best, value)
+    return best.masked_fill(best < 0, float("nan"))  # (L, H): NaN where no offset has a query
+
+
 def _self(att, pos: Positions):
     return _diagonal(att, 0, 0)
 
@@ -382,6 +396,13 @@ _register(Measure(
     "\"positional\" and count only the +-1 neighbour.",
     _nearby, badge=True, target=f"the tokens within {NEARBY_WINDOW} positions of it (itself excluded)",
     unmeasurable="the text has fewer than three tokens", census=("random", "texts")))
+_register(Measure(
+    "offset", "fixed offset", f"attention on the key a fixed number of positions away, at the head's best offset "
+    f"(1 to {OFFSET_MAX} back, or ahead in an encoder), averaged over the queries that have that key",
+    "Clark et al. 2019, section 4.2 (the fixed-offset baselines, here as a score of the head). Ours: the best offset "
+    "is chosen per head and input; position 0 is never the key, as for previous token.",
+    _offset, target="one key at a fixed distance (its best)", unmeasurable="the text has fewer than three tokens",
+    census=("random",)))
 _register(Measure(
     "self", "itself", "attention of each token on itself", "Kovaleva et al. 2019 (diagonal patterns).", _self,
     badge=True, target="the token itself", unmeasurable="the text has no tokens"))

@@ -80,8 +80,11 @@ def unrepeated_twins(items: list[WordInput], words: tuple[str, ...], seed: int) 
             m = n // 2
             seq = tuple(rng.sample(words, m))
             rest = [w for w in words if w not in seq]
-            seq += tuple(rng.sample(rest, min(m, len(rest))))
-            seq += tuple(rng.choice(rest) for _ in range(n - len(seq)))
+            if rest:
+                seq += tuple(rng.sample(rest, min(m, len(rest))))
+                seq += tuple(rng.choice(rest) for _ in range(n - len(seq)))
+            else:  # a vocabulary of m words (a compiled program's): only the word m back must differ
+                seq += tuple(rng.choice([w for w in words if w != seq[i]]) for i in range(n - m))
         out.append(WordInput(seq, dict(item.pairs)))
     return out
 

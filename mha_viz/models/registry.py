@@ -37,6 +37,17 @@ def _tiny_untrained(progress: Progress) -> Model:
     return load_tiny(trained=False)
 
 
+def _written(stem: str) -> Callable[[Progress], Model]:
+    """A shipped compiled program (assets/compiled/<stem>/), loaded with torch alone."""
+    def load(progress: Progress) -> Model:
+        from mha_viz.models.compiled.adapter import load_compiled
+        from mha_viz.settings import ASSETS
+
+        return load_compiled(ASSETS / "compiled" / stem, name=f"written-{stem.replace('_', '-')}")
+
+    return load
+
+
 def _tiny_steps() -> list[int]:
     from mha_viz.models.tiny.adapter import checkpoint_steps
 
@@ -62,6 +73,12 @@ SPECS: tuple[ModelSpec, ...] = (
     ModelSpec("tiny", "tiny — in-repo stack, trained here", _tiny, steps=_tiny_steps, family="tiny"),
     ModelSpec("tiny-untrained", "tiny-untrained — same stack at its seeded initialisation", _tiny_untrained,
               steps=_tiny_steps, family="tiny"),
+    # Written, not learned: RASP programs compiled by Tracr (assets/compiled/programs/, `make compile`).
+    ModelSpec("written-three-heads", "written: three heads side by side (previous, seen before, first) — compiled "
+              "RASP", _written("three_heads")),
+    ModelSpec("written-induction", "written: induction circuit (previous-token head, induction head) — compiled "
+              "RASP", _written("induction")),
+    ModelSpec("written-histogram", "written: histogram (Tracr's make_hist) — compiled RASP", _written("histogram")),
 )
 _BY_NAME = {spec.name: spec for spec in SPECS}
 BUILTIN = {spec.name: spec.title for spec in SPECS}  # name -> title, in the picker's order (the first is the default)
@@ -177,6 +194,14 @@ def load_model(name: str, progress: Callable[[str], None] | None = None) -> Mode
     seed = _SEED.match(key)
     if seed:
         return _load_seed(int(seed.group(1)), None if seed.group(2) is None else int(seed.group(2)))
+    from mha_viz.models.compiled.config import is_compiled_folder
+
+    if is_compiled_folder(key):  # a compiled program's folder (`mha-viz compile`, `save_compiled`): no jax needed
+        from mha_viz.models.compiled.adapter import load_compiled
+        from mha_viz.models.hf.policy import _check_custom_allowed
+
+        _check_custom_allowed()
+        return load_compiled(key)
     from mha_viz.models.hf import load_custom
 
     return load_custom(key)

@@ -37,7 +37,7 @@ def test_every_model_kind_gets_every_score_with_baselines_and_intervals(kind, fo
     L, H = model.n_layers, model.n_heads
     assert (census.n_layers, census.n_heads, census.causal) == (L, H, model.causal)
     expected = {"previous", "nearby", "distance", "previous (text)", "nearby (text)", "distance (text)", "first",
-                "special", "punctuation", "confidence", "entropy", "induction", "duplicate"}
+                "special", "punctuation", "confidence", "entropy", "offset", "induction", "duplicate"}
     relations = ({"noun→det", "noun→adj", "verb→subject", "pre-verb→subject", "object→verb"} if model.causal else
                  {"det→noun", "adj→noun", "subject→verb", "verb→subject", "verb→object"})
     assert set(census.names) == expected | relations

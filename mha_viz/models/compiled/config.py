@@ -30,9 +30,8 @@ PROGRAM_FILE = "program.py"
 @dataclass(frozen=True)
 class WrittenHead:
     """What a program wrote into one head: the Select that chose its keys and the Aggregate (or SelectorWidth) that
-    read through it. `pattern` names the role in the census's words where one fits ("previous", "duplicate",
-    "induction", "offset -2", "first"), or "" where no measure names it; `selects` says in words which keys a query
-    selects."""
+    read through it. `pattern` names the role by the registered measure that reads it ("previous", "duplicate",
+    "induction", "offset"), or "" where no measure does; `selects` says in words which keys a query selects."""
     layer: int
     head: int
     expr: str  # the Aggregate's (or SelectorWidth's) label in the program

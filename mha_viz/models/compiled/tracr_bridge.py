@@ -8,7 +8,8 @@ which runs them with torch alone.
 
 A head's role is read from the program, not from the weights: its selector is evaluated by RASP itself on random
 inputs, and the role is named only where the selection is, on every input, exactly one of the census's patterns
-(the key one position back, a fixed offset, the earlier occurrences of the query's token, the position after them).
+(the key one position back, another fixed offset, the earlier occurrences of the query's token, the positions after
+them), each the name of the registered measure that reads it (`mha_viz.measures`).
 """
 from __future__ import annotations
 
@@ -220,8 +221,7 @@ def _pattern(selector, samples, causal: bool, rasp) -> tuple[str, str]:
             return name, PATTERNS[name]
     if offsets and len(offsets) == 1:
         d = next(iter(offsets))
-        return f"offset {-d:+d}", f"the key {abs(d)} position{'s' if abs(d) != 1 else ''} " \
-                                  f"{'back' if d > 0 else 'ahead'}"
+        return "offset", f"the key {abs(d)} position{'s' if abs(d) != 1 else ''} {'back' if d > 0 else 'ahead'}"
     return "", "keys no census measure describes"
 
 

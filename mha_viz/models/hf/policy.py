@@ -26,12 +26,17 @@ class CustomPreview:
     where: str  # where the estimate came from, or why there is none, in words for the page
 
 
-def _check_name(name: str) -> tuple[str, Path | None]:
-    """("folder", path) or ("hub", None) for a name a user may load; ModelLoadError otherwise. No network."""
+def _check_custom_allowed() -> None:
+    """ModelLoadError where this server turns models from a name or folder off (MHA_VIZ_ALLOW_CUSTOM=0)."""
     if not settings().allow_custom:
         raise ModelLoadError(
             "Custom models are turned off on this server (MHA_VIZ_ALLOW_CUSTOM=0). Pick a built-in model."
         )
+
+
+def _check_name(name: str) -> tuple[str, Path | None]:
+    """("folder", path) or ("hub", None) for a name a user may load; ModelLoadError otherwise. No network."""
+    _check_custom_allowed()
     if not name or len(name) > 300 or any(ch in name for ch in "\n\r\t\0"):
         raise ModelLoadError("A model id must be a Hugging Face id like 'bert-base-uncased' or a folder path.")
     path = Path(name).expanduser()

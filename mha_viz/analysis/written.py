@@ -1,0 +1,89 @@
+"""A census set against the heads a program wrote (`Model.written_heads`): for every written head, the census score
+on which it ranks first with a strong value, and whether that is the role the program gave it. This is the one
+place where the census's names can be checked against ground truth no one here chose.
+
+A head is *named* by a score when it ranks first of every head on it, at `NAMED_AT` or more, with the score's
+notable end high (a share of attention); of several such scores, the one it beats its baseline on most. Where no
+score names it, the census says "no measured pattern explains it" rather than forcing the nearest name.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from mha_viz import measures
+from mha_viz.names import head_name
+
+NAMED_AT = 0.9  # the value a head must reach, ranked first, for a score to name it
+NO_PATTERN = "no measured pattern explains it"
+
+
+@dataclass(frozen=True)
+class WrittenVsMeasured:
+    head: tuple[int, int]
+    written: str  # the census pattern the program wrote ("" where none of the census's patterns is it)
+    text: str  # the program's expression for the head
+    named: str  # the census score that names the head, or "" (NO_PATTERN)
+    value: float  # its value on that score (the best score's where none names it)
+    best: str  # the score with the head's largest excess over its baseline (what is nearest, named or not)
+    runner_up: tuple[tuple[int, int], float] | None  # the second head on the named (or best) score
+
+    @property
+    def agrees(self) -> bool:
+        """The census names the head with the role the program wrote, or names nothing where the program wrote a
+        role no census score measures."""
+        return self.named == self.written
+
+    def words(self) -> str:
+        if not self.named:
+            return f"{NO_PATTERN} (nearest: {measures.score_label(self.best)} {self.value:.2f})"
+        return f"{measures.score_label(self.named)} {self.value:.2f}, ranked first"
+
+
+def _scores(census) -> list[str]:
+    """The census scores that may name a head: shares of attention where high is notable, read on the census's own
+    input set (a " (text)" copy says nothing more about a written head)."""
+    out = []
+    for name in census.names:
+        m, inputs = measures.of_score(name)
+        if m.is_share and not m.lower_is_notable and inputs == (m.census[0] if m.census else inputs) and \
+                not name.endswith(measures.TEXT_SUFFIX):
+            out.append(name)
+    return out
+
+
+def written_vs_census(written: dict, census) -> list[WrittenVsMeasured]:
+    """One row per written head (`written`: (layer, head) -> an object with `pattern` and `text`, as
+    `Model.written_heads` gives), in head order."""
+    names = _scores(census)
+    rows = []
+    for head in sorted(written):
+        w = written[head]
+        named, value, best, best_excess, named_excess = "", float("nan"), "", -math.inf, -math.inf
+        for name in names:
+            v = float(census.scores[name][head])
+            if math.isnan(v):
+                continue
+            excess = v - census.baseline(name)
+            if excess > best_excess:
+                best, best_excess, value = name, excess, v
+            ranked = census.top(name, 1)
+            # Of the scores that would name it, the most specific: the largest excess over its baseline (a
+            # previous-token head scores as high on nearby, whose two keys a uniform head also fills more of).
+            if ranked and ranked[0][0] == head and v >= NAMED_AT and excess > named_excess:
+                named, named_excess = name, excess
+        if named:
+            value = float(census.scores[named][head])
+        score = named or best
+        ranked = census.top(score, 2) if score else []
+        runner = next(((h, v) for h, v in ranked if h != head), None)
+        rows.append(WrittenVsMeasured(head, w.pattern, w.text, named, value, best, runner))
+    return rows
+
+
+def summary(rows: list[WrittenVsMeasured]) -> str:
+    """One sentence from the rows: how many written heads the census named as written."""
+    agree = sum(r.agrees for r in rows)
+    named = [f"{head_name(r.head)} {r.named} {r.value:.2f}" for r in rows if r.named]
+    return (f"The census names {agree} of {len(rows)} written heads as their program wrote them"
+            + (f" ({'; '.join(named)})" if named else "") + ".")
