@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from mha_viz import measures
-from mha_viz.contract import UnavailableError
+from mha_viz.contract import InputError, UnavailableError
 from mha_viz.names import head_name
 
 MODES = ("q", "k", "v")  # the input of the later head the earlier head's output reaches: query, key or value
@@ -427,7 +427,7 @@ def repeated_texts(model, n_texts: int = 4, n_words: int = 20, seed: int = 0) ->
     seen = set()
     for i in torch.randperm(n_vocab, generator=gen).tolist():
         word = model.decode(i).strip()
-        if word.isascii() and word.isalpha() and word.lower() not in seen:
+        if word.isascii() and word.isalpha() and word.lower() not in seen and _readable(model, word):
             seen.add(word.lower())
             words.append(word)
             if len(words) == n_texts * n_words:
@@ -436,6 +436,15 @@ def repeated_texts(model, n_texts: int = 4, n_words: int = 20, seed: int = 0) ->
         raise ValueError(f"{model.name}'s vocabulary has too few plain words ({len(words)}) for repeated texts")
     chunks = [words[i:i + n_words] for i in range(0, len(words) - n_words + 1, n_words)]
     return tuple(" ".join(c + c) for c in chunks)
+
+
+def _readable(model, word: str) -> bool:
+    """Whether the model takes `word` as text: a compiled program's BOS decodes to a word it refuses to read."""
+    try:
+        model.token_count(word)
+    except InputError:
+        return False
+    return True
 
 
 def causal_check(model, off: tuple[int, int], texts: tuple[str, ...] | None = None,

@@ -18,6 +18,12 @@ LEARNED_NOTE = (
     "nobody assigned them roles, and a pattern that looks like grammar or copying is a measurement on this "
     "input, not an explanation. Switch heads off to test what they actually contribute."
 )
+WRITTEN_NOTE = (
+    "This model was **written, not learned**: a RASP program compiled by Tracr set every head, so here each head is "
+    "a labeled module, and the Layer view shows the program line behind it. It is the opposite case to every "
+    "trained model in the app: compare its census with the tiny model's seeds, where the same roles land on other "
+    "heads and mix."
+)
 
 # What "off" means, worded for the page (Model.run's `ablation`). The mean is over the model's example sentences.
 # The wording of each meaning of "off", read from the typed value (contract.Ablation): one class per meaning.

@@ -16,7 +16,7 @@ from mha_viz.app.common import (
     top_predictions,
 )
 from mha_viz.app.context import ViewContext
-from mha_viz.app.names import head_name
+from mha_viz.app.names import head_name, token_label
 from mha_viz.app.text import chip
 
 SUMMARY_PX = 92  # the summary's reserved height: the same with no head off, one, or many
@@ -70,6 +70,15 @@ def effect_panel(ctx: ViewContext) -> None:
     if len(run.ablated) == model.n_layers * model.n_heads:
         st.warning("Every head is off: no token can read any other token, so each position sees only itself "
                    "through the residual stream. The output below is what is left.")
+    before = model.program_output(base)
+    if before is not None:  # a compiled program: its readout is its decoded output at every position
+        after = model.program_output(run)
+        changed = sum(a != b for a, b in zip(before, after))
+        rows = zip(base.tokens, before, after)
+        st.dataframe([{"position": i, "token": token_label(t), "program output": str(a),
+                       "with these heads off": str(b), "changed": "yes" if a != b else ""}
+                      for i, (t, a, b) in enumerate(rows)], hide_index=True)
+        st.caption(f"The program's output changed at {changed} of {len(before)} positions.")
     position = model.prediction_position(base)
     if position is not None:
         predictions_panel(model, base, run, position, key="pred_fig", chart=False)  # no plotly on a toggle

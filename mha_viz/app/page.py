@@ -86,7 +86,7 @@ def main() -> None:
         st.warning(f"Link: {notice}")
     n_cols, shared_scale, hide_special, merge = sidebar.display_options(model)
     ablation = sidebar.ablation()
-    sidebar.learned_note()
+    sidebar.learned_note(model)
     text = text_input(model)
     try:
         with st.spinner("Running the model..."):

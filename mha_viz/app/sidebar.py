@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from mha_viz.app import state
-from mha_viz.app.common import ABLATION_LABELS, FIG_FORMAT, LEARNED_NOTE
+from mha_viz.app.common import ABLATION_LABELS, FIG_FORMAT, LEARNED_NOTE, WRITTEN_NOTE
 from mha_viz.contract import Ablation, Model
 from mha_viz.models import BUILTIN
 
@@ -67,10 +67,11 @@ def ablation() -> str:
     )
 
 
-def learned_note() -> None:
-    """What a heatmap is and is not, kept in view without pushing the heads down the page."""
+def learned_note(model) -> None:
+    """What a heatmap is and is not, kept in view without pushing the heads down the page: learned patterns, or,
+    on a model a program wrote, the one case where a head is a labeled module."""
     from mha_viz.app.views.notes import notes_text
 
-    st.sidebar.info(LEARNED_NOTE, icon="ℹ️")
+    st.sidebar.info(WRITTEN_NOTE if model.written_heads() else LEARNED_NOTE, icon="ℹ️")
     with st.sidebar.expander("More: what a head is, and what a heatmap can and cannot tell you"):
         notes_text()

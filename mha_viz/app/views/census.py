@@ -22,6 +22,7 @@ from mha_viz.analysis.census_run import (
     head_census,
     seed_roles,
 )
+from mha_viz.analysis.written import NAMED_AT, summary, written_vs_census
 from mha_viz.app.cache import RunCache, census_control, get_model, side_model
 from mha_viz.app.common import clicked_head, head_name, md_safe, pick_clicked_head
 from mha_viz.app.context import ViewContext
@@ -52,6 +53,7 @@ def render(ctx: ViewContext) -> None:
     if census is None:
         return
     _overview(census)
+    _written(ctx.model, census, seed)
     picked = _maps(census)
     _scatter(census)
     _open_head(ctx, picked)
@@ -247,6 +249,31 @@ def _seed_model(name: str, seed_name: str) -> Model:
     """A seed of the recipe of `name`: the user's own model where it is that seed, else a side model (in the run
     cache, under its memory budget, so the seeds do not push the user's models out of get_model's slots)."""
     return get_model(seed_name) if seed_name == name else side_model(seed_name)
+
+
+def _written(model: Model, c: HeadCensus, seed: int) -> None:
+    """A compiled program's heads: what the program wrote into each, beside what the census measured, and the
+    learned contrast (the tiny recipe's seeds) on request."""
+    written = model.written_heads()
+    if not written:
+        return
+    rows = written_vs_census(written, c)
+    st.markdown("### Written heads, and what the census names them")
+    st.caption("This model was compiled from a RASP program (Tracr): every head's role was written by the program, "
+               "so the label is true by construction. The census did not read the program: it measured the heads "
+               "on its own inputs, and names a head only where the head ranks first on a score at "
+               f"{NAMED_AT:.1f} or more.")
+    st.dataframe([{"head": head_name(r.head), "the program wrote": written[r.head].text,
+                   "each query selects": written[r.head].selects.removeprefix("each query selects "),
+                   "written role": measures.score_label(r.written) if r.written else "none the census measures",
+                   "the census names it": r.words(),
+                   "runner-up": f"{head_name(r.runner_up[0])} {r.runner_up[1]:.2f}" if r.runner_up else "—",
+                   "agrees": "yes" if r.agrees else "no"} for r in rows], hide_index=True)
+    st.markdown(md_safe(summary(rows)))
+    if seeds("tiny"):
+        st.caption("Learned, for contrast: the tiny model's training recipe run from several seeds puts the same "
+                   "kinds of role on other heads, and mixes them (below, on request).")
+        _seeds("tiny", seed)
 
 
 def _seeds(name: str, seed: int) -> None:

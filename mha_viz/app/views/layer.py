@@ -47,6 +47,23 @@ def grid(ctx: ViewContext) -> None:
         controls(ctx.model, ctx.name, ctx.layer)
         for head in range(ctx.model.n_heads):
             switch(ctx.name, ctx.layer, head)
+    written(ctx)
+
+
+def written(ctx: ViewContext) -> None:
+    """A compiled program's readout (its output at every position) and the program line that wrote each head."""
+    heads = ctx.model.written_heads()
+    output = ctx.model.program_output(ctx.run)
+    if output is None:
+        return
+    st.markdown("**The program's output** at each position" + (" (with the heads that are off)" if ctx.run.ablated
+                                                                 else "") + ": " +
+                " ".join(f"`{token_label(t)}→{o}`" for t, o in zip(ctx.run.tokens, output)))
+    st.caption("Written, not learned: a program compiled by Tracr set every head below. Heads a layer has beyond "
+               "the program's are zero (Tracr pads the layer).")
+    st.dataframe([{"head": head_name(lh), "the program wrote": w.text, "source line": w.source_line or "—",
+                   "each query selects": w.selects.removeprefix("each query selects ")}
+                  for lh, w in sorted(heads.items())], hide_index=True)
 
 
 def _shown_unknown(ctx: ViewContext) -> list[int]:

@@ -32,9 +32,9 @@ class CompiledModel(EditableModel):
         self.folder = None if folder is None else Path(folder)
         self._decode_ids = {i: t for t, i in config.encoding.items()}
         self.info = ModelInfo(
-            name=name or config.name, title=f"{config.name} — compiled from a RASP program (Tracr), "
-            f"{config.n_layers} layers x {config.n_heads} heads", kind="program", n_layers=config.n_layers,
-            n_heads=config.n_heads, max_tokens=config.max_seq_len + 1, causal=config.causal)
+            name=name or config.name, title=f"{config.name} (compiled from a RASP program by Tracr)",
+            kind="program", n_layers=config.n_layers, n_heads=config.n_heads, max_tokens=config.max_seq_len + 1,
+            causal=config.causal)
 
     # -- tokenising -------------------------------------------------------------------------------------------
     def encoding(self, text: str) -> Encoded:
