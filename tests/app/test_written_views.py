@@ -60,9 +60,10 @@ def test_the_census_names_every_written_head_as_written():
     assert not at.exception, at.exception
     table = [d.value for d in at.dataframe if "the census names it" in d.value.columns][0]
     assert list(table["agrees"]) == ["yes"] * 3
-    names = dict(zip(table["head"], table["the census names it"]))
-    assert names["L1 H0"].startswith("previous token 1.00") and names["L1 H2"].startswith("same token earlier 1.00")
-    assert names["L1 H1"].startswith("no measured pattern explains it")
+    names = dict(zip(table["written role"], table["the census names it"]))
+    assert names["previous token"].startswith("previous token 1.00")
+    assert names["same token earlier"].startswith("same token earlier 1.00")
+    assert names["none the census measures"].startswith("no measured pattern explains it")
 
 
 @pytest.mark.parametrize("text, words", [("a b zebra", ["zebra", "a b c d e"]),

@@ -26,6 +26,10 @@ seen = rasp.numerical(rasp.Aggregate(earlier_same, one, default=0)).named("seen"
 first = rasp.Aggregate(rasp.Select(rasp.indices, rasp.indices, lambda k, q: k == 0).named("to_first"), token_at
                        ).named("first")
 seen_flag = rasp.categorical(rasp.Map(lambda s: "seen" if s > 0.5 else "new", seen)).named("seen_flag")
-same_as_first = rasp.SequenceMap(lambda p, f: "prev=first" if p is not None and f is not None and p[0] == f[0]
-                                 else "prev≠first", previous, first).named("same_as_first")
+# Each read item back to its token before comparing (a small MLP each), so the comparison's MLP is 4 x 4, not 25 x 25.
+previous_token = rasp.categorical(rasp.Map(lambda p: p[0] if p is not None else "none", previous)
+                                  ).named("previous_token")
+first_token = rasp.categorical(rasp.Map(lambda p: p[0] if p is not None else "none", first)).named("first_token")
+same_as_first = rasp.SequenceMap(lambda p, f: "prev=first" if p == f != "none" else "prev≠first", previous_token,
+                                 first_token).named("same_as_first")
 program = rasp.SequenceMap(lambda a, b: f"{a},{b}", same_as_first, seen_flag).named("three_heads")

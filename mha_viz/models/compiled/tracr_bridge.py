@@ -16,6 +16,7 @@ from __future__ import annotations
 import inspect
 import random
 import re
+import runpy
 from pathlib import Path
 
 import numpy as np
@@ -301,9 +302,8 @@ def load_program_file(path) -> dict:
     if not path.is_file():
         raise InputError(f"{path} is not a file: pass a Python file that defines program, vocab and max_seq_len")
     source = path.read_text()
-    scope: dict = {"__file__": str(path), "__name__": "mha_viz_program"}
-    try:
-        exec(compile(source, str(path), "exec"), scope)  # a file the user chose to compile, run as `python` would
+    try:  # the file the user asked to compile, run as `python PROGRAM.py` would run it (never text from the page)
+        scope = runpy.run_path(str(path), run_name="mha_viz_program")
     except Exception as err:  # noqa: BLE001  (their program: report whatever it raised)
         raise InputError(f"{path} raised {type(err).__name__}: {err}") from err
     missing = [k for k in ("program", "vocab", "max_seq_len") if k not in scope]
