@@ -544,6 +544,21 @@ def score_all(att: torch.Tensor, positions: Positions, names: Sequence[str] = ON
     return values, base
 
 
+def markdown_table() -> str:
+    """The README's table of measures, made from the entries (the relations share one row): README.md holds it
+    between `<!-- measures -->` markers and a test checks it is this."""
+    rows = ["| name | label | what it measures | source (and where ours differs) |", "| --- | --- | --- | --- |"]
+    relations = [n for n in _REGISTRY if n in RELATIONS]
+    for m in _REGISTRY.values():
+        if m.name in RELATIONS:
+            continue
+        rows.append(f"| `{m.name}` | {m.label} | {m.meaning} | {m.citation} |")
+    first = _REGISTRY[relations[0]]
+    rows.append(f"| {', '.join(f'`{n}`' for n in relations)} | the relation | how often the most-attended word is the "
+                f"gold word of that dependency relation, on the census's template sentences | {first.citation} |")
+    return "\n".join(rows).replace("<", "&lt;").replace(">", "&gt;")  # "<bos>" would vanish as an HTML tag
+
+
 class _RegistryModule(types.ModuleType):
     """`mha_viz.measures` is this module and the registry at once: `measures["previous"]`, `measures()`,
     `for name in measures` and `len(measures)` read the registry, while `from mha_viz.measures import Measure` still

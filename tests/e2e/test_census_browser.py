@@ -6,12 +6,15 @@ from urllib.parse import urlencode
 
 from test_browser import _assert_no_exception
 
+from mha_viz import measures
+
 from harness import wait, wait_idle
 
-# Plotly's own data of the census map: the heatmap's z (a base64 typed array or nested lists), flattened.
+# Plotly's own data of the census map: the heatmap's z (a base64 typed array or nested lists), flattened. Its title
+# starts with the score's registered label ("previous token, 24 random sequences of ...").
 _MAP = """() => {
   const gd = [...document.querySelectorAll('.js-plotly-plot')].find(g => (g.layout && g.layout.title &&
-      String(g.layout.title.text || '').includes('previous, ')));
+      String(g.layout.title.text || '').includes('""" + measures.score_label("previous") + """, ')));
   if (!gd) return null;
   const t = gd.data.find(d => d.type === 'heatmap');
   const z = t.z;

@@ -112,3 +112,13 @@ def test_confidence_is_the_mean_largest_weight():
             assert float(value[l, h]) == pytest.approx(sum(rows) / len(rows), abs=1e-6)
     base = M["confidence"].baseline(M.Positions(t, True))
     assert base == pytest.approx(sum(1 / (q + 1) for q in range(1, t)) / (t - 1))
+
+
+def test_the_readme_table_is_the_registry():
+    """README.md's table of measures is made from the entries, so a new or reworded measure cannot leave it stale."""
+    readme = (PKG.parent / "README.md").read_text()
+    start = readme.index("<!-- measures:")
+    start = readme.index("\n", start) + 1
+    table = readme[start:readme.index("<!-- /measures -->")].strip()
+    assert table == M.markdown_table(), ("README.md's measures table differs from the registry: replace it with "
+                                        "python -c 'from mha_viz import measures; print(measures.markdown_table())'")
