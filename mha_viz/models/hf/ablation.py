@@ -13,6 +13,7 @@ import contextlib
 import contextvars
 import sys
 import types
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import torch
@@ -24,37 +25,52 @@ ATTN_IMPL = "mha_viz"
 
 
 class LayerIndex:
-    """Which layer each attention module is, by identity. `LayerIndex()` discovers them: the first forward through
-    it numbers the modules in call order, which is their layer order; `LayerIndex(modules)` only looks them up."""
+    """Which layer each attention call is. `LayerIndex()` discovers them: the first forward through it lists the
+    attention modules in call order, which is their layer order; `LayerIndex(modules)` only looks them up, by
+    identity, or by call order where one module serves several layers (ALBERT shares one across all of them)."""
 
     def __init__(self, modules: list[torch.nn.Module] | None = None):
         self.discovering = modules is None
-        self.modules: list[torch.nn.Module] = list(modules or [])
+        self.modules: list[torch.nn.Module] = list(modules or [])  # per layer; a shared module more than once
         self._of = {id(m): i for i, m in enumerate(self.modules)}
+        self.shared = len(self._of) < len(self.modules)
 
     def __len__(self) -> int:
         return len(self.modules)
 
-    def of(self, module: torch.nn.Module) -> int:
+    def of(self, module: torch.nn.Module, call: int) -> int:
+        """The layer of `module`, the forward's `call`-th attention call (from 0)."""
+        if self.discovering:
+            self.modules.append(module)
+            return call
+        if self.shared:  # every layer runs, in order: a shared model's blocks are not skipped (no block list)
+            if not 0 <= call < len(self.modules) or self.modules[call] is not module:
+                raise ModelLoadError(f"an attention module ({type(module).__name__}) ran out of the order seen when "
+                                     "the model loaded; reload the model")
+            return call
         index = self._of.get(id(module))
         if index is None:
-            if not self.discovering:
-                raise ModelLoadError(f"an attention module ({type(module).__name__}) ran that was not seen when the "
-                                     "model loaded; reload the model")
-            index = self._of[id(module)] = len(self.modules)
-            self.modules.append(module)
+            raise ModelLoadError(f"an attention module ({type(module).__name__}) ran that was not seen when the "
+                                 "model loaded; reload the model")
         return index
 
 
-# (the layer index, the HeadEdit) of the forward running in this context. It lives for one call and is never
-# stored on the shared model.
-_CALL: contextvars.ContextVar[tuple[LayerIndex, HeadEdit] | None] = contextvars.ContextVar("mha_viz_call", default=None)
+@dataclass
+class _Call:
+    """The forward running in this context: its layer index, its HeadEdit, and how many attention calls it has
+    made so far. It lives for one call and is never stored on the shared model."""
+    layers: LayerIndex
+    edit: HeadEdit
+    calls: int = 0
+
+
+_CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("mha_viz_call", default=None)
 
 
 @contextlib.contextmanager
 def editing(layers: LayerIndex, edit: HeadEdit) -> Iterator[None]:
     """Apply `edit` to every attention layer of the forward run in this context."""
-    token = _CALL.set((layers, edit))
+    token = _CALL.set(_Call(layers, edit))
     try:
         yield
     finally:
@@ -79,8 +95,9 @@ def _masked_eager_attention(module, query, key, value, attention_mask, **kwargs)
     call = _CALL.get()
     if call is None:
         return out, weights
-    layers, edit = call
-    layer = layers.of(module)
+    layers, edit = call.layers, call.edit
+    layer = layers.of(module, call.calls)
+    call.calls += 1
     if edit.wants(layer):
         scale = kwargs.get("scaling", getattr(module, "scaling", None))
         scale = query.shape[-1] ** -0.5 if scale is None else scale
@@ -115,7 +132,7 @@ def register() -> None:
 def _record_final_norm(module, args, output) -> None:
     call = _CALL.get()
     if call is not None:
-        call[1].finished(args[0], output)  # (B, T, D) residual stream in, (B, T, D) normalised out
+        call.edit.finished(args[0], output)  # (B, T, D) residual stream in, (B, T, D) normalised out
 
 
 def watch_final_norm(norm: torch.nn.Module) -> None:
@@ -140,7 +157,7 @@ def _resumable_forward(block: torch.nn.Module, *args, **kwargs):
     call = _CALL.get()
     if call is None:
         return forward(block, *args, **kwargs)
-    edit, layer = call[1], block._mha_viz_layer
+    edit, layer = call.edit, block._mha_viz_layer
     hidden = args[0] if args else kwargs.get("hidden_states")
     if edit.skips(layer):
         return edit.resumed(hidden.shape[0])  # the unedited run's output of layer start - 1, over the batch

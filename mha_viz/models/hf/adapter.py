@@ -18,6 +18,7 @@ from mha_viz.contract import (
     check_text,
 )
 from mha_viz.models.examples import shipped_examples
+from mha_viz.models.hf import projections
 from mha_viz.models.hf.ablation import LayerIndex, editing, make_resumable, watch_final_norm
 from mha_viz.models.interventions import EditableModel, Encoded, FinalParts, Forward, HeadEdit
 from mha_viz.models.special import added_positions
@@ -43,15 +44,19 @@ class HFModel(EditableModel):
         if blocks is not None:
             make_resumable(blocks)
         self.can_resume = blocks is not None  # set once, here: which layers a batch may skip
-        self.grows = self.can_resume  # the block wrappers append a growing batch's rows (HeadEdit.grown)
         params = _forward_params(model)
         self._keeps_logits = "logits_to_keep" in params
         self._no_cache = {"use_cache": False} if "use_cache" in params else {}  # no key/value cache: one pass
         # The argument a key/value cache goes in ("cache" in transformers 5.2x, "past_key_values" before).
         self._cache_arg = next((a for a in ("cache", "past_key_values") if a in params), None)
         # A tail of a text on the unedited run's keys and values (HeadEdit.past): causal LMs, with blocks to wrap.
+        # Not with a sliding window: transformers builds the window's mask and cache layers from the positions it
+        # is handed, and a tail resumed past the window no longer lines up with the keys handed to it.
         self.tails = self.can_resume and info.kind == "causal-lm" and self._cache_arg is not None and \
-            "use_cache" in params
+            "use_cache" in params and not _windowed(model.config)
+        # The block wrappers append a growing batch's rows (HeadEdit.grown), unless the model's own forward reshapes
+        # to the batch it was called with (GPTBigCode): tried once, here.
+        self.grows = self.can_resume and self._batch_can_grow()
 
     # -- loading helpers -------------------------------------------------------------------------------------
     def _discover_layers(self) -> LayerIndex:
@@ -71,6 +76,23 @@ class HFModel(EditableModel):
                 "It needs attn_implementation='eager' support."
             )
         return found
+
+    def _batch_can_grow(self) -> bool:
+        """Whether a forward called with one row carries the rows a growing batch adds at its last layer: a
+        two-token forward whose last layer takes one more row, on stand-in earlier states."""
+        L, H = self.info.n_layers, self.info.n_heads
+        ids = self._encode("a")[0]["input_ids"][:, :2]  # (1, T)
+        config = self._model.config.get_text_config()
+        width = getattr(config, "hidden_size", None) or self._model.get_input_embeddings().weight.shape[1]
+        bases = [torch.zeros(1, ids.shape[1], width, device=self._device)] * L  # (1, T, D) stand-ins
+        rows = [1] * (L - 1) + [2]
+        edit = HeadEdit(torch.ones(2, L, H), rows=rows, bases=bases)
+        try:
+            with torch.no_grad():
+                out = self.forward(ids, edit)
+        except (RuntimeError, ValueError):
+            return False
+        return out.hidden.shape[0] == 2
 
     def _watch_final_norm(self) -> torch.nn.Module | None:
         """The norm between the last layer and the LM head of a causal LM (`norm`, `ln_f`, ...), watched so a
@@ -117,12 +139,14 @@ class HFModel(EditableModel):
     def _labels(self, ids: list[int]) -> list[str]:
         """Display labels. Byte-level BPE pieces ('Ġkeys', 'Ċ', 'Ã¯ve') are always decoded to their text (' keys',
         newline, 'ïve'); a piece holding only part of a character shows its bytes as `⟨e2⟩`. WordPiece and
-        SentencePiece pieces keep their own markers ('##s', '▁the'), which tell where words start."""
+        SentencePiece pieces keep their own markers ('##s', '▁the'), which tell where words start. An id past the
+        tokenizer's vocabulary (embedding tables are often padded beyond it) is labelled `⟨id N⟩`."""
         pieces = self._tokenizer.convert_ids_to_tokens(ids)
+        pieces = [f"⟨id {i}⟩" if p is None else p for i, p in zip(ids, pieces)]
         if not _byte_level(self._tokenizer):
             return pieces
         special = set(self._tokenizer.all_special_tokens)
-        return [p if p in special else _byte_piece_text(p) for p in pieces]
+        return [p if p in special or p.startswith("⟨id ") else _byte_piece_text(p) for p in pieces]
 
     def decode(self, token_id: int) -> str:
         return self.decode_ids([token_id])
@@ -170,6 +194,8 @@ class HFModel(EditableModel):
         # largest thing a batch of rows would otherwise hold.
         watched = self._final_norm is not None  # its hook leaves the final hidden states in edit.final_out
         every = (edit.want_inputs and not self.can_resume) or (not watched and self.info.kind != "encoder")
+        if edit.want_inputs and not self.can_resume:
+            edit.stop_after = None  # the layers' inputs come from the hidden states, which only a whole forward gives
         with editing(self._layers, edit):
             out = self._model(**inputs, output_attentions=attentions, output_hidden_states=every)
         if edit.want_inputs and not self.can_resume:  # no block wrappers: transformers' hidden_states[l]
@@ -232,27 +258,22 @@ class HFModel(EditableModel):
             unembed_bias=None if getattr(head, "bias", None) is None else head.bias.detach().float().cpu())
 
     def head_weights(self, layer: int) -> HeadWeights:
-        """Layer `layer`'s per-head maps from the attention module's own projections: Llama-style q_proj/k_proj/
-        v_proj (rotary: q and k are rotated after the projection), BERT-style query/key/value, or GPT-2's fused
-        c_attn (a Conv1D, weight stored (in, out))."""
+        """Layer `layer`'s per-head maps from the attention module's own projections, separate or fused, split as
+        its forward splits them (hf/projections.py); rotary: q and k are rotated after the projection."""
         layer = _index(layer, self.n_layers, "layer")
         module = self._layers.modules[layer]
-        names = [("q_proj", "k_proj", "v_proj"), ("query", "key", "value")]
-        for trio in names:
-            parts = [getattr(module, n, None) for n in trio]
-            if all(_is_linear(p) for p in parts):
-                (w_q, b_q), (w_k, b_k), (w_v, b_v) = (_out_weight(p) for p in parts)
-                rotary = trio[0] == "q_proj" and "position_embeddings" in _forward_params(module)
-                return self.head_weights_from(layer, w_q, w_k, w_v, b_q, b_k, b_v, rotary=rotary)
-        fused = getattr(module, "c_attn", None)
-        if _is_linear(fused) and not getattr(module, "is_cross_attention", False):
-            weight, bias = _out_weight(fused)  # (3 D, D), (3 D,)
-            w_q, w_k, w_v = weight.chunk(3)
-            b_q, b_k, b_v = (None, None, None) if bias is None else bias.chunk(3)
-            return self.head_weights_from(layer, w_q, w_k, w_v, b_q, b_k, b_v, rotary=False)
-        return super().head_weights(layer)
+        qkv = projections.split(module, self.n_heads)
+        if qkv is None:
+            return super().head_weights(layer)
+        rotary = "position_embeddings" in _forward_params(module)
+        return self.head_weights_from(layer, qkv.w_q, qkv.w_k, qkv.w_v, qkv.b_q, qkv.b_k, qkv.b_v, rotary=rotary)
 
     def embeddings(self) -> Embeddings:
+        """Token (and learned position) embeddings in the residual stream's width, and the unembedding. Where the
+        embeddings are narrower than the stream (ELECTRA's embedding_size, ALBERT's) they are read through the
+        model's own projection into it (its norm before that left out); an LM head that reads a narrower transform
+        of the stream is not a (V, D) map, so `unembed` is None there (the projected embedding stands in, as the
+        head is tied to it)."""
         tokens = self._model.get_input_embeddings()
         head = self._model.get_output_embeddings()
         base = getattr(self._model, "base_model", self._model)
@@ -262,10 +283,30 @@ class HFModel(EditableModel):
                 module = getattr(holder, name, None) if holder is not None else None
                 if isinstance(module, torch.nn.Embedding):
                     pos = module.weight.detach().float().cpu()
-        weight = tokens.weight.detach().float().cpu()  # (V, D)
+        weight = tokens.weight.detach().float().cpu()  # (V, E)
+        project = _embedding_projection(base, weight.shape[1])
+        if project is not None:
+            w, b = _out_weight(project)  # (D, E), (D,) or None
+            weight = weight @ w.T + (0.0 if b is None else b)  # (V, D)
+            pos = None if pos is None else pos @ w.T  # (P, D): the bias is counted once, with the tokens
+        unembed = None if head is None else head.weight.detach().float().cpu()  # (V, D)
+        if unembed is not None and unembed.shape[1] != weight.shape[1]:
+            unembed = None
         labels = self._labels(list(range(weight.shape[0])))
-        return Embeddings(tokens=weight, positions=pos,
-                          unembed=None if head is None else head.weight.detach().float().cpu(), labels=labels)
+        return Embeddings(tokens=weight, positions=pos, unembed=unembed, labels=labels)
+
+
+def _embedding_projection(base, width: int) -> torch.nn.Module | None:
+    """The linear layer that maps embeddings of `width` into the residual stream (ELECTRA's embeddings_project,
+    ALBERT's encoder.embedding_hidden_mapping_in, OPT's project_in), or None where they are already its width."""
+    found = [getattr(base, "embeddings_project", None),
+             getattr(getattr(base, "encoder", None), "embedding_hidden_mapping_in", None),
+             getattr(getattr(base, "decoder", None), "project_in", None), getattr(base, "project_in", None)]
+    for layer in found:
+        if _is_linear(layer) and _out_weight(layer)[0].shape[1] == width and \
+                _out_weight(layer)[0].shape[0] != width:
+            return layer
+    return None
 
 
 def _blocks(model, attentions: list[torch.nn.Module]) -> list[torch.nn.Module] | None:
@@ -278,24 +319,31 @@ def _blocks(model, attentions: list[torch.nn.Module]) -> list[torch.nn.Module] |
     return None
 
 
+def _windowed(config) -> bool:
+    """Whether some layer attends only to a sliding window of recent keys (Mistral, Qwen2, Gemma 2 and 3, ...)."""
+    config = getattr(config, "get_text_config", lambda: config)()
+    kinds = getattr(config, "layer_types", None) or ()
+    if any("sliding" in str(kind) for kind in kinds):
+        return True
+    return bool(getattr(config, "sliding_window", None)) and getattr(config, "use_sliding_window", True) is not False
+
+
 def _forward_params(module) -> tuple[str, ...]:
     import inspect
 
     return tuple(inspect.signature(module.forward).parameters)
 
 
-def _is_linear(layer) -> bool:
-    # GPT-2's Conv1D is a linear layer with its weight stored transposed (in, out).
-    return isinstance(layer, torch.nn.Linear) or type(layer).__name__ == "Conv1D"
+_is_linear = projections.is_linear
+_out_weight = projections.linear_weight  # (weight (D, H * dh), bias (D,) or None), float32 on the CPU
 
 
 def _find_out_layer(model, attention: torch.nn.Module) -> torch.nn.Module | None:
-    """The linear layer that combines this attention module's heads (o_proj, out_proj, c_proj, BERT's sibling
-    output.dense), or None."""
-    for name in ("o_proj", "out_proj", "c_proj", "dense"):
-        layer = getattr(attention, name, None)
-        if _is_linear(layer):
-            return layer
+    """The linear layer that combines this attention module's heads (o_proj, out_proj, c_proj, out_lin, Wo, ... on
+    the module; BERT's sibling output.dense), or None."""
+    layer = projections.output_layer(attention)
+    if layer is not None:
+        return layer
     # BERT-style: the self-attention module's sibling `output.dense`.
     for parent in model.modules():
         if any(child is attention for child in parent.children()):
@@ -304,15 +352,6 @@ def _find_out_layer(model, attention: torch.nn.Module) -> torch.nn.Module | None
             if _is_linear(dense):
                 return dense
     return None
-
-
-def _out_weight(layer: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(weight (D, H * dh) as nn.Linear stores it, bias (D,) or None), float32 on the CPU."""
-    weight = layer.weight.detach().float().cpu()
-    if not isinstance(layer, torch.nn.Linear):  # Conv1D: (H * dh, D)
-        weight = weight.T  # (D, H * dh)
-    bias = None if getattr(layer, "bias", None) is None else layer.bias.detach().float().cpu()  # (D,)
-    return weight, bias
 
 
 # -- byte-level BPE pieces -------------------------------------------------------------------------------------

@@ -66,6 +66,7 @@ def build_hf_model(name: str, title: str, source: str, *, gguf_file: str | None 
         raise ModelLoadError(_explain_load_failure(name, err)) from None
     kind = _kind_of(config)
     check_size(config, name)
+    check_attention_interface(config, kind, name)
     n_heads, n_kv = _heads_of(config)
     load_args = dict(attn_implementation="eager", trust_remote_code=False, dtype=torch.float32)
     if torch.cuda.is_available():
@@ -90,6 +91,41 @@ def build_hf_model(name: str, title: str, source: str, *, gguf_file: str | None 
         max_tokens=min(max_pos, settings().max_tokens), n_kv_heads=n_kv if n_kv and n_kv != n_heads else None,
     )
     return HFModel(info, model, tokenizer, device)  # counts the layers that really run, see HFModel
+
+
+# What the attention of architectures outside transformers' attention interface computes besides q . k, in words.
+_OWN_ATTENTION = {
+    "bloom": "ALiBi position biases added to the scores",
+    "mpt": "ALiBi position biases added to the scores",
+    "falcon": "ALiBi or rotary attention written inside its layers",
+    "deberta-v2": "disentangled content and relative-position scores",
+    "deberta": "disentangled content and relative-position scores",
+    "mpnet": "relative-position bucket biases added to the scores",
+    "gpt_neo": "local (windowed) attention written inside its layers",
+}
+
+
+def check_attention_interface(config, kind: str, name: str) -> None:
+    """Refuse, before any weights load, an architecture whose attention does not go through transformers' attention
+    interface: our attention function never runs there, so its heads can be neither read nor switched off."""
+    import sys
+
+    import transformers
+
+    try:
+        cls = _auto_class(kind)._model_mapping[type(config)]
+    except (KeyError, ValueError):
+        return  # a class transformers cannot map: loading says why
+    # Our attention function runs the model's own eager attention, found beside its classes (hf/ablation.py).
+    if getattr(sys.modules.get(cls.__module__), "eager_attention_forward", None) is not None:
+        return
+    what = _OWN_ATTENTION.get(config.model_type, "attention code of its own")
+    raise ModelLoadError(
+        f"'{name}' is a {config.model_type} model ({cls.__name__}), whose attention ({what}) does not go through "
+        f"transformers' attention interface (transformers {transformers.__version__}), so mha-viz cannot read or "
+        "switch off its heads. Try a model of an architecture that does, e.g. GPT-2, Llama, Qwen, Gemma, Mistral, "
+        "GPT-NeoX (Pythia), BERT or RoBERTa."
+    )
 
 
 def _explain_load_failure(name: str, err: Exception) -> str:
