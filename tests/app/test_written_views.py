@@ -38,8 +38,9 @@ def test_the_layer_view_shows_the_program_output_and_what_wrote_each_head():
     output = model.program_output(model.run(TEXT))
     text = " ".join(m.value for m in at.markdown)
     assert "The program's output" in text and "`d→a`" in text and output[5:] == ["b", "c", "d", "a"]
-    table = [d.value for d in at.dataframe if "the program wrote" in d.value.columns][0]
+    table = [t.value for t in at.table if "the program wrote" in t.value.columns][0]
     assert list(table["head"]) == ["L0 H0", "L1 H0"]
+    table = table.reset_index(drop=True)
     assert "Select(indices, indices" in table["the program wrote"][0]
     assert table["source line"][1].startswith("after_earlier = rasp.Select(previous, rasp.tokens")
 

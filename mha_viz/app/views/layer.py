@@ -61,9 +61,10 @@ def written(ctx: ViewContext) -> None:
                 " ".join(f"`{token_label(t)}→{o}`" for t, o in zip(ctx.run.tokens, output)))
     st.caption("Written, not learned: a program compiled by Tracr set every head below. Heads a layer has beyond "
                "the program's are zero (Tracr pads the layer).")
-    st.dataframe([{"head": head_name(lh), "the program wrote": w.text, "source line": w.source_line or "—",
-                   "each query selects": w.selects.removeprefix("each query selects ")}
-                  for lh, w in sorted(heads.items())], hide_index=True)
+    # A table, not a dataframe: the program's text stays readable and selectable on the page, whole.
+    st.table([{"head": head_name(lh), "the program wrote": w.text, "source line": w.source_line or "—",
+               "each query selects": w.selects.removeprefix("each query selects ")}
+              for lh, w in sorted(heads.items())])
 
 
 def _shown_unknown(ctx: ViewContext) -> list[int]:

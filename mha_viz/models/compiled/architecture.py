@@ -139,9 +139,12 @@ def forward(config: CompiledConfig, tensors: dict[str, torch.Tensor], ids: torch
 
 def decode(config: CompiledConfig, output: torch.Tensor) -> list:
     """The program's output per position from the unembedded output (T, O); position 0 (BOS) reads as BOS, as Tracr's
-    `apply` gives it."""
+    `apply` gives it, and a position where the program has no value reads None."""
     if config.categorical:
-        values = [config.decoding[int(i)] for i in output.argmax(-1).tolist()]  # argmax over output values
+        # One-hot where the program has a value; all (near) zero where it has none (a shift before the text
+        # starts): None there, where Tracr's own argmax would name the first output value.
+        best, index = output.max(-1)  # (T,), (T,)
+        values = [config.decoding[int(i)] if float(b) > 0.5 else None for b, i in zip(best, index)]
     else:
         values = [float(v) for v in output[:, 0].tolist()]
     return [config.bos] + values[1:]
