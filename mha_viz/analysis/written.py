@@ -84,6 +84,6 @@ def written_vs_census(written: dict, census) -> list[WrittenVsMeasured]:
 def summary(rows: list[WrittenVsMeasured]) -> str:
     """One sentence from the rows: how many written heads the census named as written."""
     agree = sum(r.agrees for r in rows)
-    named = [f"{head_name(r.head)} {r.named} {r.value:.2f}" for r in rows if r.named]
+    named = [f"{head_name(r.head)} {measures.score_label(r.named)} {r.value:.2f}" for r in rows if r.named]
     return (f"The census names {agree} of {len(rows)} written heads as their program wrote them"
             + (f" ({'; '.join(named)})" if named else "") + ".")
