@@ -92,17 +92,55 @@ def _masked_eager_attention(module, query, key, value, attention_mask, **kwargs)
     output then kept, zeroed or replaced by it. query (B, H, Q, dh) and key (B, H_kv, K, dh) arrive as they enter
     the dot product (rotary already applied by the model); `scaling` is what eager multiplies by."""
     out, weights = _eager_for(module)(module, query, key, value, attention_mask, **kwargs)  # (B,T,H,dh) (B,H,Q,K)
+    scale = kwargs.get("scaling", getattr(module, "scaling", None))
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    out = _edited(module, query, key, value, out.transpose(1, 2), weights,
+                  lambda: allowed(attention_mask, key.shape[-2]), scale)  # (B, H, T, dh)
+    return out.transpose(1, 2), weights  # (B, T, H, dh)
+
+
+def _edited(module, query, key, value, out: torch.Tensor, weights: torch.Tensor, where: Callable, scale: float):
+    """Report what `module` computed with to this call's HeadEdit and return its heads' outputs out (B, H, T, dh)
+    kept, zeroed or replaced by the edit; `where` gives the (Q, K) bool mask it attended under."""
     call = _CALL.get()
     if call is None:
-        return out, weights
+        return out
     layers, edit = call.layers, call.edit
     layer = layers.of(module, call.calls)
     call.calls += 1
     if edit.wants(layer):
-        scale = kwargs.get("scaling", getattr(module, "scaling", None))
-        scale = query.shape[-1] ** -0.5 if scale is None else scale
-        edit.attended(layer, query, key, value, weights, lambda: allowed(attention_mask, key.shape[-2]), scale)
-    out = edit(layer, out.transpose(1, 2)).transpose(1, 2)  # (B, H, T, dh) and back to (B, T, H, dh)
+        edit.attended(layer, query, key, value, weights, where, scale)
+    return edit(layer, out)  # (B, H, T, dh)
+
+
+# Attention written inside a model's own module, outside transformers' attention interface, whose weights come
+# from one method we can wrap: the module type -> where its queries may look, (Q, K) bool, from the method's
+# arguments, and the factor its scores are multiplied by.
+def _gpt_neo_where(module, query, key, attention_mask) -> torch.Tensor:
+    q, k = query.shape[-2], key.shape[-2]
+    window = module.bias[0, 0, k - q:k, :k].cpu()  # (Q, K): causal, and for a local layer its window
+    mask = allowed(attention_mask, k)
+    return window if mask is None else window & mask
+
+
+OWN_ATTENTION: dict[str, tuple[Callable, float]] = {"GPTNeoSelfAttention": (_gpt_neo_where, 1.0)}
+
+
+def wrap_own_attention(modules: list[torch.nn.Module]) -> bool:
+    """Route the modules' own `_attn(query, key, value, attention_mask)` (-> output (B, H, T, dh), weights
+    (B, H, Q, K)) through this call's HeadEdit, as the registered function does for the interface; wrapped once,
+    when the model loads, bound to each module. False when some module is of no known kind (nothing is wrapped)."""
+    if not modules or any(type(m).__name__ not in OWN_ATTENTION for m in modules):
+        return False
+    for module in modules:
+        module._attn = types.MethodType(_own_attn, module)
+    return True
+
+
+def _own_attn(module, query, key, value, attention_mask=None, *args, **kwargs):
+    where, scale = OWN_ATTENTION[type(module).__name__]
+    out, weights = type(module)._attn(module, query, key, value, attention_mask, *args, **kwargs)  # (B,H,T,dh)
+    out = _edited(module, query, key, value, out, weights, lambda: where(module, query, key, attention_mask), scale)
     return out, weights
 
 

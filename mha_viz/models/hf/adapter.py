@@ -19,7 +19,14 @@ from mha_viz.contract import (
 )
 from mha_viz.models.examples import shipped_examples
 from mha_viz.models.hf import projections
-from mha_viz.models.hf.ablation import LayerIndex, editing, make_resumable, watch_final_norm
+from mha_viz.models.hf.ablation import (
+    OWN_ATTENTION,
+    LayerIndex,
+    editing,
+    make_resumable,
+    watch_final_norm,
+    wrap_own_attention,
+)
 from mha_viz.models.interventions import EditableModel, Encoded, FinalParts, Forward, HeadEdit
 from mha_viz.models.special import added_positions
 
@@ -34,6 +41,7 @@ class HFModel(EditableModel):
         self._tokenizer = tokenizer
         self._device = device
         self.info = info
+        wrap_own_attention([m for m in model.modules() if type(m).__name__ in OWN_ATTENTION])
         layers = self._discover_layers()
         self._layers = LayerIndex(layers.modules)
         if len(layers) != info.n_layers:  # the config's count is a claim; the modules that ran are the fact

@@ -5,7 +5,7 @@ import torch
 
 from mha_viz.contract import ModelInfo, ModelLoadError
 from mha_viz.models.hf import policy
-from mha_viz.models.hf.ablation import ATTN_IMPL, register
+from mha_viz.models.hf.ablation import ATTN_IMPL, OWN_ATTENTION, register
 from mha_viz.models.hf.adapter import HFModel
 from mha_viz.models.hf.policy import check_size
 from mha_viz.settings import settings
@@ -101,7 +101,6 @@ _OWN_ATTENTION = {
     "deberta-v2": "disentangled content and relative-position scores",
     "deberta": "disentangled content and relative-position scores",
     "mpnet": "relative-position bucket biases added to the scores",
-    "gpt_neo": "local (windowed) attention written inside its layers",
 }
 
 
@@ -116,8 +115,11 @@ def check_attention_interface(config, kind: str, name: str) -> None:
         cls = _auto_class(kind)._model_mapping[type(config)]
     except (KeyError, ValueError):
         return  # a class transformers cannot map: loading says why
-    # Our attention function runs the model's own eager attention, found beside its classes (hf/ablation.py).
-    if getattr(sys.modules.get(cls.__module__), "eager_attention_forward", None) is not None:
+    # Our attention function runs the model's own eager attention, found beside its classes, or wraps an attention
+    # module's own method where we know it (hf/ablation.py).
+    module = sys.modules.get(cls.__module__)
+    if getattr(module, "eager_attention_forward", None) is not None or \
+            any(getattr(module, kind, None) is not None for kind in OWN_ATTENTION):
         return
     what = _OWN_ATTENTION.get(config.model_type, "attention code of its own")
     raise ModelLoadError(

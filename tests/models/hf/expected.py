@@ -3,7 +3,6 @@ table is rendered from them by compat_table.py)."""
 
 # Architectures refused before any weights load, and why (what the refusal names).
 NOT_LOADING = {
-    "GPT-Neo": "refused: its local attention is written inside its layers, outside transformers' attention interface",
     "Bloom": "refused: ALiBi position biases added inside its own attention code, outside the attention interface",
     "Falcon": "refused: its attention is written inside its layers, outside transformers' attention interface",
     "MPT": "refused: ALiBi position biases added inside its own attention code, outside the attention interface",
