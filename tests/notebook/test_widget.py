@@ -263,3 +263,17 @@ def test_show_without_anywidget_says_how_to_install_it():
             "except ImportError as err:\n    print(err)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert "pip install 'mha-viz[notebook]'" in out.stdout
+
+
+def test_the_widget_shows_a_written_model_and_its_switches_rerun_it():
+    """A model compiled from a RASP program in the notebook: the grid of its heads, the registry's badges, and a head
+    switched off from the page reruns the model as `run` does."""
+    model = mha_viz.load_model("written-induction")
+    text = "a b c d a b c d"
+    w = mha_viz.show(model, text, display=False)
+    assert (w.grid["L"], w.grid["H"], w.grid["T"]) == (2, 1, 9)
+    assert w.grid["badges"]["0,0"].endswith("previous token") and w.grid["badges"]["1,0"].endswith("induction")
+    page_says(w, {"type": "toggle", "layer": 0, "head": 0, "on": False})
+    want = model.run(text, ablate={(0, 0)})
+    assert w.heads_off == {(0, 0)} and torch.equal(w.run.attentions, want.attentions)
+    assert model.program_output(w.run) == model.program_output(want) != model.program_output(model.run(text))
