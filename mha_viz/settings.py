@@ -113,6 +113,16 @@ class _Reader:
             return default
         return int(value)
 
+    def choice(self, name: str, default: str, choices: tuple[str, ...]) -> str:
+        raw = self.raw(name)
+        if raw is None:
+            return default
+        value = raw.strip().lower()
+        if value not in choices:
+            self.problems.append(f"{name}={raw!r} is not one of {', '.join(choices)} (e.g. {name}={default}).")
+            return default
+        return value
+
     def cache_dir(self, name: str) -> Path:
         raw = self.raw(name)
         example = f"use a full path this user can write, such as {name}={Path.home() / '.cache' / 'mha-viz'}"
@@ -153,6 +163,9 @@ class Settings:
                               "recently used first; work that does not fit waits, then is refused"})
     torch_threads: int = field(default=1, metadata={"env": "MHA_VIZ_TORCH_THREADS", "help":
                                "torch threads per forward in the app; one keeps sessions from stalling each other"})
+    device: str = field(default="auto", metadata={"env": "MHA_VIZ_DEVICE", "help":
+                        "where transformers models run: auto (a CUDA GPU when there is one, else the CPU), cpu or "
+                        "cuda; every tensor a run returns is on the CPU either way"})
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
@@ -181,6 +194,7 @@ class Settings:
             cache=r.cache_dir("MHA_VIZ_CACHE"),
             run_cache_mb=run_mb,
             torch_threads=threads,
+            device=r.choice("MHA_VIZ_DEVICE", "auto", ("auto", "cpu", "cuda")),
         )
         if r.problems:
             raise SettingsError(r.problems)
@@ -200,3 +214,17 @@ def settings() -> Settings:
     for warning in found.warnings:
         print(f"mha-viz: {warning}", file=sys.stderr)
     return found
+
+
+def torch_device():
+    """The torch device models are placed on (MHA_VIZ_DEVICE): the one place the device is chosen. "auto" is a CUDA
+    GPU when torch sees one, else the CPU; "cuda" without one is a SettingsError naming the fix."""
+    import torch
+
+    wanted = settings().device
+    if wanted == "cuda" and not torch.cuda.is_available():
+        raise SettingsError(["MHA_VIZ_DEVICE=cuda, but torch sees no CUDA device here; use MHA_VIZ_DEVICE=cpu or "
+                             "auto (the default)."])
+    if wanted == "cpu" or not torch.cuda.is_available():
+        return torch.device("cpu")
+    return torch.device("cuda")

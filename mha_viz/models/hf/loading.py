@@ -8,7 +8,7 @@ from mha_viz.models.hf import policy
 from mha_viz.models.hf.ablation import ATTN_IMPL, OWN_ATTENTION, register
 from mha_viz.models.hf.adapter import HFModel
 from mha_viz.models.hf.policy import check_size
-from mha_viz.settings import settings
+from mha_viz.settings import settings, torch_device
 
 
 def _kind_of(config) -> str:
@@ -69,7 +69,7 @@ def build_hf_model(name: str, title: str, source: str, *, gguf_file: str | None 
     check_attention_interface(config, kind, name)
     n_heads, n_kv = _heads_of(config)
     load_args = dict(attn_implementation="eager", trust_remote_code=False, dtype=torch.float32)
-    if torch.cuda.is_available():
+    if torch_device().type == "cuda":
         load_args["device_map"] = "auto"  # accelerate spreads a model too large for one device
     if gguf_file:
         load_args["gguf_file"] = gguf_file
