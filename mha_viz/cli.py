@@ -55,10 +55,16 @@ def serve_script() -> Path:
                      "full checkout (`pip install .`), or run `make serve` there")
 
 
+TOOLBAR_MODE = "viewer"
+
+
 def streamlit_argv(port: int, host: str | None, rest: list[str]) -> list[str]:
     """The command line `make run` gives streamlit (Makefile: python app.py --server.port ... ), for this file."""
     argv = ["streamlit", "run", str(Path(__file__).resolve()), "--server.port", str(port),
-            "--server.headless", "true", "--browser.gatherUsageStats", "false"]
+            "--server.headless", "true", "--browser.gatherUsageStats", "false",
+            # As the checkout's .streamlit/config.toml says, which `mha-viz` run from another folder does not read:
+            # visitors get no Deploy button or developer menu; a later --client.toolbarMode in `rest` wins.
+            "--client.toolbarMode", TOOLBAR_MODE]
     if host:
         argv += ["--server.address", host]
     return argv + rest

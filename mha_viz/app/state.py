@@ -17,6 +17,9 @@ MAX_PARAM_CHARS = 4000  # longer values are ignored: nobody shares a link that l
 MAX_TEXT_IN_URL = 1500
 LINK_MODEL = "_link_model"  # a custom model named by the link, not yet confirmed by the visitor
 EXTRA_MODELS = "_extra_models"  # shipped models a link opened that the picker does not list (a saved training step)
+LESSON_VIEW = "Lesson"
+LESSON_KEY = "lesson"  # the Lesson's step, 1-based, as `?lesson=` carries it
+LESSON_MODEL_KEY = "lesson_model"  # the learned model the Lesson runs on, as `?lesson_model=` carries it
 
 
 def _quoted(value: str, limit: int = 30) -> str:
@@ -85,6 +88,13 @@ def read_url_once(views: list[str]) -> list[str]:
         else:
             notices.append(f"ablation={_quoted(get['ablation'], 20)} in the link is not one of "
                            f"{', '.join(ABLATIONS)} and was ignored; heads off are zeroed.")
+    if "lesson" in get:  # range-checked by the Lesson view, against its steps
+        try:
+            st.session_state[LESSON_KEY] = int(get["lesson"])
+        except ValueError:
+            notices.append(f"lesson={_quoted(get['lesson'], 20)} in the link is not a step number and was ignored.")
+    if "lesson_model" in get and get["lesson_model"].strip():  # checked by the Lesson view against its models
+        st.session_state[LESSON_MODEL_KEY] = get["lesson_model"].strip()
     if "view" in get:
         if get["view"] in views:
             st.session_state["view"] = get["view"]
@@ -136,6 +146,10 @@ def write_url(model_name: str, text: str, layer: int, off: set, view: str) -> No
     token = st.session_state.get("token")
     if isinstance(token, int):
         state["token"] = str(token)
+    if view == LESSON_VIEW:  # the student's place: a reload opens the same step on the same model
+        state[LESSON_KEY] = str(st.session_state.get(LESSON_KEY, 1))
+        if st.session_state.get(LESSON_MODEL_KEY, "tiny") != "tiny":
+            state[LESSON_MODEL_KEY] = str(st.session_state[LESSON_MODEL_KEY])
     if st.session_state.get("ablation", "zero") != "zero":  # zero is the default: links without it stay as they were
         state["ablation"] = st.session_state["ablation"]
     current = {key: st.query_params.get(key) for key in st.query_params.keys()}

@@ -47,17 +47,17 @@ export default function (component) {
     if (b.dataset.view === data.current) b.setAttribute("aria-current", "page");
     else b.removeAttribute("aria-current");
   }
-  hint(data.hint);
+  hint(data.hint, data.hint_view, s);
 }
 
-// -- the first-visit hint: three steps in a card at the top of the sidebar, in its flow, shown until dismissed; the
+// -- the first-visit hint: three steps (the first points to the Lesson, with a link that opens it) in a card at the top of the sidebar, in its flow, shown until dismissed; the
 // dismissal is kept in this browser (localStorage), so it never comes back in the way. In the flow, not fixed over
 // the sidebar's foot as it was: at 1000x800 a fixed card covered "Heatmaps per row" and every control under it. It
 // moves only the sidebar's controls down, while it is there, and nothing of the main column. Without a sidebar
 // (none in this page) it floats at the bottom left as before. Put back if the sidebar is drawn anew.
 const HINT_KEY = "mha-viz-hint-dismissed";
 
-function hint(steps) {
+function hint(steps, view, s) {
   if (!steps || !steps.length || document.querySelector(".mhn-hint")) return;
   try { if (window.localStorage.getItem(HINT_KEY)) return; } catch (e) { /* no storage: show it this once */ }
   const side = document.querySelector('[data-testid="stSidebarUserContent"]');
@@ -65,7 +65,7 @@ function hint(steps) {
   card.className = "mhn-hint";
   card.setAttribute("aria-label", "First visit");
   const title = document.createElement("strong");
-  title.textContent = "New here? Three steps";
+  title.textContent = "New here?";
   const list = document.createElement("ol");
   for (const step of steps) {
     const li = document.createElement("li");
@@ -79,7 +79,18 @@ function hint(steps) {
     try { window.localStorage.setItem(HINT_KEY, "1"); } catch (e) { /* still closes */ }
     card.remove();
   });
-  card.append(title, list, close);
+  // A link, not a button: "Got it" stays the card's one button. It opens the view in this session (no reload).
+  const open = document.createElement("a");
+  open.className = "mhn-hint-open";
+  open.href = `?view=${encodeURIComponent(view)}`;
+  open.textContent = `Open the ${view}`;
+  open.addEventListener("click", (event) => {
+    event.preventDefault();
+    for (const b of s.buttons) b.toggleAttribute("aria-current", b.dataset.view === view);
+    s.setTrigger("view", view);
+  });
+  if (view) card.append(title, list, open, close);
+  else card.append(title, list, close);
   if (side) side.prepend(card);
   else { card.classList.add("mhn-float"); document.body.append(card); }
 }

@@ -1,6 +1,6 @@
 """The views' navigation: a `<nav>` of groups (Look, Open up, Intervene, In general, Learn), one button per view,
 the open one marked `aria-current="page"`. Drawn by the browser (nav.js, compact in nav.css: one row at 1600 px);
-a click comes back as a `view` trigger. It also shows the first-visit hint."""
+a click comes back as a `view` trigger. It also shows the first-visit hint, which points to the Lesson."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,11 +17,13 @@ _COMPONENT = st.components.v2.component(
 
 # The first-visit hint (drawn by nav.js over the sidebar's foot until dismissed in this browser).
 FIRST_VISIT = (
-    "Type a sentence in the box and press Show attention.",
-    "Look: each square is one head, a row per query token, a column per key token; hover a row to light it in "
-    "every head, click a head to open it large.",
+    "New to attention heads? Start with the Lesson, first in the views above the heads: one claim a step, on live "
+    "models.",
+    "Or type a sentence in the box and press Show attention: each square is one head, a row per query token, a "
+    "column per key token; hover a row to light it in every head, click a head to open it large.",
     "Switch a head off with the red switch in its corner and watch what changes, above the heads.",
 )
+HINT_VIEW = "Lesson"  # the hint's button opens it
 
 
 def nav(groups: dict[str, list[str]], current: str, key: str, on_view: Callable[[str], None]) -> None:
@@ -33,4 +35,5 @@ def nav(groups: dict[str, list[str]], current: str, key: str, on_view: Callable[
             on_view(event)
 
     _COMPONENT(data={"groups": [[label, names] for label, names in groups.items()], "current": current,
-                     "hint": list(FIRST_VISIT)}, key=key, on_view_change=_clicked)
+                     "hint": list(FIRST_VISIT),
+                     "hint_view": HINT_VIEW}, key=key, on_view_change=_clicked)

@@ -16,6 +16,7 @@ from mha_viz.app.views import (
     follow,
     inside,
     layer,
+    lesson,
     notes,
     patching,
     rollout,
@@ -40,9 +41,12 @@ VIEWS: dict[str, Callable[[ViewContext], None]] = {
     "Training": training.render,
     "Trained vs untrained": twins.render,  # older links: the Training view, last step over step 0
     "Notes & export": notes.render,
+    # Registered last so a plain visit still opens the Layer view (the first name); first in the navigation.
+    "Lesson": lesson.render,
 }
 
 GROUPS: dict[str, list[str]] = {
+    "Start": ["Lesson"],
     "Look": ["Layer", "All layers", "Compare", "Follow a token", "Similarity & scores"],
     "Open up": ["Inside a head", "Rollout & norms"],
     "Intervene": ["Ablation effects", "Patching"],
@@ -50,9 +54,9 @@ GROUPS: dict[str, list[str]] = {
     "Learn": ["Training", "Notes & export"],
 }
 HIDDEN = {"Trained vs untrained"}
-# Views about the model in general (its weights, generated inputs, its training), not this sentence's run: the page
-# shows neither the sentence's token strip nor the heads-off summary and effect panel above or below them.
-NOT_ABOUT_THIS_RUN = {"Census", "Circuits", "Training", "Trained vs untrained", "Notes & export"}
+# Views about the model in general (its weights, generated inputs, its training) and the Lesson (its own inputs
+# and models), not this sentence's run: the page shows neither the sentence's token strip nor the heads-off summary and effect panel above or below them.
+NOT_ABOUT_THIS_RUN = {"Lesson", "Census", "Circuits", "Training", "Trained vs untrained", "Notes & export"}
 
 
 def navigation() -> dict[str, list[str]]:

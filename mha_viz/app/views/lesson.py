@@ -1,0 +1,80 @@
+"""Lesson: multi-head attention taught claim by claim on live models (the steps are in app/lesson_steps.py).
+
+The step and the lesson's learned model are plain session keys carried in the URL (`?lesson=N`, 1-based, and
+`?lesson_model=`), read once with the rest of the link and written by state.write_url, so a reload keeps the
+student's place. The widgets keep their own keys and copy into those: a widget's state is dropped on a run that
+does not draw it, and the student may visit another view and come back."""
+from __future__ import annotations
+
+import streamlit as st
+
+from mha_viz.app import lesson_steps, state
+from mha_viz.app.common import md_safe
+from mha_viz.app.context import ViewContext
+from mha_viz.app.text import read_text
+from mha_viz.models import seeds
+
+LEARNED_DEFAULT = "tiny"
+
+
+def learned_choices() -> list[str]:
+    """The learned models the lesson can run on: the tiny recipe and its seeds (small, so every step is instant)."""
+    return seeds(LEARNED_DEFAULT) or [LEARNED_DEFAULT]
+
+
+def _step_number(n_steps: int) -> int:
+    step = st.session_state.get(state.LESSON_KEY, 1)
+    if not isinstance(step, int) or not 1 <= step <= n_steps:
+        if step != 1:
+            st.warning(f"Link: lesson step {md_safe(str(step))} does not exist (1–{n_steps}); showing step 1.")
+        step = 1
+    st.session_state[state.LESSON_KEY] = step
+    return step
+
+
+def _learned_model() -> str:
+    choices = learned_choices()
+    name = st.session_state.get(state.LESSON_MODEL_KEY, LEARNED_DEFAULT)
+    if name not in choices:
+        st.warning(f"Link: lesson_model={md_safe(repr(str(name)[:30]))} is not one of {', '.join(choices)}; the "
+                   f"lesson runs on {LEARNED_DEFAULT}.")
+        name = LEARNED_DEFAULT
+    st.session_state[state.LESSON_MODEL_KEY] = name
+    st.session_state["lesson_model_pick"] = name
+    return name
+
+
+def _picked_model() -> None:
+    st.session_state[state.LESSON_MODEL_KEY] = st.session_state["lesson_model_pick"]
+
+
+def _go(step: int) -> None:
+    st.session_state[state.LESSON_KEY] = step
+
+
+def render(ctx: ViewContext) -> None:
+    steps = lesson_steps.STEPS
+    n = _step_number(len(steps))
+    learned = _learned_model()
+    step = steps[n - 1]
+    head, pick = st.columns([3, 1.2])
+    head.markdown(f"#### Step {n} of {len(steps)}: {step.title}")
+    pick.selectbox("Learned model of the lesson", learned_choices(), key="lesson_model_pick",
+                   on_change=_picked_model,
+                   help="The tiny recipe trained from different seeds: every head a step names is measured on the "
+                        "model picked here, so the names follow it.")
+    st.progress(n / len(steps))
+    st.markdown(f"**{step.claim}**")
+    text = step.text
+    if step.text:
+        model = lesson_steps.model_of(step, learned)
+        st.caption(f"Model: {model.info.title}" + (f" ({learned})" if not step.written else "")
+                   + f", {model.n_layers} layers x {model.n_heads} heads.")
+        typed = st.text_input("Input (replace it with your own)", value=step.text, key=f"lesson_text_{n}",
+                              max_chars=400)
+        text = read_text(typed) or step.text
+    lesson_steps.run_step(step, learned, text, n)
+    back, _, forward = st.columns([1, 3, 1])
+    back.button("← Back", key="lesson_back", disabled=n == 1, on_click=_go, args=(n - 1,), width="stretch")
+    forward.button("Next →", key="lesson_next", disabled=n == len(steps), on_click=_go, args=(n + 1,),
+                   type="primary", width="stretch")

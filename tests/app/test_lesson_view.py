@@ -1,0 +1,258 @@
+"""The Lesson view: every step renders with no error, 'nan' or 'None'; each number and each head it names equals the
+model's own measurement, recomputed here through the public API; the heads follow the lesson's model (a seed of
+the tiny recipe); Next, Back and `?lesson=N` keep the place, in the URL too. Also the page's chrome: the Lesson first
+in the navigation, the first-visit hint pointing to it, Streamlit's viewer toolbar."""
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
+
+from mha_viz import load_model, measures
+from mha_viz.analysis import combine_heads
+from mha_viz.analysis.importance import head_importance
+from mha_viz.analysis.scores import run_scores
+from mha_viz.app import lesson_steps
+from mha_viz.names import head_name
+
+from helpers import APP, REPO
+
+N_STEPS = len(lesson_steps.STEPS)
+
+
+def _lesson(params: dict) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=240)
+    at.query_params.update({"model": "tiny", "view": "Lesson", **params})
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _text(at) -> str:
+    return "\n".join(m.value for m in at.markdown if not m.value.startswith("<style"))
+
+
+def _saw(at) -> str:
+    return next(m.value for m in at.markdown if m.value.startswith("**What you just saw**"))
+
+
+def _argmax(scores: torch.Tensor) -> tuple[int, int]:
+    layer, head = divmod(int(scores.nan_to_num(float("-inf")).flatten().argmax()), scores.shape[1])
+    return layer, head
+
+
+def _scores(name: str, text: str):
+    model = load_model(name)
+    return model, model.run(text), *run_scores(model.run(text), model.info.causal)
+
+
+@pytest.fixture(scope="module")
+def every_step():
+    """The lesson opened at step 1 and walked with Next to the end, each step's text, and every 'try' switched on."""
+    at = _lesson({"lesson": "1"})
+    texts, tried = {}, {}
+    for n in range(1, N_STEPS + 1):
+        if n > 1:
+            at.button(key="lesson_next").click().run()
+            assert not at.exception, (n, at.exception)
+        assert at.query_params["lesson"] == [str(n)] or at.query_params["lesson"] == str(n)
+        texts[n] = _text(at)
+        toggles = [t for t in at.toggle if t.key == f"lesson_try_{n}"]
+        if toggles:
+            toggles[0].set_value(True).run()
+            assert not at.exception, (n, at.exception)
+            tried[n] = _text(at)
+    return at, texts, tried
+
+
+def test_every_step_renders_with_no_nan_none_or_error(every_step):
+    at, texts, tried = every_step
+    assert len(texts) == N_STEPS and 6 <= N_STEPS <= 8
+    for n, text in [*texts.items(), *tried.items()]:
+        assert f"Step {n} of {N_STEPS}" in text
+        assert not re.search(r"\b(nan|NaN|None|inf)\b", text), (n, text)
+    assert not at.error and not at.warning
+
+
+def test_step1_names_the_previous_token_head_and_switching_it_off_leaves_its_layer(every_step):
+    _, texts, tried = every_step
+    model, run, scores, base = _scores("tiny", lesson_steps.TEXT_PARALLEL)
+    prev = (0, int(scores["previous"][0].argmax()))
+    value = float(scores["previous"][prev])
+    assert f"{head_name(prev)}: {measures['previous'].label} {value:.0%}" in texts[1]
+    off = model.run(lesson_steps.TEXT_PARALLEL, ablate={prev})
+    later = float((off.attentions[1:] - run.attentions[1:]).abs().max())
+    assert later > 0.01  # the later layers read its output
+    assert "changed by at most 0.000 in any weight" in tried[1] and f"changed by up to {later:.3f}" in tried[1]
+
+
+def test_step2_compares_one_token_in_two_heads(every_step):
+    _, texts, _ = every_step
+    model, run, scores, _ = _scores("tiny", lesson_steps.TEXT_PARALLEL)
+    a = (0, int(scores["previous"][0].argmax()))
+    inside = model.inside_layer(lesson_steps.TEXT_PARALLEL, 0)
+    query = len(run.tokens) - 1
+    row = inside[a[1]].weights[query]
+    top = int(row.argmax())
+    assert f"{head_name(a)}'s query for" in texts[2] and f"key {top}" in texts[2]
+    assert f"weight {float(row[top]):.2f}" in texts[2]
+
+
+def test_step2_picking_another_token_names_that_tokens_keys():
+    at = _lesson({"lesson": "2"})
+    model, run, scores, _ = _scores("tiny", lesson_steps.TEXT_PARALLEL)
+    a = (0, int(scores["previous"][0].argmax()))
+    inside = model.inside_layer(lesson_steps.TEXT_PARALLEL, 0)
+    query = 5
+    at.selectbox(key="lesson_try_2").set_value(query).run()
+    assert not at.exception, at.exception
+    row = inside[a[1]].weights[query]
+    top = int(row.argmax())
+    assert top == query - 1  # a previous-token head: the token before
+    assert f"{head_name(a)}'s query for" in _saw(at) and f"scores key {top}," in _saw(at)
+    assert f"weight {float(row[top]):.2f}" in _saw(at)
+
+
+def test_step3_names_the_head_with_the_highest_score_of_each_measure(every_step):
+    _, texts, _ = every_step
+    _, _, scores, base = _scores("tiny", lesson_steps.TEXT_REPEAT)
+    for m in lesson_steps.PATTERNS:
+        head = _argmax(scores[m])
+        assert (f"{head_name(head)}: {measures[m].label} {float(scores[m][head]):.2f} (uniform attention: "
+                f"{base[m]:.2f})") in texts[3]
+
+
+def test_step4_the_heads_shares_add_up_to_the_layer_output(every_step):
+    _, texts, tried = every_step
+    model = load_model("tiny")
+    text, layer = lesson_steps.TEXT_PARALLEL, model.n_layers // 2
+    inside = model.inside_layer(text, layer)
+    combo = combine_heads(torch.stack([h.contribution[-1] for h in inside]), inside[0].bias)
+    biggest = (layer, int(combo.along.argmax()))
+    assert f"the total's length is {combo.total_norm:.3f}" in texts[4]
+    assert f"{head_name(biggest)} adds the most along the total: {float(combo.along[biggest[1]]):.3f}" in texts[4]
+    after = model.inside_layer(text, layer, {biggest})
+    total = torch.stack([h.contribution[-1] for h in after]).sum(0) + after[0].bias
+    assert f"has length {float(total.norm()):.3f}" in tried[4]
+
+
+def test_step5_the_written_heads_measure_as_written_and_the_output_changes(every_step):
+    _, texts, tried = every_step
+    model = load_model(lesson_steps.WRITTEN)
+    run = model.run(lesson_steps.TEXT_WRITTEN)
+    scores, base = run_scores(run, model.info.causal)
+    written = model.written_heads()
+    for head, wrote in written.items():
+        if wrote.pattern:
+            assert f"{head_name(head)}: the program wrote that {wrote.selects}; its {measures[wrote.pattern].label} " \
+                   f"score on this input is {float(scores[wrote.pattern][head]):.2f}" in texts[5]
+    prev = next(h for h, w in written.items() if w.pattern == "previous")
+    before, after = model.program_output(run), model.program_output(model.run(lesson_steps.TEXT_WRITTEN, ablate={prev}))
+    changed = sum(x != y for x, y in zip(before, after))
+    assert changed > 0 and f"changed at {changed} of {len(before)} positions" in tried[5]
+
+
+def _quiet_and_loud(name: str, text: str):
+    model, run, scores, base = _scores(name, text)
+    importance = head_importance(model, text)
+    excess = torch.stack([scores[m] - base[m] for m in measures.BADGES]).nan_to_num(float("-inf")).amax(0)
+    pool = importance.masked_fill(excess < lesson_steps.PATTERNED, float("inf"))
+    return _argmax(-pool), _argmax(importance), importance
+
+
+def test_step6_seeds_place_roles_apart_and_a_patterned_head_matters_little(every_step):
+    _, texts, tried = every_step
+    text = lesson_steps.TEXT_PREDICT
+    for seed in ("tiny", "tiny#seed1", "tiny#seed2", "tiny#seed3"):
+        _, _, scores, _ = _scores(seed, text)
+        assert (f"{seed}: {measures['previous'].label} is highest at {head_name(_argmax(scores['previous']))}, "
+                f"{measures['induction'].label} at {head_name(_argmax(scores['induction']))}.") in texts[6]
+    quiet, loud, importance = _quiet_and_loud("tiny", text)
+    assert importance[quiet] < 0.1 * importance[loud]  # the claim the step makes holds on this model
+    assert (f"{head_name(quiet)} of tiny has a strong pattern" in texts[6]
+            and f"KL {float(importance[quiet]):.3f}, against {float(importance[loud]):.3f} for {head_name(loud)}"
+            in texts[6])
+    assert "Switched off here" in tried[6]
+
+
+def test_the_named_heads_follow_the_lessons_model():
+    """On tiny#seed2 the previous-token head of layer 0 is another head than on tiny: the steps name seed2's."""
+    text = lesson_steps.TEXT_PARALLEL
+    heads = {}
+    for name in ("tiny", "tiny#seed2"):
+        _, _, scores, _ = _scores(name, text)
+        heads[name] = (0, int(scores["previous"][0].argmax()))
+    assert heads["tiny"] != heads["tiny#seed2"]
+    at = _lesson({"lesson": "1", "lesson_model": "tiny#seed2"})
+    assert f"Try: switch {head_name(heads['tiny#seed2'])} off" in [t.label for t in at.toggle]
+    at.selectbox(key="lesson_model_pick").set_value("tiny").run()
+    assert not at.exception, at.exception
+    assert f"Try: switch {head_name(heads['tiny'])} off" in [t.label for t in at.toggle]
+    assert "lesson_model" not in at.query_params  # tiny is the default: the link stays short
+    quiet, loud, importance = _quiet_and_loud("tiny#seed2", lesson_steps.TEXT_PREDICT)
+    at = _lesson({"lesson": "6", "lesson_model": "tiny#seed2"})
+    assert f"{head_name(quiet)} of tiny#seed2 has a strong pattern" in _saw(at)
+    assert f"for {head_name(loud)}, the head whose removal matters most" in _saw(at)
+
+
+def test_a_typed_sentence_is_measured_instead():
+    text = "mia frost saw leo hart . later mia frost met leo hart ."
+    at = _lesson({"lesson": "3"})
+    at.text_input(key="lesson_text_3").set_value(text).run()
+    assert not at.exception, at.exception
+    _, _, scores, _ = _scores("tiny", text)
+    head = _argmax(scores["induction"])
+    assert f"{head_name(head)}: {measures['induction'].label} {float(scores['induction'][head]):.2f}" in _saw(at)
+    assert "On the prepared sentence" in _saw(at)
+
+
+def test_next_back_and_the_link_keep_the_place():
+    at = _lesson({"lesson": "3"})
+    assert f"Step 3 of {N_STEPS}" in _text(at)
+    at.button(key="lesson_back").click().run()
+    assert f"Step 2 of {N_STEPS}" in _text(at) and at.query_params["lesson"] in ("2", ["2"])
+    at.button(key="lesson_next").click().run()
+    at.button(key="lesson_next").click().run()
+    assert f"Step 4 of {N_STEPS}" in _text(at) and at.query_params["lesson"] in ("4", ["4"])
+    last = _lesson({"lesson": str(N_STEPS)})
+    assert last.button(key="lesson_next").disabled and not last.button(key="lesson_back").disabled
+    assert _lesson({"lesson": "1"}).button(key="lesson_back").disabled
+
+
+@pytest.mark.parametrize("params, notice", [({"lesson": "99"}, "does not exist"), ({"lesson": "two"}, "not a step"),
+                                            ({"lesson_model": "gpt5"}, "is not one of")])
+def test_a_bad_lesson_link_says_so_and_opens_step_1(params, notice):
+    at = _lesson(params)
+    assert f"Step 1 of {N_STEPS}" in _text(at)
+    assert any(notice in w.value for w in at.warning), [w.value for w in at.warning]
+
+
+def test_the_lesson_is_first_in_the_navigation_and_a_plain_visit_still_opens_the_layer_view():
+    from mha_viz.app.components.nav import FIRST_VISIT, HINT_VIEW
+    from mha_viz.app.views import VIEWS, navigation
+
+    assert next(iter(navigation().values())) == ["Lesson"] and HINT_VIEW == "Lesson"
+    assert "Lesson" in FIRST_VISIT[0]
+    assert next(iter(VIEWS)) == "Layer"
+
+
+def test_visitors_get_the_viewer_toolbar():
+    """No Deploy button and no developer menu: `streamlit run` in the checkout reads client.toolbarMode = viewer, and
+    `mha-viz` passes it from any folder."""
+    from streamlit import config
+
+    from mha_viz.cli import streamlit_argv
+
+    here = os.getcwd()
+    try:
+        os.chdir(REPO)
+        config.get_config_options(force_reparse=True)
+        assert config.get_option("client.toolbarMode") == "viewer"
+    finally:
+        os.chdir(here)
+        config.get_config_options(force_reparse=True)
+    argv = streamlit_argv(8501, None, [])
+    assert argv[argv.index("--client.toolbarMode") + 1] == "viewer"
