@@ -220,8 +220,16 @@ def draw_combining(name: str, text: str, n: int) -> None:
     switch = _try(f"switch {head_name(biggest)} off", f"lesson_try_{n}",
                   "Its contribution becomes 0; the layer's output is the sum of what is left.")
     names = [head_name((layer, h)) for h in range(model.n_heads)]
-    fig = plotting.heads_combine_figure(names, combo.norms, combo.along, [False] * len(names), combo.bias_along,
-                                        combo.total_norm, f"Layer {layer}, token {position}: the heads add up")
+    off = frozenset({biggest}) if switch else frozenset()
+    shown = combo
+    if switch:  # the same token's sum with the head's output zeroed (the later heads of this layer are unchanged)
+        after = lesson_inside(name, text, layer, off)
+        shown = combine_heads(torch.stack([h.contribution[position] for h in after]), after[0].bias)
+    fig = plotting.heads_combine_figure(names, shown.norms, shown.along, [(layer, h) in off for h in
+                                                                         range(model.n_heads)],
+                                        shown.bias_along, shown.total_norm,
+                                        f"Layer {layer}, token {position}: the heads add up"
+                                        + (f", {head_name(biggest)} off" if switch else ""))
     st.plotly_chart(fig, width="stretch", key=f"lesson_fig_{n}", config=chart_config())
     _look(f"the dark bars: each head's share of what layer {layer} writes for the last token, "
           f"{tok(run.tokens[position])}. They add up, with the bias, to the total.")
@@ -230,17 +238,12 @@ def draw_combining(name: str, text: str, n: int) -> None:
              f" the total's length is {combo.total_norm:.3f}: the layer's output is the heads' outputs added.",
              f"{head_name(biggest)} adds the most along the total: {float(combo.along[biggest[1]]):.3f}."]
     if switch:
-        off = frozenset({biggest})
-        after = lesson_inside(name, text, layer, off)
-        total = torch.stack([h.contribution[position] for h in after]).sum(0) + (
-            after[0].bias if after[0].bias is not None else 0)  # (D,)
-        cos = float(torch.nn.functional.cosine_similarity(total, combo.total, dim=0))
+        cos = float(torch.nn.functional.cosine_similarity(shown.total, combo.total, dim=0))
         lines.append(f"With {head_name(biggest)} off, the layer's output for this token has length "
-                     f"{float(total.norm()):.3f} and cosine {cos:.2f} with the output before: the other heads "
-                     "did not make up for it.")
-        off_run = lesson_run(name, text, off)
+                     f"{shown.total_norm:.3f} (it was {combo.total_norm:.3f}) and cosine {cos:.2f} with the output "
+                     "before.")
         if run.logits is not None:
-            kl = next_token_kl(run.logits, off_run.logits)
+            kl = next_token_kl(run.logits, lesson_run(name, text, off).logits)
             lines.append(f"The model's next-token prediction moved by KL {kl:.3f} nats.")
     _saw(lines)
 
@@ -255,7 +258,8 @@ def draw_written(name: str, text: str, n: int) -> None:
                   "Its output becomes 0: the program's line that reads it gets nothing.")
     off = {prev} if switch else set()
     shown = lesson_run(WRITTEN, text, frozenset(off)) if switch else run
-    _heads_row(shown, heads, [f"{head_name(h)} · {written[h].pattern or 'written'}" for h in heads], off,
+    _heads_row(shown, heads, [f"{head_name(h)} · " + (measures[written[h].pattern].label if written[h].pattern
+                                                       else "no measured pattern") for h in heads], off,
                key=f"lesson_fig_{n}")
     _look(f"{len(heads)} heads that a program wrote; each selects what its line of the program says.")
     st.table({"head": [head_name(h) for h in heads], "the program wrote": [written[h].source_line for h in heads],
@@ -291,6 +295,8 @@ def draw_learned(name: str, text: str, n: int) -> None:
         maps.append(s["previous"])
         titles.append(seed)
         placed.append((seed, argmax_head(s["previous"]), argmax_head(s["induction"])))
+    st.caption(f"The {measures['previous'].label} score of every head (rows: layers, columns: heads) in each model "
+               "the recipe trained, on this input.")
     st.plotly_chart(plotting.census_maps_side_by_side(maps, titles), width="stretch", key=f"lesson_fig_{n}",
                     config=chart_config())
     importance = lesson_importance(name, text)  # (L, H)

@@ -55,7 +55,8 @@ GROUPS: dict[str, list[str]] = {
 }
 HIDDEN = {"Trained vs untrained"}
 # Views about the model in general (its weights, generated inputs, its training) and the Lesson (its own inputs
-# and models), not this sentence's run: the page shows neither the sentence's token strip nor the heads-off summary and effect panel above or below them.
+# and models), not this sentence's run: the page shows neither the sentence's token strip nor the heads-off summary
+# and effect panel above or below them.
 NOT_ABOUT_THIS_RUN = {"Lesson", "Census", "Circuits", "Training", "Trained vs untrained", "Notes & export"}
 
 

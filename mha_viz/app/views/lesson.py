@@ -68,8 +68,9 @@ def render(ctx: ViewContext) -> None:
     text = step.text
     if step.text:
         model = lesson_steps.model_of(step, learned)
-        st.caption(f"Model: {model.info.title}" + (f" ({learned})" if not step.written else "")
-                   + f", {model.n_layers} layers x {model.n_heads} heads.")
+        what = "compiled from a RASP program" if step.written else "the tiny recipe, trained here"
+        st.caption(f"Model: {lesson_steps.WRITTEN if step.written else learned} ({what}), {model.n_layers} layers x "
+                   f"{model.n_heads} heads.")
         typed = st.text_input("Input (replace it with your own)", value=step.text, key=f"lesson_text_{n}",
                               max_chars=400)
         text = read_text(typed) or step.text
