@@ -38,10 +38,10 @@ $(TEST_STAMP): requirements-test.txt $(STAMP)
 setup-test: $(TEST_STAMP) $(COMPILE_STAMP)
 
 
-# Every shipped program (assets/compiled/programs/NAME.py) compiled again into assets/compiled/NAME/, bit for bit.
+# Every shipped program (assets/compiled/NAME/program.py) compiled again into its own folder, bit for bit.
 compile: setup-compile
-	@for f in assets/compiled/programs/*.py; do \
-	  $(PY) -m mha_viz.cli compile $$f --out assets/compiled/$$(basename $$f .py) || exit 1; done
+	@for f in assets/compiled/*/program.py; do \
+	  $(PY) -m mha_viz.cli compile $$f --out $$(dirname $$f) || exit 1; done
 
 # Debian's chromium for the real-browser tests (playwright cannot download its own browser here).
 setup-browser:

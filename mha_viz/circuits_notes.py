@@ -103,22 +103,32 @@ def section(tiny: str = "tiny", others: tuple[str, ...] = OTHER_MODELS) -> str:
     return "\n".join(lines)
 
 
-def replace_section(notes: str, new: str) -> str:
-    """notes with the text between the markers (inclusive) replaced by `new`; without markers, `new` goes after
-    the tiny-model evidence line (or at the end)."""
+def marked_section(notes: str, start: str, end: str) -> str | None:
+    """The lines of `notes` from the marker line `start` to `end` (both included), or None without both markers: the
+    generated sections of notes.md (this one, and `written_notes`') are read this one way."""
     lines = notes.split("\n")
-    if CIRCUITS_START in lines and CIRCUITS_END in lines:
-        start, end = lines.index(CIRCUITS_START), lines.index(CIRCUITS_END)
-        return "\n".join(lines[:start] + [new] + lines[end + 1:])
-    at = next((i + 1 for i, line in enumerate(lines) if line.startswith(AFTER)), len(lines))
+    if start not in lines or end not in lines:
+        return None
+    return "\n".join(lines[lines.index(start):lines.index(end) + 1])
+
+
+def replace_marked(notes: str, start: str, end: str, new: str, after) -> str:
+    """`notes` with the marked section replaced by `new`; without the markers, `new` goes after the first line for
+    which `after(line)` holds (or at the end)."""
+    lines = notes.split("\n")
+    if start in lines and end in lines:
+        return "\n".join(lines[:lines.index(start)] + [new] + lines[lines.index(end) + 1:])
+    at = next((i + 1 for i, line in enumerate(lines) if after(line)), len(lines))
     return "\n".join(lines[:at] + ["", new] + lines[at:])
 
 
+def replace_section(notes: str, new: str) -> str:
+    """notes with the circuits section replaced by `new`; a first one goes after the tiny-model evidence line."""
+    return replace_marked(notes, CIRCUITS_START, CIRCUITS_END, new, lambda line: line.startswith(AFTER))
+
+
 def current_section(notes: str) -> str | None:
-    lines = notes.split("\n")
-    if CIRCUITS_START not in lines or CIRCUITS_END not in lines:
-        return None
-    return "\n".join(lines[lines.index(CIRCUITS_START):lines.index(CIRCUITS_END) + 1])
+    return marked_section(notes, CIRCUITS_START, CIRCUITS_END)
 
 
 def main(argv: list[str] | None = None) -> int:

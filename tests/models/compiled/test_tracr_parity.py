@@ -24,7 +24,7 @@ from mha_viz.models.compiled import architecture as A  # noqa: E402
 from mha_viz.models.compiled import config as C  # noqa: E402
 from mha_viz.models.compiled import tracr_bridge as B  # noqa: E402
 
-PROGRAMS = sorted((Path(__file__).resolve().parents[3] / "assets" / "compiled" / "programs").glob("*.py"))
+PROGRAMS = sorted((Path(__file__).resolve().parents[3] / "assets" / "compiled").glob("*/program.py"))
 N_INPUTS = 12
 
 
@@ -60,9 +60,9 @@ def _assert_parity(assembled, config, tensors, vocab, max_seq_len, program):
             assert got == pytest.approx(want, abs=1e-4), (items, got, want)
 
 
-@pytest.fixture(scope="module", params=[p.stem for p in PROGRAMS])
+@pytest.fixture(scope="module", params=[p.parent.name for p in PROGRAMS])
 def shipped(request):
-    spec = B.load_program_file(PROGRAMS[[p.stem for p in PROGRAMS].index(request.param)])
+    spec = B.load_program_file(PROGRAMS[[p.parent.name for p in PROGRAMS].index(request.param)])
     assembled = compiling.compile_rasp_to_model(spec["program"], spec["vocab"], spec["max_seq_len"],
                                                 causal=spec["causal"], compiler_bos=B.BOS)
     return spec, assembled
