@@ -126,7 +126,9 @@ def draw_parallel(name: str, text: str, n: int) -> None:
                   "Its output becomes 0; every later layer is recomputed.")
     off = {prev} if switch else set()
     shown = lesson_run(name, text, frozenset(off)) if switch else run
-    _heads_row(shown, heads, [head_name(h) for h in heads], off, key=f"lesson_fig_{n}")
+    # The head the step names carries its measure in its title: the one to look at.
+    _heads_row(shown, heads, [head_name(h) + (f" · {measures['previous'].label}" if h == prev else "")
+                              for h in heads], off, key=f"lesson_fig_{n}")
     _look(f"the {model.n_heads} heads of layer 0 read the same {len(run.tokens)} tokens at once, and each puts its "
           f"weight elsewhere. {head_name(prev)} has the highest {measures['previous'].label} score of the layer.")
     lines = []
