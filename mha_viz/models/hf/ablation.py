@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import torch
+import torch.nn.functional as F
 
 from mha_viz.contract import ModelLoadError
 from mha_viz.models.points import HeadEdit
@@ -123,17 +124,54 @@ def _gpt_neo_where(module, query, key, attention_mask) -> torch.Tensor:
     return window if mask is None else window & mask
 
 
+def _bloom_forward(module, hidden_states, residual, alibi, attention_mask, layer_past=None, use_cache=False,
+                   output_attentions=False, **kwargs):
+    """BloomAttention's forward (transformers 5.x) with its heads' outputs routed through this call's HeadEdit.
+    Its scores are q . k / sqrt(dh) plus ALiBi's per-head linear position bias, which a recomputation of the scores
+    from q and k leaves out (inside() says so: its recomputed weights differ from these)."""
+    from transformers.models.bloom.modeling_bloom import dropout_add
+
+    B, Q, _ = hidden_states.shape
+    H, dh = module.num_heads, module.head_dim
+    query, key, value = module._reshape(module.query_key_value(hidden_states))  # (B, H, T, dh) each
+    if layer_past is not None:
+        key, value = layer_past.update(key, value, module.layer_idx)
+    scores = alibi.baddbmm(batch1=query.reshape(B * H, -1, dh), batch2=key.reshape(B * H, -1, dh).transpose(-1, -2),
+                           beta=module.beta, alpha=module.inv_norm_factor).view(B, H, Q, -1)  # (B, H, Q, K)
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    weights = module.attention_dropout(F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype))  # (B,H,Q,K)
+    out = weights @ value  # (B, H, Q, dh)
+    out = _edited(module, query, key, value, out, weights, lambda: allowed(attention_mask, key.shape[-2]),
+                  module.inv_norm_factor)
+    context = out.transpose(1, 2).reshape(B, Q, H * dh)  # (B, Q, H * dh): the heads' outputs side by side
+    output = dropout_add(module.dense(context), residual, module.hidden_dropout, module.training)  # (B, Q, D)
+    return output, weights
+
+
 OWN_ATTENTION: dict[str, tuple[Callable, float]] = {"GPTNeoSelfAttention": (_gpt_neo_where, 1.0)}
+# Attention modules whose whole forward is replaced (the weights are computed inline): the module type -> forward.
+OWN_FORWARD: dict[str, Callable] = {"BloomAttention": _bloom_forward}
 
 
 def wrap_own_attention(modules: list[torch.nn.Module]) -> bool:
     """Route the modules' own `_attn(query, key, value, attention_mask)` (-> output (B, H, T, dh), weights
-    (B, H, Q, K)) through this call's HeadEdit, as the registered function does for the interface; wrapped once,
-    when the model loads, bound to each module. False when some module is of no known kind (nothing is wrapped)."""
-    if not modules or any(type(m).__name__ not in OWN_ATTENTION for m in modules):
+    (B, H, Q, K)), or their whole forward where the weights are computed inline, through this call's HeadEdit, as
+    the registered function does for the interface; wrapped once, when the model loads, bound to each module.
+    False when some module is of no known kind (nothing is wrapped)."""
+    kinds = set(OWN_ATTENTION) | set(OWN_FORWARD)
+    if not modules or any(type(m).__name__ not in kinds for m in modules):
         return False
     for module in modules:
-        module._attn = types.MethodType(_own_attn, module)
+        name = type(module).__name__
+        if name in OWN_FORWARD:
+            if getattr(module, "pretraining_tp", 1) > 1 and getattr(module, "slow_but_exact", False):
+                raise ModelLoadError("this Bloom model splits its output projection (pretraining_tp with "
+                                     "slow_but_exact), which mha-viz does not follow; set slow_but_exact to false "
+                                     "in its config.json")
+            module.forward = types.MethodType(OWN_FORWARD[name], module)
+        else:
+            module._attn = types.MethodType(_own_attn, module)
     return True
 
 

@@ -21,6 +21,7 @@ from mha_viz.models.examples import shipped_examples
 from mha_viz.models.hf import projections
 from mha_viz.models.hf.ablation import (
     OWN_ATTENTION,
+    OWN_FORWARD,
     LayerIndex,
     editing,
     make_resumable,
@@ -41,7 +42,7 @@ class HFModel(EditableModel):
         self._tokenizer = tokenizer
         self._device = device
         self.info = info
-        wrap_own_attention([m for m in model.modules() if type(m).__name__ in OWN_ATTENTION])
+        wrap_own_attention([m for m in model.modules() if type(m).__name__ in (*OWN_ATTENTION, *OWN_FORWARD)])
         layers = self._discover_layers()
         self._layers = LayerIndex(layers.modules)
         if len(layers) != info.n_layers:  # the config's count is a claim; the modules that ran are the fact

@@ -5,7 +5,7 @@ import torch
 
 from mha_viz.contract import ModelInfo, ModelLoadError
 from mha_viz.models.hf import policy
-from mha_viz.models.hf.ablation import ATTN_IMPL, OWN_ATTENTION, register
+from mha_viz.models.hf.ablation import ATTN_IMPL, OWN_ATTENTION, OWN_FORWARD, register
 from mha_viz.models.hf.adapter import HFModel
 from mha_viz.models.hf.policy import check_size
 from mha_viz.settings import settings, torch_device
@@ -95,7 +95,6 @@ def build_hf_model(name: str, title: str, source: str, *, gguf_file: str | None 
 
 # What the attention of architectures outside transformers' attention interface computes besides q . k, in words.
 _OWN_ATTENTION = {
-    "bloom": "ALiBi position biases added to the scores",
     "mpt": "ALiBi position biases added to the scores",
     "falcon": "ALiBi or rotary attention written inside its layers",
     "deberta-v2": "disentangled content and relative-position scores",
@@ -119,7 +118,7 @@ def check_attention_interface(config, kind: str, name: str) -> None:
     # module's own method where we know it (hf/ablation.py).
     module = sys.modules.get(cls.__module__)
     if getattr(module, "eager_attention_forward", None) is not None or \
-            any(getattr(module, kind, None) is not None for kind in OWN_ATTENTION):
+            any(getattr(module, kind, None) is not None for kind in (*OWN_ATTENTION, *OWN_FORWARD)):
         return
     what = _OWN_ATTENTION.get(config.model_type, "attention code of its own")
     raise ModelLoadError(

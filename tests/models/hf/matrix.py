@@ -178,8 +178,8 @@ def check_circuits(m: Loaded) -> None:
         assert c.composition[mode].shape == (L, Hn, L, Hn) and torch.isfinite(c.composition[mode][later]).all()
     assert torch.isfinite(c.qk_singular).all() and torch.isfinite(c.ov_singular).all()
     assert c.copying is None or (c.copying.shape == (L, Hn) and torch.isfinite(c.copying).all())
-    # W_V per head: the attention module's input through head h's slice is the values the forward attended with
-    # (checks how a fused projection was split; W_Q and W_K are split the same way).
+    # W_V per head: the attention module's input through head h's slice, attended with the head's weights, is the
+    # head's output in transformers' forward (checks how a fused projection was split; W_Q and W_K are split alike).
     layer = HEAD[0]
     w = model.head_weights(layer)
     seen = []
@@ -190,8 +190,10 @@ def check_circuits(m: Loaded) -> None:
     finally:
         hook.remove()
     x = seen[layer if model._layers.shared else 0][0].float()  # (T, D): what the attention module projects
-    for h, inside in enumerate(model.inside_layer(TEXT, layer)):
-        _close(x @ w.w_v[h] + (0.0 if w.b_v is None else w.b_v[h]), inside.v, f"values of head {h} from w_v")
+    weights = model.run(TEXT).attentions[layer]  # (H, T, T)
+    for h in range(Hn):
+        v = x @ w.w_v[h] + (0.0 if w.b_v is None else w.b_v[h])  # (T, dh)
+        _close(weights[h] @ v, m.captured(TEXT, layer, h), f"head {h}'s output from w_v")
     # W_O per head: the heads' outputs through their slices, plus the bias, are the output projection's output.
     outs = [m.captured(TEXT, layer, h) for h in range(Hn)]  # H x (T, dh)
     ours = sum(o @ w.w_o[h] for h, o in enumerate(outs)) + (0.0 if w.b_o is None else w.b_o)  # (T, D)
