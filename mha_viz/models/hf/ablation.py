@@ -149,9 +149,38 @@ def _bloom_forward(module, hidden_states, residual, alibi, attention_mask, layer
     return output, weights
 
 
+def _mpt_forward(module, hidden_states, position_bias, cache=None, attention_mask=None, **kwargs):
+    """MptAttention's forward (transformers 5.x) with its heads' outputs routed through this call's HeadEdit. Its
+    scores are q . k times softmax_scale plus ALiBi's per-head position bias (which inside() says it cannot show
+    apart); its mask is boolean, True where a query may not look."""
+    B, T = hidden_states.shape[:2]
+    H, dh = module.n_heads, module.head_dim
+    mixed = module.Wqkv(hidden_states)  # (B, T, 3 * H * dh)
+    if module.clip_qkv:
+        mixed = mixed.clamp(min=-module.clip_qkv, max=module.clip_qkv)
+    query, key, value = (x.reshape(B, T, H, dh).transpose(1, 2) for x in mixed.chunk(3, dim=2))  # (B, H, T, dh)
+    if cache is not None:
+        key, value = cache.update(key, value, module.layer_idx, kwargs=kwargs)
+    scores = torch.matmul(query, key.transpose(-1, -2)) * module.softmax_scale  # (B, H, Q, K)
+    n_queries = T if cache is None else T + cache.get_seq_length()
+    if position_bias is not None:
+        bias = position_bias[:, max(0, position_bias.size(1) - n_queries):, max(0, position_bias.size(2) -
+                                                                                  key.shape[-2]):]  # (H, Q', K)
+        scores = scores + bias
+    if attention_mask is not None:
+        scores = scores.masked_fill(attention_mask, torch.finfo(query.dtype).min)
+    weights = F.softmax(scores.float(), dim=-1).to(value.dtype)  # (B, H, Q, K)
+    weights = F.dropout(weights, p=module.attn_dropout_p, training=module.training)
+    out = torch.matmul(weights, value)  # (B, H, Q, dh)
+    where = (lambda: None) if attention_mask is None else (lambda: ~allowed(attention_mask, key.shape[-2]))
+    out = _edited(module, query, key, value, out, weights, where, module.softmax_scale)
+    context = out.permute(0, 2, 1, 3).contiguous().view(B, T, -1)  # (B, T, H * dh): heads side by side
+    return module.out_proj(context), weights
+
+
 OWN_ATTENTION: dict[str, tuple[Callable, float]] = {"GPTNeoSelfAttention": (_gpt_neo_where, 1.0)}
 # Attention modules whose whole forward is replaced (the weights are computed inline): the module type -> forward.
-OWN_FORWARD: dict[str, Callable] = {"BloomAttention": _bloom_forward}
+OWN_FORWARD: dict[str, Callable] = {"BloomAttention": _bloom_forward, "MptAttention": _mpt_forward}
 
 
 def wrap_own_attention(modules: list[torch.nn.Module]) -> bool:

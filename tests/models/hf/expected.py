@@ -4,7 +4,6 @@ table is rendered from them by compat_table.py)."""
 # Architectures refused before any weights load, and why (what the refusal names).
 NOT_LOADING = {
     "Falcon": "refused: its attention is written inside its layers, outside transformers' attention interface",
-    "MPT": "refused: ALiBi position biases added inside its own attention code, outside the attention interface",
     "DeBERTa-v2": "refused: disentangled relative-position attention, outside transformers' attention interface",
     "MPNet": "refused: relative-position bucket biases inside its own attention code, outside the interface",
 }
@@ -12,6 +11,8 @@ NOT_LOADING = {
 FAILING: dict[tuple[str, str], str] = {
     ("Bloom", "inside"): "refused with its reason: ALiBi adds a per-head position bias to the scores, so q . k "
                          "alone does not give the weights",
+    ("MPT", "inside"): "refused with its reason: ALiBi adds a per-head position bias to the scores, so q . k "
+                       "alone does not give the weights",
     ("OLMo", "circuits"): "clip_qkv clamps q, k and v after the projection, which weights per head leave out: "
                           "values past the clip differ",
 }
