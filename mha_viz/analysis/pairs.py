@@ -1,6 +1,7 @@
 """Mean attention of every head on (query, key) pairs picked from ground truth, pooled over texts, against the
-same mean under uniform attention over the visible keys: the tiny model's probes, the Similarity view's ground-truth
-table and the census score the relations this one way.
+same mean under uniform attention over the visible keys: the tiny model's probes and the Similarity view's
+ground-truth table. Each text's value is the registered `gold` measure (`mha_viz.measures`), so the probes' previous
+token on its pairs is the registry's `previous`, and its induction the registry's on the repeats it was given.
 
 Tensors: attentions (L, H, Q, K) float32, as in `AttentionRun.attentions`.
 """
@@ -11,6 +12,7 @@ from typing import Sequence
 
 import torch
 
+from mha_viz import measures
 from mha_viz.analysis.scores import previous_pairs
 from mha_viz.contract import Head
 
@@ -56,16 +58,24 @@ def score_pairs(
     per_text = [pairs] if isinstance(attentions, torch.Tensor) else list(pairs)
     if len(per_text) != len(mats):
         raise ValueError(f"got {len(mats)} attention tensors but {len(per_text)} lists of pairs; pass one per text")
+    gold = measures.REGISTRY["gold"]  # the one definition of attention on given (query, key) pairs
     total = torch.zeros(mats[0].shape[:2])  # (L, H)
     base, n = 0.0, 0
     for a, ps in zip(mats, per_text):
         T = a.shape[-1]
+        ps = [tuple(p) for p in ps]
         for q, k in ps:
             if not (0 <= k <= q < T if causal else 0 <= k < T and 0 <= q < T):
                 raise ValueError(f"pair (query {q}, key {k}) is outside a {T}-token text (or looks ahead)")
-            total += a[:, :, q, k].float()  # (L, H)
-            base += 1.0 / (q + 1) if causal else 1.0 / T
-            n += 1
+        if not ps:
+            continue
+        if len({q for q, _ in ps}) != len(ps):
+            raise ValueError(f"{relation!r}: a query appears in two pairs; pass one key per query")
+        # Pooled over pairs: each text's mean over its queries, weighted by how many it has.
+        value, uniform = gold.measure(a.float(), measures.Positions(T, causal, gold=tuple(ps)))  # (L, H), float
+        total += value * len(ps)
+        base += uniform * len(ps)
+        n += len(ps)
     if n == 0:
         raise ValueError(f"no (query, key) pairs to score for {relation!r}; the texts lack that relation")
     return HeadScores(relation, total / n, base / n, n)

@@ -122,3 +122,19 @@ def test_the_readme_table_is_the_registry():
     table = readme[start:readme.index("<!-- /measures -->")].strip()
     assert table == M.markdown_table(), ("README.md's measures table differs from the registry: replace it with "
                                         "python -c 'from mha_viz import measures; print(measures.markdown_table())'")
+
+
+def test_the_probes_pair_scores_are_the_registry_measures():
+    """The tiny probes' and the Similarity ground truth's pair scores (analysis/pairs.py) pool the registry's `gold`
+    measure: on one text, previous-token pairs give the registry's `previous`, and given repeats its `induction`."""
+    from mha_viz.analysis import pairs
+
+    torch.manual_seed(3)
+    t = 10
+    att = torch.softmax(torch.randn(2, 3, t, t), -1).tril()
+    att = att / att.sum(-1, keepdim=True)  # (L, H, T, T), causal
+    torch.testing.assert_close(pairs.previous_token_score(att).scores, M["previous"](att, M.Positions(t, True)))
+    ids = [0, 1, 2, 3, 4, 1, 2, 3, 4, 5]
+    repeats = [(k, q) for q in range(t) for k in range(q) if ids[k] == ids[q]]
+    torch.testing.assert_close(pairs.induction_score(att, repeats).scores,
+                               M["induction"](att, M.Positions.of(t, True, token_ids=ids)))
