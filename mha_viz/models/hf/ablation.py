@@ -178,9 +178,42 @@ def _mpt_forward(module, hidden_states, position_bias, cache=None, attention_mas
     return module.out_proj(context), weights
 
 
+def _falcon_forward(module, hidden_states, alibi, attention_mask, position_ids=None, layer_past=None,
+                    use_cache=False, output_attentions=False, position_embeddings=None, **kwargs):
+    """FalconAttention's eager forward (transformers 5.x) with its heads' outputs routed through this call's
+    HeadEdit: rotary q . k / sqrt(dh), or with ALiBi (q . k + bias) / sqrt(dh), which inside() cannot show apart."""
+    from transformers.models.falcon.modeling_falcon import apply_rotary_pos_emb
+
+    H, dh = module.num_heads, module.head_dim
+    n_kv = H if module.new_decoder_architecture else module.num_kv_heads
+    query, key, value = module._split_heads(module.query_key_value(hidden_states))  # (B, T, heads, dh) each
+    B, Q = query.shape[:2]
+    query = query.transpose(1, 2).reshape(B, H, Q, dh)  # (B, H, Q, dh)
+    key = key.transpose(1, 2).reshape(B, n_kv, Q, dh)  # (B, H_kv, Q, dh)
+    value = value.transpose(1, 2).reshape(B, n_kv, Q, dh)  # (B, H_kv, Q, dh)
+    if alibi is None:
+        cos, sin = position_embeddings
+        query, key = apply_rotary_pos_emb(query, key, cos, sin)
+    if layer_past is not None:
+        key, value = layer_past.update(key, value, module.layer_idx)
+    K = key.shape[-2]
+    scores = query @ key.transpose(-1, -2)  # (B, H, Q, K)
+    if alibi is not None:
+        scores = scores + alibi.view(B, H, 1, -1)
+    scale = module.inv_norm_factor
+    weights = F.softmax(scores * scale + attention_mask, dim=-1, dtype=hidden_states.dtype)  # (B, H, Q, K)
+    if alibi is not None:
+        weights = module.attention_dropout(weights)
+    out = weights @ value  # (B, H, Q, dh)
+    out = _edited(module, query, key, value, out, weights, lambda: allowed(attention_mask, K), scale)
+    context = out.permute(0, 2, 1, 3).reshape(B, Q, H * dh)  # (B, Q, H * dh): the heads side by side
+    return module.dense(context), weights
+
+
 OWN_ATTENTION: dict[str, tuple[Callable, float]] = {"GPTNeoSelfAttention": (_gpt_neo_where, 1.0)}
 # Attention modules whose whole forward is replaced (the weights are computed inline): the module type -> forward.
-OWN_FORWARD: dict[str, Callable] = {"BloomAttention": _bloom_forward, "MptAttention": _mpt_forward}
+OWN_FORWARD: dict[str, Callable] = {"BloomAttention": _bloom_forward, "MptAttention": _mpt_forward,
+                                    "FalconAttention": _falcon_forward}
 
 
 def wrap_own_attention(modules: list[torch.nn.Module]) -> bool:

@@ -95,7 +95,6 @@ def build_hf_model(name: str, title: str, source: str, *, gguf_file: str | None 
 
 # What the attention of architectures outside transformers' attention interface computes besides q . k, in words.
 _OWN_ATTENTION = {
-    "falcon": "ALiBi or rotary attention written inside its layers",
     "deberta-v2": "disentangled content and relative-position scores",
     "deberta": "disentangled content and relative-position scores",
     "mpnet": "relative-position bucket biases added to the scores",

@@ -92,7 +92,15 @@ def split(module: torch.nn.Module, n_heads: int) -> QKV | None:
 def _fused_rows(module, name: str, H: int, kv: int, dh: int) -> tuple[torch.Tensor, ...] | None:
     """The rows of a fused projection's output that are the queries, the keys and the values, in head order, as
     this module's forward reads them."""
-    if name == "query_key_value":  # GPT-NeoX: viewed (H, 3 * dh), each head's [q | k | v] side by side
+    if name == "query_key_value" and getattr(module, "new_decoder_architecture", False):
+        # Falcon's new architecture: viewed (H_kv, H / H_kv + 2, dh), each group's queries, then its key and value
+        groups = int(module.num_kv_heads)
+        rows = torch.arange((H + 2 * groups) * dh).view(groups, H // groups + 2, dh)
+        return rows[:, :-2].reshape(-1), rows[:, -2].reshape(-1), rows[:, -1].reshape(-1)
+    if name == "query_key_value" and getattr(module, "multi_query", False):  # Falcon multi-query: (H + 2, dh)
+        rows = torch.arange((H + 2) * dh).view(H + 2, dh)
+        return rows[:H].reshape(-1), rows[H], rows[H + 1]
+    if name == "query_key_value":  # GPT-NeoX, Bloom, Falcon: viewed (H, 3 * dh), each head's [q | k | v]
         rows = torch.arange(3 * H * dh).view(H, 3, dh)  # (H, 3, dh)
         return tuple(rows[:, i].reshape(-1) for i in range(3))
     if name == "qkv_proj" and hasattr(module, "mp_num"):  # CodeGen: mp_num shards, each [q | v | k] side by side

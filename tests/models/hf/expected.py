@@ -3,7 +3,6 @@ table is rendered from them by compat_table.py)."""
 
 # Architectures refused before any weights load, and why (what the refusal names).
 NOT_LOADING = {
-    "Falcon": "refused: its attention is written inside its layers, outside transformers' attention interface",
     "DeBERTa-v2": "refused: disentangled relative-position attention, outside transformers' attention interface",
     "MPNet": "refused: relative-position bucket biases inside its own attention code, outside the interface",
 }
