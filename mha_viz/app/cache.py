@@ -564,10 +564,11 @@ def exact_seconds(name: str, text: str, n_heads: int, source: str | None = None)
     if seconds is None:
         sample = text
         if n < CALIBRATION_TOKENS:
-            # No more copies than the model reads (a compiled program refuses a longer text instead of cutting it).
-            copies = min(-(-CALIBRATION_TOKENS // max(n, 1)), max(1, model.info.max_tokens // max(n, 1)))
-            sample = " ".join([text] * copies)
-        m = model.token_count(sample)
+            sample = " ".join([text] * -(-CALIBRATION_TOKENS // max(n, 1)))  # cut to max_tokens by the model
+        try:
+            m = model.token_count(sample)
+        except InputError:  # a compiled program refuses a text past its length instead of cutting it: time the text
+            sample, m = text, n
         start = time.perf_counter()
         model.head_outputs(sample)  # one forward of one row
         seconds = (time.perf_counter() - start) * n / m

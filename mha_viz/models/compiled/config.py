@@ -102,7 +102,11 @@ class CompiledConfig:
 
 
 def is_compiled_folder(folder) -> bool:
-    return (Path(folder) / CONFIG_FILE).is_file()
+    """Whether `folder` holds a compiled model; False for anything that is not a folder path (an overlong hub id)."""
+    try:
+        return (Path(folder) / CONFIG_FILE).is_file()
+    except (OSError, ValueError):  # a name too long, or with a NUL, for a path on this system
+        return False
 
 
 def save(folder, config: CompiledConfig, tensors: dict[str, torch.Tensor]) -> Path:

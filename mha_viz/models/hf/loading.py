@@ -108,6 +108,8 @@ def check_attention_interface(config, kind: str, name: str) -> None:
 
     import transformers
 
+    _heads_of(config)  # a model with no attention at all (Mamba, an RWKV) says so first
+
     try:
         cls = _auto_class(kind)._model_mapping[type(config)]
     except (KeyError, ValueError):
