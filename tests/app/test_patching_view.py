@@ -16,7 +16,7 @@ from mha_viz.analysis.patching import (
     patching_map,
     top_heads,
 )
-from mha_viz.app.views.patching import swapped
+from mha_viz.app.name_swap import swapped
 
 from helpers import loaded
 from page_steps import open_view
