@@ -142,16 +142,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.print:
         print(new)
         return 0
-    notes = args.notes.read_text()
-    if args.check:
-        if current_section(notes) != new:
-            print(f"{args.notes}: the circuits section differs from the weights; run python -m mha_viz.circuits_notes",
+    return check_or_write(args.notes, new, current_section, replace_section, "circuits", "mha_viz.circuits_notes",
+                          args.check)
+
+
+def check_or_write(path: Path, new: str, current, replace, what: str, module: str, check: bool) -> int:
+    """The generated sections' command line: with `check`, exit 1 (saying the command) when the section in `path`
+    differs from `new`; else write `new` into it."""
+    notes = path.read_text()
+    if check:
+        if current(notes) != new:
+            print(f"{path}: the {what} section differs from a new measurement; run python -m {module}",
                   file=sys.stderr)
             return 1
-        print(f"{args.notes}: the circuits section is what the weights give")
+        print(f"{path}: the {what} section is what the models give")
         return 0
-    args.notes.write_text(replace_section(notes, new))
-    print(f"wrote the circuits section of {args.notes}")
+    path.write_text(replace(notes, new))
+    print(f"wrote the {what} section of {path}")
     return 0
 
 
