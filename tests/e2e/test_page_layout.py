@@ -155,7 +155,7 @@ def test_first_row_of_heads_on_the_first_screen(browser, streamlit_url, size, ca
         # The views in a grouped <nav>, every one a button.
         groups = page.evaluate("""() => [...document.querySelectorAll('nav[aria-label=Views] [role=group]')]
             .map(g => g.getAttribute('aria-label'))""")
-        assert groups == ["Look", "Open up", "Intervene", "In general", "Learn"], groups
+        assert groups == ["Start", "Look", "Open up", "Intervene", "In general", "Learn"], groups
         # The summary's box is used, not held blank for the first toggle: with every head on it says where the
         # switches are and what they will be measured against; every line fits in it at both sizes.
         on = page.evaluate(SUMMARY_FILL)
