@@ -43,13 +43,8 @@ class WrittenVsMeasured:
 def _scores(census) -> list[str]:
     """The census scores that may name a head: shares of attention where high is notable, read on the census's own
     input set (a " (text)" copy says nothing more about a written head)."""
-    out = []
-    for name in census.names:
-        m, inputs = measures.of_score(name)
-        if m.is_share and not m.lower_is_notable and inputs == (m.census[0] if m.census else inputs) and \
-                not name.endswith(measures.TEXT_SUFFIX):
-            out.append(name)
-    return out
+    return [name for name in census.names if not name.endswith(measures.TEXT_SUFFIX)
+            and measures.get(name).is_share and not measures.get(name).lower_is_notable]
 
 
 def written_vs_census(written: dict, census) -> list[WrittenVsMeasured]:
