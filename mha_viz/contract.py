@@ -572,6 +572,13 @@ class Model(ABC):
         raise UnavailableError(f"{self.info.title}: its attention weights per head could not be identified for "
                                "this architecture.")
 
+    def weights_leave_out(self) -> tuple[str, ...]:
+        """What this model's attention does to its projected queries, keys or values beyond `head_weights` (a
+        qk-norm, OLMo's clip_qkv clamp), one phrase each for the Circuits page: maps read from the weights leave
+        it out. () where the weights per head are the whole linear map (the norms between layers, biases and MLPs
+        are left out of every model's circuits and not listed here)."""
+        return ()
+
     def embeddings(self) -> Embeddings:
         """The token (and position) embedding and the unembedding (see `Embeddings`)."""
         raise UnavailableError(f"{self.info.title}: its embedding matrices could not be identified for this "

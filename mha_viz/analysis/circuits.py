@@ -19,6 +19,9 @@ attention-only models and from TransformerLens):
   * Biases are left out of the maps (the paper's maps are the linear parts).
   * MLPs are left out: a composition score measures the direct path from one head's output to another's input.
   * Rotary models rotate q and k by position after the projection: W_Q W_Kᵀ is their map at relative offset 0.
+  * What a model does to its projected queries, keys or values beyond the weights (a qk-norm; OLMo's clip_qkv,
+    which clamps them, so the maps differ from the model where the clip acts) is left out too; the model declares
+    it (`Model.weights_leave_out`) and `Circuits.left_out` carries it to the page.
 
 Axis letters: L layer, H head, D d_model, dh head width, V vocabulary, P position; N = L*H heads, layer-major.
 """
@@ -307,7 +310,7 @@ def induction_scores(att: torch.Tensor, token_ids) -> torch.Tensor:
 @dataclass(frozen=True)
 class Circuits:
     """What `circuits(model)` measures from a model's weights alone (no text is run). See the module docstring
-    for what the maps leave out (norms ignored, biases and MLPs left out).
+    for what the maps leave out (norms ignored, biases and MLPs left out), and `left_out` for what this model adds.
 
         composition   {"q", "k", "v"}: (L, H, L, H) score from head [l1, h1] into head [l2, h2], NaN unless l1 < l2
         baseline      {"q", "k", "v"}: `Baseline` of random matrices of the same shapes
@@ -329,6 +332,9 @@ class Circuits:
     ov_rank: torch.Tensor
     rotary: bool
     kv_heads: tuple[tuple[int, ...], ...]  # per layer: the key/value head each query head uses
+    # What this model's attention does beyond its weights per head, which the maps leave out as well, one phrase
+    # each, as the model declares it (`Model.weights_leave_out`: a qk-norm, OLMo's clip_qkv); () for none.
+    left_out: tuple[str, ...] = ()
 
     def top_pairs(self, mode: str = "k", n: int = 5) -> list[tuple[tuple[int, int], tuple[int, int], float]]:
         """The n highest scores of `mode` as ((earlier layer, head), (later layer, head), score), best first."""
@@ -386,7 +392,7 @@ def _circuits(model) -> Circuits:
         name=model.name, n_layers=n_layers, n_heads=n_heads, d_model=d_model, d_head=d_head,
         composition=composition, baseline=baseline, copying=copying, qk_singular=qk_s, ov_singular=ov_s,
         qk_rank=effective_rank(qk_s), ov_rank=effective_rank(ov_s), rotary=any(w.rotary for w in layers),
-        kv_heads=tuple(tuple(w.kv_head) for w in layers))
+        kv_heads=tuple(tuple(w.kv_head) for w in layers), left_out=tuple(model.weights_leave_out()))
     return result
 
 

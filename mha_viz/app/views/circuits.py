@@ -109,21 +109,36 @@ def saturation_note(maps: dict, vocab: list[str], figures: dict) -> str:
             f"extreme tokens do not wash out the rest: {'; '.join(parts)}. Hover a cell for its value.")
 
 
+def left_out_words(c: circ.Circuits | None) -> str:
+    """What the maps leave out, for the page's caption: what every model's circuits leave out, then what this model
+    declares its attention does beyond its weights per head (`Circuits.left_out`: a qk-norm, OLMo's clip_qkv)."""
+    words = ("The norms between heads are left out (not folded in), as are biases and MLPs: these are the direct "
+             "paths, an approximation.")
+    if c is not None and c.left_out:
+        words += (" This model's attention also does what weights per head cannot carry, left out too: "
+                  + "; ".join(md_safe(part) for part in c.left_out) + ".")
+    return words
+
+
+def _intro(c: circ.Circuits | None) -> str:
+    return ("Read from the weights alone, no sentence is run: each head's query-key (QK) map says which token a query "
+            "looks for, its value-output (OV) map what attending to a token writes; a composition score says how "
+            "much of what an earlier head writes lies where a later head reads, through its queries, keys or values "
+            f"(Elhage et al. 2021, *A Mathematical Framework for Transformer Circuits*). {left_out_words(c)} The "
+            "causal check below tests one path by switching the earlier head off.")
+
+
 def render(ctx: ViewContext) -> None:
     st.subheader("Circuits in the weights")
-    st.caption(
-        "Read from the weights alone, no sentence is run: each head's query-key (QK) map says which token a query "
-        "looks for, its value-output (OV) map what attending to a token writes; a composition score says how much of "
-        "what an earlier head writes lies where a later head reads, through its queries, keys or values (Elhage et "
-        "al. 2021, *A Mathematical Framework for Transformer Circuits*). The norms between heads are left out (not "
-        "folded in), as are biases and MLPs: these are the direct paths, an approximation. The causal check below "
-        "tests one path by switching the earlier head off.")
+    intro = st.empty()  # the caption, filled once the circuits say what this model's maps leave out
+    intro.caption(_intro(None))
     try:
         with st.spinner("Measuring every pair of heads from the weights (once per model; SmolLM2 takes seconds)"):
             c = model_circuits(ctx.name)
     except UnavailableError as err:
         st.info(f"Circuits are not available for this model: {md_safe(str(err))}")
         return
+    intro.caption(_intro(c))
     head = one_head(ctx, c)
     composition(ctx, c, head)
     over_training(ctx, c)

@@ -277,6 +277,10 @@ class HFModel(EditableModel):
         rotary = "position_embeddings" in _forward_params(module)
         return self.head_weights_from(layer, qkv.w_q, qkv.w_k, qkv.w_v, qkv.b_q, qkv.b_k, qkv.b_v, rotary=rotary)
 
+    def weights_leave_out(self) -> tuple[str, ...]:
+        """Every layer's `projections.left_out`, each phrase once, in layer order."""
+        return tuple(dict.fromkeys(n for module in self._layers.modules for n in projections.left_out(module)))
+
     def embeddings(self) -> Embeddings:
         """Token (and learned position) embeddings in the residual stream's width, and the unembedding. Where the
         embeddings are narrower than the stream (ELECTRA's embedding_size, ALBERT's) they are read through the

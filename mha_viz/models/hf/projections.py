@@ -15,6 +15,9 @@ import torch
 SEPARATE = (("q_proj", "k_proj", "v_proj"), ("query", "key", "value"), ("q_lin", "k_lin", "v_lin"), ("q", "k", "v"))
 # The output projection's names on the attention module itself (BERT's sibling output.dense is found by the adapter).
 OUTPUT = ("o_proj", "out_proj", "c_proj", "dense", "out_lin", "Wo", "o")
+# (query, key) names of a norm applied to the projected queries and keys (qk-norm): Qwen3, OLMo 2, Gemma 3, Cohere
+# (q_norm, k_norm, when use_qk_norm); Phi, StableLM, Persimmon (q_layernorm, k_layernorm, when qk_layernorm); Hunyuan.
+QK_NORMS = (("q_norm", "k_norm"), ("q_layernorm", "k_layernorm"), ("query_layernorm", "key_layernorm"))
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,25 @@ def split(module: torch.nn.Module, n_heads: int) -> QKV | None:
             (w_q, b_q), (w_k, b_k), (w_v, b_v) = (_rows(weight, bias, i) for i in index)
             return QKV(w_q, w_k, w_v, b_q, b_k, b_v)
     return None
+
+
+def left_out(module: torch.nn.Module) -> tuple[str, ...]:
+    """What this attention module's forward does to its projected queries, keys or values that weights per head
+    (`split`) cannot carry, one phrase each for the Circuits page; () where the weights are the whole linear map.
+    Read from the module's own attributes and config, as its forward reads them:
+      qk-norm   a norm module on the queries and keys (`QK_NORMS`; present only where the config turns it on)
+      clip_qkv  OLMo (config.clip_qkv), MPT and DBRX (the module's clip_qkv, from attn_config) clamp the
+                projections' outputs to [-clip, clip]"""
+    notes = []
+    if any(isinstance(getattr(module, name, None), torch.nn.Module) for pair in QK_NORMS for name in pair):
+        notes.append("qk-norm: a norm on each query and key after the projection, which the QK map leaves out (it "
+                     "rescales every query and key, token by token)")
+    clip = getattr(module, "clip_qkv", None) or getattr(getattr(module, "config", None), "clip_qkv", None)
+    if isinstance(clip, (int, float)) and not isinstance(clip, bool) and clip > 0:
+        notes.append(f"clip_qkv: queries, keys and values are clamped to ±{clip:g} after the projection, which the "
+                     "QK and OV maps cannot carry, so where an activation passes the clip the maps differ from what "
+                     "the model computes")
+    return tuple(notes)
 
 
 def _fused_rows(module, name: str, H: int, kv: int, dh: int) -> tuple[torch.Tensor, ...] | None:
