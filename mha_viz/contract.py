@@ -70,8 +70,9 @@ class HeadInside:
                                                    dot product (after rotary embeddings where the model uses them);
                                                    with grouped-query attention k and v are the shared key/value head's
         scores        float32 (Q, K)               q . k^T times `scale` (and each row times `query_scale`, where
-                                                   the model has one): the logits before softmax, -inf where the
-                                                   mask forbids (a causal model's later keys, padding)
+                                                   the model has one), plus `position_bias` where the model adds
+                                                   one: the logits before softmax, -inf where the mask forbids (a
+                                                   causal model's later keys, padding)
         weights       float32 (Q, K)               softmax(scores) == run(text, ablate).attentions[layer, head]
         contribution  float32 (T, D)               this head's share of the attention output: (weights @ v) through
                                                    its slice of the output projection; zero when the head is ablated
@@ -98,6 +99,10 @@ class HeadInside:
     resid: torch.Tensor  # (T, D)
     kv_head: int  # which key/value head k and v come from (== head without grouped-query attention)
     ablated: bool  # this head was switched off in this run: its contribution is zero, its weights still computed
+    # (Q, K) what the model adds to the scaled q . k before the mask and softmax, or None: ALiBi's per-head linear
+    # position bias (Bloom, MPT, Falcon with alibi; Press et al. 2022), the model's own numbers, so
+    # q . k^T * scale + position_bias is `scores` where the mask allows.
+    position_bias: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)

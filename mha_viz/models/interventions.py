@@ -239,8 +239,9 @@ class EditableModel(Batching, Model):
     def inside_layer(self, text: str, layer: int, ablate: Iterable[Head] = (), ablation: str = "zero",
                      reference: Iterable[str] | None = None) -> list[HeadInside]:
         """Every head of `layer` opened up (see `HeadInside`) from one forward with `ablate` applied as `run`
-        applies it. q, k, v, the mask and the weights are what the layer's attention computed with (reported to
-        the edit by the adapter); the scores are recomputed from them and checked against those weights."""
+        applies it. q, k, v, the mask, the weights and any bias added to the scores (ALiBi) are what the layer's
+        attention computed with (reported to the edit by the adapter); the scores are recomputed from them and
+        checked against those weights."""
         layer = _index(layer, self.n_layers, "layer")
         proj = self._w_o(layer)
         if proj is None:
@@ -270,14 +271,18 @@ class EditableModel(Batching, Model):
         query_scale = None if seen.query_scale is None else seen.query_scale.float().cpu()  # (Q,) or None
         if query_scale is not None:
             scores = scores * query_scale[:, None]  # (H, Q, K)
+        position_bias = None
+        if seen.score_bias is not None:  # ALiBi: the model's own bias, added as the model adds it
+            position_bias = seen.score_bias[0].float().cpu().expand(H, T, k.shape[1]).clone()  # (H, Q, K)
+            scores = scores + position_bias  # (H, Q, K)
         if seen.allowed is not None:
             scores = scores.masked_fill(~seen.allowed.cpu(), float("-inf"))  # (H, Q, K)
         gap = float((torch.softmax(scores, dim=-1) - weights).abs().max())
         if gap > 1e-4:
             raise UnavailableError(
                 f"{self.info.title}: softmax(q·kᵀ·scale) differs from this model's attention weights by {gap:.2g}: "
-                "its attention adds something to the scores (e.g. ALiBi biases or soft-capping), so showing plain "
-                "scores would be wrong."
+                "its attention changes the scores in a way it does not report (e.g. soft-capping), so showing "
+                "these scores would be wrong."
             )
         w_o, bias = proj  # (H, dh, D), (D,) or None
         ctx = edit.outputs[layer][0].float().cpu()  # (H, T, dh): what the output projection saw, after the edit
@@ -287,7 +292,8 @@ class EditableModel(Batching, Model):
             HeadInside(tokens=enc.labels, layer=layer, head=h, q=q[h], k=k[h], v=v[h], scores=scores[h],
                        weights=weights[h], contribution=contribution[h], scale=seen.scale,
                        query_scale=query_scale, bias=bias, resid=resid,
-                       kv_head=h // group, ablated=(layer, h) in ablate)
+                       kv_head=h // group, ablated=(layer, h) in ablate,
+                       position_bias=None if position_bias is None else position_bias[h])
             for h in range(H)
         ]
 

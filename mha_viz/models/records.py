@@ -24,7 +24,8 @@ class Attended:
     q (B, H, Q, dh) and k (B, H_kv, K, dh) as they enter the dot product (after rotary embeddings where the model
     uses them), v (B, H_kv, K, dh), weights (B, H, Q, K), allowed (Q, K) bool or None (where a query may look),
     scale: what q . k^T is multiplied by; query_scale (Q,) or None: a further factor per query
-    (length-scaled attention, `mha_viz.models.attention.length_scale`)."""
+    (length-scaled attention, `mha_viz.models.attention.length_scale`); score_bias (B or 1, H, Q or 1, K) or None:
+    what the model adds to the scaled scores before the mask and softmax (ALiBi's per-head position bias)."""
 
     q: torch.Tensor
     k: torch.Tensor
@@ -33,6 +34,7 @@ class Attended:
     allowed: torch.Tensor | None
     scale: float
     query_scale: torch.Tensor | None = None
+    score_bias: torch.Tensor | None = None
 
 
 class Records:
@@ -70,7 +72,7 @@ class Records:
 
     def attended(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, weights: torch.Tensor,
                  allowed: torch.Tensor | Callable[[], torch.Tensor | None] | None, scale: float,
-                 query_scale: torch.Tensor | None = None) -> None:
+                 query_scale: torch.Tensor | None = None, score_bias: torch.Tensor | None = None) -> None:
         """Called by every layer's attention with what it computed (see `Attended`); keeps what was asked.
         `allowed` may be a function, called only when this layer is inspected."""
         if self.want_values:
@@ -79,7 +81,7 @@ class Records:
             if callable(allowed):
                 allowed = allowed()
             self.seen[layer] = Attended(q=q, k=k, v=v, weights=weights, allowed=allowed, scale=float(scale),
-                                        query_scale=query_scale)
+                                        query_scale=query_scale, score_bias=score_bias)
 
     def entering(self, layer: int, x: torch.Tensor) -> None:
         """x (B, T, D): the residual stream entering `layer` (the block's input)."""

@@ -15,10 +15,11 @@ from mha_viz.plotting.tokens import axis_labels
 
 
 def inside_steps_figure(tokens: list[str], scores: torch.Tensor, weights: torch.Tensor, value_norms: torch.Tensor,
-                        query: int, title: str) -> go.Figure:
+                        query: int, title: str, bias: torch.Tensor | None = None) -> go.Figure:
     """One query of one head, step by step, one row of bars per step over the key tokens: the raw scores before
     softmax (masked keys have none), the weights after it, and each key's value vector size ‖v_j‖.
-    scores, weights, value_norms: (K,)."""
+    scores, weights, value_norms: (K,). bias (K,) or None: what the model adds to q·kⱼ·scale to make the scores
+    (ALiBi's position bias, `HeadInside.position_bias`), marked on the scores' row so both terms show."""
     from plotly.subplots import make_subplots  # three axes only: the subplot cost that bites is at 72+ axes
 
     labels = axis_labels(tokens)
@@ -26,13 +27,22 @@ def inside_steps_figure(tokens: list[str], scores: torch.Tensor, weights: torch.
     if not (len(labels) == s.shape[0] == w.shape[0] == n.shape[0]):
         raise ValueError(f"{len(labels)} tokens but {s.shape[0]} scores, {w.shape[0]} weights, {n.shape[0]} norms")
     masked = ~np.isfinite(_as_np(scores))
+    first = "1. scores q·kⱼ·scale (before softmax)" if bias is None else \
+        "1. scores q·kⱼ·scale + bⱼ (before softmax; ◆ the position bias bⱼ)"
     fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                        subplot_titles=["1. scores q·kⱼ·scale (before softmax)", "2. weights αⱼ = softmax(scores)",
-                                        "3. value size ‖vⱼ‖"])
+                        subplot_titles=[first, "2. weights αⱼ = softmax(scores)", "3. value size ‖vⱼ‖"])
     s_colours = np.where(np.nan_to_num(s) >= 0, "#4c72b0", "#c44e52")
     fig.add_trace(go.Bar(x=labels, y=np.nan_to_num(s), marker_color=s_colours, name="score",
                          text=["masked" if m else "" for m in masked], textposition="outside",
                          hovertemplate="key: %{x}<br>score: %{y:.3f}<extra></extra>"), row=1, col=1)
+    if bias is not None:
+        b = np.where(masked, np.nan, _as_np(bias))  # (K,): none where the key is masked, as the scores
+        if b.shape[0] != s.shape[0]:
+            raise ValueError(f"{s.shape[0]} scores but {b.shape[0]} bias values")
+        fig.add_trace(go.Scatter(x=labels, y=b, mode="markers", marker=dict(symbol="diamond", size=7, color="#222"),
+                                 name="position bias", customdata=np.nan_to_num(s) - np.nan_to_num(b),
+                                 hovertemplate="key: %{x}<br>position bias: %{y:.3f}<br>q·k·scale: "
+                                               "%{customdata:.3f}<extra></extra>"), row=1, col=1)
     fig.add_trace(go.Bar(x=labels, y=w, marker_color="#08519c", name="weight",
                          hovertemplate="key: %{x}<br>weight: %{y:.3f}<extra></extra>"), row=2, col=1)
     fig.add_trace(go.Bar(x=labels, y=n, marker_color="#55a868", name="‖v‖",

@@ -98,6 +98,12 @@ def steps(ctx: ViewContext, h, query: int, token: str) -> None:
                   f"$1/\\sqrt{{d_{{head}}}}$ with $d_{{head}} = {dh}$, times the log of the number of keys this query "
                   f"sees ($\\ln {max(query + 1, 2)}$), so a fixed score gap keeps its weight however long the text "
                   "(Scalable-Softmax, Nakanishi 2025)")
+    if h.position_bias is not None:  # ALiBi: the model adds a per-head position bias, shown as its own term
+        seen = h.position_bias[query][torch.isfinite(scores)]  # (K',): the keys this query sees
+        scored += (f" $+\\, b_j$, the model's own position bias for this head, added to every score (ALiBi, Press "
+                   "et al. 2022: linear in the key's position with this head's slope, so after the softmax a penalty "
+                   f"growing with the distance; here from {float(seen.min()):.3g} to {float(seen.max()):.3g}, the "
+                   "diamonds in the chart's first row)")
     right.markdown(
         scored
         + (f"; {masked} later key(s) are masked ($-\\infty$): a causal model's token sees only itself and earlier "
@@ -110,8 +116,9 @@ def steps(ctx: ViewContext, h, query: int, token: str) -> None:
         f"($\\lVert c \\rVert = {float(h.contribution[query].norm()):.3f}$"
         + (OFF_WORDS.get(ctx.ablation, ", the head is off") if h.ablated else "") + ")."
     )
+    bias = None if h.position_bias is None else h.position_bias[query]  # (K,)
     st.plotly_chart(plotting.inside_steps_figure(h.tokens, scores, weights, norms, query,
-                                                 f"{name}: query {visible(h.tokens[query], 20)}"),
+                                                 f"{name}: query {visible(h.tokens[query], 20)}", bias=bias),
                     width="stretch", key="inside_steps", config=chart_config())
     with st.expander(f"{name}'s queries, keys and values: one row per token, the vectors the steps use"):
         st.caption("q of the outlined token is dotted with every k to make the scores; the values are mixed by "

@@ -100,9 +100,11 @@ def _masked_eager_attention(module, query, key, value, attention_mask, **kwargs)
     return out.transpose(1, 2), weights  # (B, T, H, dh)
 
 
-def _edited(module, query, key, value, out: torch.Tensor, weights: torch.Tensor, where: Callable, scale: float):
+def _edited(module, query, key, value, out: torch.Tensor, weights: torch.Tensor, where: Callable, scale: float,
+            score_bias: torch.Tensor | None = None):
     """Report what `module` computed with to this call's HeadEdit and return its heads' outputs out (B, H, T, dh)
-    kept, zeroed or replaced by the edit; `where` gives the (Q, K) bool mask it attended under."""
+    kept, zeroed or replaced by the edit; `where` gives the (Q, K) bool mask it attended under, `score_bias`
+    (B or 1, H, Q or 1, K) what it added to the scaled scores (ALiBi), or None."""
     call = _CALL.get()
     if call is None:
         return out
@@ -110,7 +112,7 @@ def _edited(module, query, key, value, out: torch.Tensor, weights: torch.Tensor,
     layer = layers.of(module, call.calls)
     call.calls += 1
     if edit.wants(layer):
-        edit.attended(layer, query, key, value, weights, where, scale)
+        edit.attended(layer, query, key, value, weights, where, scale, score_bias=score_bias)
     return edit(layer, out)  # (B, H, T, dh)
 
 
@@ -127,8 +129,8 @@ def _gpt_neo_where(module, query, key, attention_mask) -> torch.Tensor:
 def _bloom_forward(module, hidden_states, residual, alibi, attention_mask, layer_past=None, use_cache=False,
                    output_attentions=False, **kwargs):
     """BloomAttention's forward (transformers 5.x) with its heads' outputs routed through this call's HeadEdit.
-    Its scores are q . k / sqrt(dh) plus ALiBi's per-head linear position bias, which a recomputation of the scores
-    from q and k leaves out (inside() says so: its recomputed weights differ from these)."""
+    Its scores are q . k / sqrt(dh) plus ALiBi's per-head linear position bias (beta * alibi), reported to the
+    edit beside q and k so inside() shows it as its own term."""
     from transformers.models.bloom.modeling_bloom import dropout_add
 
     B, Q, _ = hidden_states.shape
@@ -143,7 +145,7 @@ def _bloom_forward(module, hidden_states, residual, alibi, attention_mask, layer
     weights = module.attention_dropout(F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype))  # (B,H,Q,K)
     out = weights @ value  # (B, H, Q, dh)
     out = _edited(module, query, key, value, out, weights, lambda: allowed(attention_mask, key.shape[-2]),
-                  module.inv_norm_factor)
+                  module.inv_norm_factor, score_bias=(module.beta * alibi).view(B, H, 1, -1))  # (B, H, 1, K)
     context = out.transpose(1, 2).reshape(B, Q, H * dh)  # (B, Q, H * dh): the heads' outputs side by side
     output = dropout_add(module.dense(context), residual, module.hidden_dropout, module.training)  # (B, Q, D)
     return output, weights
@@ -151,8 +153,8 @@ def _bloom_forward(module, hidden_states, residual, alibi, attention_mask, layer
 
 def _mpt_forward(module, hidden_states, position_bias, cache=None, attention_mask=None, **kwargs):
     """MptAttention's forward (transformers 5.x) with its heads' outputs routed through this call's HeadEdit. Its
-    scores are q . k times softmax_scale plus ALiBi's per-head position bias (which inside() says it cannot show
-    apart); its mask is boolean, True where a query may not look."""
+    scores are q . k times softmax_scale plus ALiBi's per-head position bias (reported to the edit, so inside()
+    shows it as its own term); its mask is boolean, True where a query may not look."""
     B, T = hidden_states.shape[:2]
     H, dh = module.n_heads, module.head_dim
     mixed = module.Wqkv(hidden_states)  # (B, T, 3 * H * dh)
@@ -163,6 +165,7 @@ def _mpt_forward(module, hidden_states, position_bias, cache=None, attention_mas
         key, value = cache.update(key, value, module.layer_idx, kwargs=kwargs)
     scores = torch.matmul(query, key.transpose(-1, -2)) * module.softmax_scale  # (B, H, Q, K)
     n_queries = T if cache is None else T + cache.get_seq_length()
+    bias = None
     if position_bias is not None:
         bias = position_bias[:, max(0, position_bias.size(1) - n_queries):, max(0, position_bias.size(2) -
                                                                                   key.shape[-2]):]  # (H, Q', K)
@@ -173,7 +176,8 @@ def _mpt_forward(module, hidden_states, position_bias, cache=None, attention_mas
     weights = F.dropout(weights, p=module.attn_dropout_p, training=module.training)
     out = torch.matmul(weights, value)  # (B, H, Q, dh)
     where = (lambda: None) if attention_mask is None else (lambda: ~allowed(attention_mask, key.shape[-2]))
-    out = _edited(module, query, key, value, out, weights, where, module.softmax_scale)
+    out = _edited(module, query, key, value, out, weights, where, module.softmax_scale,
+                  score_bias=None if bias is None else bias[None])  # (1, H, Q' or 1, K)
     context = out.permute(0, 2, 1, 3).contiguous().view(B, T, -1)  # (B, T, H * dh): heads side by side
     return module.out_proj(context), weights
 
@@ -181,7 +185,8 @@ def _mpt_forward(module, hidden_states, position_bias, cache=None, attention_mas
 def _falcon_forward(module, hidden_states, alibi, attention_mask, position_ids=None, layer_past=None,
                     use_cache=False, output_attentions=False, position_embeddings=None, **kwargs):
     """FalconAttention's eager forward (transformers 5.x) with its heads' outputs routed through this call's
-    HeadEdit: rotary q . k / sqrt(dh), or with ALiBi (q . k + bias) / sqrt(dh), which inside() cannot show apart."""
+    HeadEdit: rotary q . k / sqrt(dh), or with ALiBi (q . k + bias) / sqrt(dh), the bias (times the scale)
+    reported to the edit so inside() shows it as its own term."""
     from transformers.models.falcon.modeling_falcon import apply_rotary_pos_emb
 
     H, dh = module.num_heads, module.head_dim
@@ -205,7 +210,13 @@ def _falcon_forward(module, hidden_states, alibi, attention_mask, position_ids=N
     if alibi is not None:
         weights = module.attention_dropout(weights)
     out = weights @ value  # (B, H, Q, dh)
-    out = _edited(module, query, key, value, out, weights, lambda: allowed(attention_mask, K), scale)
+    bias = None
+    if alibi is not None:  # what the scaled scores add: ALiBi times the scale, and the mask's finite part, into
+        # which FalconModel folds ALiBi once more (transformers 5.x): the model's own scores carry both
+        finite = attention_mask.masked_fill(attention_mask <= torch.finfo(attention_mask.dtype).min / 2, 0.0)
+        bias = alibi.view(B, H, 1, -1) * scale + finite  # (B, H, Q, K)
+    out = _edited(module, query, key, value, out, weights, lambda: allowed(attention_mask, K), scale,
+                  score_bias=bias)
     context = out.permute(0, 2, 1, 3).reshape(B, Q, H * dh)  # (B, Q, H * dh): the heads side by side
     return module.dense(context), weights
 

@@ -8,10 +8,6 @@ NOT_LOADING = {
 }
 # (architecture, check): why that check fails on an architecture that loads.
 FAILING: dict[tuple[str, str], str] = {
-    ("Bloom", "inside"): "refused with its reason: ALiBi adds a per-head position bias to the scores, so q . k "
-                         "alone does not give the weights",
-    ("MPT", "inside"): "refused with its reason: ALiBi adds a per-head position bias to the scores, so q . k "
-                       "alone does not give the weights",
     ("OLMo", "circuits"): "clip_qkv clamps q, k and v after the projection, which weights per head leave out: "
                           "values past the clip differ",
 }
