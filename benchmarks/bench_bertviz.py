@@ -131,7 +131,7 @@ class BertVizPage:
         import torch
         from bertviz import head_view, model_view
 
-        enc, _ = self.model._encode(text)
+        enc = self.model._encode(text)[0]
         with torch.no_grad():
             out = self.ref(**enc, output_attentions=True)
         tokens = self.model._tokenizer.convert_ids_to_tokens(enc["input_ids"][0].tolist())

@@ -106,7 +106,8 @@ def heads_and_views(model: Model, name: str, text: str, n_cols: int, shared_scal
     heads_off = frozenset(state.off_set(name))
     layer = state.current_layer(name, model.n_layers)
     view = state.current_view(list(VIEWS))
-    nav(navigation(), view, key="nav", on_view=state.set_view)
+    nav(navigation(), view, key="nav", on_view=state.set_view,
+        on_layer=lambda l: state.set_layer(name, l) if 0 <= l < model.n_layers else None)
     try:
         with st.spinner("Running the model with these heads off..."):
             base = get_run(name, text)

@@ -6,7 +6,7 @@ from urllib.parse import urlencode
 
 from test_browser import _assert_no_exception
 
-from harness import GRID_DRAWN, GRID_TITLES, grid_switch, wait, wait_idle
+from harness import GRID_DRAWN, GRID_TITLES, GRID_TOKENS, grid_switch, wait, wait_idle
 
 N_HEADS = 12  # all-MiniLM-L6-v2
 LONG_TEXT = " ".join(["the cat sat on the mat while anna gave the old keys to ben"] * 10)  # > 128 tokens
@@ -38,8 +38,8 @@ def test_layer_switch_hover_and_focus_stay_in_the_browser(browser, streamlit_url
     n_tokens = page.locator(".mhv-strip .mhv-tok").count()
     assert labels["step"] == 1 and labels["font"] >= 8 and labels["shown"] == [n_tokens] * (2 * N_HEADS), labels
 
-    # Layer switch: the tab redraws every head of layer 3 at once, in the click's own task (before any answer from
-    # the server); then the page's one layer state follows it (the heading, and the link the server writes).
+    # Layer switch: the tab redraws every head of layer 3 at once, in the click's own task, with the grid's heading
+    # and the link (the page learns the layer with its next event: the test below).
     titles = page.evaluate(f"""() => {{ document.querySelector('.mhv-tab[data-layer="3"]').click();
                                         return ({GRID_TITLES})(); }}""")
     assert all(t.startswith("L3 ") for t in titles), titles
@@ -117,3 +117,65 @@ def test_long_text_is_readable(browser, streamlit_url, page):
         s.scrollLeft = 200; s.scrollTop = 200; return [s.scrollLeft, s.scrollTop]; }""")
     assert scroll[0] > 0 and scroll[1] > 0, scroll
     assert not page.js_errors, page.js_errors
+
+
+def _sent_frames(page) -> list[int]:
+    """A live count of websocket frames the page sends: a step that asks nothing of the server adds none."""
+    sent = [0]
+    page.on("websocket", lambda ws: ws.on("framesent", lambda _: sent.__setitem__(0, sent[0] + 1)))
+    return sent
+
+
+HEADINGS = """() => [...document.querySelectorAll('p')].map(p => p.innerText).filter(t => /^Layer \\d+:/.test(t))"""
+SWITCHES_OF = """() => [...document.querySelectorAll('[data-testid="stExpander"] summary')].map(s => s.innerText)
+  .filter(t => t.includes('Switches for the heads of'))"""
+
+
+def test_a_layer_tab_asks_nothing_of_the_server_and_the_page_learns_it_next(browser, streamlit_url, page):
+    """A tab changes the grid, its heading and the link in the browser and sends nothing: a rerun per tab left the
+    page 2.4x slower to settle than at acd96ab (benchmarks/bench_core.py). The page must still hold one layer:
+    whatever the visitor does next (a new sentence, another view, a head's switch) runs on the layer on screen."""
+    sent = _sent_frames(page)
+    query = urlencode({"model": "minilm", "text": "The keys to the cabinet are on the table.", "view": "Layer"})
+    page.goto(f"{streamlit_url}/?{query}", wait_until="domcontentloaded")
+    wait(page, f"() => ({GRID_DRAWN})() === {N_HEADS}", "the grid of layer 0")
+    wait_idle(page)
+    page.wait_for_timeout(500)
+    before = sent[0]
+    page.locator('.mhv-tab[data-layer="3"]').click()
+    wait(page, f"() => ({GRID_TITLES})().every(t => t.startsWith('L3 '))", "the grid to show layer 3")
+    assert page.evaluate(HEADINGS) == ["Layer 3: all 12 heads"]
+    assert "layer=3" in page.url, page.url
+    page.wait_for_timeout(800)
+    assert sent[0] == before, f"a layer tab sent {sent[0] - before} websocket frames to the server"
+
+    # 1. A run for another reason (a new sentence) stays on layer 3, and the server's own widgets catch up.
+    page.get_by_label("Sentence", exact=True).fill("Mary gave the old book to John at the market.")
+    page.get_by_role("button", name="Show attention").click()
+    wait(page, f"""() => ({GRID_TOKENS})().some(t => t.includes('market'))
+                   && ({SWITCHES_OF})().length === 1 && ({SWITCHES_OF})()[0].includes('of L3 ')""",
+         "the new sentence drawn and the page's switches on layer 3")
+    wait_idle(page)
+    assert all(t.startswith("L3 ") for t in page.evaluate(GRID_TITLES))
+    assert page.evaluate(HEADINGS) == ["Layer 3: all 12 heads"] and "layer=3" in page.url, page.url
+
+    # 2. Another tab, then another view: the view opens on the layer that was on screen.
+    page.locator('.mhv-tab[data-layer="4"]').click()
+    page.locator('nav.mhn button[data-view="Inside a head"]').click()
+    wait(page, "() => [...document.querySelectorAll('h2, h3')]"
+               ".some(h => h.innerText.startsWith('Inside a head of layer 4'))", "Inside a head to open on layer 4")
+    wait_idle(page)
+    _assert_no_exception(page, "opening Inside a head after a tab")
+    page.locator('nav.mhn button[data-view="Layer"]').click()
+    wait(page, f"() => ({GRID_DRAWN})() === {N_HEADS} && ({GRID_TITLES})().every(t => t.startsWith('L4 '))",
+         "the Layer view back on layer 4")
+    wait_idle(page)
+
+    # 3. Another tab, then a head's switch: the head of the layer on screen goes off, and the page is on its layer.
+    page.locator('.mhv-tab[data-layer="2"]').click()
+    grid_switch(page, "L2 H1").click()
+    wait(page, f"() => ({GRID_TITLES})().includes('L2 H1 (off)') && ({SWITCHES_OF})()[0].includes('of L2 ')",
+         "L2 H1 off and the page on layer 2")
+    wait_idle(page)
+    assert "layer=2" in page.url and "off=L2H1" in page.url, page.url
+    _assert_no_exception(page, "a head switched off after a tab")

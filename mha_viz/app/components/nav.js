@@ -35,7 +35,9 @@ export default function (component) {
         b.addEventListener("click", () => {
           s.buttons.forEach(x => x.toggleAttribute("aria-current", x === b));
           b.setAttribute("aria-current", "page");
-          s.setTrigger("view", view);
+          // The link's layer rides along: the Layer grid's tabs write it without telling the server (head_grid).
+          const layer = new URLSearchParams(window.location.search).get("layer");
+          s.setTrigger("view", layer !== null && /^\d+$/.test(layer) ? { view, layer: Number(layer) } : view);
         });
         group.append(b);
         s.buttons.push(b);

@@ -26,12 +26,20 @@ FIRST_VISIT = (
 HINT_VIEW = "Lesson"  # the hint's button opens it
 
 
-def nav(groups: dict[str, list[str]], current: str, key: str, on_view: Callable[[str], None]) -> None:
-    """Mount the navigation. `on_view(name)` runs, before the rerun it causes, when a view is clicked."""
+def nav(groups: dict[str, list[str]], current: str, key: str, on_view: Callable[[str], None],
+        on_layer: Callable[[int], None] | None = None) -> None:
+    """Mount the navigation. `on_view(name)` runs, before the rerun it causes, when a view is clicked, after
+    `on_layer(layer)` with the link's layer when the page has one (the Layer grid's tabs write it in the browser
+    without a rerun, so the view opened shows the layer that was on screen)."""
 
     def _clicked() -> None:
         event = (st.session_state.get(key) or {}).get("view")
+        layer = None
+        if isinstance(event, dict):
+            event, layer = event.get("view"), event.get("layer")
         if isinstance(event, str) and any(event in names for names in groups.values()):
+            if on_layer is not None and isinstance(layer, int) and not isinstance(layer, bool):
+                on_layer(layer)
             on_view(event)
 
     _COMPONENT(data={"groups": [[label, names] for label, names in groups.items()], "current": current,

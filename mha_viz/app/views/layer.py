@@ -2,9 +2,11 @@
 
 The heads are drawn by the browser component in app/components/head_grid (all layers sent once: switching layer,
 hovering a token and opening a head large stay in the page). The layer's heading and its bulk switches are drawn
-by the component too, so a layer tab changes every one of them in the browser, with the link; the server learns the
-layer after (state.set_layer), and a bulk switch names the layer it was clicked on. The same switches are also
-Streamlit widgets in an expander, for the keyboard and for AppTest, which cannot run the component's JavaScript."""
+by the component too, so a layer tab changes every one of them in the browser, with the link, and asks nothing of
+the server: the page learns the layer with the grid's next event (a switch or bulk switch names its layer, the
+navigation sends the link's) or, when it runs for another reason, from one trigger the grid sends then. The same
+switches are also Streamlit widgets in an expander, for the keyboard and for AppTest, which cannot run the
+component's JavaScript."""
 from __future__ import annotations
 
 import streamlit as st
@@ -29,15 +31,11 @@ def grid(ctx: ViewContext) -> None:
     switches for that layer as Streamlit toggles. Heatmaps show the display transform (`ctx.att`); scores are
     always measured on the run itself. A layer tab clicked in the grid comes back as the page's layer (the
     heading, the bulk switches, the views and the URL follow it)."""
-    badges = badges_for(ctx.model, ctx.run)
-    labels = {}
-    if badges is not None:
-        labels = {(layer, head): badge_text(badges, layer, head)[0]
-                  for layer in range(ctx.model.n_layers) for head in range(ctx.model.n_heads)}
+    labels = labels_for(ctx.model, ctx.run)
     data = payload([token_label(t) for t in ctx.tokens], ctx.att, ctx.layer, ctx.heads_off,
                    ctx.n_cols, ctx.shared_scale, labels, unknown=_shown_unknown(ctx), controls=True)
     name, n_heads = ctx.name, ctx.model.n_heads
-    head_grid(data, key=f"grid|{name}", on_toggle=lambda layer, head, on: state.set_head(name, layer, head, on),
+    head_grid(data, key=f"grid|{name}", on_toggle=lambda layer, head, on: toggled(name, layer, head, on),
               on_layer=lambda layer: state.set_layer(name, layer),
               on_bulk=lambda layer, action, head: bulk(name, n_heads, layer, action, head))
     # The badges are already under each head in the grid, so the switches come without them; one per line, no
@@ -48,6 +46,13 @@ def grid(ctx: ViewContext) -> None:
         for head in range(ctx.model.n_heads):
             switch(ctx.name, ctx.layer, head)
     written(ctx)
+
+
+def toggled(model_name: str, layer: int, head: int, on: bool) -> None:
+    """A head's switch clicked in the grid: its layer is the one on screen, which a tab may have changed without
+    telling the page (web/grid/main.js, layerFor), so it becomes the page's too."""
+    state.set_layer(model_name, layer)
+    state.set_head(model_name, layer, head, on)
 
 
 def written(ctx: ViewContext) -> None:
@@ -101,6 +106,21 @@ def switch(model_name: str, layer: int, head: int) -> None:
 
 def badges_for(model: Model, run: AttentionRun):
     return _badges(model.info.name, tuple(run.tokens), run.ablated, run, model.causal)
+
+
+def labels_for(model: Model, run: AttentionRun) -> dict:
+    """{(layer, head): its caption} for every head of the run, once per run: a layer tab's rerun sends the same
+    captions again (SmolLM2's 270 take about 30 ms to write)."""
+    return _labels(model.info.name, tuple(run.tokens), run.ablated, run, model.causal, model.n_layers, model.n_heads)
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def _labels(name: str, tokens: tuple, ablated: frozenset, _run: AttentionRun, causal: bool, n_layers: int,
+            n_heads: int) -> dict:
+    badges = _badges(name, tokens, ablated, _run, causal)
+    if badges is None:
+        return {}
+    return {(layer, head): badge_text(badges, layer, head)[0] for layer in range(n_layers) for head in range(n_heads)}
 
 
 @st.cache_resource(show_spinner=False, max_entries=64)

@@ -29,6 +29,38 @@ async function decode(att) {  // the Arrow cell's deflated bytes -> the codes, i
   return new Uint8Array(await new Response(stream).arrayBuffer());
 }
 
+// The layer to show for an update from the host, and the host told of a layer it does not have yet.
+// - The page (controls.link): a tab is the grid's and the link's at once, without a rerun (one would redraw the
+//   page for nothing on it: the heading and bulk switches are the grid's own). The page learns it with the grid's
+//   next event (a switch, a bulk switch: they name their layer; the navigation reads the link's), or, when the
+//   page runs for another reason and still says the old layer, from the one trigger sent here.
+// - The notebook: a tab is asked of the host at once (Python's `w.layer` follows it); an answer still on its way
+//   from before the click does not take the grid back.
+function layerFor(s, d) {
+  if (s.localLayer !== null && s.localLayer >= d.L) s.localLayer = null;  // another model: its own layers
+  if (s.localLayer !== null) {
+    if (d.layer === s.localLayer) {
+      s.localLayer = null;
+    } else {
+      if (s.toldLayer !== d) {  // once per update: the answer to it says the same layer, or another rerun does
+        s.toldLayer = d;
+        setTimeout(() => { if (s.localLayer !== null) s.setTrigger("layer", s.localLayer); }, 0);
+      }
+      return s.localLayer;
+    }
+  }
+  if (s.askedLayer === null || d.layer === s.askedLayer) {
+    s.askedLayer = null;
+    return Math.min(d.layer, d.L - 1);
+  }
+  return s.layer;
+}
+
+function drawnAs(d) {  // everything of an update the grid draws from, but the weights (their digest) and the layer
+  const { att, layer, ...rest } = d;
+  return JSON.stringify(rest);
+}
+
 function el(tag, cls, text) {
   const e = document.createElement(tag);
   if (cls) e.className = cls;
@@ -58,6 +90,7 @@ export default function (component) {
 
 function build(root, setTrigger) {
   const s = { root, setTrigger, chain: Promise.resolve(), latest: null, digest: null, layer: 0, askedLayer: null,
+              localLayer: null,
               hoverQ: null, pinQ: null, focus: null, zoom: 1, pending: new Set() };
   const box = el("div", "mhv");
   const bar = el("div", "mhv-bar");
@@ -129,6 +162,15 @@ async function update(s, d) {
     if (d !== s.latest) return;
     s.codes = codes;
   }
+  const layer = layerFor(s, d);
+  // A rerun that changes nothing drawn (the view's other widgets, the page catching up with a tab) leaves the grid
+  // as it is: no second drawing of every head.
+  const same = drawnAs(d);
+  if (!fresh && same === s.drawn && layer === s.layer && s.pending.size === 0) {
+    s.d = d;
+    return;
+  }
+  s.drawn = same;
   s.d = d;
   if (fresh) {
     s.digest = d.digest;
@@ -144,12 +186,7 @@ async function update(s, d) {
     s.pinQ = s.pinQ !== null && s.pinQ < d.T ? s.pinQ : null;
     buildStrip(s);
   }
-  // The page's layer is the one state; a tab clicked here is asked of the server and shown at once, so an answer
-  // still on its way from before that click does not take the grid back.
-  if (s.askedLayer === null || d.layer === s.askedLayer) {
-    s.askedLayer = null;
-    s.layer = Math.min(d.layer, d.L - 1);
-  }
+  s.layer = layer;
   s.on = lutFor(d.colours.on);
   s.offLut = lutFor(d.colours.off);
   legend(s);

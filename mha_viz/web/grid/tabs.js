@@ -1,4 +1,4 @@
-// The layer tabs: a tab is drawn at once and asked of the host (the page's one layer state).
+// The layer tabs: a tab is drawn at once; the host learns it (see layerFor in main.js for when).
 function buildTabs(s) {
   const d = s.d;
   if (s.tabs.childElementCount !== d.L) {
@@ -22,6 +22,10 @@ function setLayer(s, l) {
   drawLayer(s);
   if (s.focus) openFocus(s, l, s.focus[1]);
   linkLayer(s, l);
-  s.askedLayer = l;
-  s.setTrigger("layer", l);  // the page's layer state: the sidebar's summary and the other views follow
+  if (s.d.controls && s.d.controls.link) {
+    s.localLayer = l;  // the page's: it learns the layer later, without a rerun now (layerFor in main.js)
+  } else {
+    s.askedLayer = l;
+    s.setTrigger("layer", l);  // the notebook's `w.layer` follows at once
+  }
 }
