@@ -24,6 +24,11 @@ if (Path(__file__).resolve().parent / "_checkout" / "assets").is_dir():
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
+# MHA_VIZ_DTYPE's values: what the weights are stored and multiplied in.
+DTYPES = ("float32", "bfloat16", "float16")
+_FLOAT16_ON_CPU = ("MHA_VIZ_DTYPE=float16 needs a CUDA device (the CPU has no fast float16 matrix products, and "
+                   "torch computes some of them in float32 there anyway); on the CPU use MHA_VIZ_DTYPE=bfloat16 or "
+                   "float32 (the default).")
 # One head of one layer at this many tokens already holds 4 GiB of attention (T² x 4 bytes): no run longer than
 # this can be shown, whatever the model.
 MAX_TOKENS_CEILING = 32768
@@ -164,8 +169,12 @@ class Settings:
     torch_threads: int = field(default=1, metadata={"env": "MHA_VIZ_TORCH_THREADS", "help":
                                "torch threads per forward in the app; one keeps sessions from stalling each other"})
     device: str = field(default="auto", metadata={"env": "MHA_VIZ_DEVICE", "help":
-                        "where transformers models run: auto (a CUDA GPU when there is one, else the CPU), cpu or "
-                        "cuda; every tensor a run returns is on the CPU either way"})
+                        "where every model runs, the in-repo ones included: auto (a CUDA GPU when there is one, "
+                        "else the CPU), cpu or cuda; every tensor a run returns is on the CPU either way"})
+    dtype: str = field(default="float32", metadata={"env": "MHA_VIZ_DTYPE", "help":
+                       "the weights' number format: float32, bfloat16 (CPU or a GPU that has it) or float16 (CUDA "
+                       "only); attention weights and every score shown stay float32 (the attention itself is "
+                       "computed in float32); the compiled (written) programs stay float32"})
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
@@ -195,7 +204,10 @@ class Settings:
             run_cache_mb=run_mb,
             torch_threads=threads,
             device=r.choice("MHA_VIZ_DEVICE", "auto", ("auto", "cpu", "cuda")),
+            dtype=r.choice("MHA_VIZ_DTYPE", "float32", DTYPES),
         )
+        if values["device"] == "cpu" and values["dtype"] == "float16":
+            r.problems.append(_FLOAT16_ON_CPU)
         if r.problems:
             raise SettingsError(r.problems)
         return cls(**values, warnings=tuple(r.warnings))
@@ -228,3 +240,19 @@ def torch_device():
     if wanted == "cpu" or not torch.cuda.is_available():
         return torch.device("cpu")
     return torch.device("cuda")
+
+
+def torch_dtype(device=None):
+    """The torch dtype models keep their weights in (MHA_VIZ_DTYPE) on `device` (default `torch_device()`): the one
+    place it is chosen. float16 on the CPU, or bfloat16 on a GPU without it, is a SettingsError naming what works
+    (no silent fallback: a number format the operator did not ask for would change every number shown)."""
+    import torch
+
+    wanted = settings().dtype
+    device = torch_device() if device is None else torch.device(device)
+    if wanted == "float16" and device.type != "cuda":
+        raise SettingsError([_FLOAT16_ON_CPU])
+    if wanted == "bfloat16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise SettingsError(["MHA_VIZ_DTYPE=bfloat16, but this GPU has no bfloat16 arithmetic; use "
+                             "MHA_VIZ_DTYPE=float16 or float32 (the default)."])
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[wanted]

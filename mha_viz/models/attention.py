@@ -27,13 +27,16 @@ def attention(
 
     q, k, v: (..., T, dh). mask: bool, broadcastable to (..., T, T), True where a query may look at a key.
     query_scale: (T,) or None, a further factor on each query's scores (`length_scale`).
-    Returns (out (..., T, dh), weights (..., T, T)); each row of weights sums to 1.
+    Returns (out (..., T, dh), weights (..., T, T)); each row of weights sums to 1. Both are float32 whatever q,
+    k and v are (MHA_VIZ_DTYPE=bfloat16 or float16): the weights shown and every score read from them keep
+    float32's precision, and a float32 model pays nothing (.float() of a float32 tensor is the tensor itself).
     """
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"query and key head sizes differ: {q.shape[-1]} vs {k.shape[-1]}; project both to dh")
+    q, k, v = q.float(), k.float(), v.float()  # (..., T, dh) each, float32
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., T, T)
     if query_scale is not None:
-        scores = scores * query_scale[:, None]  # (..., T, T)
+        scores = scores * query_scale.float()[:, None]  # (..., T, T)
     if mask is not None:
         # -inf (not a large negative number) so masked keys get exactly 0 weight, and causal rows stay triangular.
         scores = scores.masked_fill(~mask, float("-inf"))  # (..., T, T)
@@ -185,7 +188,8 @@ class MultiHeadSelfAttention(nn.Module):
             edit.attended(layer, q, k, v, weights, allowed, dh ** -0.5, qs)
             ctx = edit(layer, ctx)  # (B, H, T, dh)
 
-        # 4. Concatenate: the H head outputs are laid side by side, then mixed by the output projection.
-        ctx = ctx.transpose(1, 2).contiguous().view(B, T, D)  # (B, T, D)
+        # 4. Concatenate: the H head outputs are laid side by side, then mixed by the output projection (in the
+        # weights' dtype: the head outputs were float32 up to here, see `attention`).
+        ctx = ctx.transpose(1, 2).contiguous().view(B, T, D).to(x.dtype)  # (B, T, D)
         out = self.out(ctx)  # (B, T, D)
         return out, weights

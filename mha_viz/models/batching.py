@@ -14,7 +14,7 @@ import torch
 
 from mha_viz.contract import Ablation, AttentionRun, InputError, R, _index, check_text
 from mha_viz.models.points import Encoded, Forward, HeadEdit
-from mha_viz.models.schedule import BATCH_ATTENTION, BATCH_TOKENS, WAVE_TOKENS, _padded, _PerModelCache, _tail
+from mha_viz.models.schedule import _padded, _PerModelCache, _tail, budget
 
 _STATES = _PerModelCache(per_model=4)  # a few texts' block outputs: L x T x D floats each (8 MB for SmolLM2 at 120)
 _OUTPUTS = _PerModelCache(per_model=4)  # a few texts' head outputs: L x H x T x dh floats each (8 MB likewise)
@@ -157,8 +157,9 @@ class Batching:
         progress is reported per batch."""
         n_keys = n_tokens if n_keys is None else n_keys
         per_row = max(self.n_heads * n_tokens * n_keys, 1)  # one layer's attention weights, per row
+        room = budget(self.device)  # the CPU's fixed budget, or a share of the GPU memory free now
         # Eager attention holds about four arrays of that size at once (scores, masked, softmax, dropout's copy).
-        return max(1, min(WAVE_TOKENS // max(n_tokens, 1), BATCH_ATTENTION // (per_row * 4)))
+        return max(1, min(room.wave_tokens // max(n_tokens, 1), room.attention // (per_row * 4)))
 
     def _waves(self, starts: list[int], n_tokens: int, n_keys: int) -> list[tuple[int, list[int], bool]]:
         """The forwards `run_batch_keep` makes: (first layer run, the rows in it, whether they grow). Where the
@@ -209,14 +210,16 @@ class Batching:
 
     def _batches(self, lengths: list[int]) -> list[list[int]]:
         """The indices of texts of these token counts, grouped for padded forwards: sorted by length (the shortest
-        first, so little is padding), each group within `BATCH_TOKENS` rows x padded length and `BATCH_ATTENTION`
-        attention weights (B x L x H x T x T); a text over either budget on its own goes alone."""
+        first, so little is padding), each group within the device's budget (`schedule.budget`: on the CPU
+        `BATCH_TOKENS` rows x padded length and `BATCH_ATTENTION` attention weights B x L x H x T x T; on a GPU a
+        share of its free memory); a text over either budget on its own goes alone."""
         per_row = self.n_layers * self.n_heads
+        room = budget(self.device)
         groups: list[list[int]] = []
         for i in sorted(range(len(lengths)), key=lambda i: (lengths[i], i)):
             t = lengths[i]  # the longest of its group so far: sorted
             n = len(groups[-1]) + 1 if groups else 0
-            if groups and n * t <= BATCH_TOKENS and n * per_row * t * t <= BATCH_ATTENTION:
+            if groups and n * t <= room.tokens and n * per_row * t * t <= room.attention:
                 groups[-1].append(i)
             else:
                 groups.append([i])

@@ -121,6 +121,12 @@ class EditableModel(Batching, Model):
     # per forward: the same numbers, slower.
     pads: bool = False
 
+    @property
+    def device(self) -> torch.device:
+        """Where this model's forward runs (MHA_VIZ_DEVICE, models/placement.py): the adapter's `_device`, set when
+        it loads; the CPU for one that sets none. The engine's batch budgets count this device's memory."""
+        return getattr(self, "_device", None) or torch.device("cpu")
+
     # -- built once ----------------------------------------------------------------------------------------
     def _ids(self, text: str) -> tuple[Encoded, torch.Tensor]:
         enc = self.encoding(check_text(text))
@@ -329,6 +335,9 @@ class EditableModel(Batching, Model):
             out = self.forward(ids, edit)
         if edit.final_io is None or out.logits is None:
             return None
+        # A model kept in bfloat16 or float16 (MHA_VIZ_DTYPE) rounds its own norm output and logits to that dtype:
+        # the checks below allow its rounding (a few units of its eps) instead of float32's.
+        rounding = max(1.0, 4 * torch.finfo(edit.final_io[1].dtype).eps / 1e-3)
         residual, normed = (t[0].detach().float().cpu() for t in edit.final_io)  # (T, D), (T, D)
         gain, bias = parts.gain, parts.bias  # (D,), (D,) or None
         centred = residual - residual.mean(-1, keepdim=True) if parts.centered else residual  # (T, D)
@@ -336,11 +345,11 @@ class EditableModel(Batching, Model):
         shifted = normed - (0 if bias is None else bias)  # (T, D)
         scale = (gain * centred).norm(dim=-1) / shifted.norm(dim=-1).clamp_min(1e-12)  # (T,)
         rebuilt = gain * centred / scale[:, None] + (0 if bias is None else bias)  # (T, D)
-        if not torch.allclose(rebuilt, normed, atol=1e-4 * float(normed.abs().max()) + 1e-6):
+        if not torch.allclose(rebuilt, normed, atol=1e-4 * rounding * float(normed.abs().max()) + 1e-6):
             return None
         logits = out.logits[0].float().cpu()  # (T, V)
         again = normed @ parts.unembed.T + (0 if parts.unembed_bias is None else parts.unembed_bias)  # (T, V)
-        if not torch.allclose(again, logits, atol=1e-3 * float(logits.abs().max()) + 1e-5):
+        if not torch.allclose(again, logits, atol=1e-3 * rounding * float(logits.abs().max()) + 1e-5):
             return None
         return Readout(outputs=edit.stacked(), w_o=torch.stack([w for w, _ in w_o]), residual=residual, scale=scale,
                        centered=parts.centered, gain=gain, bias=bias, unembed=parts.unembed,

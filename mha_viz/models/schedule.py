@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
@@ -35,6 +36,44 @@ BATCH_ATTENTION = 1 << 25
 # Rows x tokens of one growing batch of `run_batch_keep` (the importance and patching maps): larger budgets were
 # measured no faster on one thread, and one forward per first-edited layer slower (benchmarks/RESULTS.md).
 WAVE_TOKENS = 1024
+# On a CUDA device (MHA_VIZ_DEVICE) the attention budget is a share of the memory free there (`cuda_budget`): a
+# GPU's memory, not the CPU's, holds a batch's attention. Its rows x tokens budgets are larger, as a GPU needs
+# bigger matrix products to be busy; a guess, not measured (no CUDA machine has run benchmarks/device_check.py yet).
+CUDA_BATCH_TOKENS = 8192
+CUDA_MEMORY_SHARE = 0.25  # of the free memory, for one batch's attention: eager attention holds ~4 arrays of it
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How big one batch of the engine may get on a device: rows x padded tokens of a padded batch (`run_many`),
+    attention weights B x L x H x T x T it may hold (float32, what bounds memory), and rows x tokens of a growing
+    batch (`run_batch_keep`)."""
+
+    tokens: int
+    attention: int
+    wave_tokens: int
+
+
+CPU_BUDGET = Budget(BATCH_TOKENS, BATCH_ATTENTION, WAVE_TOKENS)
+
+
+def cuda_budget(free: int, reserved: int, allocated: int) -> Budget:
+    """The budget on a CUDA device from its memory reading in bytes: `free` as torch.cuda.mem_get_info gives it,
+    plus what torch's caching allocator has reserved but not handed out (`reserved - allocated`, free to this
+    process although the driver counts it as used). A quarter of that for a batch's attention, at 4 bytes a
+    float32 weight, and never less than one 128-token head's worth."""
+    available = max(free, 0) + max(reserved - allocated, 0)  # bytes this process may still use
+    attention = max(int(available * CUDA_MEMORY_SHARE) // 4, 128 * 128)
+    return Budget(CUDA_BATCH_TOKENS, attention, CUDA_BATCH_TOKENS)
+
+
+def budget(device: torch.device | str | None) -> Budget:
+    """The batch budget on `device`: `CPU_BUDGET` on the CPU (unchanged), else `cuda_budget` of its reading now."""
+    device = torch.device("cpu") if device is None else torch.device(device)
+    if device.type != "cuda":
+        return CPU_BUDGET
+    free, _total = torch.cuda.mem_get_info(device)
+    return cuda_budget(free, torch.cuda.memory_reserved(device), torch.cuda.memory_allocated(device))
 
 
 class Stopped(Exception):

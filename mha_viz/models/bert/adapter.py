@@ -13,6 +13,7 @@ from mha_viz.contract import Embeddings, HeadWeights, InputError, ModelInfo, _in
 from mha_viz.models.bert.architecture import BertEncoder, load_bert
 from mha_viz.models.examples import shipped_examples
 from mha_viz.models.interventions import EditableModel, Encoded, Forward, HeadEdit
+from mha_viz.models.placement import module_device, place
 from mha_viz.models.special import added_positions
 from mha_viz.settings import settings
 
@@ -25,6 +26,7 @@ class BertModel(EditableModel):
 
         self.info = info
         self.encoder = encoder
+        self._device = module_device(encoder)  # where `load_bert_model` placed it (MHA_VIZ_DEVICE)
         self.folder = Path(folder)  # config, weights and tokenizer, as transformers would read them
         path = str(self.folder / "tokenizer.json")
         # Two tokenizers, each configured once: a shared one reconfigured per call would race between sessions.
@@ -83,12 +85,13 @@ class BertModel(EditableModel):
     grows = True  # BertEncoder.forward appends a growing batch's rows (HeadEdit.grown)
 
     def forward(self, ids: torch.Tensor, edit: HeadEdit, attentions: bool = False, lengths=None) -> Forward:
+        ids = ids.to(self._device)  # (B, T)
         hidden, att = self.encoder(ids, None, edit, lengths, patterns=attentions)  # (B, T, D), (B, L, H, T, T)
         return Forward(hidden=hidden, logits=None, attentions=att)
 
     def output_projection(self, layer: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         out = self.encoder.layers[layer].attn.out
-        return out.weight.detach().float(), out.bias.detach().float()  # (D, H * dh), (D,)
+        return out.weight.detach().float().cpu(), out.bias.detach().float().cpu()  # (D, H * dh), (D,)
 
     def head_weights(self, layer: int) -> HeadWeights:
         """Layer `layer`'s per-head maps, sliced from the stacked query/key/value projection; their input is the
@@ -101,15 +104,15 @@ class BertModel(EditableModel):
     def embeddings(self) -> Embeddings:
         """The word embedding and learned positions (token type 0 and the embedding LayerNorm are left to the
         reader: the first layer's input is LayerNorm(tokens + positions + type 0)); no LM head."""
-        tokens = self.encoder.tok.weight.detach().float()  # (V, D)
+        tokens = self.encoder.tok.weight.detach().float().cpu()  # (V, D)
         labels = [self._tok.id_to_token(i) or "" for i in range(tokens.shape[0])]
-        return Embeddings(tokens=tokens, positions=self.encoder.pos.weight.detach().float(), unembed=None,
+        return Embeddings(tokens=tokens, positions=self.encoder.pos.weight.detach().float().cpu(), unembed=None,
                           labels=labels)
 
 
 def load_bert_model(name: str, title: str, folder: str | Path) -> BertModel:
     """A transformers BertModel folder (config.json, model.safetensors, tokenizer.json) behind the contract."""
-    encoder = load_bert(folder)
+    encoder = place(load_bert(folder))  # on MHA_VIZ_DEVICE, in MHA_VIZ_DTYPE
     cfg = encoder.cfg
     info = ModelInfo(name=name, title=title, kind="encoder", n_layers=cfg.n_layers, n_heads=cfg.n_heads,
                      max_tokens=min(cfg.max_len, settings().max_tokens))

@@ -16,6 +16,7 @@ from mha_viz.contract import Embeddings, HeadWeights, InputError, Lexicon, Model
 from mha_viz.models.compiled import config as C
 from mha_viz.models.compiled.architecture import CompiledStack, build, decode
 from mha_viz.models.interventions import EditableModel, Encoded, Forward, HeadEdit
+from mha_viz.models.placement import module_device, place
 from mha_viz.models.special import added_positions
 
 N_EXAMPLES = 4
@@ -28,7 +29,10 @@ class CompiledModel(EditableModel):
                  folder: str | Path | None = None):
         self.config = config
         self.tensors = tensors
-        self.stack: CompiledStack = build(config, tensors)
+        # On MHA_VIZ_DEVICE, always float32: the program's weights are exact values (large scores, one-hot
+        # embeddings) that bfloat16 would round, changing what the program computes.
+        self.stack: CompiledStack = place(build(config, tensors), float32=True)
+        self._device = module_device(self.stack)
         self.folder = None if folder is None else Path(folder)
         self._decode_ids = {i: t for t, i in config.encoding.items()}
         self.info = ModelInfo(
@@ -67,8 +71,10 @@ class CompiledModel(EditableModel):
 
     def forward(self, ids: torch.Tensor, edit: HeadEdit, attentions: bool = False, lengths=None) -> Forward:
         keys = None
+        ids = ids.to(self._device)  # (B, T)
         if lengths is not None and not self.config.causal:
-            keys = torch.arange(ids.shape[1])[None, :] < torch.as_tensor(list(lengths))[:, None]  # (B, T)
+            keys = (torch.arange(ids.shape[1])[None, :] < torch.as_tensor(list(lengths))[:, None]).to(
+                self._device)  # (B, T)
         if lengths is not None:  # padding: any id of the vocabulary (its rows are discarded)
             ids = ids.clamp(0, len(self.config.encoding) - 1)  # (B, T)
         x, _, att = self.stack(ids, edit, patterns=attentions, keys=keys)
@@ -76,7 +82,7 @@ class CompiledModel(EditableModel):
 
     def output_projection(self, layer: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         out = self.stack.blocks[layer].attn.out
-        return out.weight.detach().float(), out.bias.detach().float()  # (D, H * k), (D,)
+        return out.weight.detach().float().cpu(), out.bias.detach().float().cpu()  # (D, H * k), (D,)
 
     def head_weights(self, layer: int) -> HeadWeights:
         attn = self.stack.blocks[_index(layer, self.n_layers, "layer")].attn
@@ -85,14 +91,14 @@ class CompiledModel(EditableModel):
 
     def embeddings(self) -> Embeddings:
         labels = [self._decode_ids[i] for i in range(len(self._decode_ids))]
-        return Embeddings(tokens=self.stack.tok.weight.detach().float(),
-                          positions=self.stack.pos.weight.detach().float(), unembed=None, labels=labels)
+        return Embeddings(tokens=self.stack.tok.weight.detach().float().cpu(),
+                          positions=self.stack.pos.weight.detach().float().cpu(), unembed=None, labels=labels)
 
     # -- what a program has that a learned model has not ----------------------------------------------------------
     def program_output(self, run) -> list:
         """The program's decoded output at each position of a run (BOS first reads as BOS), from the run's final
         residual stream: what the compiled model computes, with whatever heads the run switched off."""
-        return decode(self.config, run.output.float() @ self.stack.unembed)
+        return decode(self.config, run.output.float().cpu() @ self.stack.unembed.cpu())
 
     def written_heads(self) -> dict:
         """(layer, head) -> the `WrittenHead` its program wrote; a head no Select wrote is absent (Tracr pads a

@@ -48,7 +48,7 @@ class CompiledAttention(nn.Module):
         kk = self.key(x).view(B, T, H, k).transpose(1, 2)  # (B, H, T, k)
         v = self.value(x).view(B, T, H, k).transpose(1, 2)  # (B, H, T, k)
         # 2. Attend: softmax(q kᵀ / sqrt(k)), masked keys at exactly 0 (Tracr's -1e30 gives the same weights).
-        mask = torch.ones(T, T, dtype=torch.bool).tril() if self.causal else None  # (T, T)
+        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril() if self.causal else None  # (T, T)
         if keys is not None:
             real = keys[:, None, None, :]  # (B, 1, 1, K)
             mask = real if mask is None else mask & real  # (B, 1, Q, K)
@@ -59,7 +59,7 @@ class CompiledAttention(nn.Module):
             edit.attended(layer, q, kk, v, weights, allowed, k ** -0.5, None)
             ctx = edit(layer, ctx)  # (B, H, T, k)
         # 4. The heads side by side, combined by the linear map.
-        ctx = ctx.transpose(1, 2).reshape(B, T, H * k)  # (B, T, H * k)
+        ctx = ctx.transpose(1, 2).reshape(B, T, H * k).to(x.dtype)  # (B, T, H * k)
         return self.out(ctx), weights
 
 
@@ -98,7 +98,7 @@ class CompiledStack(nn.Module):
         """ids (B, T) -> (residual at the end (B, T, D), output scores (B, T, O), weights (B, L, H, T, T) or None);
         keys (B, T) bool marks the real positions of right-padded rows."""
         def embed() -> torch.Tensor:
-            return self.tok(ids) + self.pos(torch.arange(ids.shape[1]))[None]  # (B, T, D)
+            return self.tok(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device))[None]  # (B, T, D)
 
         x, _, att = run_stack(self.blocks, ids, None, edit, embed, self.config.max_seq_len + 1, keys=keys,
                               patterns=patterns)

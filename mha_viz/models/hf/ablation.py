@@ -91,13 +91,19 @@ def _eager_for(module: torch.nn.Module) -> Callable:
 def _masked_eager_attention(module, query, key, value, attention_mask, **kwargs):
     """The model's own eager attention; what it computed with reported to this call's HeadEdit, and each head's
     output then kept, zeroed or replaced by it. query (B, H, Q, dh) and key (B, H_kv, K, dh) arrive as they enter
-    the dot product (rotary already applied by the model); `scaling` is what eager multiplies by."""
+    the dot product (rotary already applied by the model); `scaling` is what eager multiplies by. Weights kept in
+    bfloat16 or float16 (MHA_VIZ_DTYPE) attend in float32: the weights and head outputs shown stay float32."""
+    dtype = query.dtype
+    if dtype != torch.float32:  # MHA_VIZ_DTYPE: the attention core in float32, then back to the weights' dtype
+        query, key, value = query.float(), key.float(), value.float()  # (B, H, Q, dh), (B, H_kv, K, dh) twice
+        if attention_mask is not None and attention_mask.is_floating_point():
+            attention_mask = attention_mask.float()  # (B, 1, Q, K): 0 or the dtype's minimum, both exact in float32
     out, weights = _eager_for(module)(module, query, key, value, attention_mask, **kwargs)  # (B,T,H,dh) (B,H,Q,K)
     scale = kwargs.get("scaling", getattr(module, "scaling", None))
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     out = _edited(module, query, key, value, out.transpose(1, 2), weights,
                   lambda: allowed(attention_mask, key.shape[-2]), scale)  # (B, H, T, dh)
-    return out.transpose(1, 2), weights  # (B, T, H, dh)
+    return out.transpose(1, 2).to(dtype), weights  # (B, T, H, dh)
 
 
 def _edited(module, query, key, value, out: torch.Tensor, weights: torch.Tensor, where: Callable, scale: float,

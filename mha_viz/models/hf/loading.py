@@ -1,14 +1,12 @@
 """Loading a transformers model with eager attention, our ablation function, and no remote code."""
 from __future__ import annotations
 
-import torch
-
 from mha_viz.contract import ModelInfo, ModelLoadError
 from mha_viz.models.hf import policy
 from mha_viz.models.hf.ablation import ATTN_IMPL, OWN_ATTENTION, OWN_FORWARD, register
 from mha_viz.models.hf.adapter import HFModel
 from mha_viz.models.hf.policy import check_size
-from mha_viz.settings import settings, torch_device
+from mha_viz.settings import settings, torch_device, torch_dtype
 
 
 def _kind_of(config) -> str:
@@ -52,8 +50,9 @@ def _heads_of(config) -> tuple[int, int | None]:
     return int(n_heads), getattr(config, "num_key_value_heads", None)
 
 
-def build_hf_model(name: str, title: str, source: str, *, gguf_file: str | None = None) -> HFModel:
-    """Load `source` (a folder or hub id) with eager attention, our ablation hook, and no remote code."""
+def build_hf_model(name: str, title: str, source: str, *, gguf_file: str | None = None, dtype=None) -> HFModel:
+    """Load `source` (a folder or hub id) with eager attention, our ablation hook, and no remote code; on
+    MHA_VIZ_DEVICE, its weights in `dtype` (default MHA_VIZ_DTYPE)."""
     import transformers
 
     register()
@@ -68,8 +67,10 @@ def build_hf_model(name: str, title: str, source: str, *, gguf_file: str | None 
     check_size(config, name)
     check_attention_interface(config, kind, name)
     n_heads, n_kv = _heads_of(config)
-    load_args = dict(attn_implementation="eager", trust_remote_code=False, dtype=torch.float32)
-    if torch_device().type == "cuda":
+    device = torch_device()
+    load_args = dict(attn_implementation="eager", trust_remote_code=False,
+                     dtype=torch_dtype(device) if dtype is None else dtype)
+    if device.type == "cuda":
         load_args["device_map"] = "auto"  # accelerate spreads a model too large for one device
     if gguf_file:
         load_args["gguf_file"] = gguf_file

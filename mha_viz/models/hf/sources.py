@@ -5,12 +5,14 @@ import os
 from pathlib import Path
 from typing import Callable
 
+import torch
+
 from mha_viz.contract import ModelLoadError
 from mha_viz.models.hf.ablation import ATTN_IMPL
 from mha_viz.models.hf.adapter import HFModel
 from mha_viz.models.hf.loading import build_hf_model
 from mha_viz.models.packages import package_dir
-from mha_viz.settings import settings
+from mha_viz.settings import settings, torch_dtype
 
 
 def load_minilm_hf() -> HFModel:
@@ -41,11 +43,13 @@ def load_smollm2(progress: Callable[[str], None] | None = None) -> HFModel:
         return build_hf_model("smollm2", title, str(cached))
     if progress:
         progress("Converting SmolLM2's GGUF to float32 (first start only, about 20-30 s)...")
-    model = build_hf_model("smollm2", title, str(folder), gguf_file=SMOLLM2_GGUF)
+    model = build_hf_model("smollm2", title, str(folder), gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
     try:
-        _save_converted(model, cached, stamp)
+        _save_converted(model, cached, stamp)  # the cache holds float32 whatever MHA_VIZ_DTYPE says
     except OSError:
         pass  # a read-only cache only costs time on the next start
+    if torch_dtype() != torch.float32 and (cached / "model.safetensors").exists():
+        model = build_hf_model("smollm2", title, str(cached))  # read again from the cache in MHA_VIZ_DTYPE
     return model
 
 

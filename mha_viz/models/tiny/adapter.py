@@ -20,6 +20,7 @@ from mha_viz.contract import (
     _index,
 )
 from mha_viz.models.interventions import EditableModel, Encoded, FinalParts, Forward, HeadEdit
+from mha_viz.models.placement import module_device, place
 from mha_viz.models.special import added_positions
 from mha_viz.models.tiny.architecture import TinyConfig, TinyLM, build_model
 from mha_viz.models.tiny.corpus import (
@@ -49,6 +50,7 @@ class TinyModel(EditableModel):
                 "the two files come from different training runs: rerun `make train`"
             )
         self.lm = lm.eval()
+        self._device = module_device(lm)  # where `load_tiny` placed it (MHA_VIZ_DEVICE)
         self.vocab = vocab
         self.info = info
         self.config = lm.cfg
@@ -81,17 +83,18 @@ class TinyModel(EditableModel):
     def forward(self, ids: torch.Tensor, edit: HeadEdit, attentions: bool = False, lengths=None) -> Forward:
         """`lengths` (rows right-padded) needs nothing more: TinyLM is causal, so no position ever attends to a
         later one, padding included; its positions are numbered from 0 and the rest works per position."""
+        ids = ids.to(self._device)  # (B, T)
         logits, hidden, att = self.lm(ids, None, edit, patterns=attentions)  # (B, T, V), (B, T, D), (B, L, H, T, T)
         return Forward(hidden=hidden, logits=logits, attentions=att)
 
     def output_projection(self, layer: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         out = self.lm.blocks[layer].attn.out
-        return out.weight.detach().float(), out.bias.detach().float()  # (D, H * dh), (D,)
+        return out.weight.detach().float().cpu(), out.bias.detach().float().cpu()  # (D, H * dh), (D,)
 
     def final_parts(self) -> FinalParts:
         ln = self.lm.ln_f
-        return FinalParts(gain=ln.weight.detach().float(), bias=ln.bias.detach().float(), centered=True,
-                          unembed=self.lm.head.weight.detach().float(), unembed_bias=None)
+        return FinalParts(gain=ln.weight.detach().float().cpu(), bias=ln.bias.detach().float().cpu(), centered=True,
+                          unembed=self.lm.head.weight.detach().float().cpu(), unembed_bias=None)
 
     def head_weights(self, layer: int) -> HeadWeights:
         """Layer `layer`'s per-head maps, sliced from the fused qkv projection (rows [q; k; v]); their input is the
@@ -103,8 +106,8 @@ class TinyModel(EditableModel):
 
     def embeddings(self) -> Embeddings:
         served = self.lm.pos.weight[: self.config.max_len]  # (max_len, D): not the margin trained past it
-        return Embeddings(tokens=self.lm.tok.weight.detach().float(), positions=served.detach().float(),
-                          unembed=self.lm.head.weight.detach().float(),
+        return Embeddings(tokens=self.lm.tok.weight.detach().float().cpu(), positions=served.detach().float().cpu(),
+                          unembed=self.lm.head.weight.detach().float().cpu(),
                           labels=[self.vocab.word(i) for i in range(len(self.vocab))])
 
     def training_evidence(self) -> TrainingEvidence:
@@ -198,4 +201,4 @@ def load_tiny(trained: bool = True, folder: str | Path = TINY_ASSETS, step: int 
         name, title = "tiny-untrained", "tiny (in-repo, untrained: seeded initialisation)"
     info = ModelInfo(name=name, title=title, kind="causal-lm", n_layers=cfg.n_layers, n_heads=cfg.n_heads,
                      max_tokens=cfg.max_len)
-    return TinyModel(lm, vocab, info, folder)
+    return TinyModel(place(lm), vocab, info, folder)  # on MHA_VIZ_DEVICE, in MHA_VIZ_DTYPE
