@@ -208,6 +208,10 @@ class Settings:
         )
         if values["device"] == "cpu" and values["dtype"] == "float16":
             r.problems.append(_FLOAT16_ON_CPU)
+        elif values["device"] == "cpu" and values["dtype"] == "bfloat16":
+            r.warnings.append("MHA_VIZ_DTYPE=bfloat16 on the CPU halves the weights' memory but is slower than "
+                              "float32 on most CPUs (4-9x on the one benchmarks/RESULTS.md measured); "
+                              "MHA_VIZ_DTYPE=float32 (the default) is the fast choice there.")
         if r.problems:
             raise SettingsError(r.problems)
         return cls(**values, warnings=tuple(r.warnings))

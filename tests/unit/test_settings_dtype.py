@@ -37,6 +37,13 @@ def test_float16_on_the_cpu_is_refused_with_what_to_use_instead():
         Settings.from_env({"MHA_VIZ_DTYPE": "float16", "MHA_VIZ_DEVICE": "cpu"})
 
 
+def test_bfloat16_on_the_cpu_works_with_a_warning_that_it_is_slower():
+    found = Settings.from_env({"MHA_VIZ_DTYPE": "bfloat16", "MHA_VIZ_DEVICE": "cpu"})
+    (warning,) = found.warnings
+    assert found.dtype == "bfloat16" and "slower than float32" in warning and "MHA_VIZ_DTYPE=float32" in warning
+    assert Settings.from_env({"MHA_VIZ_DTYPE": "bfloat16", "MHA_VIZ_DEVICE": "cuda"}).warnings == ()
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="auto is a GPU here, where float16 works")
 def test_float16_with_auto_and_no_gpu_is_refused_when_models_are_placed(env):
     env(MHA_VIZ_DTYPE="float16", MHA_VIZ_DEVICE="auto")  # auto may be a GPU: only placing a model can tell
