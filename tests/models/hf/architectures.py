@@ -172,7 +172,15 @@ def word_piece_tokenizer(folder: Path, texts: tuple[str, ...]) -> None:
     vocab = list(dict.fromkeys(vocab))
     assert len(vocab) <= VOCAB, f"{len(vocab)} pieces do not fit the embedding's {VOCAB} rows"
     (folder / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    BertTokenizer(vocab_file=str(folder / "vocab.txt"), do_lower_case=True).save_pretrained(folder)
+    # `vocab=`, not `vocab_file=`: transformers 5 ignores the latter without a word and keeps its 5 special tokens,
+    # so every text of the matrix became [UNK]s. The check below fails if a release does that again.
+    tokenizer = BertTokenizer(vocab=str(folder / "vocab.txt"), do_lower_case=True)
+    pieces_of = [tokenizer.tokenize(text) for text in texts]
+    unknown = sum(p == tokenizer.unk_token for ps in pieces_of for p in ps)
+    assert len(tokenizer) == len(vocab) and unknown == 0, (
+        f"the matrix's WordPiece tokenizer has {len(tokenizer)} of {len(vocab)} pieces and reads {unknown} [UNK] "
+        "in the matrix's texts: the BertTokenizer arguments changed")
+    tokenizer.save_pretrained(folder)
 
 
 # transformers gives some model types their own tokenizer class whatever the folder's tokenizer_config says (its
