@@ -4,7 +4,9 @@ on a GPU: a forward moves its token ids to the model's device; what the engine h
 
 The attention core (scores, softmax, weights @ v) is computed in float32 whatever the weights are stored in
 (models/attention.attention, hf/ablation.py), so the weights and head outputs shown, and every score read from
-them, are float32; the projections and MLPs run in the weights' dtype.
+them, are float32; the projections, MLPs and LM head run in the weights' dtype, so logits, and the metrics read
+from them (head importance, patching), carry its rounding (bfloat16 moved tiny's importance map by 4.5% of its
+largest value, tests/models/test_device_placement.py).
 """
 from __future__ import annotations
 
