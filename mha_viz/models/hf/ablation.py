@@ -256,9 +256,14 @@ def wrap_own_attention(modules: list[torch.nn.Module]) -> bool:
 
 def _own_attn(module, query, key, value, attention_mask=None, *args, **kwargs):
     where, scale = OWN_ATTENTION[type(module).__name__]
+    dtype = value.dtype
+    if dtype != torch.float32:  # MHA_VIZ_DTYPE: attend in float32 (as `_masked_eager_attention`), then back
+        query, key, value = query.float(), key.float(), value.float()  # (B, H, T, dh) each
+        if attention_mask is not None and attention_mask.is_floating_point():
+            attention_mask = attention_mask.float()  # 0 or the dtype's minimum, both exact in float32
     out, weights = type(module)._attn(module, query, key, value, attention_mask, *args, **kwargs)  # (B,H,T,dh)
     out = _edited(module, query, key, value, out, weights, lambda: where(module, query, key, attention_mask), scale)
-    return out, weights
+    return out.to(dtype), weights
 
 
 def allowed(mask: torch.Tensor | None, n_keys: int) -> torch.Tensor | None:
