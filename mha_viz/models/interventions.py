@@ -231,8 +231,11 @@ class EditableModel(Batching, Model):
         _, ids, edit, _, _, _ = self._edit_for(text, ablate, ablation, reference, capture=True, grad=True)
         with torch.enable_grad():
             out = self.forward(ids, edit)
-            logits = None if out.logits is None else out.logits[0].float()
-            grads = torch.autograd.grad(metric(out.hidden[0].float(), logits), edit.deltas)  # per layer (1,H,T,dh)
+            # The metric reads CPU tensors whatever the device (its own tensors, a cosine's target, are on the CPU);
+            # the copy to the CPU is part of the graph, so the gradient flows back to the device's outputs.
+            logits = None if out.logits is None else out.logits[0].float().cpu()  # (T, V)
+            hidden = out.hidden[0].float().cpu()  # (T, D)
+            grads = torch.autograd.grad(metric(hidden, logits), edit.deltas)  # per layer (1,H,T,dh)
         return edit.stacked(), torch.stack([g[0] for g in grads]).float().cpu()  # (L, H, T, dh) twice
 
     def _w_o(self, layer: int) -> tuple[torch.Tensor, torch.Tensor | None] | None:
