@@ -16,7 +16,8 @@ float32, and what the app's heavy work costs on the device beside one bare forwa
 
 Without a CUDA device (or with --cpu-only) the device is the CPU: step 1's float32 comparison is skipped with a
 message (it would compare the CPU with itself) and bfloat16 is still checked against float32, on the CPU; step 2
-times the CPU. Exit status 1 when a parity check fails.
+times the CPU. Exit status 1 when a parity check fails. On a 2-core CPU the default run takes about 12 minutes
+(SmolLM2's exact map and census); `--models minilm --repeats 2` checks the whole path end to end in under a minute.
 """
 from __future__ import annotations
 
