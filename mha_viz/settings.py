@@ -225,8 +225,12 @@ class Settings:
 @functools.lru_cache(maxsize=1)
 def settings() -> Settings:
     """The settings of this process, read once (its warnings printed once, to the server's log). Tests that change
-    the environment call `settings.cache_clear()`."""
+    the environment call `settings.cache_clear()`. A device or dtype this machine's torch cannot give (MHA_VIZ_DEVICE
+    =cuda without a GPU, float16 where "auto" found none) is a SettingsError here too, so the page says so first
+    instead of failing when a model loads; torch is imported for that only when either is not its default."""
     found = Settings.from_env()
+    if found.device != "auto" or found.dtype != "float32":
+        _dtype_on(found.dtype, _device_for(found.device))
     for warning in found.warnings:
         print(f"mha-viz: {warning}", file=sys.stderr)
     return found
@@ -235,9 +239,19 @@ def settings() -> Settings:
 def torch_device():
     """The torch device models are placed on (MHA_VIZ_DEVICE): the one place the device is chosen. "auto" is a CUDA
     GPU when torch sees one, else the CPU; "cuda" without one is a SettingsError naming the fix."""
+    return _device_for(settings().device)
+
+
+def torch_dtype(device=None):
+    """The torch dtype models keep their weights in (MHA_VIZ_DTYPE) on `device` (default `torch_device()`): the one
+    place it is chosen. float16 on the CPU, or bfloat16 on a GPU without it, is a SettingsError naming what works
+    (no silent fallback: a number format the operator did not ask for would change every number shown)."""
+    return _dtype_on(settings().dtype, torch_device() if device is None else device)
+
+
+def _device_for(wanted: str):
     import torch
 
-    wanted = settings().device
     if wanted == "cuda" and not torch.cuda.is_available():
         raise SettingsError(["MHA_VIZ_DEVICE=cuda, but torch sees no CUDA device here; use MHA_VIZ_DEVICE=cpu or "
                              "auto (the default)."])
@@ -246,14 +260,10 @@ def torch_device():
     return torch.device("cuda")
 
 
-def torch_dtype(device=None):
-    """The torch dtype models keep their weights in (MHA_VIZ_DTYPE) on `device` (default `torch_device()`): the one
-    place it is chosen. float16 on the CPU, or bfloat16 on a GPU without it, is a SettingsError naming what works
-    (no silent fallback: a number format the operator did not ask for would change every number shown)."""
+def _dtype_on(wanted: str, device):
     import torch
 
-    wanted = settings().dtype
-    device = torch_device() if device is None else torch.device(device)
+    device = torch.device(device)
     if wanted == "float16" and device.type != "cuda":
         raise SettingsError([_FLOAT16_ON_CPU])
     if wanted == "bfloat16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():

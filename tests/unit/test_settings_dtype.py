@@ -46,7 +46,10 @@ def test_bfloat16_on_the_cpu_works_with_a_warning_that_it_is_slower():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="auto is a GPU here, where float16 works")
 def test_float16_with_auto_and_no_gpu_is_refused_when_models_are_placed(env):
-    env(MHA_VIZ_DTYPE="float16", MHA_VIZ_DEVICE="auto")  # auto may be a GPU: only placing a model can tell
+    env(MHA_VIZ_DTYPE="float16", MHA_VIZ_DEVICE="auto")  # auto may be a GPU: only torch can tell
+    Settings.from_env()  # the variables alone are fine
+    with pytest.raises(SettingsError, match="needs a CUDA device"):
+        settings()  # what the page reads first: it shows this as "This server's settings are wrong"
     with pytest.raises(SettingsError, match="needs a CUDA device"):
         torch_dtype()
 
