@@ -27,14 +27,15 @@ def positions(t: int, causal: bool, token_ids=None, added=(), tokens=()) -> M.Po
 
 
 def pattern_scores(att: torch.Tensor, token_ids=None, added=(), causal: bool = False,
-                   tokens=()) -> dict[str, torch.Tensor]:
+                   tokens=(), names: tuple[str, ...] = SCORE_NAMES) -> dict[str, torch.Tensor]:
     """Where each head's attention went on this input: a dict of (L, H) scores, keys `SCORE_NAMES`, each computed
     by its registered measure (`mha_viz.measures`: the definitions, their sources and where ours differ).
 
     att: (L, H, T, T) attention probabilities; token_ids: T ids, or T token strings (equal values mean the same
     token; None or empty: the tokens decide, and without them the repeat scores are NaN); added: the positions the
     tokenizer added ([CLS], [SEP], <bos>: `run.special`); causal: True for decoder-only models (att must be
-    lower-triangular); tokens: the T token strings (punctuation is read from them).
+    lower-triangular); tokens: the T token strings (punctuation is read from them); names: the measures wanted (all
+    by default; the Layer grid's captions need only the badges: SmolLM2 at 128 tokens, 35 ms of 76).
     A score is NaN where it cannot be measured (e.g. T = 1). Compare a score with `uniform_baselines(...)`: a head
     that spreads attention evenly already scores above 0.
     """
@@ -43,8 +44,11 @@ def pattern_scores(att: torch.Tensor, token_ids=None, added=(), causal: bool = F
     if causal and att.triu(diagonal=1).amax() > 1e-4:
         raise ValueError("att has weight above the diagonal, so it is not causal; pass causal=False "
                          "for a bidirectional (encoder) model")
+    unknown = [name for name in names if name not in SCORE_NAMES]
+    if unknown:
+        raise ValueError(f"{unknown} are not scores; use names from: {', '.join(SCORE_NAMES)}")
     pos = positions(t, causal, token_ids, added, tokens)
-    return {name: M.REGISTRY[name](att, pos) for name in SCORE_NAMES}
+    return {name: M.REGISTRY[name](att, pos) for name in names}
 
 
 def previous_pairs(t: int) -> list[tuple[int, int]]:
@@ -53,11 +57,12 @@ def previous_pairs(t: int) -> list[tuple[int, int]]:
     return [(q, q - 1) for q in range(2, t)]
 
 
-def uniform_baselines(t: int, causal: bool, token_ids=None, added=(), tokens=()) -> dict[str, float]:
+def uniform_baselines(t: int, causal: bool, token_ids=None, added=(), tokens=(),
+                      names: tuple[str, ...] = SCORE_NAMES) -> dict[str, float]:
     """What every measure of `pattern_scores` gives for uniform attention on the same positions: {name: float}.
     A measured score means something only above its baseline."""
     pos = positions(t, causal, token_ids, added, tokens)
-    return {name: M.REGISTRY[name].baseline(pos) for name in SCORE_NAMES}
+    return {name: M.REGISTRY[name].baseline(pos) for name in names}
 
 
 def top_badges(scores: dict[str, torch.Tensor], baselines: dict[str, float], layer: int, head: int,
@@ -86,12 +91,14 @@ def top_badges(scores: dict[str, torch.Tensor], baselines: dict[str, float], lay
     return [(name, value) for _, name, value in found[:n]]
 
 
-def run_scores(run: AttentionRun, causal: bool) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
-    """`pattern_scores` and `uniform_baselines` of one run, prepared the same way wherever they are shown."""
+def run_scores(run: AttentionRun, causal: bool,
+               names: tuple[str, ...] = SCORE_NAMES) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+    """`pattern_scores` and `uniform_baselines` of one run (the measures `names`), prepared the same way wherever
+    they are shown."""
     args = (list(run.token_ids) or None, tuple(run.special))
     t = len(run.tokens)
-    return (pattern_scores(run.attentions, *args, causal=causal, tokens=run.tokens),
-            uniform_baselines(t, causal, *args, tokens=run.tokens))
+    return (pattern_scores(run.attentions, *args, causal=causal, tokens=run.tokens, names=names),
+            uniform_baselines(t, causal, *args, tokens=run.tokens, names=names))
 
 
 def describe_score(name: str, value: float) -> str:

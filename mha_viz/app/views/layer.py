@@ -126,7 +126,7 @@ def _labels(name: str, tokens: tuple, ablated: frozenset, _run: AttentionRun, ca
 @st.cache_resource(show_spinner=False, max_entries=64)
 def _badges(name: str, tokens: tuple, ablated: frozenset, _run: AttentionRun, causal: bool):
     try:
-        return analysis.run_scores(_run, causal)
+        return analysis.run_scores(_run, causal, names=measures.BADGES)  # the captions read badges only
     except Exception:  # badges are an extra; never block the grid
         return None
 
