@@ -11,6 +11,7 @@ from mha_viz.app import heads_off as off_panel
 from mha_viz.app import reconnect, sidebar, state
 from mha_viz.app.cache import get_run, memory_scope, set_threads
 from mha_viz.app.common import METRIC_ROOM, display, display_notes, md_safe
+from mha_viz.app.components import figure_font
 from mha_viz.app.components.nav import nav
 from mha_viz.app.context import ViewContext
 from mha_viz.app.link import load_or_explain
@@ -57,6 +58,9 @@ def warm_up() -> None:
     except Exception as err:  # the page shows the same error, with its advice, to the first visitor
         print(f"mha-viz: warming up {name!r} failed ({type(err).__name__}: {err}); the page will say why",
               file=sys.stderr)
+    # The saved figures' font after the model, not beside its imports: subsetting is a second of pure Python that
+    # held the GIL against torch's import (a page that comes first starts it itself: figure_font.font_for).
+    figure_font.warm()
 
 
 @memory_scope  # the runs of a page hold their share of the process's memory budget until it is drawn

@@ -39,8 +39,8 @@ SVG = "{http://www.w3.org/2000/svg}"
 
 
 def _with_figure_font(page) -> None:
-    """The figures' font is made in a thread while the server starts (figure_font.warm); a page whose run came
-    before it was ready gets it on its next run."""
+    """The figures' font is made in a thread once the server has warmed up its model (figure_font.warm); a page
+    whose run came before it was ready gets it on its next run."""
     for attempt in range(3):
         try:
             page.wait_for_function("() => document.querySelector('.mhv')?.dataset.font === 'DejaVu Sans'",

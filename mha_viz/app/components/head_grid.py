@@ -23,7 +23,6 @@ from mha_viz.web import grid_css, grid_js
 from mha_viz.web.payload import deflate, grid_data
 
 BULK_ACTIONS = ("off", "on", "only", "reset")
-figure_font.warm()  # the saved figures' font, made in a thread while the server starts
 # isolate_styles=False: no shadow root, so browser tests and benchmarks can query the grid's DOM; every class is
 # prefixed `mhv-` instead.
 _COMPONENT = st.components.v2.component(
