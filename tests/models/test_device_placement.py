@@ -137,7 +137,7 @@ def test_bfloat16_transformers_architectures_attend_in_float32(placed, tmp_path,
     """The transformers attention function (and GPT-Neo's own `_attn`, wrapped) attend in float32 when the weights
     are bfloat16: weights float32, near float32's, and inside a head the recomputed softmax(q . k) matches them.
     Measured: every interface architecture of the matrix within 0.01 of float32 (Qwen3 0.0099, Gemma 3 0.0094);
-    Bloom, MPT and Falcon, whose whole attention forward mha-viz replaces, still attend in bfloat16."""
+    Bloom, MPT and Falcon, whose whole attention forward mha-viz replaces, are the next test."""
     from tests.models.hf.architectures import BY_NAME, build
 
     text = "the cat sat on the mat while anna gave the old keys to ben"
@@ -146,3 +146,35 @@ def test_bfloat16_transformers_architectures_attend_in_float32(placed, tmp_path,
     a, b = full.run(text, ablate={(1, 0)}), half.run(text, ablate={(1, 0)})
     assert b.attentions.dtype == torch.float32 and float((a.attentions - b.attentions).abs().max()) < 0.02
     assert all(h.weights.dtype == torch.float32 for h in half.inside_layer(text, 1))
+
+
+@pytest.mark.parametrize("arch", ["Bloom", "MPT", "Falcon", "Falcon (alibi)"])
+def test_bfloat16_replaced_attention_forwards_attend_in_float32(placed, tmp_path, arch):
+    """Bloom, MPT and Falcon, whose whole attention forward mha-viz replaces (models/hf/ablation.py), attend in
+    float32 under bfloat16 weights as the attention function does: weights float32 and near float32's, and inside
+    a head q . kᵀ * scale + the ALiBi term (float32 too) sums to the scores whose softmax is the weights.
+    Measured against the float32 run: largest difference of an attention weight 0.0001-0.0002 (0.0016-0.0021, rows
+    summing to 1 only to 2e-3, and inside() refused, while these forwards attended in bfloat16); the ALiBi term
+    equal to the float32 run's."""
+    from tests.models.hf.architectures import BY_NAME, build
+    from tests.models.hf.test_inside_alibi import FALCON_ALIBI
+
+    text = "the cat sat on the mat while anna gave the old keys to ben"
+    folder = build(FALCON_ALIBI if arch == "Falcon (alibi)" else BY_NAME[arch], tmp_path / "model", (text,))
+    full, half = placed(str(folder)), placed(str(folder), "bfloat16")
+    assert _weights_dtype(half) == torch.bfloat16
+    a, b = full.run(text, ablate={(1, 0)}), half.run(text, ablate={(1, 0)})
+    assert b.attentions.dtype == torch.float32 and float((a.attentions - b.attentions).abs().max()) < 0.02
+    assert torch.allclose(b.attentions.sum(-1), torch.ones(()), atol=1e-5)  # a float32 softmax, not bfloat16's
+    heads = half.inside_layer(text, 1)  # raises when softmax(scores) differs from the weights by over 1e-4
+    alibi = arch != "Falcon"  # the matrix's Falcon is rotary
+    for h, f in zip(heads, full.inside_layer(text, 1)):
+        assert h.scores.dtype == h.weights.dtype == h.q.dtype == torch.float32
+        assert (h.position_bias is not None) == alibi
+        allowed = torch.isfinite(h.scores)  # (Q, K)
+        pieces = h.q @ h.k.T * h.scale  # (Q, K)
+        if alibi:
+            assert h.position_bias.dtype == torch.float32
+            torch.testing.assert_close(h.position_bias[allowed], f.position_bias[allowed], atol=1e-6, rtol=0)
+            pieces = pieces + h.position_bias
+        torch.testing.assert_close(h.scores[allowed], pieces[allowed], atol=1e-5, rtol=0)

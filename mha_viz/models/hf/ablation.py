@@ -132,18 +132,30 @@ def _gpt_neo_where(module, query, key, attention_mask) -> torch.Tensor:
     return window if mask is None else window & mask
 
 
+def _in_float32(*tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+    """MHA_VIZ_DTYPE for a forward mha-viz replaces (Bloom, MPT, Falcon): its q, k, v, ALiBi bias and additive mask
+    in float32, so it attends in float32 as `_masked_eager_attention` does (the mask's 0 and its dtype's minimum
+    are exact in float32); a boolean mask, or None, passes as it is. The key/value cache keeps the model's dtype:
+    upcast after it is updated. Bloom and Falcon build ALiBi in the weights' dtype, so its bias stays rounded as
+    the model rounds it (exact while slope * position fits bfloat16: power-of-two slopes, positions under 256)."""
+    return tuple(t.float() if t is not None and t.is_floating_point() else t for t in tensors)
+
+
 def _bloom_forward(module, hidden_states, residual, alibi, attention_mask, layer_past=None, use_cache=False,
                    output_attentions=False, **kwargs):
     """BloomAttention's forward (transformers 5.x) with its heads' outputs routed through this call's HeadEdit.
     Its scores are q . k / sqrt(dh) plus ALiBi's per-head linear position bias (beta * alibi), reported to the
-    edit beside q and k so inside() shows it as its own term."""
+    edit beside q and k so inside() shows it as its own term. Weights in bfloat16 or float16 (MHA_VIZ_DTYPE)
+    attend in float32; the heads' outputs go on in the weights' dtype."""
     from transformers.models.bloom.modeling_bloom import dropout_add
 
+    dtype = hidden_states.dtype
     B, Q, _ = hidden_states.shape
     H, dh = module.num_heads, module.head_dim
     query, key, value = module._reshape(module.query_key_value(hidden_states))  # (B, H, T, dh) each
     if layer_past is not None:
         key, value = layer_past.update(key, value, module.layer_idx)
+    query, key, value, alibi, attention_mask = _in_float32(query, key, value, alibi, attention_mask)  # alibi (B*H,1,K)
     scores = alibi.baddbmm(batch1=query.reshape(B * H, -1, dh), batch2=key.reshape(B * H, -1, dh).transpose(-1, -2),
                            beta=module.beta, alpha=module.inv_norm_factor).view(B, H, Q, -1)  # (B, H, Q, K)
     if attention_mask is not None:
@@ -152,7 +164,7 @@ def _bloom_forward(module, hidden_states, residual, alibi, attention_mask, layer
     out = weights @ value  # (B, H, Q, dh)
     out = _edited(module, query, key, value, out, weights, lambda: allowed(attention_mask, key.shape[-2]),
                   module.inv_norm_factor, score_bias=(module.beta * alibi).view(B, H, 1, -1))  # (B, H, 1, K)
-    context = out.transpose(1, 2).reshape(B, Q, H * dh)  # (B, Q, H * dh): the heads' outputs side by side
+    context = out.transpose(1, 2).reshape(B, Q, H * dh).to(dtype)  # (B, Q, H * dh): the heads side by side
     output = dropout_add(module.dense(context), residual, module.hidden_dropout, module.training)  # (B, Q, D)
     return output, weights
 
@@ -160,7 +172,9 @@ def _bloom_forward(module, hidden_states, residual, alibi, attention_mask, layer
 def _mpt_forward(module, hidden_states, position_bias, cache=None, attention_mask=None, **kwargs):
     """MptAttention's forward (transformers 5.x) with its heads' outputs routed through this call's HeadEdit. Its
     scores are q . k times softmax_scale plus ALiBi's per-head position bias (reported to the edit, so inside()
-    shows it as its own term); its mask is boolean, True where a query may not look."""
+    shows it as its own term); its mask is boolean, True where a query may not look. Weights in bfloat16 or
+    float16 (MHA_VIZ_DTYPE) attend in float32; the heads' outputs go on in the weights' dtype."""
+    dtype = hidden_states.dtype
     B, T = hidden_states.shape[:2]
     H, dh = module.n_heads, module.head_dim
     mixed = module.Wqkv(hidden_states)  # (B, T, 3 * H * dh)
@@ -169,6 +183,7 @@ def _mpt_forward(module, hidden_states, position_bias, cache=None, attention_mas
     query, key, value = (x.reshape(B, T, H, dh).transpose(1, 2) for x in mixed.chunk(3, dim=2))  # (B, H, T, dh)
     if cache is not None:
         key, value = cache.update(key, value, module.layer_idx, kwargs=kwargs)
+    query, key, value, position_bias = _in_float32(query, key, value, position_bias)  # position_bias (H, T', K')
     scores = torch.matmul(query, key.transpose(-1, -2)) * module.softmax_scale  # (B, H, Q, K)
     n_queries = T if cache is None else T + cache.get_seq_length()
     bias = None
@@ -184,7 +199,7 @@ def _mpt_forward(module, hidden_states, position_bias, cache=None, attention_mas
     where = (lambda: None) if attention_mask is None else (lambda: ~allowed(attention_mask, key.shape[-2]))
     out = _edited(module, query, key, value, out, weights, where, module.softmax_scale,
                   score_bias=None if bias is None else bias[None])  # (1, H, Q' or 1, K)
-    context = out.permute(0, 2, 1, 3).contiguous().view(B, T, -1)  # (B, T, H * dh): heads side by side
+    context = out.permute(0, 2, 1, 3).contiguous().view(B, T, -1).to(dtype)  # (B, T, H * dh): heads side by side
     return module.out_proj(context), weights
 
 
@@ -192,9 +207,11 @@ def _falcon_forward(module, hidden_states, alibi, attention_mask, position_ids=N
                     use_cache=False, output_attentions=False, position_embeddings=None, **kwargs):
     """FalconAttention's eager forward (transformers 5.x) with its heads' outputs routed through this call's
     HeadEdit: rotary q . k / sqrt(dh), or with ALiBi (q . k + bias) / sqrt(dh), the bias (times the scale)
-    reported to the edit so inside() shows it as its own term."""
+    reported to the edit so inside() shows it as its own term. Weights in bfloat16 or float16 (MHA_VIZ_DTYPE)
+    attend in float32; the heads' outputs go on in the weights' dtype."""
     from transformers.models.falcon.modeling_falcon import apply_rotary_pos_emb
 
+    dtype = hidden_states.dtype
     H, dh = module.num_heads, module.head_dim
     n_kv = H if module.new_decoder_architecture else module.num_kv_heads
     query, key, value = module._split_heads(module.query_key_value(hidden_states))  # (B, T, heads, dh) each
@@ -207,12 +224,13 @@ def _falcon_forward(module, hidden_states, alibi, attention_mask, position_ids=N
         query, key = apply_rotary_pos_emb(query, key, cos, sin)
     if layer_past is not None:
         key, value = layer_past.update(key, value, module.layer_idx)
+    query, key, value, alibi, attention_mask = _in_float32(query, key, value, alibi, attention_mask)
     K = key.shape[-2]
     scores = query @ key.transpose(-1, -2)  # (B, H, Q, K)
     if alibi is not None:
         scores = scores + alibi.view(B, H, 1, -1)
     scale = module.inv_norm_factor
-    weights = F.softmax(scores * scale + attention_mask, dim=-1, dtype=hidden_states.dtype)  # (B, H, Q, K)
+    weights = F.softmax(scores * scale + attention_mask, dim=-1, dtype=query.dtype)  # (B, H, Q, K)
     if alibi is not None:
         weights = module.attention_dropout(weights)
     out = weights @ value  # (B, H, Q, dh)
@@ -223,7 +241,7 @@ def _falcon_forward(module, hidden_states, alibi, attention_mask, position_ids=N
         bias = alibi.view(B, H, 1, -1) * scale + finite  # (B, H, Q, K)
     out = _edited(module, query, key, value, out, weights, lambda: allowed(attention_mask, K), scale,
                   score_bias=bias)
-    context = out.permute(0, 2, 1, 3).reshape(B, Q, H * dh)  # (B, Q, H * dh): the heads side by side
+    context = out.permute(0, 2, 1, 3).reshape(B, Q, H * dh).to(dtype)  # (B, Q, H * dh): the heads side by side
     return module.dense(context), weights
 
 
