@@ -16,8 +16,10 @@ answer within HEALTH_TIMEOUT_S (hung, or stopped with SIGSTOP). nginx keeps runn
 stays, so its config stays valid. While a process is down, nginx's passive checks (`max_fails`/`fail_timeout`)
 take it out of the round-robin and `proxy_next_upstream` retries a request that could not reach it on another
 process; a browser pinned to it is served by another process meanwhile (its `backup`), whose answer re-pins it.
-The browser's own reconnect then rebuilds its session there from the page's link (model, text, layer, heads off,
-view), and the page says it was rebuilt. Sessions on the other processes never notice.
+The browser's own reconnect then rebuilds its session there from the page's link (model, layer, heads off, view,
+the Lesson's step) and the sentence the browser resends from its box (the last one sent, even one sent as the
+process died: mha_viz/app/reconnect.py), and the page says it was rebuilt. Sessions on the other processes never
+notice.
 
 Everything runs as children of this script, as an ordinary user, with every file in one temp dir: supervisord
 in the foreground (it starts the app processes and the health listeners) and nginx in the foreground. Before

@@ -3,17 +3,30 @@
 When the app process a browser's session lived in dies (a crash, `kill -9`, a restart by deploy/serve.py's
 supervisord), the browser reconnects by itself and, in the websocket handshake (Sec-WebSocket-Protocol's third
 entry), names the session it had. A process that does not know that session starts a new one, which
-`state.read_url_once` rebuilds from the page's link (model, text, layer, heads off, view). Without a word the
-visitor would take the redrawn page for the old one; with it they know what was kept and what was not.
+`state.read_url_once` rebuilds from the page's link (model, layer, heads off, view, the Lesson's step). The
+sentence is the exception: on reconnecting, the browser resends its widgets' values, the sentence box's among them,
+which is the last sentence the visitor sent from it. That one may be newer than the link's (sent as the process
+died, so never run nor written to the link), so a rebuilt session leaves the box to the browser and runs what it
+holds (text.text_input); the sidebar's display options come back the same way. Without a word the visitor would
+take the redrawn page for the old one; with it they know what was kept and what was not.
 """
 from __future__ import annotations
+
+from datetime import timedelta
 
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 REBUILT = ("This page's server process restarted (or its visitors were moved to another one), so your session "
-           "was rebuilt from the page's link: the model, the text, the layer, the heads that are off and the view "
-           "are as the link has them; display options in the sidebar are back to their defaults.")
+           "was rebuilt from the page's link and from your browser: the model, the layer, the heads that are off, "
+           "the view and the Lesson's step are as the link has them; the sentence is the last one you sent from the "
+           "box (even one sent as the process stopped), and the sidebar's display options are as you left them.")
+_KEY = "_rebuilt"  # decided on the session's first run, kept for its life
+_WATCH = "reconnect_watch"  # the hidden container of the fragment below
+# A style only (Streamlit gives it no room): the container and its layout wrapper take no room either, so the page
+# below does not move by a gap.
+_HIDDEN = (f"<style>.st-key-{_WATCH},[data-testid='stLayoutWrapper']:has(> .st-key-{_WATCH}){{display:none}}"
+           "</style>")
 
 
 def previous_session() -> str | None:
@@ -27,13 +40,28 @@ def previous_session() -> str | None:
     return asked
 
 
+def rebuilt() -> bool:
+    """Whether this session replaced one its process lost (asked on the session's first run, the answer kept)."""
+    if _KEY not in st.session_state:
+        st.session_state[_KEY] = previous_session() is not None
+    return st.session_state[_KEY]
+
+
 def say_if_rebuilt() -> None:
-    """On the session's first run only: a notice when it replaced a session its process lost."""
-    if st.session_state.get("_rebuilt_checked"):
-        if st.session_state.get("_rebuilt"):
-            st.info(REBUILT, icon="🔄")
-        return
-    st.session_state["_rebuilt_checked"] = True
-    st.session_state["_rebuilt"] = previous_session() is not None
-    if st.session_state["_rebuilt"]:
+    """On every run of a session that replaced one its process lost: a notice saying what was kept. On every run of
+    any session: the fragment that has the browser ask for a run as soon as it reconnects."""
+    st.html(_HIDDEN)
+    with st.container(key=_WATCH):
+        _run_on_reconnect()
+    if rebuilt():
         st.info(REBUILT, icon="🔄")
+
+
+@st.fragment(run_every=timedelta(days=1))
+def _run_on_reconnect() -> None:
+    """Draws nothing; it is here for its `run_every`. On reconnecting, Streamlit's browser side asks the (new)
+    process for a run only when a run was under way, the last run was a fragment's, or the page has a fragment that
+    reruns by itself. Without one, a page idle after a full run reconnects to a new, empty session and shows the
+    old page until the visitor acts: a sentence sent as the process died was neither run nor said to be lost. With
+    it the new session runs at once, from the link and the widget values the browser resends (text.text_input runs
+    the sentence among them). Its own rerun, once a day, draws nothing."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from mha_viz.app import reconnect
 from mha_viz.app.markdown import md_safe
 from mha_viz.app.names import head_name, link_heads, parse_link_heads
 from mha_viz.contract import ABLATIONS, Head
@@ -63,7 +64,10 @@ def read_url_once(views: list[str]) -> list[str]:
             st.session_state[LINK_MODEL] = model
     if "text" in get and get["text"].strip():
         st.session_state["text"] = get["text"]
-        st.session_state["text_box"] = get["text"]
+        # A rebuilt session leaves the box to the browser, which resends the last sentence sent from it: newer than
+        # the link's when it was sent as the old process died (reconnect.py). text.text_input runs that one.
+        if not reconnect.rebuilt():
+            st.session_state["text_box"] = get["text"]
     pending = {}
     if "layer" in get:
         try:

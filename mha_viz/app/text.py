@@ -6,11 +6,13 @@ import html
 
 import streamlit as st
 
+from mha_viz.app import reconnect
 from mha_viz.app.common import md_safe, visible
 from mha_viz.contract import AttentionRun, Model
 
 DEFAULT_TEXT = "The keys to the old cabinet are on the table, so Anna gave the keys to Ben."
 MAX_TEXT_CHARS = 200_000  # longer text is cut before tokenizing, and the page says so
+BOX_DRAWN = "_text_box_drawn"  # the box was drawn in this session: its value is the session's own from then on
 LONG_STRIP = 80  # a strip of more tokens folds into an expander, so it does not push the heatmaps off screen
 
 
@@ -26,20 +28,30 @@ def _submit_text() -> None:
 def text_input(model: Model) -> str:
     """The text box, its submit button and the model's examples on one row; returns the text to run."""
     st.session_state.setdefault("text", DEFAULT_TEXT)
-    st.session_state.setdefault("text_box", st.session_state["text"])
+    # The box's first draw in a session rebuilt after its server process died (reconnect.py): the browser resends
+    # the box's value, the last sentence the visitor sent from it, which may be newer than the link's (sent as the
+    # process died, never run). The box is left to take it, with the link's text only as its default.
+    resent = reconnect.rebuilt() and not st.session_state.get(BOX_DRAWN)
+    if not resent:
+        st.session_state.setdefault("text_box", st.session_state["text"])
+    default = st.session_state["text"] if resent and "text_box" not in st.session_state else ""
     examples = model.examples() or [("agreement", DEFAULT_TEXT, DEFAULT_TEXT)]
     # One row: the box, and beside it the submit button over the examples (submit buttons too, so they can sit in
     # the form; each sets the text in its callback).
     with st.form("text_form", border=False):
         box, buttons = st.columns([3.2, 1])
-        box.text_area("Sentence", key="text_box", height=96, max_chars=None, label_visibility="collapsed",
-                      placeholder="Type a sentence, then Show attention",
-                      help="Any text; it is cut at the model's token limit and the page says how much was dropped.")
+        sent = box.text_area("Sentence", value=default, key="text_box", height=96, max_chars=None,
+                             label_visibility="collapsed", placeholder="Type a sentence, then Show attention",
+                             help="Any text; it is cut at the model's token limit and the page says how much was "
+                                  "dropped.")
         buttons.form_submit_button("Show attention", type="primary", on_click=_submit_text, width="stretch")
         with buttons.popover("Examples", width="stretch"):
             for i, (label, text, hint) in enumerate(examples[:8]):
                 st.form_submit_button(label, key=f"ex{i}", on_click=_set_text, args=(text,),
                                       help=f"{hint} — “{text}”", width="stretch")
+    st.session_state[BOX_DRAWN] = True
+    if resent and sent and sent.strip() and sent != st.session_state["text"]:
+        st.session_state["text"] = sent  # run the sentence the visitor sent as the old process died
     text = st.session_state["text"]
     if len(text) > MAX_TEXT_CHARS:
         st.info(f"The text has {len(text):,} characters; only the first {MAX_TEXT_CHARS:,} are tokenized.")
