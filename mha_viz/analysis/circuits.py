@@ -349,6 +349,19 @@ class Circuits:
         return out
 
 
+def left_out_words(c: Circuits | None) -> str:
+    """What the maps leave out, in the words both hosts show beside them (the app's Circuits page, the notebook's
+    `show_circuits`): what every model's circuits leave out (see the module docstring), then what this model
+    declares its attention does beyond its weights per head (`Circuits.left_out`: a qk-norm, OLMo's clip_qkv).
+    Plain text: each host escapes it for its medium. `c` None (not measured yet) gives the first part alone."""
+    words = ("The norms between heads are left out (not folded in), as are biases and MLPs: these are the direct "
+             "paths, an approximation.")
+    if c is not None and c.left_out:
+        words += (" This model's attention also does what weights per head cannot carry, left out too: "
+                  + "; ".join(c.left_out) + ".")
+    return words
+
+
 def head_weights(model) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list]:
     """Every layer's `model.head_weights(layer)` stacked -> (w_q, w_k, w_v (L, H, D, dh), w_o (L, H, dh, D),
     the per-layer HeadWeights). Raises the model's UnavailableError when it cannot give its weights per head."""

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from mha_viz import measures, plotting
+from mha_viz.analysis.circuits import left_out_words
 from mha_viz.names import head_name
 from mha_viz.notebook import svg as _svg
 
@@ -421,7 +422,13 @@ def circuits_svg(circuits, mode: str, selected: Head | None) -> str:
     for i, (words, kind) in enumerate(lines):
         body.append(_text(GAP, y_text + 14 * i, words, 11, bold=kind == "bold",
                           fill="#555" if kind == "note" else "#222", extra=' class="mhm-head-info"'))
-    height = y_text + 14 * len(lines) + GAP
+    # What the maps leave out, in the app's words (analysis.circuits.left_out_words): the norms, biases and MLPs,
+    # then what this model's attention does beyond its weights per head (a qk-norm, OLMo's clip_qkv).
+    y_note = y_text + 14 * len(lines) + 8
+    notes = _lines([(left_out_words(circuits), "note")], width)
+    for i, (words, _) in enumerate(notes):
+        body.append(_text(GAP, y_note + 14 * i, words, 11, fill="#555", extra=' class="mhm-left-out"'))
+    height = y_note + 14 * len(notes) + GAP
     rotary = "; rotary: its QK map at offset 0" if circuits.rotary else ""
     return _doc(width, height, f"Circuits of {circuits.name} from its weights: {L} layers x {H} heads "
                                f"(d_model {circuits.d_model}, d_head {circuits.d_head}; norms ignored{rotary})",

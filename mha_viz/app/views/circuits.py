@@ -110,14 +110,9 @@ def saturation_note(maps: dict, vocab: list[str], figures: dict) -> str:
 
 
 def left_out_words(c: circ.Circuits | None) -> str:
-    """What the maps leave out, for the page's caption: what every model's circuits leave out, then what this model
-    declares its attention does beyond its weights per head (`Circuits.left_out`: a qk-norm, OLMo's clip_qkv)."""
-    words = ("The norms between heads are left out (not folded in), as are biases and MLPs: these are the direct "
-             "paths, an approximation.")
-    if c is not None and c.left_out:
-        words += (" This model's attention also does what weights per head cannot carry, left out too: "
-                  + "; ".join(md_safe(part) for part in c.left_out) + ".")
-    return words
+    """What the maps leave out, for the page's caption: `circuits.left_out_words` (the notebook's show_circuits
+    says the same), as Markdown."""
+    return md_safe(circ.left_out_words(c))
 
 
 def _intro(c: circ.Circuits | None) -> str:
