@@ -11,7 +11,8 @@ two sessions (one per process when nginx has both in its round-robin; the spared
   open and the message goes nowhere, then killed) is run once the session is back, too;
 - the Lesson's step (`?view=Lesson&lesson=N`) survives: the rebuilt session opens the same step, with the
   student's own input in its box;
-- the other process's session keeps its own sentence throughout.
+- the other process's session keeps its own sentence throughout;
+- the same for a plain `make run` (one process, no supervisord) stopped, killed and started again by hand.
 Bounded: every wait at most TIMEOUT_MS; the time the process takes to come back is printed. Every process is
 stopped by its PID (deployment.deployment's Deployment.stop).
 """
@@ -25,7 +26,7 @@ import pytest
 from deployment import N_HEADS, STRIP, TIMEOUT_MS, sentence, serve
 from deployment import deployment as _deployment
 
-from harness import GRID_DRAWN, IDLE, page_problems, wait
+from harness import GRID_DRAWN, IDLE, Server, page_problems, wait
 
 LESSON_INPUT = "tom lind saw anna berg at the market ."  # the student's own input on step 3 (the tiny vocabulary)
 HIDE = "Hide special tokens"
@@ -145,6 +146,45 @@ def test_a_sentence_sent_just_after_a_kill_is_run_once_the_session_is_back(brows
 
 def test_a_sentence_sent_to_a_dying_process_is_run_once_the_session_is_back(browser, deployment):
     _sentence_across_a_kill(browser, deployment, ("lantern", "harbour"), "violin", True, "send, then kill -9")
+
+
+def test_a_plain_run_restarted_by_hand_runs_the_sentence_sent_as_it_died(browser, artifacts, monkeypatch):
+    """`make run`, one process, no supervisord: it is stopped, sent a sentence, killed, and started again by hand on
+    the same port (as its operator would); the browser's session is rebuilt there and runs the sentence."""
+    import launch  # deploy/launch.py, on the path through harness
+
+    first = Server(artifacts / "classroom-run-1.log")
+    second = None
+    context = browser.new_context(viewport={"width": 1300, "height": 900})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(first.url, wait_until="domcontentloaded")
+        wait(page, f"() => ({GRID_DRAWN})() >= {N_HEADS}", "the first heatmaps")
+        _send(page, "harbour")
+        wait(page, _shows("harbour"), "the first sentence's tokens")
+        wait(page, IDLE, "idle")
+        t_fault = time.monotonic()
+        os.kill(first.proc.pid, signal.SIGSTOP)  # the server this test started, by its PID
+        _send(page, "lantern")
+        time.sleep(0.5)
+        first.proc.kill()
+        first.proc.wait(timeout=20)
+        monkeypatch.setattr(launch, "free_port", lambda: first.port)  # the same address, as `make run` would use
+        second = Server(artifacts / "classroom-run-2.log")
+        restarted = time.monotonic() - t_fault
+        try:
+            wait(page, f"() => document.body.innerText.includes({REBUILT!r}) && ({_shows('lantern')})()",
+                 "plain run: the rebuilt session runs the sentence sent as its process died")
+        except pytest.fail.Exception as err:
+            pytest.fail(f"{err}\nThe session shows: {page.evaluate(SHOWN)}")
+        print(f"\n[classroom] plain run: restarted by hand after {restarted:.1f} s; the sentence sent as it died "
+              f"drawn after {time.monotonic() - t_fault:.1f} s")
+    finally:
+        context.close()
+        for server in (second, first):
+            if server is not None:
+                server.stop()
 
 
 def test_the_lesson_step_survives_a_kill(browser, deployment):
