@@ -30,6 +30,7 @@ from harness import GRID_DRAWN, IDLE, Server, page_problems, wait
 
 LESSON_INPUT = "tom lind saw anna berg at the market ."  # the student's own input on step 3 (the tiny vocabulary)
 HIDE = "Hide special tokens"
+NGINX_FAIL_S = 5  # deploy/serve.py's fail_timeout: a process that failed a request rejoins the round-robin after it
 REBUILD_MS = 90_000  # the rebuild runs on the other process, warm: seconds, even on 2 shared cores
 REBUILT = "was rebuilt from the page's link"  # reconnect.REBUILT's words
 BOX = "() => document.querySelector('textarea[aria-label=\"Sentence\"]')?.value ?? ''"
@@ -96,7 +97,9 @@ def _back(d, victim: int, old_pid: int, t_fault: float) -> float:
     while not (d.pid(victim) not in (None, old_pid) and serve.harness.healthy(d.backends[victim].url)):
         assert time.monotonic() < deadline, f"app process {victim} not back: {d.info()}"
         time.sleep(0.25)
-    return time.monotonic() - t_fault
+    back = time.monotonic() - t_fault
+    time.sleep(NGINX_FAIL_S)  # so the next test's sessions are spread over both processes again
+    return back
 
 
 def _sentence_across_a_kill(browser, d, markers, typed: str, stop_first: bool, label: str) -> None:
