@@ -52,7 +52,7 @@ def deployment(artifacts):
 
 
 def _open(browser, d, query: str = ""):
-    """(context, page) of a new browser session on the deployment, the page drawn and idle."""
+    """(context, page) of a new browser session opening the deployment at `query` (the caller waits for it)."""
     context = browser.new_context(viewport={"width": 1300, "height": 900})
     page = context.new_page()
     page.set_default_timeout(TIMEOUT_MS)
