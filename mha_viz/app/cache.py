@@ -517,8 +517,11 @@ def checkpoint_run(name: str, step: int, text: str) -> AttentionRun:
 def training_evidence(name: str) -> TrainingEvidence | None:
     """The training record of model `name` (`Model.training_evidence`), None for a model trained elsewhere.
     Re-read after a minute, so `make probe` on a running server shows up without a restart."""
-    try:
-        return get_model(name).training_evidence()
+    from mha_viz.models import training_record
+
+    try:  # read from disk where that can be done without loading the model
+        record = training_record(name)
+        return record if record is not None else get_model(name).training_evidence()
     except UnavailableError:
         return None
 

@@ -48,6 +48,15 @@ def _written(stem: str) -> Callable[[Progress], Model]:
     return load
 
 
+def _tiny_record():
+    """tiny's training record (the loss log and probe scores `make train`/`make probe` wrote), read from its folder
+    without building the model: it is the same for tiny, tiny-untrained and every saved step."""
+    from mha_viz.models.tiny.evidence import load_evidence, typed_evidence
+    from mha_viz.models.tiny.train import TINY_ASSETS, load_log
+
+    return typed_evidence(load_evidence(TINY_ASSETS), load_log(TINY_ASSETS))
+
+
 def _tiny_steps() -> list[int]:
     from mha_viz.models.tiny.adapter import checkpoint_steps
 
@@ -64,15 +73,19 @@ class ModelSpec:
     # The training steps saved for it (load one as f"{family}@{step}"); None for models saved at no step.
     steps: Callable[[], list[int]] | None = None
     family: str | None = None  # the name a saved step is loaded under: "tiny" for tiny and tiny-untrained
+    # Its training record read from disk alone (`Model.training_evidence` without loading any weights); None: the
+    # model is loaded and asked.
+    record: Callable[[], object] | None = None
 
 
 SPECS: tuple[ModelSpec, ...] = (
     ModelSpec("minilm", "all-MiniLM-L6-v2 — encoder, 6 layers x 12 heads", _minilm),
     ModelSpec("smollm2", "SmolLM2-135M-Instruct — causal LM, 30 layers x 9 heads", _smollm2,
               load_note="Loading SmolLM2 (the first start on a server converts its GGUF to float32, about 20-30 s)"),
-    ModelSpec("tiny", "tiny — in-repo stack, trained here", _tiny, steps=_tiny_steps, family="tiny"),
+    ModelSpec("tiny", "tiny — in-repo stack, trained here", _tiny, steps=_tiny_steps, family="tiny",
+              record=_tiny_record),
     ModelSpec("tiny-untrained", "tiny-untrained — same stack at its seeded initialisation", _tiny_untrained,
-              steps=_tiny_steps, family="tiny"),
+              steps=_tiny_steps, family="tiny", record=_tiny_record),
     # Written, not learned: RASP programs compiled by Tracr (assets/compiled/programs/, `make compile`).
     ModelSpec("written-three-heads", "written: three heads side by side (previous, seen before, first) — compiled "
               "RASP", _written("three_heads")),
@@ -156,6 +169,14 @@ def checkpoints(name: str) -> list[int]:
 
         return checkpoint_steps(_seed_folder(int(seed.group(1))))
     return []
+
+
+def training_record(name: str):
+    """Model `name`'s training record (what `Model.training_evidence` returns) read from disk alone, where its spec
+    can (the tiny family: the notes in every page's sidebar show it, and loaded tiny on a page about MiniLM to do
+    so); None where only the loaded model can say."""
+    found = spec(name)
+    return found.record() if found is not None and found.record is not None else None
 
 
 def is_shipped(name: str) -> bool:

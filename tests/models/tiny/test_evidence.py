@@ -84,3 +84,18 @@ def test_the_notes_say_how_far_across_the_context_each_head_holds(shipped):
         line = next(s for s in section.splitlines() if s.startswith(f"- Across the whole context, {words}"))
         assert f"L{best[0]} H{best[1]} holds it best" in line and f"its lowest is {lowest:.0%}" in line, line
         assert ("holds across the context" in line) == (lowest >= 0.9), line
+
+
+def test_the_training_record_is_read_without_loading_the_model(monkeypatch):
+    """The sidebar's notes on every page show tiny's record; reading it loaded tiny's weights on a page about MiniLM
+    (a model the visitor never asked for, on every cold start). The registry reads it from disk, the same record."""
+    import mha_viz.models.registry as registry
+    from mha_viz.models import load_model, training_record
+
+    expected = load_model("tiny").training_evidence()
+    loads = []
+    monkeypatch.setattr(registry, "load_model", lambda *a, **k: loads.append(a) or None)
+    for name in ("tiny", "tiny-untrained", "tiny@400"):
+        assert training_record(name) == expected, name
+    assert loads == []
+    assert training_record("minilm") is None  # trained elsewhere: only the loaded model can say (it says none)
