@@ -25,17 +25,17 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1]))
 
+from screenshot_matrix import settled  # noqa: E402  (idle, and the main column unchanged over a few polls)
+
 from mha_viz.app.lesson_steps import STEPS  # noqa: E402
 
-from harness import IDLE, Server, chromium, new_page, settle  # noqa: E402
+from harness import Server, chromium, new_page, settle  # noqa: E402
 
 HEADING = """(n) => [...document.querySelectorAll('[data-testid="stMain"] h4')]
   .some(h => h.innerText.startsWith(`Step ${n} of`))"""
 # A step's figures are drawn: a plotly chart with its SVG, or the browser-drawn head grid's canvases.
 FIGURE = """() => document.querySelectorAll('[data-testid="stMain"] .js-plotly-plot .main-svg').length > 0
   || document.querySelectorAll('[data-testid="stMain"] .mhv-grid .mhv-head canvas').length > 0"""
-SHAPE = """() => { const m = document.querySelector('[data-testid="stMain"]');
-  return m ? [m.querySelectorAll('*').length, m.scrollHeight].join('x') : ''; }"""
 # The step's heading ("Step N of 7: Title") and its claim: the first Markdown block after it that is bold throughout.
 TITLE_CLAIM = """() => {
   const blocks = [...document.querySelectorAll('[data-testid="stMain"] [data-testid="stMarkdownContainer"]')];
@@ -69,20 +69,6 @@ def wait_for(page, js: str, timeout_s: float, arg=None) -> bool:
         if type(err).__name__ != "TimeoutError":
             raise
         return False
-
-
-def settled(page, timeout_s: float, quiet_polls: int = 4) -> bool:
-    """Idle (harness.IDLE) with the main column's content and height unchanged over a few polls; False on timeout."""
-    end = time.monotonic() + timeout_s
-    last, same = None, 0
-    while time.monotonic() < end:
-        shape = page.evaluate(SHAPE) if page.evaluate(IDLE) else None
-        same = same + 1 if shape and shape == last else 0
-        if same >= quiet_polls:
-            return True
-        last = shape
-        page.wait_for_timeout(400)
-    return False
 
 
 def first_sentence(text: str) -> str:
