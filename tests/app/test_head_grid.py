@@ -68,3 +68,28 @@ def test_band_heads_of_minilm_l0_carry_the_census_nearby_badge():
     # A previous-token head is named for that, not for the wider window that also holds its weight.
     assert data["badges"]["0,2"].startswith("measured: 100% → previous token"), data["badges"]["0,2"]
     assert word not in data["badges"]["0,2"], "its nearby mass is the previous token's: not said twice"
+
+
+def test_the_badges_follow_what_off_means():
+    """The captions were cached by the heads off alone: the same heads zero- and then mean-ablated kept the zero
+    run's captions, though the two runs attend differently downstream."""
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.run()
+    for head in range(4):
+        at.toggle(key=f"tg|minilm|0|{head}").set_value(False).run()
+    model = loaded("minilm")
+    off = {(0, h) for h in range(4)}
+    seen = {}
+    for ablation in ("zero", "mean"):
+        at.sidebar.radio(key="ablation").set_value(ablation).run()
+        assert not at.exception, at.exception
+        data = grid_data(at)
+        run = model.run(DEFAULT_TEXT, ablate=off, ablation=ablation)
+        scores, baselines = analysis.run_scores(run, model.causal)
+        for layer in range(1, model.n_layers):
+            for head in range(model.n_heads):
+                top = analysis.top_badges(scores, baselines, layer, head, n=1)
+                want = "measured: " + (f"{top[0][1]:.0%}" if top else "no")
+                assert data["badges"][f"{layer},{head}"].startswith(want), (ablation, layer, head)
+        seen[ablation] = data["badges"]
+    assert seen["zero"] != seen["mean"]  # the two runs' captions differ somewhere, so the check above can fail

@@ -104,31 +104,22 @@ def switch(model_name: str, layer: int, head: int) -> None:
                    "'Switching a head off').")
 
 
-def badges_for(model: Model, run: AttentionRun):
-    return _badges(model.info.name, tuple(run.tokens), run.ablated, run, model.causal)
-
-
 def labels_for(model: Model, run: AttentionRun) -> dict:
     """{(layer, head): its caption} for every head of the run, once per run: a layer tab's rerun sends the same
-    captions again (SmolLM2's 270 take about 30 ms to write)."""
-    return _labels(model.info.name, tuple(run.tokens), run.ablated, run, model.causal, model.n_layers, model.n_heads)
+    captions again (SmolLM2's 270 take about 30 ms to write). Keyed by what shapes the run's attention: its tokens,
+    the heads off and what "off" meant (zero and mean ablation of the same heads attend differently)."""
+    return _labels(model.info.name, tuple(run.tokens), run.ablated, str(run.ablation), run, model.causal,
+                   model.n_layers, model.n_heads)
 
 
 @st.cache_resource(show_spinner=False, max_entries=64)
-def _labels(name: str, tokens: tuple, ablated: frozenset, _run: AttentionRun, causal: bool, n_layers: int,
-            n_heads: int) -> dict:
-    badges = _badges(name, tokens, ablated, _run, causal)
-    if badges is None:
+def _labels(name: str, tokens: tuple, ablated: frozenset, ablation: str, _run: AttentionRun, causal: bool,
+            n_layers: int, n_heads: int) -> dict:
+    try:
+        badges = analysis.run_scores(_run, causal, names=measures.BADGES)  # the captions read badges only
+    except Exception:  # badges are an extra; never block the grid
         return {}
     return {(layer, head): badge_text(badges, layer, head)[0] for layer in range(n_layers) for head in range(n_heads)}
-
-
-@st.cache_resource(show_spinner=False, max_entries=64)
-def _badges(name: str, tokens: tuple, ablated: frozenset, _run: AttentionRun, causal: bool):
-    try:
-        return analysis.run_scores(_run, causal, names=measures.BADGES)  # the captions read badges only
-    except Exception:  # badges are an extra; never block the grid
-        return None
 
 
 def bulk(model_name: str, n_heads: int, layer: int, action: str, head: int | None) -> None:
