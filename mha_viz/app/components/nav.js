@@ -35,9 +35,7 @@ export default function (component) {
         b.addEventListener("click", () => {
           s.buttons.forEach(x => x.toggleAttribute("aria-current", x === b));
           b.setAttribute("aria-current", "page");
-          // The link's layer rides along: the Layer grid's tabs write it without telling the server (head_grid).
-          const layer = new URLSearchParams(window.location.search).get("layer");
-          s.setTrigger("view", layer !== null && /^\d+$/.test(layer) ? { view, layer: Number(layer) } : view);
+          s.setTrigger("view", viewEvent(view));
         });
         group.append(b);
         s.buttons.push(b);
@@ -50,6 +48,13 @@ export default function (component) {
     else b.removeAttribute("aria-current");
   }
   hint(data.hint, data.hint_view, s);
+}
+
+// A view asked of the server, with the link's layer: the Layer grid's tabs write it without telling the server
+// (head_grid), so the view opened shows the layer that was on screen.
+function viewEvent(view) {
+  const layer = new URLSearchParams(window.location.search).get("layer");
+  return layer !== null && /^\d+$/.test(layer) ? { view, layer: Number(layer) } : view;
 }
 
 // -- the first-visit hint: three steps (the first points to the Lesson, with a link that opens it) in a card at the top of the sidebar, in its flow, shown until dismissed; the
@@ -89,7 +94,7 @@ function hint(steps, view, s) {
   open.addEventListener("click", (event) => {
     event.preventDefault();
     for (const b of s.buttons) b.toggleAttribute("aria-current", b.dataset.view === view);
-    s.setTrigger("view", view);
+    s.setTrigger("view", viewEvent(view));
   });
   if (view) card.append(title, list, open, close);
   else card.append(title, list, close);
