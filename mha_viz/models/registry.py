@@ -51,10 +51,9 @@ def _written(stem: str) -> Callable[[Progress], Model]:
 def _tiny_record():
     """tiny's training record (the loss log and probe scores `make train`/`make probe` wrote), read from its folder
     without building the model: it is the same for tiny, tiny-untrained and every saved step."""
-    from mha_viz.models.tiny.evidence import load_evidence, typed_evidence
-    from mha_viz.models.tiny.train import TINY_ASSETS, load_log
+    from mha_viz.models.tiny.adapter import training_record
 
-    return typed_evidence(load_evidence(TINY_ASSETS), load_log(TINY_ASSETS))
+    return training_record()
 
 
 def _tiny_steps() -> list[int]:

@@ -113,10 +113,7 @@ class TinyModel(EditableModel):
     def training_evidence(self) -> TrainingEvidence:
         """The loss log `make train` wrote and the probe scores `make probe` measured at every saved step (the
         same for every step of this model: it is the record of one training run)."""
-        from mha_viz.models.tiny.evidence import load_evidence, typed_evidence
-        from mha_viz.models.tiny.train import load_log
-
-        return typed_evidence(load_evidence(self.folder), load_log(self.folder))
+        return training_record(self.folder)
 
     def ground_truth(self, tokens: list[str]):
         """The corpus grammar's subject-verb pairs and repeated words in this text (see `corpus.ground_truth`)."""
@@ -157,6 +154,15 @@ def checkpoint_steps(folder: str | Path = TINY_ASSETS) -> list[int]:
         except ValueError:
             continue  # not a file the trainer wrote
     return sorted(found)
+
+
+def training_record(folder: str | Path = TINY_ASSETS) -> TrainingEvidence:
+    """The training record in `folder` (the loss log `make train` wrote, the probe scores `make probe` measured),
+    read from disk alone: the model's `training_evidence`, and the registry's for a model it has not loaded."""
+    from mha_viz.models.tiny.evidence import load_evidence, typed_evidence
+    from mha_viz.models.tiny.train import load_log
+
+    return typed_evidence(load_evidence(folder), load_log(folder))
 
 
 def load_tiny(trained: bool = True, folder: str | Path = TINY_ASSETS, step: int | None = None) -> TinyModel:
