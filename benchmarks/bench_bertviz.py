@@ -97,8 +97,10 @@ TYPE_IN_PAGE = """async ([text, word]) => {
     const now = strip();
     const running = [...document.querySelectorAll('[data-testid="stStatusWidget"]')]
       .some(el => el.getClientRects().length > 0);
-    if (now.join(' ') !== before && now.includes(word) && !running
+    // The word inside a token's label (a BPE's shows its leading space); bounded: a step never drawn is NaN.
+    if (now.join(' ') !== before && now.some(t => t.includes(word)) && !running
         && document.querySelectorAll('[data-stale="true"]').length === 0) break;
+    if (performance.now() - t0 > 120000) return NaN;
     await frame();
   }
   return performance.now() - t0; }"""
