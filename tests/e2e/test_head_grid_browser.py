@@ -18,10 +18,11 @@ LABELS = """() => { const g = document.querySelector('.mhv-grid');
           shown: [...g.querySelectorAll('.mhv-labels')].filter(e => !e.hidden).map(e => Number(e.dataset.labels))}; }"""
 
 
-def _count_frames(page) -> list[int]:
-    """A live count of websocket frames the page receives: a browser-only step must add none."""
+def _count_frames(page, event: str = "framereceived") -> list[int]:
+    """A live count of websocket frames the page receives (or sends, with event="framesent"): a browser-only step
+    must add none."""
     frames = [0]
-    page.on("websocket", lambda ws: ws.on("framereceived", lambda _: frames.__setitem__(0, frames[0] + 1)))
+    page.on("websocket", lambda ws: ws.on(event, lambda _: frames.__setitem__(0, frames[0] + 1)))
     return frames
 
 
@@ -119,13 +120,6 @@ def test_long_text_is_readable(browser, streamlit_url, page):
     assert not page.js_errors, page.js_errors
 
 
-def _sent_frames(page) -> list[int]:
-    """A live count of websocket frames the page sends: a step that asks nothing of the server adds none."""
-    sent = [0]
-    page.on("websocket", lambda ws: ws.on("framesent", lambda _: sent.__setitem__(0, sent[0] + 1)))
-    return sent
-
-
 HEADINGS = """() => [...document.querySelectorAll('p')].map(p => p.innerText).filter(t => /^Layer \\d+:/.test(t))"""
 SWITCHES_OF = """() => [...document.querySelectorAll('[data-testid="stExpander"] summary')].map(s => s.innerText)
   .filter(t => t.includes('Switches for the heads of'))"""
@@ -135,7 +129,7 @@ def test_a_layer_tab_asks_nothing_of_the_server_and_the_page_learns_it_next(brow
     """A tab changes the grid, its heading and the link in the browser and sends nothing: a rerun per tab left the
     page 2.4x slower to settle than at acd96ab (benchmarks/bench_core.py). The page must still hold one layer:
     whatever the visitor does next (a new sentence, another view, a head's switch) runs on the layer on screen."""
-    sent = _sent_frames(page)
+    sent = _count_frames(page, "framesent")
     query = urlencode({"model": "minilm", "text": "The keys to the cabinet are on the table.", "view": "Layer"})
     page.goto(f"{streamlit_url}/?{query}", wait_until="domcontentloaded")
     wait(page, f"() => ({GRID_DRAWN})() === {N_HEADS}", "the grid of layer 0")
