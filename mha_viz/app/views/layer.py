@@ -13,7 +13,7 @@ import streamlit as st
 
 from mha_viz import analysis, measures
 from mha_viz.app import state
-from mha_viz.app.components.head_grid import head_grid, payload
+from mha_viz.app.components.head_grid import encode_soon, head_grid, payload
 from mha_viz.app.context import ViewContext
 from mha_viz.app.names import head_name, layer_name, token_label
 from mha_viz.contract import AttentionRun, Model
@@ -31,9 +31,11 @@ def grid(ctx: ViewContext) -> None:
     switches for that layer as Streamlit toggles. Heatmaps show the display transform (`ctx.att`); scores are
     always measured on the run itself. A layer tab clicked in the grid comes back as the page's layer (the
     heading, the bulk switches, the views and the URL follow it)."""
+    tokens = [token_label(t) for t in ctx.tokens]
+    codes = encode_soon(tokens, ctx.att, ctx.shared_scale)  # beside the badges' measuring, not after it
     labels = labels_for(ctx.model, ctx.run)
-    data = payload([token_label(t) for t in ctx.tokens], ctx.att, ctx.layer, ctx.heads_off,
-                   ctx.n_cols, ctx.shared_scale, labels, unknown=_shown_unknown(ctx), controls=True)
+    data = payload(tokens, ctx.att, ctx.layer, ctx.heads_off, ctx.n_cols, ctx.shared_scale, labels,
+                   unknown=_shown_unknown(ctx), controls=True, encoded=codes)
     name, n_heads = ctx.name, ctx.model.n_heads
     head_grid(data, key=f"grid|{name}", on_toggle=lambda layer, head, on: toggled(name, layer, head, on),
               on_layer=lambda layer: state.set_layer(name, layer),
