@@ -26,6 +26,11 @@ def test_written_induction_in_the_browser(page, streamlit_url, artifacts, size):
     assert "d→a" in body, body[-1500:]
     assert "Select(previous" in body and "written, not learned" in body.lower(), body[-1500:]
     _full_page_screenshot(page, artifacts / f"written-induction-{size[0]}x{size[1]}.png")
+    # A layer with fewer heads than a row holds draws them at a row's tile size, not stretched across the grid.
+    widths = page.evaluate("""() => [document.querySelector('.mhv-grid').clientWidth,
+        ...[...document.querySelectorAll('.mhv-grid .mhv-head canvas')].map(c => c.getBoundingClientRect().width)]""")
+    grid_width, tiles = widths[0], widths[1:]
+    assert 0 < len(tiles) < 4 and all(w <= grid_width / 3 for w in tiles), widths
     grid_switch(page, "L0 H0").click()
     wait(page, "() => document.body.innerText.includes('with these heads off')", "the output with the head off")
     wait_idle(page)

@@ -67,7 +67,10 @@ function layoutGrid(s) {
   // The user's "heatmaps per row", but never so many that a token is less than MIN_CELL px wide.
   const fit = Math.max(1, Math.floor((width + 12) / (d.T * MIN_CELL + 12)));
   s.cols = Math.max(1, Math.min(d.cols, fit, d.H));
-  s.grid.style.gridTemplateColumns = `repeat(${s.cols}, minmax(0, 1fr))`;
+  // As many tracks as a full row would have: a layer with fewer heads than that (a written model's one-head layer)
+  // draws them at the size they have in every other layer, not stretched across the page.
+  const tracks = Math.max(1, Math.min(d.cols, fit));
+  s.grid.style.gridTemplateColumns = `repeat(${tracks}, minmax(0, 1fr))`;
   s.grid.dataset.cols = s.cols;
   const asked = Math.min(d.cols, d.H);
   s.note.textContent = s.cols < asked
