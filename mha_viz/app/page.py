@@ -15,7 +15,7 @@ from mha_viz.app.components import figure_font
 from mha_viz.app.components.nav import nav
 from mha_viz.app.context import ViewContext
 from mha_viz.app.link import load_or_explain
-from mha_viz.app.text import DEFAULT_TEXT, text_input, token_strip
+from mha_viz.app.text import DEFAULT_TEXT, kept_text, text_input, token_strip
 from mha_viz.app.views import NOT_ABOUT_THIS_RUN, VIEWS, navigation
 from mha_viz.contract import InputError, Model
 from mha_viz.models import BUILTIN
@@ -45,6 +45,9 @@ _COMPACT = ("<style>[data-testid='stMainBlockContainer']{padding-top:4rem}"
 # Views that draw their own token strip (the Layer grid's): the page's strip would show the tokens twice.
 OWN_STRIP = {"Layer"}
 SWITCHES = {"Layer"}  # views that draw every head's on/off switch (the grid's corners); the others point to it
+# Views that bring their own input (each Lesson step has one the student replaces): the page's sentence box above
+# them would be a second box, and a student could not tell which one drives what is drawn.
+OWN_INPUT = {"Lesson"}
 
 
 def warm_up() -> None:
@@ -91,25 +94,29 @@ def main() -> None:
     n_cols, shared_scale, hide_special, merge = sidebar.display_options(model)
     ablation = sidebar.ablation()
     sidebar.learned_note(model)
-    text = text_input(model)
+    boxed = state.current_view(list(VIEWS)) not in OWN_INPUT
+    text = text_input(model) if boxed else kept_text()
     try:
         with st.spinner("Running the model..."):
             get_run(name, text)
     except InputError as err:
         st.warning(md_safe(str(err)))
         return
-    heads_and_views(model, name, text, n_cols, shared_scale, hide_special, merge, ablation)
+    heads_and_views(model, name, text, n_cols, shared_scale, hide_special, merge, ablation, boxed)
 
 
 @st.fragment
 @memory_scope  # a toggle's rerun holds its share of the process's memory budget until it is drawn
 def heads_and_views(model: Model, name: str, text: str, n_cols: int, shared_scale: bool, hide_special: bool,
-                    merge: bool, ablation: str = "zero") -> None:
+                    merge: bool, ablation: str = "zero", boxed: bool = True) -> None:
     """Everything a head toggle, a layer tab or the navigation changes. A fragment, so they rerun this part only,
-    not the whole page."""
+    not the whole page. `boxed`: whether the page's run drew the sentence box (the open view has no input of its
+    own)."""
     heads_off = frozenset(state.off_set(name))
     layer = state.current_layer(name, model.n_layers)
     view = state.current_view(list(VIEWS))
+    if boxed == (view in OWN_INPUT):  # the navigation crossed into or out of a view with its own input
+        st.rerun(scope="app")  # the box is outside this fragment: only the whole page can draw or drop it
     nav(navigation(), view, key="nav", on_view=state.set_view,
         on_layer=lambda l: state.set_layer(name, l) if 0 <= l < model.n_layers else None)
     try:

@@ -64,6 +64,13 @@ def text_input(model: Model) -> str:
     return read
 
 
+def kept_text() -> str:
+    """The text to run when the box is not drawn (a view that brings its own input, page.OWN_INPUT): the sentence
+    last sent from the box, which the link keeps and the other views show again. Cut and trimmed as the box's is,
+    without saying so: nothing on such a view shows it."""
+    return read_text(st.session_state.setdefault("text", DEFAULT_TEXT)[:MAX_TEXT_CHARS])
+
+
 def read_text(text: str) -> str:
     """A typed sentence as the page runs it: without trailing whitespace, which is nearly always what typing or
     pasting leaves behind (Enter at the end, a copied line's newline), not part of the sentence. Leading and

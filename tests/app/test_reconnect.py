@@ -92,3 +92,23 @@ def test_the_notice_says_what_comes_from_the_link_and_what_from_the_browser():
     assert "the sentence is the last one you sent" in reconnect.REBUILT
     assert "the Lesson's step are as the link has them" in reconnect.REBUILT
     assert "display options are as you left them" in reconnect.REBUILT
+
+
+def test_a_rebuilt_lesson_has_no_sentence_box_and_the_layer_view_gets_it_back_with_the_links_sentence():
+    """A session rebuilt on the Lesson (`?view=Lesson`): the page's box is not drawn there (the step has its own
+    input), so the browser resends no sentence; opening the Layer view draws the box, on the link's sentence."""
+    from helpers import APP
+    from page_steps import open_view
+
+    sentence = "mia frost saw leo hart ."  # in tiny's vocabulary
+    at = AppTest.from_file(APP, default_timeout=240)
+    at.query_params.update({"model": "tiny", "view": "Lesson", "lesson": "3", "text": sentence})
+    at.session_state["_rebuilt"] = True
+    at.run()
+    assert not at.exception, at.exception
+    assert reconnect.REBUILT in [i.value for i in at.info]
+    assert "text_box" not in [w.key for w in at.main.text_area]
+    assert text.BOX_DRAWN not in at.session_state  # so the box's first draw, later, is the rebuilt one
+    open_view(at, "Layer")
+    assert at.text_area(key="text_box").value == sentence and at.query_params["text"] in (sentence, [sentence])
+    assert not at.warning, [w.value for w in at.warning]
