@@ -39,6 +39,11 @@ def _saw(at) -> str:
     return next(m.value for m in at.markdown if m.value.startswith("**What you just saw**"))
 
 
+def _typed_into(at) -> list[str]:
+    """The keys of the boxes a student can type into in the page's main column."""
+    return [w.key for w in [*at.main.text_input, *at.main.text_area]]
+
+
 def _argmax(scores: torch.Tensor) -> tuple[int, int]:
     layer, head = divmod(int(scores.nan_to_num(float("-inf")).flatten().argmax()), scores.shape[1])
     return layer, head
@@ -53,23 +58,24 @@ def _scores(name: str, text: str):
 def every_step():
     """The lesson opened at step 1 and walked with Next to the end, each step's text, and every 'try' switched on."""
     at = _lesson({"lesson": "1"})
-    texts, tried = {}, {}
+    texts, tried, typed_into = {}, {}, {}
     for n in range(1, N_STEPS + 1):
         if n > 1:
             at.button(key="lesson_next").click().run()
             assert not at.exception, (n, at.exception)
         assert at.query_params["lesson"] == [str(n)] or at.query_params["lesson"] == str(n)
         texts[n] = _text(at)
+        typed_into[n] = _typed_into(at)
         toggles = [t for t in at.toggle if t.key == f"lesson_try_{n}"]
         if toggles:
             toggles[0].set_value(True).run()
             assert not at.exception, (n, at.exception)
             tried[n] = _text(at)
-    return at, texts, tried
+    return at, texts, tried, typed_into
 
 
 def test_every_step_renders_with_no_nan_none_or_error(every_step):
-    at, texts, tried = every_step
+    at, texts, tried, _ = every_step
     assert len(texts) == N_STEPS and 6 <= N_STEPS <= 8
     for n, text in [*texts.items(), *tried.items()]:
         assert f"Step {n} of {N_STEPS}" in text
@@ -78,7 +84,7 @@ def test_every_step_renders_with_no_nan_none_or_error(every_step):
 
 
 def test_step1_names_the_previous_token_head_and_switching_it_off_leaves_its_layer(every_step):
-    _, texts, tried = every_step
+    _, texts, tried, _ = every_step
     model, run, scores, base = _scores("tiny", lesson_steps.TEXT_PARALLEL)
     prev = (0, int(scores["previous"][0].argmax()))
     value = float(scores["previous"][prev])
@@ -90,7 +96,7 @@ def test_step1_names_the_previous_token_head_and_switching_it_off_leaves_its_lay
 
 
 def test_step2_compares_one_token_in_two_heads(every_step):
-    _, texts, _ = every_step
+    _, texts, _, _ = every_step
     model, run, scores, _ = _scores("tiny", lesson_steps.TEXT_PARALLEL)
     a = (0, int(scores["previous"][0].argmax()))
     inside = model.inside_layer(lesson_steps.TEXT_PARALLEL, 0)
@@ -117,7 +123,7 @@ def test_step2_picking_another_token_names_that_tokens_keys():
 
 
 def test_step3_names_the_head_with_the_highest_score_of_each_measure(every_step):
-    _, texts, _ = every_step
+    _, texts, _, _ = every_step
     _, _, scores, base = _scores("tiny", lesson_steps.TEXT_REPEAT)
     for m in lesson_steps.PATTERNS:
         head = _argmax(scores[m])
@@ -126,7 +132,7 @@ def test_step3_names_the_head_with_the_highest_score_of_each_measure(every_step)
 
 
 def test_step4_the_heads_shares_add_up_to_the_layer_output(every_step):
-    _, texts, tried = every_step
+    _, texts, tried, _ = every_step
     model = load_model("tiny")
     text, layer = lesson_steps.TEXT_PARALLEL, model.n_layers // 2
     inside = model.inside_layer(text, layer)
@@ -140,7 +146,7 @@ def test_step4_the_heads_shares_add_up_to_the_layer_output(every_step):
 
 
 def test_step5_the_written_heads_measure_as_written_and_the_output_changes(every_step):
-    _, texts, tried = every_step
+    _, texts, tried, _ = every_step
     model = load_model(lesson_steps.WRITTEN)
     run = model.run(lesson_steps.TEXT_WRITTEN)
     scores, base = run_scores(run, model.info.causal)
@@ -164,7 +170,7 @@ def _quiet_and_loud(name: str, text: str):
 
 
 def test_step6_seeds_place_roles_apart_and_a_patterned_head_matters_little(every_step):
-    _, texts, tried = every_step
+    _, texts, tried, _ = every_step
     text = lesson_steps.TEXT_PREDICT
     for seed in ("tiny", "tiny#seed1", "tiny#seed2", "tiny#seed3"):
         _, _, scores, _ = _scores(seed, text)
@@ -220,6 +226,60 @@ def test_next_back_and_the_link_keep_the_place():
     last = _lesson({"lesson": str(N_STEPS)})
     assert last.button(key="lesson_next").disabled and not last.button(key="lesson_back").disabled
     assert _lesson({"lesson": "1"}).button(key="lesson_back").disabled
+
+
+def test_a_next_click_that_reaches_a_rebuilt_session_first_moves_one_step():
+    """A session rebuilt from the link (`?lesson=2`) whose first run carries a Next click: the buttons are not drawn
+    yet, so their callback is not called, and the button's own value moves the step, to 3 and not further."""
+    before = _lesson({"lesson": "2"})  # the old session, whose browser sends the click
+    before.button(key="lesson_next").click()
+    clicked = before._tree.get_widget_states()  # what the browser sends: every widget's value, the click's trigger
+    rebuilt = AppTest.from_file(APP, default_timeout=240)
+    rebuilt.query_params.update({"model": "tiny", "view": "Lesson", "lesson": "2"})
+    rebuilt._run(clicked)
+    assert not rebuilt.exception, rebuilt.exception
+    assert f"Step 3 of {N_STEPS}" in _text(rebuilt) and rebuilt.query_params["lesson"] in ("3", ["3"])
+    rebuilt.run()  # the next event: nothing clicked, the step stays
+    assert f"Step 3 of {N_STEPS}" in _text(rebuilt) and rebuilt.query_params["lesson"] in ("3", ["3"])
+    rebuilt.button(key="lesson_next").click().run()  # now drawn: the callback moves it, and only it
+    assert f"Step 4 of {N_STEPS}" in _text(rebuilt) and rebuilt.query_params["lesson"] in ("4", ["4"])
+    rebuilt.button(key="lesson_back").click().run()
+    assert f"Step 3 of {N_STEPS}" in _text(rebuilt) and rebuilt.query_params["lesson"] in ("3", ["3"])
+
+
+def test_a_back_click_that_reaches_a_rebuilt_session_first_moves_one_step_back():
+    before = _lesson({"lesson": "4"})
+    before.button(key="lesson_back").click()
+    rebuilt = AppTest.from_file(APP, default_timeout=240)
+    rebuilt.query_params.update({"model": "tiny", "view": "Lesson", "lesson": "4"})
+    rebuilt._run(before._tree.get_widget_states())
+    assert not rebuilt.exception, rebuilt.exception
+    assert f"Step 3 of {N_STEPS}" in _text(rebuilt) and rebuilt.query_params["lesson"] in ("3", ["3"])
+
+
+def test_each_step_has_one_box_to_type_into_and_the_page_has_no_sentence_box(every_step):
+    """The page's sentence box is not drawn above the Lesson: the step's own input is the only box (the closing
+    step has none)."""
+    _, _, _, typed_into = every_step
+    for n, keys in typed_into.items():
+        assert keys == ([f"lesson_text_{n}"] if lesson_steps.STEPS[n - 1].text else []), (n, keys)
+
+
+def test_the_other_views_keep_the_pages_sentence_box_and_its_sentence():
+    """Back from the Lesson, the Layer view draws the page's box again, with the sentence the page had."""
+    from page_steps import open_view
+
+    sentence = "mia frost saw leo hart ."
+    at = AppTest.from_file(APP, default_timeout=240)
+    at.query_params.update({"model": "tiny", "text": sentence})
+    at.run()
+    assert not at.exception, at.exception
+    assert at.text_area(key="text_box").value == sentence
+    open_view(at, "Lesson")
+    assert "text_box" not in _typed_into(at)
+    assert at.query_params["text"] in (sentence, [sentence])  # the link keeps the page's sentence meanwhile
+    open_view(at, "Layer")
+    assert _typed_into(at) == ["text_box"] and at.text_area(key="text_box").value == sentence
 
 
 @pytest.mark.parametrize("params, notice", [({"lesson": "99"}, "does not exist"), ({"lesson": "two"}, "not a step"),

@@ -10,7 +10,8 @@ two sessions (one per process when nginx has both in its round-robin; the spared
 - a sentence sent while the process no longer answers (stopped with SIGSTOP, so the browser's socket still looks
   open and the message goes nowhere, then killed) is run once the session is back, too;
 - the Lesson's step (`?view=Lesson&lesson=N`) survives: the rebuilt session opens the same step, with the
-  student's own input in its box;
+  student's own input in its box (the only box: the page's sentence box is not drawn above the Lesson), and Next
+  there moves one step, in the link too;
 - the other process's session keeps its own sentence throughout;
 - the same for a plain `make run` (one process, no supervisord) stopped, killed and started again by hand.
 Bounded: every wait at most TIMEOUT_MS; the time the process takes to come back is printed. Every process is
@@ -36,6 +37,7 @@ REBUILT = "was rebuilt from the page's link"  # reconnect.REBUILT's words
 BOX = "() => document.querySelector('textarea[aria-label=\"Sentence\"]')?.value ?? ''"
 HEADING = """(n) => [...document.querySelectorAll('[data-testid="stMain"] h4')]
   .some(h => h.innerText.startsWith(`Step ${n} of`))"""
+BOX_THERE = "() => document.querySelector('textarea[aria-label=\"Sentence\"]') !== null"
 SHOWN = f"""() => ({{rebuilt: document.body.innerText.includes({REBUILT!r}), box: ({BOX})(), tokens: ({STRIP})(),
   link: location.search}})"""
 # The browser has noticed its process is gone: its widgets are disabled while it reconnects (or, had that been
@@ -212,8 +214,14 @@ def test_the_lesson_step_survives_a_kill(browser, deployment):
         wait(page, IDLE, "idle after the rebuild")
         assert "lesson=3" in page.url and "view=Lesson" in page.url, page.url
         assert own.input_value() == LESSON_INPUT, f"the student's own input is gone: {own.input_value()!r}"
+        assert page.evaluate(f"() => !({BOX_THERE})()"), "the page's sentence box is drawn above the Lesson"
+        page.get_by_role("button", name="Next →").click()  # the rebuilt session's buttons: one step, not two
+        wait(page, HEADING, "step 4 after Next on the rebuilt session", arg=4)
+        wait(page, IDLE, "idle on step 4")
+        assert page.evaluate(HEADING, 4) and "lesson=4" in page.url, page.url
         assert not page.evaluate(_BROKEN), page_problems(page)
         restarted = _back(deployment, victim, old_pid, t_fault)
-        print(f"\n[classroom] Lesson: step 3 kept across the kill; process {victim} back after {restarted:.1f} s")
+        print(f"\n[classroom] Lesson: step 3 kept across the kill, Next then moved to step 4; process {victim} back "
+              f"after {restarted:.1f} s")
     finally:
         context.close()

@@ -48,8 +48,31 @@ def _picked_model() -> None:
     st.session_state[state.LESSON_MODEL_KEY] = st.session_state["lesson_model_pick"]
 
 
+_MOVED = "_lesson_moved"  # a Back or Next callback moved the step on this run (see _buttons)
+
+
 def _go(step: int) -> None:
     st.session_state[state.LESSON_KEY] = step
+    st.session_state[_MOVED] = True
+
+
+def _buttons(n: int, n_steps: int) -> None:
+    """Back and Next. Their callbacks move the step before the run draws it. A click that reaches a session which
+    has not drawn the buttons yet (one rebuilt after its server process died, reconnect.py) has no callback to call:
+    Streamlit knows a button's callback only once the button is drawn, and the click arrives before. The button
+    still returns True on that run, so the step moves here, once, and the page is drawn again at the new step (the
+    URL follows, page.py writes it in its `finally`). After a callback the button returns True too: `_MOVED` says
+    the step has moved already."""
+    back, _, forward = st.columns([1, 3, 1])
+    went_back = back.button("← Back", key="lesson_back", disabled=n == 1, on_click=_go, args=(n - 1,),
+                            width="stretch")
+    went_on = forward.button("Next →", key="lesson_next", disabled=n == n_steps, on_click=_go, args=(n + 1,),
+                             type="primary", width="stretch")
+    moved = st.session_state.pop(_MOVED, False)
+    step = n - 1 if went_back else n + 1
+    if (went_back or went_on) and not moved and 1 <= step <= n_steps:
+        _go(step)  # its mark stays for the rerun, which pops it: a click the rerun still carries moves nothing
+        st.rerun()
 
 
 def render(ctx: ViewContext) -> None:
@@ -75,7 +98,4 @@ def render(ctx: ViewContext) -> None:
                               max_chars=400)
         text = read_text(typed) or step.text
     lesson_steps.run_step(step, learned, text, n)
-    back, _, forward = st.columns([1, 3, 1])
-    back.button("← Back", key="lesson_back", disabled=n == 1, on_click=_go, args=(n - 1,), width="stretch")
-    forward.button("Next →", key="lesson_next", disabled=n == len(steps), on_click=_go, args=(n + 1,),
-                   type="primary", width="stretch")
+    _buttons(n, len(steps))
