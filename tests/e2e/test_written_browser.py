@@ -31,6 +31,9 @@ def test_written_induction_in_the_browser(page, streamlit_url, artifacts, size):
         ...[...document.querySelectorAll('.mhv-grid .mhv-head canvas')].map(c => c.getBoundingClientRect().width)]""")
     grid_width, tiles = widths[0], widths[1:]
     assert 0 < len(tiles) < 4 and all(w <= grid_width / 3 for w in tiles), widths
+    # Its heading counts one head as one ("its one head", not "all 1 heads").
+    heading = page.locator('[data-testid="mhv-heading"]').first.inner_text()
+    assert heading == "Layer 0: its one head", heading
     grid_switch(page, "L0 H0").click()
     wait(page, "() => document.body.innerText.includes('with these heads off')", "the output with the head off")
     wait_idle(page)

@@ -43,7 +43,8 @@ function buildControls(s) {
 function headingFor(s) {
   if (!s.heading || s.controls.hidden) return;
   const d = s.d, name = d.names.layers[s.layer];
-  s.heading.replaceChildren(el("strong", null, `Layer ${s.layer}: all ${d.H} heads`));
+  const heads = d.H === 1 ? "its one head" : `all ${d.H} heads`;  // a written model's layer may have one
+  s.heading.replaceChildren(el("strong", null, `Layer ${s.layer}: ${heads}`));
   s.heading.dataset.layer = s.layer;
   s.bulkOff.title = `Switch every head of ${name} off.`;
   s.bulkOn.title = `Switch every head of ${name} on.`;
