@@ -16,7 +16,7 @@ Reading and writing needs torch and safetensors only; jax and tracr are needed o
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -86,19 +86,152 @@ class CompiledConfig:
         return out
 
     @staticmethod
-    def from_json(data: dict, where: str) -> "CompiledConfig":
-        if data.get("format") != FORMAT:
-            raise ModelLoadError(f"{where} is not a compiled model of this version (format {data.get('format')!r}, "
-                                 f"expected {FORMAT!r}); compile it again with `mha-viz compile`")
-        try:
-            heads = tuple(WrittenHead(**h) for h in data["heads"])
-            fields = {k: v for k, v in data.items() if k != "heads"}
-            for key in ("vocab", "residual_labels", "decoding"):
-                fields[key] = tuple(fields[key])
-            return CompiledConfig(heads=heads, **fields)
-        except (KeyError, TypeError) as err:
-            raise ModelLoadError(f"{where} is missing or has a malformed field ({err}); compile the program again "
-                                 "with `mha-viz compile PROGRAM.py --out FOLDER`") from err
+    def from_json(data, where: str, fix: str = "compile the program again with `mha-viz compile PROGRAM.py --out "
+                                                 "FOLDER`") -> "CompiledConfig":
+        """The config compiled.json holds, every field checked for its type and range, and the fields checked
+        against each other (the encoding numbers vocab, BOS and PAD; every written head is in the model); any fault
+        is a one-line ModelLoadError naming `where`, the field and `fix`. A field with a default may be absent."""
+        return CompiledConfig(**_checked_fields(data, where, fix))
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)  # JSON's true is not a count
+
+
+def _is_text(v) -> bool:
+    return isinstance(v, str) and v != ""
+
+
+def _is_texts(v) -> bool:
+    return isinstance(v, list) and len(v) > 0 and all(_is_text(t) for t in v)
+
+
+def _is_value(v) -> bool:
+    return v is None or isinstance(v, (bool, int, float, str))
+
+
+# Each field of compiled.json: what it must be, in words, and the test of it. Tracr gives at least one layer, one
+# head, a key size and an MLP size of 1 even to a program that uses none (its `assemble`), so each count is >= 1.
+_COUNT = ("a whole number >= 1", lambda v: _is_int(v) and v >= 1)
+_TEXT = ("non-empty text", _is_text)
+_FLAG = ("true or false", lambda v: isinstance(v, bool))
+_TEXTS = ("a non-empty list of distinct non-empty texts", _is_texts)
+FIELDS: dict[str, tuple[str, object]] = {
+    "name": _TEXT,
+    "vocab": _TEXTS,
+    "encoding": ("an object of token -> id (whole numbers)",
+                 lambda v: isinstance(v, dict) and all(_is_int(i) for i in v.values())),
+    "bos": _TEXT,
+    "pad": _TEXT,
+    "max_seq_len": _COUNT,
+    "causal": _FLAG,
+    "n_layers": _COUNT,
+    "n_heads": _COUNT,
+    "key_size": _COUNT,
+    "mlp_hidden": _COUNT,
+    "residual_labels": _TEXTS,
+    "output_label": _TEXT,
+    "categorical": _FLAG,
+    "decoding": ("a list of output values (text, numbers, true/false or null)",
+                 lambda v: isinstance(v, list) and all(_is_value(x) for x in v)),
+    "heads": ("a list of objects, one per written head", lambda v: isinstance(v, list)),
+    "program": ("text (the program's source, or empty)", lambda v: isinstance(v, str)),
+    "format": ("text", lambda v: isinstance(v, str)),
+    "extra": ("an object", lambda v: isinstance(v, dict)),
+}
+_WHERE = ("a whole number >= 0", lambda v: _is_int(v) and v >= 0)
+_STR = ("text", lambda v: isinstance(v, str))
+HEAD_FIELDS: dict[str, tuple[str, object]] = {
+    "layer": _WHERE, "head": _WHERE, "expr": _TEXT,
+    "kind": ("'Aggregate' or 'SelectorWidth'", lambda v: v in ("Aggregate", "SelectorWidth")),
+    "keys": _STR, "queries": _STR, "predicate": _STR, "reads": _STR, "text": _STR, "selects": _STR,
+    # `pattern` is checked for its type only: it names a measure of the analysis layer, which models do not import.
+    "pattern": _STR, "source_line": _STR,
+}
+
+
+def _show(value) -> str:
+    """A field's value as the message quotes it: its JSON-ish repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _optional(cls) -> set[str]:
+    return {f.name for f in fields(cls) if f.default is not MISSING or f.default_factory is not MISSING}
+
+
+def _object_fields(data, spec: dict, cls, where: str, fix: str, prefix: str = "") -> dict:
+    """`data`'s fields, each present (or one `cls` has a default for), known and of its type; else ModelLoadError."""
+    def bad(key: str, problem: str) -> ModelLoadError:
+        return ModelLoadError(f"{where}: field '{prefix}{key}' {problem}; {fix}")
+
+    unknown = sorted(set(data) - set(spec), key=str)
+    if unknown:
+        raise bad(unknown[0], f"is not a field of this format (its fields: {', '.join(spec)})")
+    for key, (kind, ok) in spec.items():
+        if key not in data:
+            if key in _optional(cls):
+                continue
+            raise bad(key, f"is missing (it must be {kind})")
+        if not ok(data[key]):
+            raise bad(key, f"must be {kind}, not {_show(data[key])}")
+    return dict(data)
+
+
+def _checked_fields(data, where: str, fix: str) -> dict:
+    def bad(key: str, problem: str) -> ModelLoadError:
+        return ModelLoadError(f"{where}: field '{key}' {problem}; {fix}")
+
+    if not isinstance(data, dict):
+        raise ModelLoadError(f"{where} must hold one JSON object of fields, not {type(data).__name__}; {fix}")
+    if data.get("format") != FORMAT:
+        raise bad("format", f"is {_show(data.get('format'))}, not {FORMAT!r}: not a compiled model of this version")
+    out = _object_fields(data, FIELDS, CompiledConfig, where, fix)
+    # Each field against the others: the shapes of the weights follow from these (`expected_shapes`).
+    for key in ("vocab", "residual_labels"):
+        seen = set()
+        for item in out[key]:
+            if item in seen:
+                raise bad(key, f"lists {item!r} twice; each item must be distinct")
+            seen.add(item)
+    vocab, bos, pad, encoding = out["vocab"], out["bos"], out["pad"], out["encoding"]
+    if bos in vocab:
+        raise bad("bos", f"is {bos!r}, which is also a vocab item; BOS must be a token of its own")
+    if pad in vocab or pad == bos:
+        raise bad("pad", f"is {pad!r}, which is also {'bos' if pad == bos else 'a vocab item'}; PAD must be a token "
+                         "of its own")
+    tokens = [*vocab, bos, pad]
+    lacking = [t for t in tokens if t not in encoding]
+    if lacking:
+        raise bad("encoding", f"has no id for {lacking[0]!r}; it numbers every vocab item, bos and pad")
+    others = [t for t in encoding if t not in tokens]
+    if others:
+        raise bad("encoding", f"numbers {others[0]!r}, which is not in vocab, nor bos or pad")
+    if sorted(encoding.values()) != list(range(len(encoding))):
+        raise bad("encoding", f"must number its {len(encoding)} tokens 0 to {len(encoding) - 1}, each once, not "
+                              f"{_show(sorted(encoding.values()))}")
+    if out["categorical"] and not out["decoding"]:
+        raise bad("decoding", "is empty, but categorical is true: a categorical output lists its values")
+    if not out["categorical"] and out["decoding"]:
+        raise bad("decoding", f"lists {len(out['decoding'])} values, but categorical is false: a numerical output "
+                              "decodes none")
+    heads, placed = [], set()
+    for i, h in enumerate(out.get("heads", [])):
+        if not isinstance(h, dict):
+            raise bad(f"heads[{i}]", f"must be an object with the fields {', '.join(HEAD_FIELDS)}, not {_show(h)}")
+        h = _object_fields(h, HEAD_FIELDS, WrittenHead, where, fix, prefix=f"heads[{i}].")
+        if h["layer"] >= out["n_layers"]:
+            raise bad(f"heads[{i}].layer", f"is {h['layer']}, but n_layers is {out['n_layers']}")
+        if h["head"] >= out["n_heads"]:
+            raise bad(f"heads[{i}].head", f"is {h['head']}, but n_heads is {out['n_heads']}")
+        if (h["layer"], h["head"]) in placed:
+            raise bad(f"heads[{i}]", f"writes L{h['layer']} H{h['head']} a second time")
+        placed.add((h["layer"], h["head"]))
+        heads.append(WrittenHead(**h))
+    out["heads"] = tuple(heads)
+    for key in ("vocab", "residual_labels", "decoding"):
+        out[key] = tuple(out[key])
+    return out
 
 
 def is_compiled_folder(folder) -> bool:
@@ -124,26 +257,86 @@ def save(folder, config: CompiledConfig, tensors: dict[str, torch.Tensor]) -> Pa
 
 
 def load(folder) -> tuple[CompiledConfig, dict[str, torch.Tensor]]:
-    """Read a folder written by `save`, with an error that says what is missing or broken and how to fix it."""
+    """Read a folder written by `save`, whole or not at all: every field of compiled.json is checked for its type
+    and range (`CompiledConfig.from_json`), and every tensor the config implies must be stored with its shape, and
+    no other (`expected_shapes`). Any fault is one ModelLoadError naming the file, the field or tensor, and the
+    fix. Reads only: a failed load leaves the folder and every cache as they were."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     folder = Path(folder)
     cfg_path, w_path = folder / CONFIG_FILE, folder / WEIGHTS_FILE
+    fix = recompile_hint(folder)
     for path in (cfg_path, w_path):
         if not path.is_file():
             raise ModelLoadError(f"{folder} has no {path.name}: a compiled model folder holds {CONFIG_FILE} and "
-                                 f"{WEIGHTS_FILE}; write one with `mha-viz compile PROGRAM.py --out {folder}`")
+                                 f"{WEIGHTS_FILE}; {fix}")
     try:
-        data = json.loads(cfg_path.read_text())
+        data = json.loads(cfg_path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ModelLoadError(f"{cfg_path} is not valid JSON ({err}); compile the program again") from err
-    config = CompiledConfig.from_json(data, str(cfg_path))
+        raise ModelLoadError(f"{cfg_path} is not valid JSON ({_line(err)}); {fix}") from err
+    config = CompiledConfig.from_json(data, str(cfg_path), fix)
     try:
-        tensors = _dense(load_file(str(w_path)))
+        stored = load_file(str(w_path))
     except (SafetensorError, OSError, ValueError, KeyError, RuntimeError) as err:
-        raise ModelLoadError(f"{w_path} could not be read ({err}); compile the program again") from err
+        raise ModelLoadError(f"{w_path} could not be read ({_line(err)}); {fix}") from err
+    tensors = _dense(stored, str(w_path), fix)
+    _check_shapes(config, tensors, str(w_path), fix)
     return config, tensors
+
+
+def recompile_hint(folder: Path) -> str:
+    """How to write `folder` again: from the program.py it keeps, where it keeps one."""
+    program = folder / PROGRAM_FILE
+    if program.is_file():
+        return f"compile the program again with `mha-viz compile {program} --out {folder}`"
+    return f"compile the program again with `mha-viz compile PROGRAM.py --out {folder}`"
+
+
+def _line(err: Exception) -> str:
+    """An error's text on one line, short: the ModelLoadError that quotes it is one line."""
+    return " ".join(str(err).split())[:200]
+
+
+def expected_shapes(config: CompiledConfig) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Every tensor a folder with `config` stores, with its shape and, in words, the fields of compiled.json that
+    imply the shape. Tracr initialises every half-layer of every layer and zeroes the ones a program leaves empty,
+    so each one is stored; a tensor beyond these (a layer past n_layers) means the two files disagree."""
+    V, P, D = len(config.encoding), config.max_seq_len + 1, config.d_model
+    O, Hk, M = max(1, len(config.decoding)), config.n_heads * config.key_size, config.mlp_hidden
+    why_d = f"D = len(residual_labels) = {D}"
+    why_hk = f"n_heads x key_size = {config.n_heads} x {config.key_size}, {why_d}"
+    why_m = f"mlp_hidden = {M}, {why_d}"
+    out = {"token_embed": ((V, D), f"len(encoding) = {V}, {why_d}"),
+           "pos_embed": ((P, D), f"max_seq_len + 1 = {P}, {why_d}"),
+           "unembed": ((D, O), f"{why_d}, len(decoding) = {len(config.decoding)} (1 for a numerical output)")}
+    for i in range(config.n_layers):
+        for part in ("query", "key", "value"):
+            out[f"layers.{i}.attn.{part}.w"] = ((D, Hk), why_hk)
+            out[f"layers.{i}.attn.{part}.b"] = ((Hk,), why_hk)
+        out[f"layers.{i}.attn.linear.w"] = ((Hk, D), why_hk)
+        out[f"layers.{i}.attn.linear.b"] = ((D,), why_d)
+        out[f"layers.{i}.mlp.linear_1.w"] = ((D, M), why_m)
+        out[f"layers.{i}.mlp.linear_1.b"] = ((M,), why_m)
+        out[f"layers.{i}.mlp.linear_2.w"] = ((M, D), why_m)
+        out[f"layers.{i}.mlp.linear_2.b"] = ((D,), why_d)
+    return out
+
+
+def _check_shapes(config: CompiledConfig, tensors: dict[str, torch.Tensor], where: str, fix: str) -> None:
+    expected = expected_shapes(config)
+    for name, (shape, why) in expected.items():
+        if name not in tensors:
+            raise ModelLoadError(f"{where}: tensor '{name}' is missing; {CONFIG_FILE} implies it, of shape "
+                                 f"{shape} ({why}); {fix}")
+        if tuple(tensors[name].shape) != shape:
+            raise ModelLoadError(f"{where}: tensor '{name}' has shape {tuple(tensors[name].shape)}, but "
+                                 f"{CONFIG_FILE} implies {shape} ({why}); {fix}")
+    extra = sorted(set(tensors) - set(expected))
+    if extra:
+        raise ModelLoadError(f"{where}: tensor '{extra[0]}' is not one {CONFIG_FILE} implies (n_layers = "
+                             f"{config.n_layers}; {len(extra)} such tensor(s)): the two files were not written "
+                             f"together; {fix}")
 
 
 def _sparse(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -159,15 +352,35 @@ def _sparse(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
-def _dense(stored: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The tensors `_sparse` wrote, dense again."""
-    out = {}
+def _dense(stored: dict[str, torch.Tensor], where: str = WEIGHTS_FILE, fix: str = "") -> dict[str, torch.Tensor]:
+    """The tensors `_sparse` wrote, dense again; a tensor whose stored parts are missing, of the wrong kind or
+    disagree with each other is a ModelLoadError naming it."""
+    names = {}
     for key in stored:
-        if not key.endswith("/shape"):
-            continue
-        name = key[: -len("/shape")]
-        shape = [int(n) for n in stored[key].tolist()]
-        flat = torch.zeros(int(torch.tensor(shape).prod()) if shape else 1)  # (N,)
-        flat[stored[f"{name}/index"]] = stored[f"{name}/value"].float()
-        out[name] = flat.view(shape)
+        name, _, part = key.rpartition("/")
+        if part not in ("shape", "index", "value") or not name:
+            raise ModelLoadError(f"{where}: entry '{key}' is none of a tensor's shape, index or value; {fix}")
+        names.setdefault(name, set()).add(part)
+    out = {}
+    for name, parts in names.items():
+        def bad(problem: str) -> ModelLoadError:
+            return ModelLoadError(f"{where}: tensor '{name}' {problem}; {fix}")
+
+        lacking = [p for p in ("shape", "index", "value") if p not in parts]
+        if lacking:
+            raise bad(f"is incomplete: its {lacking[0]} ('{name}/{lacking[0]}') is not stored")
+        shape, index, value = (stored[f"{name}/{p}"] for p in ("shape", "index", "value"))
+        if shape.dtype != torch.int64 or shape.dim() != 1 or bool((shape < 0).any()):
+            raise bad(f"has a malformed shape {shape.tolist()} ({shape.dtype})")
+        size = int(shape.prod()) if shape.numel() else 1
+        if index.dtype != torch.int64 or index.dim() != 1 or (index.numel() and (
+                int(index.min()) < 0 or int(index.max()) >= size)):
+            raise bad(f"stores entries outside its shape {tuple(shape.tolist())}")
+        if not value.is_floating_point() or value.shape != index.shape:
+            raise bad(f"stores {tuple(value.shape)} {value.dtype} values for {index.numel()} positions")
+        if not bool(torch.isfinite(value).all()):
+            raise bad("has values that are not finite numbers (NaN or infinity)")
+        flat = torch.zeros(size)  # (N,)
+        flat[index] = value.float()
+        out[name] = flat.view([int(n) for n in shape.tolist()])
     return out

@@ -42,9 +42,12 @@ def _check_name(name: str) -> tuple[str, Path | None]:
     path = Path(name).expanduser()
     if path.exists():
         if not path.is_dir() or not (path / "config.json").exists():
+            # A compiled folder (compiled.json) never gets here (`registry.load_model`), so say what each kind needs.
             raise ModelLoadError(
-                f"'{name}' exists but is not a model folder: it has no config.json. Point to the folder that holds "
-                "config.json, the tokenizer files and *.safetensors."
+                f"'{name}' exists but is not a model folder: it has no config.json and no compiled.json. A Hugging "
+                "Face model folder holds config.json, the tokenizer files and *.safetensors; a compiled program's "
+                "folder holds compiled.json and weights.safetensors (write one with `mha-viz compile PROGRAM.py "
+                "--out FOLDER`)."
             )
         return "folder", path
     if name.startswith(("http://", "https://")) or ".." in name or name.startswith(("/", "~", ".")):
