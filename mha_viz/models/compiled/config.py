@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from mha_viz.contract import ModelLoadError
+from mha_viz.names import head_name
 
 FORMAT = "mha-viz compiled model 1"
 CONFIG_FILE = "compiled.json"
@@ -225,7 +226,7 @@ def _checked_fields(data, where: str, fix: str) -> dict:
         if h["head"] >= out["n_heads"]:
             raise bad(f"heads[{i}].head", f"is {h['head']}, but n_heads is {out['n_heads']}")
         if (h["layer"], h["head"]) in placed:
-            raise bad(f"heads[{i}]", f"writes L{h['layer']} H{h['head']} a second time")
+            raise bad(f"heads[{i}]", f"writes {head_name((h['layer'], h['head']))} a second time")
         placed.add((h["layer"], h["head"]))
         heads.append(WrittenHead(**h))
     out["heads"] = tuple(heads)
