@@ -28,6 +28,10 @@ import torch
 
 Pair = tuple[int, int]  # (query position, key position)
 NEARBY_WINDOW = 2  # positions either side counted by `nearby`
+# The fewest queries a reading on one input may average over and still be shown as a number: below it the mean is
+# one or two attention rows, and one row of a head resting on a lone repeated word reads as "86% induction".
+SUPPORT_FLOOR = 3
+TOO_FEW = "too few queries on this input"
 CONTINUATION = "##"  # WordPiece marks the pieces that continue a word
 START_MARKERS = "▁Ġ "  # SentencePiece's and byte-level BPE's word starts, and a plain leading space
 
@@ -39,13 +43,16 @@ class Positions:
     <bos>: `AttentionRun.special`); every other position is content. `repeats` are the (earlier, later) position
     pairs where the later token repeats the earlier one: derived from `token_ids` (`Positions.of`) or given by a
     generator that knows them (the census's repeated sequences, and their controls with the repeats destroyed).
-    `gold` are ground-truth (query, key) pairs of a relation (the census's templates)."""
+    `gold` are ground-truth (query, key) pairs of a relation (the census's templates). `unknown` are the positions
+    the tokenizer mapped to its unknown token (`AttentionRun.unknown`): they share one id, but nothing says the words
+    behind them are the same, so they never take part in a repeat (as query or as earlier occurrence)."""
     t: int
     causal: bool
     tokens: tuple[str, ...] = ()
     added: frozenset[int] = frozenset()
     repeats: tuple[Pair, ...] = ()
     gold: tuple[Pair, ...] = ()
+    unknown: frozenset[int] = frozenset()
 
     @property
     def content(self) -> torch.Tensor:
@@ -57,10 +64,11 @@ class Positions:
 
     @staticmethod
     def of(t: int, causal: bool, tokens: Sequence[str] = (), token_ids: Sequence | None = None,
-           added=(), gold: Sequence[Pair] = ()) -> "Positions":
+           added=(), gold: Sequence[Pair] = (), unknown=()) -> "Positions":
         """From one run: `repeats` are every pair of content positions holding the same token id (or token string,
-        when no ids are given)."""
+        when no ids are given), unknown positions left out (two unknowns are not "the same token")."""
         added = frozenset(int(p) for p in added)
+        unknown = frozenset(int(p) for p in unknown)
         ids = list(token_ids) if token_ids is not None and len(token_ids) else list(tokens)
         if ids and len(ids) != t:
             raise ValueError(f"token_ids must hold one id per position ({t}); got {len(ids)}. "
@@ -70,12 +78,12 @@ class Positions:
         seen: dict = {}
         repeats = []
         for q, tok in enumerate(ids):
-            if q in added:
+            if q in added or q in unknown:
                 continue
             for k in seen.get(tok, ()):
                 repeats.append((k, q))
             seen.setdefault(tok, []).append(q)
-        return Positions(t, causal, tuple(tokens), added, tuple(repeats), tuple(gold))
+        return Positions(t, causal, tuple(tokens), added, tuple(repeats), tuple(gold), unknown)
 
 
 def allowed_keys(t: int, causal: bool) -> torch.Tensor:
@@ -134,6 +142,16 @@ def _diagonal(att: torch.Tensor, offset: int, first_query: int) -> torch.Tensor:
     return d.mean(-1) if d.shape[-1] else _nan(att)  # (L, H)
 
 
+def _diagonal_queries(t: int, offset: int, first_query: int) -> int:
+    """How many queries `_diagonal` averages over."""
+    return max(0, t - abs(offset) - max(0, first_query - max(0, -offset)))
+
+
+def _rows(mask: torch.Tensor) -> int:
+    """How many queries `_row_mean` averages over: the rows of `mask` (Q, K) with at least one key."""
+    return int(mask.any(-1).sum())
+
+
 def _previous(att, pos: Positions):
     return _diagonal(att, -1, 2)
 
@@ -145,15 +163,36 @@ def _next(att, pos: Positions):
 OFFSET_MAX = 5  # Clark et al. 2019's fixed offsets: the word up to 5 away
 
 
+def offsets(causal: bool) -> tuple[int, ...]:
+    """The fixed offsets `offset` reads, as key - query, nearest first and back before ahead: -1, -2 .. -5 for a
+    causal model, -1, +1, -2, +2 .. for an encoder."""
+    return tuple(d for k in range(1, OFFSET_MAX + 1) for d in ((-k,) if causal else (-k, k)))
+
+
+def offset_table(att, pos: Positions) -> torch.Tensor:
+    """(D, L, H): the mean attention on the key d away for each offset d of `offsets` (att (L, H, T, T)), over the
+    queries whose key d away exists and is not position 0 (as `previous`); -1 where no query has that key."""
+    return torch.stack([_diagonal(att, d, 1 - d if d < 0 else 1).nan_to_num(nan=-1.0)
+                        for d in offsets(pos.causal)])  # (D, L, H)
+
+
 def _offset(att, pos: Positions):
     """The largest, over fixed offsets d = 1..5 back (and forward, for an encoder), of the mean attention on the key
     d away, over the queries whose key d away exists and is not position 0 (as `previous`)."""
-    best = None
-    for d in range(1, OFFSET_MAX + 1):
-        for value in [_diagonal(att, -d, d + 1)] + ([] if pos.causal else [_diagonal(att, d, 1)]):
-            value = value.nan_to_num(nan=-1.0)  # (L, H)
-            best = value if best is None else torch.maximum(best, value)
+    best = offset_table(att, pos).amax(0)  # (L, H)
     return best.masked_fill(best < 0, float("nan"))  # (L, H): NaN where no offset has a query
+
+
+def best_offsets(att: torch.Tensor, pos: Positions) -> torch.Tensor:
+    """(L, H) int: the offset (key - query: -3 is 3 back) at which each head's `offset` score is read; of equal
+    offsets the nearest, back before ahead."""
+    table = offset_table(att.float(), pos)  # (D, L, H)
+    return torch.tensor(offsets(pos.causal))[table.argmax(0)]  # (L, H); argmax takes the first of equal maxima
+
+
+def offset_words(offset: int) -> str:
+    """-3 -> "3 back", 2 -> "2 ahead"."""
+    return f"{abs(int(offset))} {'back' if offset < 0 else 'ahead'}"
 
 
 def _self(att, pos: Positions):
@@ -175,16 +214,28 @@ def _key_mass(att, pos: Positions, keys: torch.Tensor) -> torch.Tensor:
     return _row_mean(att, keys[None, :] & allowed_keys(pos.t, pos.causal))
 
 
+def _key_queries(pos: Positions, keys: torch.Tensor | None) -> int:
+    """How many queries `_key_mass` averages over."""
+    return 0 if keys is None or not keys.any() else _rows(keys[None, :] & allowed_keys(pos.t, pos.causal))
+
+
+def _special_keys(pos: Positions) -> torch.Tensor:
+    return ~pos.content  # (K,)
+
+
+def _punctuation_keys(pos: Positions) -> torch.Tensor | None:
+    if len(pos.tokens) != pos.t:
+        return None
+    return torch.tensor([is_punctuation(tok) for tok in pos.tokens], dtype=torch.bool) & pos.content  # (K,)
+
+
 def _special(att, pos: Positions):
-    keys = ~pos.content  # (K,)
-    return _key_mass(att, pos, keys)
+    return _key_mass(att, pos, _special_keys(pos))
 
 
 def _punctuation(att, pos: Positions):
-    if len(pos.tokens) != pos.t:
-        return _nan(att)
-    keys = torch.tensor([is_punctuation(tok) for tok in pos.tokens], dtype=torch.bool) & pos.content  # (K,)
-    return _key_mass(att, pos, keys)
+    keys = _punctuation_keys(pos)
+    return _nan(att) if keys is None else _key_mass(att, pos, keys)
 
 
 def _repeat_mask(pos: Positions, step: int) -> torch.Tensor:
@@ -195,6 +246,8 @@ def _repeat_mask(pos: Positions, step: int) -> torch.Tensor:
     content = pos.content
     for k, q in pos.repeats:
         target = k + step
+        if k in pos.unknown or q in pos.unknown:  # a generator's repeats too: an unknown repeats nothing
+            continue
         if k < q and target < q and content[q] and content[k] and content[target]:
             mask[q, target] = True
     return mask
@@ -208,10 +261,18 @@ def _induction(att, pos: Positions):
     return _row_mean(att, _repeat_mask(pos, 1))
 
 
+def _n_allowed(pos: Positions) -> torch.Tensor:
+    return torch.arange(1, pos.t + 1) if pos.causal else torch.full((pos.t,), pos.t)  # (Q,)
+
+
+def _spread_rows(pos: Positions) -> torch.Tensor:
+    """(Q,) bool: the queries that may see more than one key (a single allowed key has no spread to measure)."""
+    return _n_allowed(pos) > 1  # (Q,)
+
+
 def _entropy(att, pos: Positions):
-    t = pos.t
-    n_allowed = torch.arange(1, t + 1) if pos.causal else torch.full((t,), t)  # (Q,)
-    rows = n_allowed > 1  # (Q,)  a single allowed key has no spread to measure
+    n_allowed = _n_allowed(pos)  # (Q,)
+    rows = _spread_rows(pos)  # (Q,)
     if not rows.any():
         return _nan(att)
     ent = -torch.xlogy(att, att).sum(-1)  # (L, H, Q)  nats
@@ -219,15 +280,21 @@ def _entropy(att, pos: Positions):
 
 
 def _row_max(att, pos: Positions):
-    rows = allowed_keys(pos.t, pos.causal).sum(-1) > 1  # (Q,)  a single allowed key is always the maximum
+    rows = _spread_rows(pos)  # (Q,)  a single allowed key is always the maximum
     return att.amax(-1)[..., rows].mean(-1) if rows.any() else _nan(att)  # (L, H)
+
+
+def _distance_rows(pos: Positions) -> torch.Tensor:
+    """(Q,) bool: the content queries that see at least two content keys."""
+    keys = allowed_keys(pos.t, pos.causal) & pos.content[None, :]  # (Q, K)
+    return pos.content & (keys.sum(-1) >= 2)  # (Q,)
 
 
 def _distance(att, pos: Positions):
     t = pos.t
     c = pos.content
     keys = allowed_keys(t, pos.causal) & c[None, :]  # (Q, K)
-    rows = c & (keys.sum(-1) >= 2)  # (Q,)
+    rows = _distance_rows(pos)  # (Q,)
     if not rows.any():
         return _nan(att)
     p = torch.arange(t)
@@ -317,6 +384,8 @@ class Measure:
     note: str = ""  # appended to the sentence (e.g. which queries were averaged)
     template: str | None = None  # the sentence of a score that is not a share of attention, "{value:.2f}" in it
     unit: str = ""  # how a value that is not a share of attention reads ("0–1", "× uniform"); "" for a share
+    # How many queries `compute` averages over on an input (the support of one reading; `support`)
+    queries: Callable[[Positions], int] | None = field(default=None, repr=False)
 
     @property
     def is_share(self) -> bool:
@@ -345,6 +414,17 @@ class Measure:
             return float(self.chance(positions))
         return float(self.compute(uniform_pattern(positions.t, positions.causal)[None, None], positions)[0, 0])
 
+    def support(self, positions: Positions) -> int:
+        """How many queries a reading on this input averages over (the same for every head): below `SUPPORT_FLOOR`
+        a value says too little to be shown as one (`readable`)."""
+        if self.queries is None:
+            raise NotImplementedError(f"measure {self.name!r} does not say how many queries it averages over")
+        return int(self.queries(positions))
+
+    def readable(self, positions: Positions) -> bool:
+        """Enough queries on this input for a value to be shown (`SUPPORT_FLOOR`)."""
+        return self.support(positions) >= SUPPORT_FLOOR
+
     def measure(self, att: torch.Tensor, positions: Positions) -> tuple[torch.Tensor, float]:
         """((L, H) values, uniform baseline) on one input."""
         return self(att, positions), self.baseline(positions)
@@ -359,10 +439,21 @@ class Measure:
             return template.format(value=value, label=self.label)
         return f"{value:.0%} of attention goes to {self.target} on this input{self.note}."
 
+    def reading(self, value: float, n: int) -> str:
+        """`sentence`, with its support: how many queries it averaged over; below `SUPPORT_FLOOR`, no number."""
+        if n < SUPPORT_FLOOR and not math.isnan(float(value)):
+            return (f"{self.label.capitalize()}: {TOO_FEW} ({queries_words(n)}; a reading needs at least "
+                    f"{SUPPORT_FLOOR}).")
+        return self.sentence(value).removesuffix(".") + (f", over {queries_words(n)}." if n else ".")
+
     def words(self, inputs: str | None = None) -> str:
         """One line for a map or a picker: the meaning, and on which inputs (the source is `citation`)."""
         where = f" ({INPUTS[inputs]})" if inputs else ""
         return f"{self.meaning}{where}"
+
+
+def queries_words(n: int) -> str:
+    return f"{n} quer{'y' if n == 1 else 'ies'}"
 
 
 _REGISTRY: dict[str, Measure] = {}
@@ -371,6 +462,8 @@ _REGISTRY: dict[str, Measure] = {}
 def _register(m: Measure) -> Measure:
     if m.name in _REGISTRY:
         raise ValueError(f"measure {m.name!r} is registered twice")
+    if m.queries is None:
+        raise ValueError(f"{m.name}: say how many queries it averages over (queries=...): a reading shows its support")
     if m.notable not in ("high", "low"):
         raise ValueError(f"{m.name}: notable must be 'high' or 'low'; got {m.notable!r}")
     _REGISTRY[m.name] = m
@@ -384,32 +477,35 @@ _register(Measure(
     "token is position 0, <bos>/[CLS] or the attention sink, so a head resting there would count as reading the "
     "previous token; Clark et al. count every query.",
     _previous, badge=True, target="the previous token", unmeasurable="the text has fewer than three tokens",
-    census=("random", "texts")))
+    census=("random", "texts"), queries=lambda pos: _diagonal_queries(pos.t, -1, 2)))
 _register(Measure(
     "next", "next token", "attention on the token right after the query (always 0 in a causal model)",
     "Clark et al. 2019, section 3.", _next, badge=True, target="the next token",
-    unmeasurable="the text has a single token"))
+    unmeasurable="the text has a single token", queries=lambda pos: 0 if pos.causal else _diagonal_queries(pos.t, 1, 0)))  # a causal query never sees it
 _register(Measure(
     "nearby", "nearby", f"attention on the content tokens within {NEARBY_WINDOW} positions of the query, itself "
     "excluded, averaged over content queries from position 2 on",
     "Ours: a windowed previous/next token; Voita et al. 2019 call heads that attend to adjacent tokens "
     "\"positional\" and count only the +-1 neighbour.",
     _nearby, badge=True, target=f"the tokens within {NEARBY_WINDOW} positions of it (itself excluded)",
-    unmeasurable="the text has fewer than three tokens", census=("random", "texts")))
+    unmeasurable="the text has fewer than three tokens", census=("random", "texts"),
+    queries=lambda pos: _rows(nearby_mask(pos.t, NEARBY_WINDOW, pos.content.tolist(), pos.causal))))
 _register(Measure(
     "offset", "fixed offset", f"attention on the key a fixed number of positions away, at the head's best offset "
     f"(1 to {OFFSET_MAX} back, or ahead in an encoder), averaged over the queries that have that key",
     "Clark et al. 2019, section 4.2 (the fixed-offset baselines, here as a score of the head). Ours: the best offset "
     "is chosen per head and input; position 0 is never the key, as for previous token.",
     _offset, target="one key at a fixed distance (its best)", unmeasurable="the text has fewer than three tokens",
-    census=("random",)))
+    census=("random",),
+    queries=lambda pos: _diagonal_queries(pos.t, -1, 2)))  # at offset 1; a longer offset has fewer
 _register(Measure(
     "self", "itself", "attention of each token on itself", "Kovaleva et al. 2019 (diagonal patterns).", _self,
-    badge=True, target="the token itself", unmeasurable="the text has no tokens"))
+    badge=True, target="the token itself", unmeasurable="the text has no tokens", queries=lambda pos: pos.t))
 _register(Measure(
     "first", "first token", "attention on position 0, averaged over queries 1..T-1: the sink of most models",
     "Clark et al. 2019 ([CLS]); Xiao et al. 2023 (attention sinks).", _first, badge=True,
-    target="the first token", unmeasurable="the text has a single token", census=("texts",)))
+    target="the first token", unmeasurable="the text has a single token", census=("texts",),
+    queries=lambda pos: max(0, pos.t - 1)))
 _register(Measure(
     "special", "special tokens", "attention on the positions the tokenizer added ([CLS], [SEP], <bos>), averaged "
     "over the queries that may see one",
@@ -417,18 +513,19 @@ _register(Measure(
     "itself produced (a typed [MASK], an [UNK]); punctuation is its own measure.",
     _special, badge=True, target="the tokens the tokenizer added ([CLS], [SEP], <bos>)",
     unmeasurable="the tokenizer added no special token (SmolLM2 adds no <bos>: see first token)",
-    census=("texts",)))
+    census=("texts",), queries=lambda pos: _key_queries(pos, _special_keys(pos))))
 _register(Measure(
     "punctuation", "punctuation", "attention on tokens made only of punctuation or symbols",
     "Clark et al. 2019, section 3 (heads that attend to periods and commas).", _punctuation, badge=True,
-    target="punctuation tokens", unmeasurable="the text has no punctuation token", census=("texts",)))
+    target="punctuation tokens", unmeasurable="the text has no punctuation token", census=("texts",),
+    queries=lambda pos: _key_queries(pos, _punctuation_keys(pos))))
 _register(Measure(
     "duplicate", "same token earlier", "at a token that occurred before, attention on all its earlier "
     "occurrences, averaged over such queries",
     "Wang et al. 2022 (duplicate-token heads); Olsson et al. 2022 measure it on repeated random tokens.",
     _duplicate, badge=True, target="earlier occurrences of the same token",
     unmeasurable="no token repeats an earlier one", census=("repeated",),
-    note=" (averaged over tokens that repeat an earlier one)"))
+    note=" (averaged over tokens that repeat an earlier one)", queries=lambda pos: _rows(_repeat_mask(pos, 0))))
 _register(Measure(
     "induction", "induction", "at a token that occurred before, attention on the token right after each earlier "
     "occurrence, averaged over such queries",
@@ -436,13 +533,14 @@ _register(Measure(
     "skips a target that is the query itself.",
     _induction, badge=True, target="the tokens after earlier occurrences of the same token",
     unmeasurable="no token repeats an earlier one two or more positions back", census=("repeated",),
-    note=" (averaged over tokens that repeat an earlier one)"))
+    note=" (averaged over tokens that repeat an earlier one)", queries=lambda pos: _rows(_repeat_mask(pos, 1))))
 _register(Measure(
     "distance", "distance", "attention-weighted mean distance to the content keys over uniform attention's: below "
     "1 a band near the diagonal",
     "Ours; Vig & Belinkov 2019 plot the mean attention distance per layer. Special positions are left out: "
     "[CLS]/[SEP] would count as far away wherever the query is.",
     _distance, notable="low", unmeasurable="no token sees two content tokens", census=("random", "texts"),
+    queries=lambda pos: int(_distance_rows(pos).sum()),
     chance=lambda pos: 1.0,  # uniform attention's distance over itself, by definition (exactly, not to float error)
     unit="× uniform",
     template="The attention-weighted distance to the keys is {value:.2f} times uniform attention's on this input "
@@ -452,20 +550,21 @@ _register(Measure(
     "0 = all on one key)",
     "Clark et al. 2019, section 3 (attention entropy).", _entropy, notable="low",
     unmeasurable="no token can attend to more than one token", census=("texts",),
-    unit="0–1",
+    unit="0–1", queries=lambda pos: int(_spread_rows(pos).sum()),
     template="Attention spread is {value:.2f} of its maximum on this input (1 = even over all tokens it may attend "
              "to, 0 = all on one token)."))
 _register(Measure(
     "confidence", "confidence", "the largest weight of each query's attention, averaged over the queries that may "
     "see more than one key",
     "Voita et al. 2019, section 4.1 (a head's confidence: the average of its maximum attention weight).",
-    lambda att, pos: _row_max(att, pos), unit="0–1", unmeasurable="no token can attend to more than one token",
+    lambda att, pos: _row_max(att, pos), unit="0–1", queries=lambda pos: int(_spread_rows(pos).sum()),
+    unmeasurable="no token can attend to more than one token",
     census=("texts",), template="The largest attention weight is {value:.2f} on average on this input (1 = every "
     "token puts all its attention on one key)."))
 _register(Measure(
     "gold", "attention on the gold word", "attention on the ground-truth key of each query of a relation",
     "Clark et al. 2019, section 4 (attention on the dependent word): the tie-break beside a relation's accuracy.",
-    _gold_mass, needs="gold"))
+    _gold_mass, needs="gold", queries=lambda pos: len({q for q, _ in pos.gold})))
 
 # Clark et al. 2019's dependency relations on the census's template sentences: one measure each.
 RELATIONS = {
@@ -485,6 +584,7 @@ for _rel, _words in RELATIONS.items():
         "Clark et al. 2019, section 4.2, against the best fixed offset as well as chance. Ours: the candidates are "
         "the other content positions the query may see (Clark et al. use word-level maps of parsed WSJ text).",
         _dependency, unmeasurable="the input has no such relation", census=("templates",), needs="gold",
+        queries=lambda pos: len(pos.gold),
         chance=_dependency_chance))
 
 

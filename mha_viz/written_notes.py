@@ -66,8 +66,9 @@ def section() -> str:
     lines = [WRITTEN_START, "", "### Written heads and learned heads, measured", "",
              "Written by `python -m mha_viz.written_notes` from the models as they are. A written model's every head "
              "was set by a RASP program compiled with Tracr (Lindner et al. 2023), so its label is true by "
-             "construction; the census does not read the program, and names a head only where it ranks first on a "
-             f"score at {NAMED_AT:.1f} or more, else says so.", ""]
+             "construction; the census does not read the program, and names a head for a score only where it "
+             f"reaches {NAMED_AT:.1f} and its interval overlaps the leading head's (heads that tie are named "
+             "together), else says so.", ""]
     for name in written_models():
         lines += written_lines(name) + [""]
     lines += ["Learned, for contrast: the head that scores highest on each role at the last saved step of the tiny "

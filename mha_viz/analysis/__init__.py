@@ -27,9 +27,13 @@ from mha_viz.analysis.norms import norm_view, out_proj_per_head, repeat_kv, spli
 from mha_viz.analysis.rollout import rollout
 from mha_viz.analysis.scores import (
                                       SCORE_NAMES,
+                                      badge_caption,
+                                      describe_reading,
                                       describe_score,
                                       pattern_scores,
+                                      run_positions,
                                       run_scores,
+                                      run_support,
                                       top_badges,
                                       uniform_baselines,
                                       uniform_pattern,

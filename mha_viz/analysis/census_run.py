@@ -36,6 +36,13 @@ from mha_viz.names import head_name, head_names
 
 Progress = Callable[[float, str], None]
 MASS = "mass:"  # internal prefix: a relation's mean attention on the gold word, kept beside its accuracy
+AT = "at:"  # internal prefix: per input, the offset each head's fixed-offset score was read at
+# How far past the stronger baseline a head's score must lie, in its notable direction, to be named for it
+# (`HeadCensus.named`): the excess `holders` and the Lesson already ask of a pattern.
+NAMING_EXCESS = 0.2
+# Intervals this close still overlap: heads whose every input scores the same have a point interval, and two written
+# heads that both read their key exactly differ by float error (1e-7), never by what the page shows (two decimals).
+TIE = 0.005
 MAX_TEXTS = 200  # the most natural texts one census takes
 MAX_TEXT_CHARS = 2000  # per text
 TEMPLATE_TOKENS = 16  # the longest template sentence (12 words) with room for the tokenizer's special tokens
@@ -114,6 +121,9 @@ class HeadCensus:
     mass: dict[str, torch.Tensor] = field(default_factory=dict)  # relations: mean attention on the gold word (L, H)
     skipped: int = 0  # generated inputs dropped because the tokenizer did not read each word as one token
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # (L, H) int: the offset (key - query; -3 = 3 back) each head's fixed-offset score is read at: where its mean
+    # attention over the random inputs is highest (`measures.offset_table`); None for a census made without it
+    offset_at: torch.Tensor | None = None
 
     @property
     def names(self) -> list[str]:
@@ -145,6 +155,48 @@ class HeadCensus:
 
         return [(lh, float(self.scores[name][lh])) for lh in sorted(heads, key=key)[:n]]
 
+    def named(self, name: str, level: float | None = None) -> list[tuple[Head, float]]:
+        """The heads this census names for score `name`, in (layer, head) order: every head whose value reaches the
+        naming level (`level`; default the stronger baseline + `NAMING_EXCESS`, below it for a score whose low end
+        is notable) and whose bootstrap interval overlaps the best head's. Heads tied at the top are all named, and
+        the list does not depend on the order heads are listed in; [] when no head reaches the level."""
+        s, low, high = self.scores[name], self.low[name], self.high[name]
+        flip = self.lower_is_notable(name)
+        base = self.baseline(name)
+        level = (base - NAMING_EXCESS if flip else base + NAMING_EXCESS) if level is None else level
+        v = -s if flip else s  # (L, H): higher is more notable
+        lo, hi = (-high, -low) if flip else (low, high)  # the interval in the same direction
+        reach = ~torch.isnan(v) & (v >= (-level if flip else level))  # (L, H)
+        if not reach.any():
+            return []
+        best = divmod(int(v.nan_to_num(float("-inf")).flatten().argmax()), self.n_heads)
+        overlap = hi >= lo[best] - TIE  # (L, H): the interval reaches the best head's
+        heads = (reach & overlap).nonzero().tolist()
+        return [((int(lh[0]), int(lh[1])), float(s[lh[0], lh[1]])) for lh in heads]
+
+    def head_label(self, name: str, head: Head) -> str:
+        """A score's label for one head: the fixed offset says which ("fixed offset, 3 back")."""
+        label = M.score_label(name)
+        if M.of_score(name)[0].name == "offset" and self.offset_at is not None:
+            label += ", " + M.offset_words(int(self.offset_at[head]))
+        return label
+
+    def naming_words(self, name: str) -> str:
+        """One sentence: which heads the census names for `name`, ties said as ties ("L0 H1 and L0 H2 both read a
+        fixed offset: L0 H1 1 back, L0 H2 3 back"), or that none reaches the level."""
+        named = self.named(name)
+        label = M.score_label(name)
+        if not named:
+            return (f"No head is named for {label}: none lies {NAMING_EXCESS} past the baseline "
+                    f"({self.baseline(name):.2f}).")
+        if len(named) == 1:
+            (lh, v), = named
+            return f"{head_name(lh)} is named for {self.head_label(name, lh)} ({v:.2f})."
+        heads = ", ".join(head_name(lh) for lh, _ in named[:-1]) + f" and {head_name(named[-1][0])}"
+        each = "; ".join(f"{head_name(lh)} {self.head_label(name, lh).removeprefix(label + ', ')} {v:.2f}"
+                         for lh, v in named)
+        return (f"{heads} tie on {label}: their intervals overlap the best head's, so each is named ({each}).")
+
     def rows(self) -> list[dict]:
         """One row per head with every score, its interval and its control: for the CSV download."""
         out = []
@@ -159,6 +211,8 @@ class HeadCensus:
                         row[f"{name} control"] = _num(self.control[name][layer, head])
                     if name in self.mass:
                         row[f"{name} mass"] = _num(self.mass[name][layer, head])
+                    if name == "offset" and self.offset_at is not None:
+                        row["offset at"] = int(self.offset_at[layer, head])
                 out.append(row)
         return out
 
@@ -179,7 +233,9 @@ class HeadCensus:
                 "offset": {k: list(v) for k, v in self.offset.items()}, "control_kind": self.control_kind,
                 "control": lists(self.control), "no_control": self.no_control, "in_context": ic,
                 "texts": list(self.texts), "lexicon": self.lexicon_source, "skipped": self.skipped,
-                "notes": list(self.notes), "measures": {n: _words(n) for n in self.scores}}
+                "notes": list(self.notes), "measures": {n: _words(n) for n in self.scores},
+                "offset_at": None if self.offset_at is None else self.offset_at.tolist(),
+                "named": {n: [list(lh) for lh, _ in self.named(n)] for n in self.scores}}
 
 
 def _words(score: str) -> dict:
@@ -215,7 +271,11 @@ def _scores(kind: str, item: I.WordInput | None, att: torch.Tensor, pos: tuple[i
     """One input's scores by the kind of input it is -> (name -> ((L, H), uniform), relation -> offset accuracies).
     att (L, H, T, T); pos: each word's token position; positions: the input's token facts. Every value is a
     registered measure's (`mha_viz.measures`)."""
-    if kind in ("random", "texts"):
+    if kind == "random":
+        values = C.input_scores(att, positions, kind)
+        values[AT + "offset"] = (M.offset_table(att.float(), positions), float("nan"))  # (D, L, H)
+        return values, {}
+    if kind == "texts":
         return C.input_scores(att, positions, kind), {}
     pairs = {name: tuple((pos[q], pos[k]) for q, k in arcs) for name, arcs in item.pairs.items()}
     if kind in ("repeated", "unrepeated"):
@@ -261,7 +321,7 @@ def _read(model: Model, sets: dict, kinds: tuple[str, ...], cfg: CensusConfig,
             if not lined_up:
                 return _Read({}, {}, (), tuple(ids))
         positions = M.Positions.of(len(run.tokens), model.causal, run.tokens, run.token_ids if item is None else None,
-                                   special)
+                                   special, unknown=run.unknown)
         values, offsets = _scores(kind, item, run.attentions, pos, positions)
         return _Read(values, offsets, pos, tuple(run.token_ids))
 
@@ -432,7 +492,10 @@ def census_inputs(model: Model, seed: int = 0, cfg: CensusConfig | None = None, 
     lex = model.lexicon()
     base = 7919 * (seed + 1)  # seeds the tiny trainer (1234) and probes (2024-2028) never use
     hi = min(cfg.repeated_lengths[1], (model.info.max_tokens - 2) // 2)
-    lo = min(cfg.repeated_lengths[0], hi)
+    # At least two periods where the model's length allows: with one period m every induction target is m - 1 back,
+    # and a head reading that fixed offset would score as an induction head (a written 3-back head did, at m = 4).
+    # Periods from 3: at m = 2 the induction target is the previous token.
+    lo = min(cfg.repeated_lengths[0], max(3, hi - 2), hi)
     repeated = I.repeated_sequences(lex.words, cfg.n_repeated, (lo, hi), base + 2)
     # Template sentences need a grammar's words (a compiled program's vocabulary has none) and room for the longest.
     grammar = len(lex.nouns) >= 3 and bool(lex.verbs) and bool(lex.determiner) and \
@@ -492,13 +555,17 @@ def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | 
                          "has nothing to score; the tokenizer splits or merges the census's words")
     mass = {n[len(MASS):]: C.summarise(v, acc.uniform[n], seed, 1).mean for n, v in acc.values.items()
             if n.startswith(MASS)}
+    at = acc.values.pop(AT + "offset", [])
+    # (L, H): each head's offset is the one its mean attention over the random inputs is highest at (nearest first)
+    offset_at = (torch.tensor(M.offsets(model.causal))[torch.stack(at).mean(0).argmax(0)] if at
+                 else None)  # from (N, D, L, H)
     pooled = {name: C.summarise(v, acc.uniform[name], seed, cfg.n_boot) for name, v in acc.values.items()
               if not name.startswith(MASS)}
     control_values, no_control = {}, {}
     if twin is not None:
         twin_acc = _Acc(_read(twin, sets, MAIN, cfg, tick, f"control: the same inputs on {twin.name}"))
         control_values = {n: C.summarise(v, twin_acc.uniform[n], seed, 1).mean for n, v in twin_acc.values.items()
-                          if not n.startswith(MASS)}
+                          if not n.startswith((MASS, AT))}
         control_kind = f"the untrained twin ({twin.name}) on the same inputs"
     elif destroyed:
         d = _Acc({k: reads[k] for k in DESTROYED})
@@ -534,7 +601,7 @@ def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | 
         offset={rel: C.best_offset(v) for rel, v in acc.offsets.items()},
         control=control_values, control_kind=control_kind, no_control=no_control, in_context=ic,
         texts=tuple(sets["texts"]), text_values={n: torch.stack(acc.values[n]) for n in text_names if n in acc.values},
-        lexicon_source=sets["lexicon"], mass=mass, skipped=_skipped(reads),
+        lexicon_source=sets["lexicon"], mass=mass, skipped=_skipped(reads), offset_at=offset_at,
     )
 
 

@@ -487,7 +487,8 @@ def pattern_scores(model, texts: tuple[str, ...], **run_args) -> tuple[torch.Ten
     induction, previous = [], []
     for text in texts:
         run = model.run(text, **run_args)
-        pos = measures.Positions.of(len(run.tokens), model.causal, run.tokens, run.token_ids, run.special)
+        pos = measures.Positions.of(len(run.tokens), model.causal, run.tokens, run.token_ids, run.special,
+                                    unknown=run.unknown)
         induction.append(measures.REGISTRY["induction"](run.attentions, pos))  # (L, H)
         previous.append(measures.REGISTRY["previous"](run.attentions, pos))  # (L, H)
     return _mean(induction), _mean(previous)

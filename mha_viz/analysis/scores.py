@@ -19,15 +19,15 @@ SCORE_NAMES = M.ONE_INPUT
 NEARBY_WINDOW = M.NEARBY_WINDOW
 
 
-def positions(t: int, causal: bool, token_ids=None, added=(), tokens=()) -> M.Positions:
+def positions(t: int, causal: bool, token_ids=None, added=(), tokens=(), unknown=()) -> M.Positions:
     """The token facts of one input that the measures read (`measures.Positions.of`)."""
     if token_ids is not None and not isinstance(token_ids, torch.Tensor):
         token_ids = list(token_ids)
-    return M.Positions.of(t, causal, tuple(tokens), token_ids, added)
+    return M.Positions.of(t, causal, tuple(tokens), token_ids, added, unknown=unknown)
 
 
 def pattern_scores(att: torch.Tensor, token_ids=None, added=(), causal: bool = False,
-                   tokens=(), names: tuple[str, ...] = SCORE_NAMES) -> dict[str, torch.Tensor]:
+                   tokens=(), names: tuple[str, ...] = SCORE_NAMES, unknown=()) -> dict[str, torch.Tensor]:
     """Where each head's attention went on this input: a dict of (L, H) scores, keys `SCORE_NAMES`, each computed
     by its registered measure (`mha_viz.measures`: the definitions, their sources and where ours differ).
 
@@ -35,7 +35,8 @@ def pattern_scores(att: torch.Tensor, token_ids=None, added=(), causal: bool = F
     token; None or empty: the tokens decide, and without them the repeat scores are NaN); added: the positions the
     tokenizer added ([CLS], [SEP], <bos>: `run.special`); causal: True for decoder-only models (att must be
     lower-triangular); tokens: the T token strings (punctuation is read from them); names: the measures wanted (all
-    by default; the Layer grid's captions need only the badges: SmolLM2 at 128 tokens, 35 ms of 76).
+    by default; the Layer grid's captions need only the badges: SmolLM2 at 128 tokens, 35 ms of 76); unknown: the
+    positions the tokenizer mapped to its unknown token (`run.unknown`), never counted as repeating each other.
     A score is NaN where it cannot be measured (e.g. T = 1). Compare a score with `uniform_baselines(...)`: a head
     that spreads attention evenly already scores above 0.
     """
@@ -47,7 +48,7 @@ def pattern_scores(att: torch.Tensor, token_ids=None, added=(), causal: bool = F
     unknown = [name for name in names if name not in SCORE_NAMES]
     if unknown:
         raise ValueError(f"{unknown} are not scores; use names from: {', '.join(SCORE_NAMES)}")
-    pos = positions(t, causal, token_ids, added, tokens)
+    pos = positions(t, causal, token_ids, added, tokens, unknown)
     return {name: M.REGISTRY[name](att, pos) for name in names}
 
 
@@ -58,19 +59,21 @@ def previous_pairs(t: int) -> list[tuple[int, int]]:
 
 
 def uniform_baselines(t: int, causal: bool, token_ids=None, added=(), tokens=(),
-                      names: tuple[str, ...] = SCORE_NAMES) -> dict[str, float]:
+                      names: tuple[str, ...] = SCORE_NAMES, unknown=()) -> dict[str, float]:
     """What every measure of `pattern_scores` gives for uniform attention on the same positions: {name: float}.
     A measured score means something only above its baseline."""
-    pos = positions(t, causal, token_ids, added, tokens)
+    pos = positions(t, causal, token_ids, added, tokens, unknown)
     return {name: M.REGISTRY[name].baseline(pos) for name in names}
 
 
 def top_badges(scores: dict[str, torch.Tensor], baselines: dict[str, float], layer: int, head: int,
-               n: int = 2, min_excess: float = 0.1) -> list[tuple[str, float]]:
+               n: int = 2, min_excess: float = 0.1, support: dict[str, int] | None = None
+               ) -> list[tuple[str, float]]:
     """Up to n (name, score) pairs of one head whose score is furthest above its uniform baseline.
 
     Only the measures registered as badges count (shares of attention, where high is notable), only those at least
-    `min_excess` above baseline, and never NaN. Word them with `describe_score`.
+    `min_excess` above baseline, never NaN, and, given `support` (`run_support`: queries averaged per measure),
+    only those read over `measures.SUPPORT_FLOOR` queries or more. Word them with `describe_score`.
     scores: from `pattern_scores`; baselines: from `uniform_baselines` for the same input.
     """
     missing = [name for name in M.BADGES if name not in scores or name not in baselines]
@@ -83,6 +86,8 @@ def top_badges(scores: dict[str, torch.Tensor], baselines: dict[str, float], lay
                          f"and heads 0-{n_heads - 1}")
     found = []
     for name in M.BADGES:
+        if support is not None and support.get(name, 0) < M.SUPPORT_FLOOR:
+            continue
         value = float(scores[name][layer, head])
         excess = value - baselines[name]
         if not math.isnan(excess) and excess >= min_excess:
@@ -97,8 +102,29 @@ def run_scores(run: AttentionRun, causal: bool,
     they are shown."""
     args = (list(run.token_ids) or None, tuple(run.special))
     t = len(run.tokens)
-    return (pattern_scores(run.attentions, *args, causal=causal, tokens=run.tokens, names=names),
-            uniform_baselines(t, causal, *args, tokens=run.tokens, names=names))
+    return (pattern_scores(run.attentions, *args, causal=causal, tokens=run.tokens, names=names, unknown=run.unknown),
+            uniform_baselines(t, causal, *args, tokens=run.tokens, names=names, unknown=run.unknown))
+
+
+def run_positions(run: AttentionRun, causal: bool) -> M.Positions:
+    """The token facts the measures read of one run, as `run_scores` reads them."""
+    return positions(len(run.tokens), causal, list(run.token_ids) or None, tuple(run.special), run.tokens,
+                     run.unknown)
+
+
+def run_support(run: AttentionRun, causal: bool, names: tuple[str, ...] = SCORE_NAMES) -> dict[str, int]:
+    """{measure: how many queries its reading on this run averages over}: below `measures.SUPPORT_FLOOR` a reading
+    is shown as "too few queries on this input", not as a number."""
+    pos = run_positions(run, causal)
+    return {name: M.REGISTRY[name].support(pos) for name in names}
+
+
+def describe_reading(name: str, value: float, n: int) -> str:
+    """`describe_score` with its support: how many queries the value averages over, and no number below
+    `measures.SUPPORT_FLOOR`."""
+    if name not in SCORE_NAMES:
+        raise ValueError(f"{name!r} is not a score; use one of: {', '.join(SCORE_NAMES)}")
+    return M.REGISTRY[name].reading(value, n)
 
 
 def describe_score(name: str, value: float) -> str:
@@ -107,3 +133,26 @@ def describe_score(name: str, value: float) -> str:
     if name not in SCORE_NAMES:
         raise ValueError(f"{name!r} is not a score; use one of: {', '.join(SCORE_NAMES)}")
     return M.REGISTRY[name].sentence(value)
+
+
+def badge_caption(scores: dict[str, torch.Tensor], baselines: dict[str, float], support: dict[str, int],
+                  layer: int, head: int, n: int = 2) -> str:
+    """One head's caption under its heatmap, in both hosts (the Layer grid, the notebook grid): its up to `n`
+    strongest measured scores on this input with how many queries each averaged over ("48% → previous token, 14
+    queries"); a measure that stands out on fewer than `measures.SUPPORT_FLOOR` queries says so without a number.
+    `nearby` restating a previous/next-token head (its mass is the +-1 neighbour's) is left out: it says nothing."""
+    top = top_badges(scores, baselines, layer, head, n=n + 1, support=support)
+    if len(top) > 1:
+        neighbour = float(scores["previous"][layer, head]) + float(scores["next"][layer, head])
+        top = [(name, value) for name, value in top
+               if not (name == "nearby" and top[0][0] in ("previous", "next") and neighbour >= 0.8 * value)]
+    top = top[:n]
+    if top:
+        return "measured: " + " · ".join(f"{value:.0%} → {M.REGISTRY[name].label}, {M.queries_words(support[name])}"
+                                         for name, value in top)
+    few = [name for name, _ in top_badges(scores, baselines, layer, head, n=n)
+           if support.get(name, 0) < M.SUPPORT_FLOOR]
+    if few:
+        return "measured: " + " · ".join(f"{M.REGISTRY[name].label}: {M.TOO_FEW} ({support.get(name, 0)})"
+                                         for name in few)
+    return "measured: no location stands out"

@@ -2,9 +2,11 @@
 on which it ranks first with a strong value, and whether that is the role the program gave it. This is the one
 place where the census's names can be checked against ground truth no one here chose.
 
-A head is *named* by a score when it ranks first of every head on it, at `NAMED_AT` or more, with the score's
-notable end high (a share of attention); of several such scores, the one it beats its baseline on most. Where no
-score names it, the census says "no measured pattern explains it" rather than forcing the nearest name.
+A head is *named* by a score when the census names it there (`HeadCensus.named`: its interval overlaps the best
+head's, so heads that tie are all named) at `NAMED_AT` or more, with the score's notable end high (a share of
+attention). Of several such scores: `previous` over `offset` when the head's offset is 1 back (the same key, the more
+specific name), else the one it beats its baseline on most. Where no score names it, the census says "no measured
+pattern explains it" rather than forcing the nearest name. Nothing here depends on the order heads are listed in.
 """
 from __future__ import annotations
 
@@ -26,7 +28,9 @@ class WrittenVsMeasured:
     named: str  # the census score that names the head, or "" (NO_PATTERN)
     value: float  # its value on that score (the best score's where none names it)
     best: str  # the score with the head's largest excess over its baseline (what is nearest, named or not)
-    runner_up: tuple[tuple[int, int], float] | None  # the second head on the named (or best) score
+    runner_up: tuple[tuple[int, int], float] | None  # the best other head on the named (or best) score
+    label: str = ""  # the named score's label for this head ("fixed offset, 3 back"); "" where none names it
+    tied: tuple[tuple[int, int], ...] = ()  # the other heads named for the same score (their intervals overlap)
 
     @property
     def agrees(self) -> bool:
@@ -37,7 +41,10 @@ class WrittenVsMeasured:
     def words(self) -> str:
         if not self.named:
             return f"{NO_PATTERN} (nearest: {measures.score_label(self.best)} {self.value:.2f})"
-        return f"{measures.score_label(self.named)} {self.value:.2f}, ranked first"
+        if self.tied:
+            return (f"{self.label} {self.value:.2f}, tied with "
+                    f"{', '.join(head_name(h) for h in self.tied)} (both named)")
+        return f"{self.label} {self.value:.2f}, ranked first"
 
 
 def _scores(census) -> list[str]:
@@ -51,6 +58,7 @@ def written_vs_census(written: dict, census) -> list[WrittenVsMeasured]:
     """One row per written head (`written`: (layer, head) -> an object with `pattern` and `text`, as
     `Model.written_heads` gives), in head order."""
     names = _scores(census)
+    named_by = {name: {h for h, _ in census.named(name, NAMED_AT)} for name in names}
     rows = []
     for head in sorted(written):
         w = written[head]
@@ -62,23 +70,37 @@ def written_vs_census(written: dict, census) -> list[WrittenVsMeasured]:
             excess = v - census.baseline(name)
             if excess > best_excess:
                 best, best_excess, value = name, excess, v
-            ranked = census.top(name, 1)
             # Of the scores that would name it, the most specific: the largest excess over its baseline (a
             # previous-token head scores as high on nearby, whose two keys a uniform head also fills more of).
-            if ranked and ranked[0][0] == head and v >= NAMED_AT and excess > named_excess:
+            if head in named_by[name] and excess > named_excess:
                 named, named_excess = name, excess
+        if named == "offset" and head in named_by.get("previous", ()) and _offset_of(census, head) == -1:
+            named = "previous"  # a head whose best offset is 1 back is the previous-token head
         if named:
             value = float(census.scores[named][head])
         score = named or best
-        ranked = census.top(score, 2) if score else []
-        runner = next(((h, v) for h, v in ranked if h != head), None)
-        rows.append(WrittenVsMeasured(head, w.pattern, w.text, named, value, best, runner))
+        others = sorted(((h, float(census.scores[score][h])) for h in _heads(census) if h != head),
+                        key=lambda hv: (math.isnan(hv[1]), -hv[1] if not math.isnan(hv[1]) else 0.0, hv[0])
+                        ) if score else []
+        runner = others[0] if others else None
+        tied = tuple(sorted(named_by[named] - {head})) if named else ()
+        label = census.head_label(named, head) if named else ""
+        rows.append(WrittenVsMeasured(head, w.pattern, w.text, named, value, best, runner, label, tied))
     return rows
+
+
+def _heads(census) -> list[tuple[int, int]]:
+    return [(layer, h) for layer in range(census.n_layers) for h in range(census.n_heads)]
+
+
+def _offset_of(census, head) -> int | None:
+    at = getattr(census, "offset_at", None)
+    return None if at is None else int(at[head])
 
 
 def summary(rows: list[WrittenVsMeasured]) -> str:
     """One sentence from the rows: how many written heads the census named as written."""
     agree = sum(r.agrees for r in rows)
-    named = [f"{head_name(r.head)} {measures.score_label(r.named)} {r.value:.2f}" for r in rows if r.named]
+    named = [f"{head_name(r.head)} {r.label} {r.value:.2f}" for r in rows if r.named]
     return (f"The census names {agree} of {len(rows)} written heads as their program wrote them"
             + (f" ({'; '.join(named)})" if named else "") + ".")

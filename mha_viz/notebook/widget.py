@@ -49,20 +49,13 @@ def token_labels(tokens: Iterable[str]) -> list[str]:
 def badge_labels(run: AttentionRun, causal: bool) -> dict[Head, str]:
     """Each head's strongest measured score on this run, worded as the app's Layer view words it."""
     try:
-        scores, baselines = analysis.run_scores(run, causal)
+        scores, baselines = analysis.run_scores(run, causal, names=measures.BADGES)
+        support = analysis.run_support(run, causal, names=measures.BADGES)
     except Exception:  # badges are an extra; never block the grid
         return {}
     L, H = run.attentions.shape[:2]
-    out = {}
-    for layer in range(L):
-        for head in range(H):
-            top = analysis.top_badges(scores, baselines, layer, head, n=1)
-            if top:
-                name, value = top[0]
-                out[(layer, head)] = f"measured: {value:.0%} → {measures[name].label}"
-            else:
-                out[(layer, head)] = "measured: no location stands out"
-    return out
+    return {(layer, head): analysis.badge_caption(scores, baselines, support, layer, head, n=1)
+            for layer in range(L) for head in range(H)}
 
 
 def effect_readout(model: Model, base: AttentionRun, run: AttentionRun) -> dict:

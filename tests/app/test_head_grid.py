@@ -33,8 +33,9 @@ def test_grid_is_sent_every_layer_of_the_run_the_page_shows():
     base = display(model, model.run(DEFAULT_TEXT), False, False)[1]
     assert (att[5] - base[5]).abs().max() > 10 * step.max()
     scores, baselines = analysis.run_scores(run, model.causal)
+    support = analysis.run_support(run, model.causal)
     for layer, head in [(0, 0), (2, 5), (5, 11)]:
-        top = analysis.top_badges(scores, baselines, layer, head, n=1)
+        top = analysis.top_badges(scores, baselines, layer, head, n=1, support=support)
         assert data["badges"][f"{layer},{head}"].startswith("measured: " + (f"{top[0][1]:.0%}" if top else "no"))
 
 
@@ -86,10 +87,33 @@ def test_the_badges_follow_what_off_means():
         data = grid_data(at)
         run = model.run(DEFAULT_TEXT, ablate=off, ablation=ablation)
         scores, baselines = analysis.run_scores(run, model.causal)
+        support = analysis.run_support(run, model.causal)
         for layer in range(1, model.n_layers):
             for head in range(model.n_heads):
-                top = analysis.top_badges(scores, baselines, layer, head, n=1)
+                top = analysis.top_badges(scores, baselines, layer, head, n=1, support=support)
                 want = "measured: " + (f"{top[0][1]:.0%}" if top else "no")
                 assert data["badges"][f"{layer},{head}"].startswith(want), (ablation, layer, head)
         seen[ablation] = data["badges"]
     assert seen["zero"] != seen["mean"]  # the two runs' captions differ somewhere, so the check above can fail
+
+
+def test_unknown_words_and_lone_repeats_give_no_role_on_the_badges():
+    """Every unknown word shares one id, so each "repeated" every other: "<script>alert(1)</script>" (every word
+    unknown to tiny) had its L0 H3 badge read "induction 86%", and a lone repeat was read as a percentage over one
+    query. Now unknowns repeat nothing, and a reading over fewer than SUPPORT_FLOOR queries shows no number."""
+    from helpers import open_link
+
+    for text in ("<script>alert(1)</script>", "the quick brown fox jumps over the lazy dog near the quick brown fox"):
+        data = grid_data(open_link({"model": "tiny", "text": text, "view": "Layer", "layer": "0"}))
+        run = loaded("tiny").run(text)
+        assert len(run.unknown) >= 9 and data["unknown"] == list(run.unknown)
+        support = analysis.run_support(run, loaded("tiny").causal)
+        assert support["induction"] < measures.SUPPORT_FLOOR and support["duplicate"] < measures.SUPPORT_FLOOR
+        for badge in data["badges"].values():
+            for label in (measures["induction"].label, measures["duplicate"].label):
+                assert f"→ {label}" not in badge, (text, badge)  # never a number for them
+    # MiniLM: emoji become [UNK]; the badges read no repeat from them
+    text = "🙂 and 🙃 then 🙂 and 🙃 again 🙂 🙃"
+    data = grid_data(open_link({"model": "minilm", "text": text, "view": "Layer", "layer": "0"}))
+    assert data["unknown"] and all("→ induction" not in b and "→ same token earlier" not in b
+                                   for b in data["badges"].values())

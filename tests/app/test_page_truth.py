@@ -72,9 +72,11 @@ def test_same_token_score_reaches_the_badges_the_table_and_the_spread():
     scores["duplicate"] = same_token_reference(run.attentions, run.token_ids, run.special)
     uniform = analysis.uniform_pattern(len(run.tokens), model.causal)[None, None]  # (1, 1, T, T)
     baselines["duplicate"] = float(same_token_reference(uniform, run.token_ids, run.special)[0, 0])
-    expected = {h: f"{v:.0%} → {measures[name].label}"
+    support = analysis.run_support(run, model.causal)
+    expected = {h: f"{v:.0%} → {measures[name].label}, {measures.queries_words(support[name])}"
                 for h in range(model.n_heads)
-                for name, v in analysis.top_badges(scores, baselines, 0, h, n=2) if name == "duplicate"}
+                for name, v in analysis.top_badges(scores, baselines, 0, h, n=2, support=support)
+                if name == "duplicate"}
     # The caption names a head's two strongest scores (" · " between them); the same-token score is one of them.
     assert expected, "the default sentence repeats words; some L0 head should name the same-token score"
 

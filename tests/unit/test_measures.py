@@ -138,3 +138,78 @@ def test_the_probes_pair_scores_are_the_registry_measures():
     repeats = [(k, q) for q in range(t) for k in range(q) if ids[k] == ids[q]]
     torch.testing.assert_close(pairs.induction_score(att, repeats).scores,
                                M["induction"](att, M.Positions.of(t, True, token_ids=ids)))
+
+
+def _causal_random(t: int, causal: bool, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(1, 1, t, t, generator=g)  # (1, 1, T, T)
+    if causal:
+        logits = logits.masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), float("-inf"))
+    return logits.softmax(-1)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("name", [n for n in M.ONE_INPUT if n != "offset"])
+def test_support_counts_the_queries_a_reading_averages_over(name, causal):
+    """A measure's support is the number of query rows its value depends on: changing any other row leaves the
+    value as it was. Checked row by row on an input with specials, punctuation, repeats and an unknown."""
+    tokens = ["[CLS]", "a", "b", ",", "a", "b", "c", "?", "?", "a", "[SEP]"]
+    ids = [0, 1, 2, 3, 1, 2, 4, 9, 9, 1, 5]
+    t = len(tokens)
+    pos = M.Positions.of(t, causal, tokens, ids, added=(0, t - 1), unknown=(7, 8))
+    att = _causal_random(t, causal)
+    base = M[name](att, pos)[0, 0]
+    moved = 0
+    for q in range(t):
+        other = att.clone()
+        other[..., q, :] = _causal_random(t, causal, seed=q + 1)[..., q, :]
+        moved += int(not torch.allclose(M[name](other, pos)[0, 0], base, equal_nan=True))
+    # Query 0 of a causal model sees one key, so its row cannot move: `self` and `special` count it (its weight
+    # on itself, a special position, is 1), the rest leave it out as a row with nothing to measure.
+    forced = int(causal and name in ("self", "special"))
+    assert M[name].support(pos) == moved + forced
+
+
+def test_two_unknowns_never_repeat_each_other():
+    ids = [0, 7, 7, 7, 2, 7]  # 7: the unknown token's id at positions 1, 2, 3, 5
+    pos = M.Positions.of(6, True, token_ids=ids, added=(0,), unknown=(1, 2, 3, 5))
+    assert pos.repeats == ()
+    assert M["induction"].support(pos) == 0 and M["duplicate"].support(pos) == 0
+    assert math.isnan(float(M["induction"](_causal_random(6, True), pos)[0, 0]))
+    # the same ids without the unknowns marked: every unknown repeats every other (what the page did before)
+    assert len(M.Positions.of(6, True, token_ids=ids, added=(0,)).repeats) == 6
+    # a generator's repeats are filtered too
+    given = M.Positions(6, True, added=frozenset({0}), repeats=((1, 3), (2, 5)), unknown=frozenset({1, 2}))
+    assert M["duplicate"].support(given) == 0
+
+
+def test_a_reading_below_the_floor_has_no_number_and_says_its_support():
+    m = M["induction"]
+    few = m.reading(0.86, 1)
+    assert M.TOO_FEW in few and "86" not in few and "1 query" in few
+    enough = m.reading(0.5, M.SUPPORT_FLOOR)
+    assert "50%" in enough and f"over {M.SUPPORT_FLOOR} queries" in enough
+    # a badge below the floor is not ranked; at the floor it is
+    scores = {n: torch.zeros(1, 1) for n in M.BADGES}
+    scores["induction"] = torch.ones(1, 1)
+    base = {n: 0.0 for n in M.BADGES}
+    support = {n: 10 for n in M.BADGES}
+    support["induction"] = M.SUPPORT_FLOOR - 1
+    assert S.top_badges(scores, base, 0, 0, support=support) == []
+    assert M.TOO_FEW in S.badge_caption(scores, base, support, 0, 0)
+    support["induction"] = M.SUPPORT_FLOOR
+    assert S.top_badges(scores, base, 0, 0, support=support) == [("induction", 1.0)]
+    assert S.badge_caption(scores, base, support, 0, 0) == f"measured: 100% → induction, {M.SUPPORT_FLOOR} queries"
+
+
+def test_best_offsets_name_the_offset_read():
+    t = 9
+    att = torch.zeros(1, 3, t, t)  # (1, H, T, T): H0 reads 1 back, H1 3 back, H2 2 ahead (an encoder)
+    for q in range(t):
+        att[0, 0, q, max(q - 1, 0)] = 1
+        att[0, 1, q, max(q - 3, 0)] = 1
+        att[0, 2, q, min(q + 2, t - 1)] = 1
+    pos = M.Positions(t, False)
+    assert M.best_offsets(att, pos).tolist() == [[-1, -3, 2]]
+    assert [M.offset_words(d) for d in (-3, 2)] == ["3 back", "2 ahead"]
+    assert torch.allclose(M["offset"](att, pos), torch.ones(1, 3))

@@ -17,6 +17,7 @@ from mha_viz import measures, plotting, seeds
 from mha_viz.analysis.census_run import (
     MAX_TEXT_CHARS,
     MAX_TEXTS,
+    NAMING_EXCESS,
     CensusConfig,
     HeadCensus,
     head_census,
@@ -121,10 +122,15 @@ def _overview(c: HeadCensus) -> None:
     for name in c.names:
         top = c.top(name, 2)
         (lh, value), second = top[0], (top[1] if len(top) > 1 else (None, float("nan")))
+        named = c.named(name)
         off = c.offset.get(name)
         ctrl = c.control.get(name)
         rows.append({
-            "score": shown(name), "leading head": head_name(lh), "its score": _fmt(value),
+            "score": shown(name),
+            "named heads": (", ".join(f"{head_name(h)}" + (f" ({c.head_label(name, h).rsplit(', ', 1)[-1]})"
+                                                           if name == "offset" else "") for h, _ in named)
+                            + (" (tie)" if len(named) > 1 else "")) or "none (too close to the baseline)",
+            "leading head": head_name(lh), "its score": _fmt(value),
             "95% interval": f"{_fmt(float(c.low[name][lh]))}–{_fmt(float(c.high[name][lh]))}",
             "next head": f"{head_name(second[0])} {_fmt(second[1])}" if second[0] else "—",
             "uniform": _fmt(c.uniform[name]),
@@ -136,7 +142,9 @@ def _overview(c: HeadCensus) -> None:
     st.caption(f"Control: {c.control_kind}. Words: {c.lexicon_source}."
                + (f" {c.skipped} generated inputs were left out because the tokenizer did not read each word as "
                   "one token." if c.skipped else "")
-               + " Distance and entropy lead with their lowest heads (a band near the diagonal; focused attention).")
+               + " Distance and entropy lead with their lowest heads (a band near the diagonal; focused attention)."
+               + f" A head is named for a score when it lies {NAMING_EXCESS} past the stronger baseline and its 95% "
+               "interval overlaps the leading head's: heads that tie are named together, whatever their order.")
 
 
 def _clicked(key: str) -> Head | None:
@@ -261,8 +269,8 @@ def _written(model: Model, c: HeadCensus, seed: int) -> None:
     st.markdown("### Written heads, and what the census names them")
     st.caption("This model was compiled from a RASP program (Tracr): every head's role was written by the program, "
                "so the label is true by construction. The census did not read the program: it measured the heads "
-               "on its own inputs, and names a head only where the head ranks first on a score at "
-               f"{NAMED_AT:.1f} or more.")
+               f"on its own inputs, and names a head for a score where it reaches {NAMED_AT:.1f} and its interval "
+               "overlaps the leading head's (heads that tie are named together, whatever their order).")
     st.dataframe([{"head": head_name(r.head), "the program wrote": written[r.head].text,
                    "each query selects": written[r.head].selects.removeprefix("each query selects "),
                    "written role": measures.score_label(r.written) if r.written else "none the census measures",

@@ -80,22 +80,12 @@ def _shown_unknown(ctx: ViewContext) -> list[int]:
     return list(ctx.run.unknown) if len(ctx.tokens) == len(ctx.run.tokens) else []
 
 
-def badge_text(badges, layer: int, head: int) -> tuple[str, str]:
-    """(caption, its help) for a head's two strongest measured scores on this input (two, so a band along the
-    diagonal shows as `nearby` beside the special tokens that the same head also rests on)."""
-    scores, baselines = badges
-    top = analysis.top_badges(scores, baselines, layer, head, n=BADGES + 1)
-    if len(top) > 1:  # `nearby` restating a previous/next-token head (its mass is the +-1 neighbour's) says nothing
-        neighbour = float(scores["previous"][layer, head]) + float(scores["next"][layer, head])
-        top = [(name, value) for name, value in top
-               if not (name == "nearby" and top[0][0] in ("previous", "next") and neighbour >= 0.8 * value)]
-    top = top[:BADGES]
-    if top:
-        caption = " · ".join(f"{value:.0%} → {measures[name].label}" for name, value in top)
-        return ("measured: " + caption,
-                " ".join(analysis.describe_score(name, value) for name, value in top) + " A measurement, not a role.")
-    return ("measured: no location stands out",
-            "No score is 10 points above what uniform attention would give on this input.")
+def badge_text(badges, layer: int, head: int) -> str:
+    """A head's caption: its two strongest measured scores on this input, each with how many queries it averaged
+    over (two, so a band along the diagonal shows as `nearby` beside the special tokens that the same head also
+    rests on); `analysis.badge_caption`, the one wording both hosts use."""
+    scores, baselines, support = badges
+    return analysis.badge_caption(scores, baselines, support, layer, head, n=BADGES)
 
 
 def switch(model_name: str, layer: int, head: int) -> None:
@@ -118,10 +108,11 @@ def labels_for(model: Model, run: AttentionRun) -> dict:
 def _labels(name: str, tokens: tuple, ablated: frozenset, ablation: str, _run: AttentionRun, causal: bool,
             n_layers: int, n_heads: int) -> dict:
     try:
-        badges = analysis.run_scores(_run, causal, names=measures.BADGES)  # the captions read badges only
+        badges = (*analysis.run_scores(_run, causal, names=measures.BADGES),  # the captions read badges only
+                  analysis.run_support(_run, causal, names=measures.BADGES))
     except Exception:  # badges are an extra; never block the grid
         return {}
-    return {(layer, head): badge_text(badges, layer, head)[0] for layer in range(n_layers) for head in range(n_heads)}
+    return {(layer, head): badge_text(badges, layer, head) for layer in range(n_layers) for head in range(n_heads)}
 
 
 def bulk(model_name: str, n_heads: int, layer: int, action: str, head: int | None) -> None:
