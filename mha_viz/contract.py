@@ -59,6 +59,9 @@ class AttentionRun:
     ablation: str = "zero"  # an Ablation (a str), "zero" for runs with nothing switched off
     # Heads whose output was taken from a run on another text (activation patching).
     patched: frozenset[Head] = frozenset()
+    # The positions `logits` holds, in its row order, when the run computed only those (`run(..., logits_at=...)`):
+    # logits is then (P, V), row i being position logits_at[i]. None: every position, logits (T, V).
+    logits_at: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

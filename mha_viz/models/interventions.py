@@ -58,10 +58,13 @@ from mha_viz.models.schedule import (
     BATCH_ATTENTION,
     BATCH_TOKENS,
     WAVE_TOKENS,
+    EarlierRuns,
     Schedule,
     Stopped,
     _padded,
     _PerModelCache,
+    kept_layer,
+    layer_steps,
 )
 
 # Importable from here, where the adapters and tests have always found them.
@@ -70,6 +73,7 @@ __all__ = ["Attended", "BATCH_ATTENTION", "BATCH_TOKENS", "Change", "EditableMod
            "_PerModelCache", "_MEANS", "_padded"]
 
 _MEANS = _PerModelCache()
+_EARLIER = EarlierRuns()  # recent runs' layers, for incremental runs (see `EditableModel.run`)
 
 
 class EditableModel(Batching, Model):
@@ -142,6 +146,14 @@ class EditableModel(Batching, Model):
                   source: str | None = None, **record) -> tuple[Encoded, torch.Tensor, HeadEdit,
                                                                  frozenset[Head], frozenset[Head], Ablation]:
         """Validate one intervention request and build its HeadEdit (with what `record` asks to be recorded)."""
+        enc, ids, keep, replace, ablate, patch, ablation = self._request(text, ablate, ablation, reference, patch,
+                                                                          source)
+        return enc, ids, HeadEdit(keep, replace, **record), ablate, patch, ablation
+
+    def _request(self, text: str, ablate: Iterable[Head], ablation, reference, patch: Iterable[Head] = (),
+                 source: str | None = None):
+        """Validate one intervention request -> (enc, ids (1, T), keep (1, L, H) or None, replace (1, L, H, T or 1,
+        dh) or None, ablate, patch, ablation): what `intervention` says the heads output instead."""
         text = check_text(text)
         ablate, patch = self._heads(ablate, "ablate"), self._heads(patch, "patch")
         ablation = Ablation.of(ablation)
@@ -152,27 +164,63 @@ class EditableModel(Batching, Model):
             raise InputError("patch needs source=<another text>: the patched heads' outputs come from a run on it")
         enc, ids = self._ids(text)
         keep, replace = intervention(self, text, len(enc.ids), ablate, ablation, reference, patch, source)
-        return enc, ids, HeadEdit(keep, replace, **record), ablate, patch, ablation
+        return enc, ids, keep, replace, ablate, patch, ablation
 
     def run(self, text: str, ablate: Iterable[Head] = (), ablation: str = "zero",
             reference: Iterable[str] | None = None, patch: Iterable[Head] = (),
-            source: str | None = None) -> AttentionRun:
-        enc, ids, edit, ablate, patch, ablation = self._edit_for(text, ablate, ablation, reference, patch, source)
+            source: str | None = None, logits_at: Sequence[int] | None = None) -> AttentionRun:
+        """See `Model.run`. Incremental where the adapter resumes (`can_resume`): the layers below the first one
+        whose edit differs from a recent run of the same tokens are taken over from it (`_EARLIER`,
+        `schedule.EarlierRuns`), equal to computing them again, and only the layers from there on run.
+
+        logits_at: the positions whose logits are computed (negative ones count from the end), in that order:
+        `run.logits` is then (P, V) and `run.logits_at` names the positions; None (the default) computes every
+        position's. The LM head is a large share of a small model's forward (SmolLM2: 49152 x 576 per position),
+        and a view that reads one prediction needs one position."""
+        enc, ids, keep, replace, ablate, patch, ablation = self._request(text, ablate, ablation, reference, patch,
+                                                                          source)
+        n = len(enc.ids)
+        at = None if logits_at is None else [_index(p % n if isinstance(p, int) and -n <= p < 0 else p, n,
+                                                    "position") for p in logits_at]
         with torch.no_grad():
-            out = self.forward(ids, edit, attentions=True)
+            if self.can_resume:
+                out, attentions = self._incremental(enc, ids, keep, replace, at)
+            else:
+                out = self.forward(ids, HeadEdit(keep, replace, logits_at=at), attentions=True)
+                attentions = out.attentions[0].float().cpu().contiguous()  # (L, H, Q, K)
         return AttentionRun(
             tokens=enc.labels,
-            attentions=out.attentions[0].float().cpu().contiguous(),  # (L, H, Q, K)
+            attentions=attentions,  # (L, H, Q, K)
             ablated=ablate,
             output=out.hidden[0].float().cpu(),  # (T, D)
-            logits=None if out.logits is None else out.logits[0].float().cpu(),  # (T, V)
+            logits=None if out.logits is None else out.logits[0].float().cpu(),  # (T, V), or (P, V) at logits_at
             token_ids=list(enc.ids),
             truncated=enc.dropped,
             unknown=enc.unknown,
             special=enc.special,
             ablation=ablation,
             patched=patch,
+            logits_at=None if at is None or out.logits is None else tuple(at),
         )
+
+    def _incremental(self, enc: Encoded, ids: torch.Tensor, keep: torch.Tensor | None,
+                     replace: torch.Tensor | None, at: list[int] | None) -> tuple[Forward, torch.Tensor]:
+        """One run's forward from the first layer no recent run of these tokens computed the same way: layers
+        0..l-1 (block outputs and attention weights) come from that run, layers l.. run, and the run is kept for
+        the next (l = L: only the final norm and LM head run). -> (the forward's output, attentions (L, H, Q, K))."""
+        L = self.n_layers
+        steps = layer_steps(keep, replace, L, self.n_heads)
+        key = tuple(enc.ids)
+        taken = _EARLIER.resume(self, key, steps)  # layers 0..start-1, as computed before
+        start = len(taken)
+        edit = HeadEdit(keep, replace, start=start, prefix=taken[-1].state if start else None, logits_at=at,
+                        states=True, patterns=True)
+        out = self.forward(ids, edit)
+        layers = taken + [kept_layer(steps[layer], edit.states[layer], edit.patterns[layer])
+                          for layer in range(start, L)]
+        if start < L:
+            _EARLIER.keep(self, key, layers)
+        return out, torch.stack([layer.pattern for layer in layers])  # (L, H, Q, K)
 
     def head_outputs(self, text: str) -> torch.Tensor:
         """See `Model.head_outputs`; kept for a few texts per model (a patching source, a resampled reference text

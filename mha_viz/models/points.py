@@ -31,17 +31,18 @@ from mha_viz.models.schedule import Schedule
 
 class HeadEdit(Change, Records, Schedule):
     """One forward call's edit: what it changes (`Change`: keep, replace), what it records (`Records`: capture,
-    grad, inspect, values, inputs, final, states) and how it is scheduled (`Schedule`: start and prefix, rows and
-    bases, past, logits_at, stop_after). Each argument is documented where its concern lives."""
+    grad, inspect, values, inputs, final, states, patterns) and how it is scheduled (`Schedule`: start and prefix,
+    rows and bases, past, logits_at, stop_after). Each argument is documented where its concern lives."""
 
     def __init__(self, keep: torch.Tensor | None = None, replace: torch.Tensor | None = None,
                  capture: bool = False, grad: bool = False, inspect: Iterable[int] = (), values: bool = False,
-                 inputs: bool = False, final: bool = False, states: bool = False, start: int = 0,
+                 inputs: bool = False, final: bool = False, states: bool = False, patterns: bool = False,
+                 start: int = 0,
                  prefix=None, logits_at: list[int] | None = None, stop_after: int | None = None,
                  rows: Sequence[int] | None = None, bases: Sequence | None = None,
                  past: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None):
         Change.__init__(self, keep, replace)
-        Records.__init__(self, capture, grad, inspect, values, inputs, final, states)
+        Records.__init__(self, capture, grad, inspect, values, inputs, final, states, patterns)
         Schedule.__init__(self, start, prefix, logits_at, stop_after, rows, bases, past,
                           batch=None if keep is None else keep.shape[0])
 

@@ -5,6 +5,7 @@
     inspect  the layers whose q, k, v, weights are kept, in `seen`   values   every layer's values, in `values`
     inputs   the residual stream entering each layer, in `inputs`    final    the final norm's (input, output)
     states   each block's output, in `states` (what a later run resumes from, models/schedule.py)
+    patterns every layer's attention weights, in `patterns` (what `run` shows; kept for a later run to reuse)
 
 Nothing here changes a number of the forward: a recorder only keeps what it is handed (the gradient leaf adds
 zero). Axis letters as in mha_viz.contract; dh = one head's width, H_kv = key/value heads (grouped-query attention).
@@ -42,11 +43,13 @@ class Records:
     during the one call this object is made for."""
 
     def __init__(self, capture: bool = False, grad: bool = False, inspect: Iterable[int] = (),
-                 values: bool = False, inputs: bool = False, final: bool = False, states: bool = False):
+                 values: bool = False, inputs: bool = False, final: bool = False, states: bool = False,
+                 patterns: bool = False):
         self.capture, self.grad = capture, grad
         self.inspect, self.want_values, self.want_inputs, self.want_final = frozenset(inspect), values, inputs, final
-        self.want_states = states
+        self.want_states, self.want_patterns = states, patterns
         self.states: dict[int, object] = {}  # layer -> that block's output, as the block returned it
+        self.patterns: dict[int, torch.Tensor] = {}  # layer -> its attention weights (B, H, Q, K)
         self.outputs: list[torch.Tensor] = []  # per layer (B, H, T, dh)
         self.deltas: list[torch.Tensor] = []  # per layer (B, H, T, dh), leaves with requires_grad
         self.seen: dict[int, Attended] = {}
@@ -68,7 +71,7 @@ class Records:
 
     def wants(self, layer: int) -> bool:
         """Whether `attended` keeps anything of this layer (so an adapter can skip converting a mask)."""
-        return layer in self.inspect or self.want_values
+        return layer in self.inspect or self.want_values or self.want_patterns
 
     def attended(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, weights: torch.Tensor,
                  allowed: torch.Tensor | Callable[[], torch.Tensor | None] | None, scale: float,
@@ -77,6 +80,8 @@ class Records:
         `allowed` may be a function, called only when this layer is inspected."""
         if self.want_values:
             self.values[layer] = v
+        if self.want_patterns:
+            self.patterns[layer] = weights
         if layer in self.inspect:
             if callable(allowed):
                 allowed = allowed()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -173,3 +174,152 @@ class _PerModelCache:
                 table.pop(next(iter(table)))
             table[texts] = value
             return value
+
+
+# -- incremental runs: a later run of the same text takes over the layers an earlier one computed the same way ------
+# The share of the run memory budget (MHA_VIZ_RUN_CACHE_MB) that the layers kept for incremental runs may hold, over
+# every model: 512 MB of the default 2048, room for one SmolLM2 run of 512 tokens (318 MB, see `EarlierRuns`) and
+# the upper layers of a few toggles made from it.
+EARLIER_SHARE = 0.25
+EARLIER_PER_MODEL = 4  # runs kept per model: the last few texts or head sets the sessions asked for
+
+
+@dataclass(frozen=True)
+class KeptLayer:
+    """One layer of a run, as a later run of the same text may take it over: what was done to its heads (`step`,
+    see `layer_steps`), its block's output (what the next layer starts from) and its attention weights."""
+
+    step: tuple  # (keep (H,), replacement (n_off, T or 1, dh or 1)): compared with `same_step`
+    state: object  # the block's output (1, T, D) on the model's device, or the tuple the block returned
+    pattern: torch.Tensor  # (H, Q, K) float32 on the CPU
+    nbytes: int
+
+
+def layer_steps(keep: torch.Tensor | None, replace: torch.Tensor | None, n_layers: int, n_heads: int) -> list:
+    """What an edit (keep (1, L, H) or None, replace (1, L, H, T or 1, dh) or None) does in each layer, beyond the
+    layer's input: [(keep (H,), the replaced heads' values (n_off, T or 1, dh or 1))] per layer. Two requests whose
+    steps agree in every layer below l compute the same layers below l, whatever asked for them (zero, mean or
+    resample ablation, the reference texts, a patching source): a step holds the values themselves. Zero ablation's
+    values are zeros (n_off, 1, 1), the same as a replacement tensor's rows that no head fills."""
+    steps = []
+    for layer in range(n_layers):
+        row = torch.ones(n_heads) if keep is None else keep[0, layer].detach().float().cpu()  # (H,)
+        off = (row < 1).nonzero().flatten()  # (n_off,)
+        values = torch.zeros(len(off), 1, 1)  # (n_off, 1, 1): zero, unless replaced
+        if replace is not None and len(off):
+            values = replace[0, layer, off].detach().float().cpu()  # (n_off, T or 1, dh)
+        steps.append((row, values))
+    return steps
+
+
+def same_step(a: tuple, b: tuple) -> bool:
+    """Whether two layers' steps (`layer_steps`) do the same to the layer: the same keep row and, for the heads it
+    replaces, equal values (one vector for every position equals the same vector repeated per position)."""
+    (keep_a, values_a), (keep_b, values_b) = a, b
+    if not torch.equal(keep_a, keep_b):
+        return False
+    try:
+        va, vb = torch.broadcast_tensors(values_a, values_b)  # (n_off, T, dh) both
+    except RuntimeError:  # a different width or number of positions: not the same replacement
+        return False
+    return torch.equal(va, vb)
+
+
+def _bytes(value) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (tuple, list)):
+        return sum(_bytes(v) for v in value)
+    return 0
+
+
+class EarlierRuns:
+    """The layers of a few recent runs per model, for incremental runs: a run of the same token ids whose edits agree
+    with a kept run's in layers 0..l-1 takes those layers' block outputs and attention weights over and computes
+    layers l.. only (`resume`). Switching a head off in the last layer then costs one layer, not the whole model.
+
+    Kept beside the model (weakly), not on it: the model is shared by every session, and each run finds what any
+    session left. Each kept run is its token ids and one `KeptLayer` per layer; a run resumed from another shares
+    that run's lower `KeptLayer` objects, so it costs only the layers it computed. Bounded: at most
+    `EARLIER_PER_MODEL` runs per model, and at most `EARLIER_SHARE` of the run memory budget over every model
+    (`budget_bytes`, counted once per shared layer; least recently used first out). A run bigger than that alone
+    is not kept.
+
+    Size, SmolLM2 (30 layers, d_model 576, 9 heads) at 512 tokens, float32: the block outputs 30 x 512 x 576 x 4 B
+    = 35.4 MB, the attention weights 30 x 9 x 512 x 512 x 4 B = 283.1 MB; 318.5 MB for a run kept whole (plus the
+    values of patched heads, at most 35.4 MB with every head patched). A toggle resumed at layer l adds
+    (30 - l) / 30 of that. At 128 tokens: 8.8 + 17.7 = 26.5 MB."""
+
+    def __init__(self, per_model: int = EARLIER_PER_MODEL, budget_bytes: Callable[[], int] | None = None):
+        self._lock = threading.Lock()
+        self._per_model = per_model
+        self._budget = budget_bytes or _earlier_budget
+        self._runs: "OrderedDict[int, tuple]" = OrderedDict()  # serial -> (weakref to model, ids, layers)
+        self._serial = 0
+
+    def resume(self, model, ids: tuple, steps: list) -> list[KeptLayer]:
+        """The kept layers 0..l-1 a run of `ids` with these `steps` can take over, for the largest such l (the
+        run of `ids` that agrees longest; [] when none does). The run found becomes the most recently used."""
+        with self._lock:
+            best, found = [], None
+            for serial, (ref, kept_ids, layers) in self._runs.items():
+                if ref() is not model or kept_ids != ids:
+                    continue
+                n = 0
+                while n < len(layers) and n < len(steps) and same_step(layers[n].step, steps[n]):
+                    n += 1
+                if n > len(best):
+                    best, found = layers[:n], serial
+            if found is not None:
+                self._runs.move_to_end(found)
+            return list(best)
+
+    def keep(self, model, ids: tuple, layers: list[KeptLayer]) -> None:
+        """Keep a run's layers (those taken over from an earlier run among them), dropping least recently used
+        runs until this model has at most `per_model` and every model's layers fit the budget."""
+        room = self._budget()
+        with self._lock:
+            for serial in [s for s, (ref, kept_ids, kept) in self._runs.items()
+                           if ref() is None or (ref() is model and kept_ids == ids and
+                                                all(a is b for a, b in zip(kept, layers)))]:
+                del self._runs[serial]  # a model that is gone, or the same run kept before (now again, newest)
+            self._serial += 1
+            self._runs[self._serial] = (weakref.ref(model), ids, tuple(layers))
+            while self._runs:
+                mine = [s for s, (ref, _, _) in self._runs.items() if ref() is model]
+                if len(mine) > self._per_model:
+                    del self._runs[mine[0]]
+                elif self._held() > room:
+                    self._runs.popitem(last=False)
+                else:
+                    break
+
+    def _held(self) -> int:
+        seen: dict[int, int] = {}
+        for _, _, layers in self._runs.values():
+            for layer in layers:
+                seen[id(layer)] = layer.nbytes
+        return sum(seen.values())
+
+    def held_bytes(self) -> int:
+        """The bytes every kept layer holds (a layer shared by several runs counted once)."""
+        with self._lock:
+            return self._held()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._runs.clear()
+
+
+def kept_layer(step: tuple, state, weights: torch.Tensor) -> KeptLayer:
+    """A layer of the run just made: its step, its block's output as returned, weights (1, H, Q, K) as attention
+    computed them (any dtype, any device) -> one `KeptLayer`, its weights float32 on the CPU (H, Q, K)."""
+    pattern = weights[0].detach().float().cpu()  # (H, Q, K)
+    return KeptLayer(step=step, state=state, pattern=pattern,
+                     nbytes=_bytes(state) + _bytes(pattern) + _bytes(step))
+
+
+def _earlier_budget() -> int:
+    from mha_viz.settings import settings  # read once the first run is kept, not at import
+
+    return int(settings().run_cache_mb * 2**20 * EARLIER_SHARE)

@@ -68,6 +68,7 @@ class CompiledModel(EditableModel):
 
     # -- one forward ----------------------------------------------------------------------------------------
     pads = True  # no position's output depends on padding to its right when causal; encoders get a key mask
+    can_resume = True  # CompiledStack runs the shared loop (models/attention.run_stack), which resumes at edit.start
 
     def forward(self, ids: torch.Tensor, edit: HeadEdit, attentions: bool = False, lengths=None) -> Forward:
         keys = None
