@@ -486,6 +486,14 @@ def attribution_map(name: str, text: str, source: str, metric_args: tuple) -> to
 
 
 _EXACT = RunCache(8, size=lambda _: 1)  # the last 8 exact maps
+# The last 8 censuses, shared by every session, keyed (model name, seed, texts or None): the Census view makes them;
+# the Layer view and Inside a head read one where it was made (`census_made`), to set one input against it.
+CENSUSES = RunCache(8, size=lambda _: 1)
+
+
+def census_made(name: str, seed: int = 0):
+    """The census of `name` on its default texts (seed `seed`), where some session has made it; else None."""
+    return CENSUSES.peek((name, seed, None))
 
 
 def exact_patching_map(name: str, text: str, source: str, metric_args: tuple, progress=None,

@@ -10,7 +10,7 @@ import torch
 from mha_viz import analysis, plotting
 from mha_viz.app import state
 from mha_viz.app.markdown import md_safe  # the views' one import of it (state.py imports markdown)
-from mha_viz.app.names import distinct_labels, head_name, layer_name, parse_head, quoted, token_label
+from mha_viz.app.names import distinct_labels, head_name, layer_name, marked_tokens, parse_head, quoted, token_label
 from mha_viz.contract import Ablation, AttentionRun, Model
 
 LEARNED_NOTE = (
@@ -125,6 +125,7 @@ def display(model: Model, run: AttentionRun, hide_special: bool, merge: bool) ->
     """Tokens and attentions (L, H, Q, K) as the user asked to see them. The model run itself is unchanged."""
     tokens, att = list(run.tokens), run.attentions  # (L, H, Q, K)
     positions = list(range(len(tokens)))
+    unknown = set(run.unknown)
     if hide_special and run.special and len(run.special) < len(tokens):
         keep = torch.ones(len(tokens), dtype=torch.bool)  # (T,)
         keep[list(run.special)] = False
@@ -136,8 +137,10 @@ def display(model: Model, run: AttentionRun, hide_special: bool, merge: bool) ->
         groups = analysis.word_groups(tokens, special=special)
         if len(groups) < len(tokens):
             att = analysis.merge_word_pieces(att, groups)  # (L, H, W, W)
-            tokens = _word_labels(model, run, positions, tokens, groups)
-    return tokens, att
+            labels = _word_labels(model, run, positions, tokens, groups)
+            marked = {j for j, g in enumerate(groups) if any(positions[i] in unknown for i in g)}
+            return marked_tokens(labels, marked), att
+    return marked_tokens(tokens, {j for j, i in enumerate(positions) if i in unknown}), att
 
 
 def _word_labels(model: Model, run: AttentionRun, positions: list[int], tokens: list[str],

@@ -25,6 +25,21 @@ from mha_viz.names import (  # noqa: F401
 )
 
 _SUBSCRIPT = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
+# Appended to a token the tokenizer mapped to its unknown token, on every axis and picker: the model saw its unknown
+# token there, not the word shown (`marked_tokens`).
+UNKNOWN_MARK = " (?)"
+
+
+def marked_tokens(tokens, unknown) -> list[str]:
+    """`tokens` with `UNKNOWN_MARK` after each position in `unknown` (`run.unknown`), for the figures' axes."""
+    unknown = set(unknown)
+    return [t + UNKNOWN_MARK if i in unknown else t for i, t in enumerate(tokens)]
+
+
+def unknown_words(n_unknown: int, n_content: int, model_title: str) -> str:
+    """ "9 of 14 words are unknown to tiny": the page's one sentence for it."""
+    return (f"{n_unknown} of {n_content} word{'s' if n_content != 1 else ''} {'is' if n_unknown == 1 else 'are'} "
+            f"unknown to {model_title}")
 
 
 def token_label(token: str, limit: int = 40) -> str:

@@ -8,6 +8,7 @@ import streamlit as st
 
 from mha_viz.app import reconnect
 from mha_viz.app.common import md_safe, visible
+from mha_viz.app.names import UNKNOWN_MARK, unknown_words
 from mha_viz.contract import AttentionRun, Model
 
 DEFAULT_TEXT = "The keys to the old cabinet are on the table, so Anna gave the keys to Ben."
@@ -110,7 +111,9 @@ def token_strip(run: AttentionRun, model: Model, chips: bool = True) -> None:
         )
     if unknown:
         words = ", ".join(sorted({visible(run.tokens[i]) for i in unknown}))
-        notes.append(f"{len(unknown)} position(s) map to the unknown token (highlighted; the model does not know: "
-                     f"{md_safe(words[:200])})")
+        content = len(run.tokens) - len(set(run.special))
+        notes.append(f"**{unknown_words(len(unknown), content, model.info.title)}** (highlighted, and marked "
+                     f"“{UNKNOWN_MARK.strip()}” on the figures' axes: the model reads its unknown token there, and "
+                     f"two unknowns never count as the same word): {md_safe(words[:200])}")
     if notes:
         st.caption(" · ".join(notes))

@@ -212,3 +212,29 @@ def test_follow_a_token_says_when_a_word_is_cut_in_its_cell():
         assert not at.exception, at.exception
         said = " ".join(c.value for c in at.caption)
         assert ("is cut with “…”" in said) == cut, (text, said)
+
+
+FOX = "the quick brown fox jumps over the lazy dog near the quick brown fox"
+
+
+def test_inside_a_head_reads_its_support_marks_unknowns_and_sets_the_input_against_the_census(monkeypatch):
+    """Inside a head says what the head does on this input with how many queries each reading averaged over, marks
+    the words the model does not know on the axes, and, once a census of the model is made, whether this input
+    agrees with the name the census gave the head."""
+    import mha_viz
+    from mha_viz.app import cache
+    from mha_viz.app.names import UNKNOWN_MARK
+
+    at = _view(_app("tiny", text=FOX, layer="0"), "Inside a head")
+    run = mha_viz.load_model("tiny").run(FOX)
+    md = " ".join(m.value for m in at.markdown)
+    assert f"{len(run.unknown)} of 14 words are unknown to" in md, md
+    assert "queries" in md and "No census of this model has been made yet" in md
+    labels = next(d["y"] for d in _chart(at, "inside_pattern")["data"] if d["type"] == "heatmap")  # the query axis
+    assert sum(UNKNOWN_MARK in str(t) for t in labels) == len(run.unknown) == 9, labels
+    # With the census made, L0 H2 (the census's previous-token head) is set against this input.
+    census = mha_viz.head_census(mha_viz.load_model("tiny"))
+    monkeypatch.setattr(cache, "census_made", lambda name, seed=0: census if name == "tiny" else None)
+    at.selectbox(key="inside_head").set_value(2).run()
+    md = " ".join(m.value for m in at.markdown)
+    assert "The census names L0 H2 for previous token" in md and "this input agrees" in md, md

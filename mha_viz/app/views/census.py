@@ -24,13 +24,13 @@ from mha_viz.analysis.census_run import (
     seed_roles,
 )
 from mha_viz.analysis.written import NAMED_AT, summary, written_vs_census
-from mha_viz.app.cache import RunCache, census_control, get_model, side_model
+from mha_viz.app.cache import CENSUSES, census_control, get_model, side_model
 from mha_viz.app.common import clicked_head, head_name, md_safe, pick_clicked_head
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import Ablation, Head, InputError, Model, ModelLoadError
 from mha_viz.models.examples import census_texts
 
-_CENSUS = RunCache(8, size=lambda _: 1)  # the last 8 censuses, shared by every session
+_CENSUS = CENSUSES  # the last 8 censuses, shared by every session (other views read them: cache.census_made)
 MAX_UPLOAD_BYTES = MAX_TEXTS * MAX_TEXT_CHARS
 # A census score is shown by its registered measure's label and words (`mha_viz.measures`), as everywhere else.
 shown = measures.score_label

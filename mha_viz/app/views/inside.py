@@ -1,11 +1,13 @@
-"""Inside a head: one head's scores, weights, values and weighted sum for a chosen query token, each step with its
-formula; then how the heads of the layer add up for that token."""
+"""Inside a head: what the head does on this input (its measured readings, each with how many queries it averaged
+over, set against the census's name for it where a census was made); its scores, weights, values and weighted sum
+for a chosen query token, each step with its formula; then how the heads of the layer add up for that token."""
 from __future__ import annotations
 
 import streamlit as st
 import torch
 
-from mha_viz import analysis, plotting
+from mha_viz import analysis, measures, plotting
+from mha_viz.analysis.agreement import head_agreement
 from mha_viz.app import cache
 from mha_viz.app.common import (
     TOKEN_KEY,
@@ -20,6 +22,7 @@ from mha_viz.app.common import (
     visible,
 )
 from mha_viz.app.context import ViewContext
+from mha_viz.app.names import UNKNOWN_MARK, marked_tokens, unknown_words
 from mha_viz.contract import Ablation, InputError, UnavailableError
 
 OFF_WORDS = {a.key: f", its output {a.describe}: the head is off ({a.adjective})" for a in Ablation.kinds()}
@@ -49,8 +52,30 @@ def render(ctx: ViewContext) -> None:
                   f"{model.n_heads // model.info.n_kv_heads} query heads. " if model.info.n_kv_heads else "")
                + "q and k are shown as they enter the dot product (after rotary embeddings where the model uses "
                "them).")
+    readings(ctx, (layer, head))
     steps(ctx, h, query, token)
     combine(ctx, heads, query, token)
+
+
+def readings(ctx: ViewContext, head) -> None:
+    """The head's measured readings on this input, each with its support ("too few queries" below the floor), and
+    where a census of the model was made, whether this input agrees with the name the census gave the head."""
+    run, causal = ctx.run, ctx.model.causal
+    scores, baselines = analysis.run_scores(run, causal, names=measures.BADGES)
+    support = analysis.run_support(run, causal, names=measures.BADGES)
+    lines = [analysis.badge_caption(scores, baselines, support, head[0], head[1]).removeprefix("measured: ")
+             .replace("no location stands out", "no measured pattern stands out on this input")]
+    census = cache.census_made(ctx.name)
+    if census is not None:
+        lines += head_agreement(census, head, scores, support)
+    else:
+        lines.append("No census of this model has been made yet: the Census view measures what every head does over "
+                     "many inputs, and this view then says whether this input agrees.")
+    if run.unknown:
+        lines.append(unknown_words(len(run.unknown), len(run.tokens) - len(set(run.special)), ctx.model.info.title)
+                     + f" (marked “{UNKNOWN_MARK.strip()}” on the axes): they never count as repeating each other.")
+    st.markdown(f"**{head_name(head)} on this input** (a measurement, not a role)\n\n"
+                + "\n".join(f"- {md_safe(line)}" for line in lines))
 
 
 def _clicked_row(selection_state) -> int | None:
@@ -84,7 +109,8 @@ def steps(ctx: ViewContext, h, query: int, token: str) -> None:
     masked = int(torch.isneginf(scores).sum())
     left, right = st.columns([2, 3])
     with left:
-        fitted_chart(plotting.pattern_pick_figure(h.weights, h.tokens, f"{name} weights", query, off=h.ablated),
+        shown = marked_tokens(h.tokens, ctx.run.unknown)
+        fitted_chart(plotting.pattern_pick_figure(h.weights, shown, f"{name} weights", query, off=h.ablated),
                      "inside_pattern", width="content", on_select="rerun", selection_mode="points")
         if len(h.tokens) <= plotting.CLICKABLE_ROWS_UP_TO:
             st.caption("Click a cell to open its row (query token); the outlined row is the one below.")
@@ -117,7 +143,7 @@ def steps(ctx: ViewContext, h, query: int, token: str) -> None:
         + (OFF_WORDS.get(ctx.ablation, ", the head is off") if h.ablated else "") + ")."
     )
     bias = None if h.position_bias is None else h.position_bias[query]  # (K,)
-    st.plotly_chart(plotting.inside_steps_figure(h.tokens, scores, weights, norms, query,
+    st.plotly_chart(plotting.inside_steps_figure(shown, scores, weights, norms, query,
                                                  f"{name}: query {visible(h.tokens[query], 20)}", bias=bias),
                     width="stretch", key="inside_steps", config=chart_config())
     with st.expander(f"{name}'s queries, keys and values: one row per token, the vectors the steps use"):
