@@ -481,7 +481,8 @@ _register(Measure(
 _register(Measure(
     "next", "next token", "attention on the token right after the query (always 0 in a causal model)",
     "Clark et al. 2019, section 3.", _next, badge=True, target="the next token",
-    unmeasurable="the text has a single token", queries=lambda pos: 0 if pos.causal else _diagonal_queries(pos.t, 1, 0)))  # a causal query never sees it
+    unmeasurable="the text has a single token",
+    queries=lambda pos: 0 if pos.causal else _diagonal_queries(pos.t, 1, 0)))  # a causal query never sees it
 _register(Measure(
     "nearby", "nearby", f"attention on the content tokens within {NEARBY_WINDOW} positions of the query, itself "
     "excluded, averaged over content queries from position 2 on",
