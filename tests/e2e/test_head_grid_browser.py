@@ -6,7 +6,7 @@ from urllib.parse import urlencode
 
 from test_browser import _assert_no_exception
 
-from harness import GRID_DRAWN, GRID_TITLES, GRID_TOKENS, grid_switch, wait, wait_idle
+from harness import GRID_DRAWN, GRID_TITLES, grid_switch, wait, wait_idle
 
 N_HEADS = 12  # all-MiniLM-L6-v2
 LONG_TEXT = " ".join(["the cat sat on the mat while anna gave the old keys to ben"] * 10)  # > 128 tokens
@@ -40,13 +40,14 @@ def test_layer_switch_hover_and_focus_stay_in_the_browser(browser, streamlit_url
     assert labels["step"] == 1 and labels["font"] >= 8 and labels["shown"] == [n_tokens] * (2 * N_HEADS), labels
 
     # Layer switch: the tab redraws every head of layer 3 at once, in the click's own task, with the grid's heading
-    # and the link (the page learns the layer with its next event: the test below).
+    # and the link (the page's own switches follow after it: the test below).
     titles = page.evaluate(f"""() => {{ document.querySelector('.mhv-tab[data-layer="3"]').click();
                                         return ({GRID_TITLES})(); }}""")
     assert all(t.startswith("L3 ") for t in titles), titles
     wait(page, "() => location.search.includes('layer=3')", "the link to follow the layer shown")
     wait(page, "() => [...document.querySelectorAll('p')].some(p => p.innerText.startsWith('Layer 3:'))",
          "the heading to follow the tab")
+    _page_on_layer(page, 3)  # the page's rerun for the tab, done before the frames are counted
     wait_idle(page)
     page.wait_for_timeout(500)
     before = frames[0]
@@ -123,37 +124,45 @@ def test_long_text_is_readable(browser, streamlit_url, page):
 HEADINGS = """() => [...document.querySelectorAll('p')].map(p => p.innerText).filter(t => /^Layer \\d+:/.test(t))"""
 SWITCHES_OF = """() => [...document.querySelectorAll('[data-testid="stExpander"] summary')].map(s => s.innerText)
   .filter(t => t.includes('Switches for the heads of'))"""
+# The page's own switches under the grid (Streamlit toggles, in the expander): their labels, in order.
+PAGE_SWITCHES = """() => [...document.querySelectorAll('[data-testid="stExpander"] [data-testid="stCheckbox"]')]
+  .map(e => e.textContent.trim())"""
 
 
-def test_a_layer_tab_asks_nothing_of_the_server_and_the_page_learns_it_next(browser, streamlit_url, page):
-    """A tab changes the grid, its heading and the link in the browser and sends nothing: a rerun per tab left the
-    page 2.4x slower to settle than at acd96ab (benchmarks/bench_core.py). The page must still hold one layer:
-    whatever the visitor does next (a new sentence, another view, a head's switch) runs on the layer on screen."""
-    sent = _count_frames(page, "framesent")
+def _page_on_layer(page, layer: int, timeout_ms: int = 10_000) -> None:
+    """Wait, at most `timeout_ms`, for the expander under the grid to name `layer` and hold its heads' switches."""
+    heads = [f"L{layer} H{h}" for h in range(N_HEADS)]
+    page.set_default_timeout(timeout_ms)
+    try:
+        wait(page, f"""(heads) => {{ const label = ({SWITCHES_OF})();
+                        return label.length === 1 && label[0].includes('of L{layer} ')
+                            && JSON.stringify(({PAGE_SWITCHES})()) === JSON.stringify(heads); }}""",
+             f"the switches under the grid to follow the tab to layer {layer}", arg=heads)
+    finally:
+        page.set_default_timeout(90_000)
+
+
+def test_a_layer_tab_takes_the_switches_below_with_it(browser, streamlit_url, page):
+    """A tab changes the grid, its heading and the link in the click's own task; then, with nothing else done, the
+    page's own switches under the grid (their label, each switch, and what it switches off) follow it. Then the
+    next event still runs on the layer on screen: another view, a head's switch in the grid."""
     query = urlencode({"model": "minilm", "text": "The keys to the cabinet are on the table.", "view": "Layer"})
     page.goto(f"{streamlit_url}/?{query}", wait_until="domcontentloaded")
     wait(page, f"() => ({GRID_DRAWN})() === {N_HEADS}", "the grid of layer 0")
     wait_idle(page)
-    page.wait_for_timeout(500)
-    before = sent[0]
-    page.locator('.mhv-tab[data-layer="3"]').click()
-    wait(page, f"() => ({GRID_TITLES})().every(t => t.startsWith('L3 '))", "the grid to show layer 3")
-    assert page.evaluate(HEADINGS) == ["Layer 3: all 12 heads"]
-    assert "layer=3" in page.url, page.url
-    page.wait_for_timeout(800)
-    assert sent[0] == before, f"a layer tab sent {sent[0] - before} websocket frames to the server"
-
-    # 1. A run for another reason (a new sentence) stays on layer 3, and the server's own widgets catch up.
-    page.get_by_label("Sentence", exact=True).fill("Mary gave the old book to John at the market.")
-    page.get_by_role("button", name="Show attention").click()
-    wait(page, f"""() => ({GRID_TOKENS})().some(t => t.includes('market'))
-                   && ({SWITCHES_OF})().length === 1 && ({SWITCHES_OF})()[0].includes('of L3 ')""",
-         "the new sentence drawn and the page's switches on layer 3")
-    wait_idle(page)
-    assert all(t.startswith("L3 ") for t in page.evaluate(GRID_TITLES))
+    page.locator('[data-testid="stExpander"] summary', has_text="Switches for the heads of L0 ").click()
+    titles = page.evaluate(f"""() => {{ document.querySelector('.mhv-tab[data-layer="3"]').click();
+                                        return ({GRID_TITLES})(); }}""")
+    assert all(t.startswith("L3 ") for t in titles), titles
     assert page.evaluate(HEADINGS) == ["Layer 3: all 12 heads"] and "layer=3" in page.url, page.url
+    _page_on_layer(page, 3)
+    page.locator('[data-testid="stExpander"] [data-testid="stCheckbox"]').filter(has_text="L3 H5").click()
+    wait(page, f"() => ({GRID_TITLES})().includes('L3 H5 (off)')", "L3 H5 drawn as off by the page's switch")
+    wait_idle(page)
+    assert "off=L3H5" in page.url and "layer=3" in page.url, page.url
+    assert sum("(off)" in t for t in page.evaluate(GRID_TITLES)) == 1
 
-    # 2. Another tab, then another view: the view opens on the layer that was on screen.
+    # Another tab, then at once another view: the view opens on the layer that was on screen.
     page.locator('.mhv-tab[data-layer="4"]').click()
     page.locator('nav.mhn button[data-view="Inside a head"]').click()
     wait(page, "() => [...document.querySelectorAll('h2, h3')]"
@@ -165,7 +174,7 @@ def test_a_layer_tab_asks_nothing_of_the_server_and_the_page_learns_it_next(brow
          "the Layer view back on layer 4")
     wait_idle(page)
 
-    # 3. Another tab, then a head's switch: the head of the layer on screen goes off, and the page is on its layer.
+    # Another tab, then at once a head's switch in the grid: the head of the layer on screen goes off.
     page.locator('.mhv-tab[data-layer="2"]').click()
     grid_switch(page, "L2 H1").click()
     wait(page, f"() => ({GRID_TITLES})().includes('L2 H1 (off)') && ({SWITCHES_OF})()[0].includes('of L2 ')",
@@ -173,3 +182,4 @@ def test_a_layer_tab_asks_nothing_of_the_server_and_the_page_learns_it_next(brow
     wait_idle(page)
     assert "layer=2" in page.url and "off=L2H1" in page.url, page.url
     _assert_no_exception(page, "a head switched off after a tab")
+    assert not page.js_errors, page.js_errors

@@ -2,7 +2,8 @@
 per cell, deflated, in one Arrow binary cell (raw bytes on the websocket: no base64, no JSON string to parse),
 and the browser draws the heads, switches layers (with the layer's heading, bulk switches and link), lights a
 hovered token's row in every head and opens a head large (every token labelled, zoom and pan) without a server
-round trip. A head switched on or off, and a bulk switch, come back as triggers, because they need the model.
+round trip. A head switched on or off, and a bulk switch, come back as triggers, because they need the model; a
+layer tab comes back as one once the grid has drawn it, for what the page draws for that layer.
 
 Measured against the plotly row figures it replaces in benchmarks/RESULTS.md.
 """

@@ -50,7 +50,7 @@ export default function (component) {
   hint(data.hint, data.hint_view, s);
 }
 
-// A view asked of the server, with the link's layer: the Layer grid's tabs write it without telling the server
+// A view asked of the server, with the link's layer: the Layer grid's tabs write it before they tell the server
 // (head_grid), so the view opened shows the layer that was on screen.
 function viewEvent(view) {
   const layer = new URLSearchParams(window.location.search).get("layer");

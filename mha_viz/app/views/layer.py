@@ -2,11 +2,11 @@
 
 The heads are drawn by the browser component in app/components/head_grid (all layers sent once: switching layer,
 hovering a token and opening a head large stay in the page). The layer's heading and its bulk switches are drawn
-by the component too, so a layer tab changes every one of them in the browser, with the link, and asks nothing of
-the server: the page learns the layer with the grid's next event (a switch or bulk switch names its layer, the
-navigation sends the link's) or, when it runs for another reason, from one trigger the grid sends then. The same
-switches are also Streamlit widgets in an expander, for the keyboard and for AppTest, which cannot run the
-component's JavaScript."""
+by the component too, so a layer tab changes every one of them in the browser, with the link, in the click's own
+task. The grid tells the page once that drawing is on screen (web/grid/main.js, tellLayer), and the fragment's rerun
+redraws what the server draws for the layer: the same switches as Streamlit widgets in an expander (for the keyboard
+and for AppTest, which cannot run the component's JavaScript), their label and bulk buttons. A switch or bulk switch
+clicked before then names its layer, and the navigation sends the link's."""
 from __future__ import annotations
 
 import streamlit as st
@@ -42,8 +42,9 @@ def grid(ctx: ViewContext) -> None:
               on_bulk=lambda layer, action, head: bulk(name, n_heads, layer, action, head))
     # The badges are already under each head in the grid, so the switches come without them; one per line, no
     # columns: a toggle's rerun sends each element again, and columns cost a message apiece (28 messages for
-    # MiniLM's 12 heads in rows of 4, 13 stacked).
-    with st.expander(f"Switches for the heads of {layer_name(ctx.layer)} (the same as in each head's corner above)"):
+    # MiniLM's 12 heads in rows of 4, 13 stacked). Keyed, so an open expander stays open when a tab renames it.
+    with st.expander(f"Switches for the heads of {layer_name(ctx.layer)} (the same as in each head's corner above)",
+                     key=f"switches|{name}"):
         controls(ctx.model, ctx.name, ctx.layer)
         for head in range(ctx.model.n_heads):
             switch(ctx.name, ctx.layer, head)

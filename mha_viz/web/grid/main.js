@@ -30,10 +30,10 @@ async function decode(att) {  // the Arrow cell's deflated bytes -> the codes, i
 }
 
 // The layer to show for an update from the host, and the host told of a layer it does not have yet.
-// - The page (controls.link): a tab is the grid's and the link's at once, without a rerun (one would redraw the
-//   page for nothing on it: the heading and bulk switches are the grid's own). The page learns it with the grid's
-//   next event (a switch, a bulk switch: they name their layer; the navigation reads the link's), or, when the
-//   page runs for another reason and still says the old layer, from the one trigger sent here.
+// - The page (controls.link): a tab is the grid's, its heading's and the link's in the click's own task; the page
+//   is told after that drawing is on screen (tellLayer), and its rerun redraws what the server draws for the layer
+//   (the switches under the grid, their label and bulk buttons). An answer that still says another layer (a run
+//   for another reason, started before the page was told) keeps the tab's layer and tells the page again.
 // - The notebook: a tab is asked of the host at once (Python's `w.layer` follows it); an answer still on its way
 //   from before the click does not take the grid back.
 function layerFor(s, d) {
@@ -44,7 +44,7 @@ function layerFor(s, d) {
     } else {
       if (s.toldLayer !== d) {  // once per update: the answer to it says the same layer, or another rerun does
         s.toldLayer = d;
-        setTimeout(() => { if (s.localLayer !== null) s.setTrigger("layer", s.localLayer); }, 0);
+        tellLayer(s);
       }
       return s.localLayer;
     }
@@ -54,6 +54,16 @@ function layerFor(s, d) {
     return Math.min(d.layer, d.L - 1);
   }
   return s.layer;
+}
+
+// The page told of the tab's layer once the tab's drawing is painted (a frame, then a task), so the rerun it
+// causes (the server's answer, then the browser applying it) comes after the grid is on screen, not in its way.
+// Tabs clicked before that are told once, as the last of them.
+function tellLayer(s) {
+  const n = ++s.tells;
+  requestAnimationFrame(() => setTimeout(() => {
+    if (n === s.tells && s.localLayer !== null) s.setTrigger("layer", s.localLayer);
+  }, 0));
 }
 
 function drawnAs(d) {  // everything of an update the grid draws from, but the weights (their digest) and the layer
@@ -90,7 +100,7 @@ export default function (component) {
 
 function build(root, setTrigger) {
   const s = { root, setTrigger, chain: Promise.resolve(), latest: null, digest: null, layer: 0, askedLayer: null,
-              localLayer: null,
+              localLayer: null, tells: 0,
               hoverQ: null, pinQ: null, focus: null, zoom: 1, pending: new Set() };
   const box = el("div", "mhv");
   const bar = el("div", "mhv-bar");

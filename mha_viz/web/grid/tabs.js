@@ -1,4 +1,4 @@
-// The layer tabs: a tab is drawn at once; the host learns it (see layerFor in main.js for when).
+// The layer tabs: a tab is drawn at once; the host learns it after (tellLayer and layerFor in main.js).
 function buildTabs(s) {
   const d = s.d;
   if (s.tabs.childElementCount !== d.L) {
@@ -23,7 +23,8 @@ function setLayer(s, l) {
   if (s.focus) openFocus(s, l, s.focus[1]);
   linkLayer(s, l);
   if (s.d.controls && s.d.controls.link) {
-    s.localLayer = l;  // the page's: it learns the layer later, without a rerun now (layerFor in main.js)
+    s.localLayer = l;  // shown until the page's answer says the same layer (layerFor in main.js)
+    tellLayer(s);      // once this drawing is on screen
   } else {
     s.askedLayer = l;
     s.setTrigger("layer", l);  // the notebook's `w.layer` follows at once
