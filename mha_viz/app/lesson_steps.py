@@ -1,6 +1,13 @@
 """The Lesson's steps: one claim of multi-head attention each, shown on a live model and told from numbers measured
-on that run. Every head a step names is found by a measurement (the registry's measures, a head's contribution, a
-switched-off head's effect), never typed, so a step follows when the student's input or the lesson's model changes.
+on that run. Every head a step names is found by a measurement, never typed, so a step follows when the student's
+input or the lesson's model changes.
+
+A head's role (previous token, induction, first token) comes from the model's census (`head_census`: every head
+measured on many inputs made for each question; `HeadCensus.named`, ties named together), the same in every step, so
+within a model one role has one head, or a stated tie. A step's own input is one input: its readings say how many
+queries they averaged over, show no number below `measures.SUPPORT_FLOOR`, and say in words when this input puts
+another head above the census's. Words the model does not know (`run.unknown`) are counted next to the input and
+marked on the figures' axes.
 
 A step is a `Step` (title, claim, default input, which model) and one function that draws it under the lesson's
 frame (views/lesson.py): the figure, what to look at, one thing to try with what changed, and "what you just saw".
@@ -18,12 +25,14 @@ import torch
 
 from mha_viz import measures, plotting
 from mha_viz.analysis import combine_heads, next_token_kl
+from mha_viz.analysis.census_run import TIE, HeadCensus, head_census
 from mha_viz.analysis.importance import head_importance
-from mha_viz.analysis.scores import run_scores, top_badges
-from mha_viz.app.cache import side_model, side_result
+from mha_viz.analysis.scores import run_scores, run_support, top_badges
+from mha_viz.app.cache import census_control, side_model, side_result
 from mha_viz.app.common import chart_config, head_name, md_safe, top_predictions, visible
 from mha_viz.contract import AttentionRun, Head, HeadInside, InputError, Model
 from mha_viz.models import seeds
+from mha_viz.models.examples import census_texts
 
 WRITTEN = "written-three-heads"  # three heads side by side in one layer, each written by one line of a program
 TEXT_PARALLEL = "the keys to the old cabinet are on the table , so anna gave the keys to ben ."
@@ -31,7 +40,8 @@ TEXT_REPEAT = "anna berg went to the market . tom lind saw anna berg at the park
 TEXT_PREDICT = "anna berg went to the market . tom lind saw anna"  # the next word can be copied from earlier
 TEXT_WRITTEN = "b b a b b a"
 PATTERNED = 0.5  # a head whose strongest pattern is this far above uniform attention counts as strongly patterned
-PATTERNS = ("previous", "induction", "first")  # step 3's relations: nearby context, a repeated term, a fixed place
+ROLES = ("previous", "induction", "first")  # the roles the lesson names heads for: nearby context, a repeat, a place
+FLOOR = measures.SUPPORT_FLOOR
 
 
 # -- measurements, shared by the sessions through the run cache -------------------------------------------------
@@ -52,9 +62,28 @@ def lesson_importance(name: str, text: str) -> torch.Tensor:
     return side_result(("lesson-importance", text), name, lambda: head_importance(side_model(name), text))
 
 
-def scores_of(name: str, run: AttentionRun) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
-    """Every registered one-input measure of `run`, (L, H) each, and what uniform attention would score."""
-    return run_scores(run, side_model(name).info.causal)
+def lesson_census(name: str) -> HeadCensus:
+    """The census of lesson model `name`, as the Census view makes it by default (its example texts, input seed 0,
+    the untrained twin as control): where every role a step names comes from. Made once per model and kept."""
+    def make() -> HeadCensus:
+        model = side_model(name)
+        return head_census(model, texts=census_texts(model), control=census_control(model))
+    return side_result("lesson-census", name, make)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """Every registered one-input measure of one run: scores (L, H) each, what uniform attention scores, and how
+    many queries each averaged over (the same for every head)."""
+    scores: dict[str, torch.Tensor]
+    base: dict[str, float]
+    support: dict[str, int]
+
+
+def read(name: str, run: AttentionRun) -> Reading:
+    causal = side_model(name).info.causal
+    scores, base = run_scores(run, causal)
+    return Reading(scores, base, run_support(run, causal))
 
 
 def argmax_head(scores: torch.Tensor) -> Head:
@@ -64,15 +93,20 @@ def argmax_head(scores: torch.Tensor) -> Head:
     return layer, head
 
 
-def strongest_pattern(scores: dict, baselines: dict, head: Head) -> tuple[str, float] | None:
-    """A head's measure furthest above uniform attention (a registered badge), or None when none is 0.1 above."""
-    found = top_badges(scores, baselines, head[0], head[1], n=1)
+def strongest_pattern(r: Reading, head: Head) -> tuple[str, float] | None:
+    """A head's measure furthest above uniform attention (a registered badge read over `FLOOR` queries or more), or
+    None when none is 0.1 above."""
+    found = top_badges(r.scores, r.base, head[0], head[1], n=1, support=r.support)
     return found[0] if found else None
 
 
-def pattern_excess(scores: dict, baselines: dict) -> torch.Tensor:
-    """(L, H): how far each head's strongest badge measure lies above its uniform baseline."""
-    excess = torch.stack([scores[m] - baselines[m] for m in measures.BADGES])  # (M, L, H)
+def pattern_excess(r: Reading) -> torch.Tensor:
+    """(L, H): how far each head's strongest badge measure lies above its uniform baseline, of the measures read
+    over `FLOOR` queries or more (-inf where none is)."""
+    kept = [m for m in measures.BADGES if r.support[m] >= FLOOR]
+    if not kept:
+        return torch.full_like(r.scores[measures.BADGES[0]], float("-inf"))
+    excess = torch.stack([r.scores[m] - r.base[m] for m in kept])  # (M, L, H)
     return excess.nan_to_num(float("-inf")).amax(0)  # (L, H)
 
 
@@ -83,6 +117,111 @@ def pct(value: float) -> str:
 def tok(token: str) -> str:
     """A token inside the step's Markdown, as typed."""
     return f"“{md_safe(visible(token))}”"
+
+
+def listed(items: list[str]) -> str:
+    """"a", "a and b", "a, b and c"."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" and {items[-1]}"
+
+
+def heads_words(heads: list[Head]) -> str:
+    return listed([head_name(h) for h in heads])
+
+
+# -- roles: the census names them, a step's input is checked against it ------------------------------------------
+def role_heads(name: str, role: str) -> list[Head]:
+    """The heads the census of `name` names for `role`, in (layer, head) order: one, a tie, or none."""
+    return [h for h, _ in lesson_census(name).named(role)]
+
+
+def census_role(name: str, role: str, verb: bool = False) -> str:
+    """"the census's induction head L1 H3"; a tie, "the census's induction heads L1 H0 and L1 H2, tied"; with
+    `verb`, "... head is L1 H3" / "... heads are ..."; none named, "no head: the census names none for induction"."""
+    heads, label = role_heads(name, role), measures[role].label
+    if not heads:
+        return f"no head: the census names none for {label}"
+    if len(heads) == 1:
+        return f"the census's {label} head {'is ' if verb else ''}{head_name(heads[0])}"
+    return f"the census's {label} heads {'are ' if verb else ''}{heads_words(heads)}, tied"
+
+
+def queries(n: int) -> str:
+    return measures.queries_words(n)
+
+
+def too_few(role: str, n: int) -> str:
+    return f"{measures[role].label}: {measures.TOO_FEW} ({queries(n)}; a reading needs at least {FLOOR})"
+
+
+def role_reading(name: str, role: str, r: Reading) -> str:
+    """One clause: the census's heads for `role` and what this input says of them. The input agrees (its best head
+    is one of them, or reads within `TIE` of one), puts another head higher (said as such), or has too few queries
+    to say anything. Where the census names no head, the input's best head over `FLOOR` queries or more."""
+    label, n, b = measures[role].label, r.support[role], r.base[role]
+    heads = role_heads(name, role)
+    if n < FLOOR:
+        if not heads:
+            return f"the census names no {label} head; {too_few(role, n)}"
+        return f"{census_role(name, role)}; {too_few(role, n)}"
+    values = r.scores[role]  # (L, H)
+    best = argmax_head(values)
+    if not heads:
+        return (f"the census names no {label} head; on this input {head_name(best)} scores highest "
+                f"({float(values[best]):.2f} over {queries(n)}; uniform attention {b:.2f})")
+    theirs = [float(values[h]) for h in heads]
+    if best in heads or float(values[best]) - max(theirs) <= TIE:
+        return (f"{census_role(name, role)}, and this input agrees ("
+                + listed([f"{v:.2f}" for v in theirs]) + f" over {queries(n)}, as high as any head; uniform "
+                f"attention {b:.2f})")
+    return (f"on this input {head_name(best)} scores higher than {census_role(name, role)} ({float(values[best]):.2f} "
+            f"against {max(theirs):.2f}, over {queries(n)}; uniform attention {b:.2f})")
+
+
+def reading_line(name: str, r: Reading, head: Head) -> str:
+    """One head's strongest pattern on this input with its support; for a role, whose it is in the census."""
+    top = strongest_pattern(r, head)
+    if top is None:
+        few = [m for m, _ in top_badges(r.scores, r.base, head[0], head[1], n=2) if r.support[m] < FLOOR]
+        return (f"{head_name(head)}: no measured pattern 10 points above uniform attention over {FLOOR} queries or "
+                "more" + "".join(f"; {too_few(m, r.support[m])}" for m in few))
+    m, value = top
+    line = (f"{head_name(head)}: {measures[m].label} {pct(value)} over {queries(r.support[m])} (uniform attention: "
+            f"{pct(r.base[m])})")
+    if m in ROLES:
+        line += f"; {census_role(name, m, verb=True)}" + ("" if head in role_heads(name, m) else
+                                                           ": this head reads it on this input only")
+    return line
+
+
+def layer_previous(name: str, r: Reading, layer: int) -> tuple[Head, str]:
+    """The previous-token head of `layer` steps 1 and 2 name, and a clause saying where it comes from: the census's
+    (the first in (layer, head) order of a tie), or the layer's highest reading over `FLOOR` queries or more."""
+    named = [h for h in role_heads(name, "previous") if h[0] == layer]
+    if named:
+        return named[0], census_role(name, "previous", verb=True)
+    label, n = measures["previous"].label, r.support["previous"]
+    head = (layer, argmax_head(r.scores["previous"][layer:layer + 1])[1])
+    if n < FLOOR:
+        return head, (f"the census names no {label} head in layer {layer}; {too_few('previous', n)}: the step "
+                      f"takes {head_name(head)}")
+    return head, (f"the census names no {label} head in layer {layer}; on this input {head_name(head)} scores "
+                  f"highest of the layer ({float(r.scores['previous'][head]):.2f} over {queries(n)})")
+
+
+def unknown_words(name: str, text: str) -> str:
+    """"9 of 14 words are unknown to tiny: ..." for a step's input (the positions the tokenizer added left out), or
+    "" when the model knows every word."""
+    run = lesson_run(name, text)
+    added, unknown = set(run.special), set(run.unknown)
+    content = [i for i in range(len(run.tokens)) if i not in added]
+    missing = [i for i in content if i in unknown]
+    if not missing:
+        return ""
+    words = list(dict.fromkeys(run.tokens[i] for i in missing))  # each word once, in order
+    shown = ", ".join(tok(w) for w in words[:8]) + (", …" if len(words) > 8 else "")
+    are = "is" if len(missing) == 1 else "are"
+    return (f"{len(missing)} of {len(content)} words {are} unknown to {name}: {shown}. The model reads each as its one "
+            "unknown token, so the figures mark them with “?”, and no measure counts one as a repeat of another.")
 
 
 # -- the steps ---------------------------------------------------------------------------------------------------
@@ -99,7 +238,7 @@ def _heads_row(run: AttentionRun, heads: list[Head], titles: list[str], off: set
                key: str = "") -> None:
     patterns = torch.stack([run.attentions[h] for h in heads])  # (N, Q, K)
     fig = plotting.heads_row_figure(patterns, run.tokens, titles, [h in off for h in heads],
-                                    height=int(720 / max(len(heads), 3)), contrast="sqrt")
+                                    height=int(720 / max(len(heads), 3)), contrast="sqrt", unknown=run.unknown)
     st.plotly_chart(fig, width="stretch", key=key, config=chart_config())
 
 
@@ -115,28 +254,27 @@ def _try(label: str, key: str, help: str = "") -> bool:
     return st.toggle(f"Try: {label}", key=key, help=help or None)
 
 
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 def draw_parallel(name: str, text: str, n: int) -> None:
     model, run = side_model(name), lesson_run(name, text)
-    scores, base = scores_of(name, run)
+    r = read(name, run)
     layer = 0
     heads = [(layer, h) for h in range(model.n_heads)]
-    prev = argmax_head(scores["previous"][layer:layer + 1])  # the layer's previous-token head, by measurement
-    prev = (layer, prev[1])
+    prev, source = layer_previous(name, r, layer)
     switch = _try(f"switch {head_name(prev)} off", f"lesson_try_{n}",
                   "Its output becomes 0; every later layer is recomputed.")
     off = {prev} if switch else set()
     shown = lesson_run(name, text, frozenset(off)) if switch else run
-    # The head the step names carries its measure in its title: the one to look at.
+    # The head the step names carries its role in its title: the one to look at.
     _heads_row(shown, heads, [head_name(h) + (f" · {measures['previous'].label}" if h == prev else "")
                               for h in heads], off, key=f"lesson_fig_{n}")
     _look(f"the {model.n_heads} heads of layer 0 read the same {len(run.tokens)} tokens at once, and each puts its "
-          f"weight elsewhere. {head_name(prev)} has the highest {measures['previous'].label} score of the layer.")
-    lines = []
-    for h in heads:
-        top = strongest_pattern(scores, base, h)
-        lines.append(f"{head_name(h)}: " + (f"{measures[top[0]].label} {pct(top[1])} (uniform attention: "
-                                            f"{pct(base[top[0]])})" if top else
-                                            "no measured pattern 10 points above uniform attention"))
+          f"weight elsewhere. {head_name(prev)} carries a role in its title: {source}.")
+    lines = [reading_line(name, r, h) for h in heads]
+    lines.append(_cap(role_reading(name, "previous", r)) + ".")
     if switch:
         same = [h for h in heads if h != prev]
         moved_same = max(float((shown.attentions[h] - run.attentions[h]).abs().max()) for h in same)
@@ -150,19 +288,21 @@ def draw_parallel(name: str, text: str, n: int) -> None:
 
 def draw_projections(name: str, text: str, n: int) -> None:
     run = lesson_run(name, text)
-    scores, _ = scores_of(name, run)
     layer = 0
     inside = lesson_inside(name, text, layer)
-    a = (layer, argmax_head(scores["previous"][layer:layer + 1])[1])
+    a, source = layer_previous(name, read(name, run), layer)
     content = [i for i in range(len(run.tokens)) if i not in set(run.special)]
+    unknown = set(run.unknown)
     query = st.selectbox("Try: pick another query token", content, index=len(content) - 1,
-                         format_func=lambda i: f"{i}: {visible(run.tokens[i])}", key=f"lesson_try_{n}")
+                         format_func=lambda i: f"{i}: {visible(run.tokens[i])}" + ("?" if i in unknown else ""),
+                         key=f"lesson_try_{n}")
     rows = {h: inside[h].weights[query] for h in range(len(inside))}  # (K,) each
     # The head that reads this token most differently from A: the largest total variation between the two rows.
     others = [h for h in rows if h != a[1]]
     b = (layer, max(others, key=lambda h: float((rows[h] - rows[a[1]]).abs().sum())))
     fig = go.Figure()
-    labels = [f"{i}:{visible(t)}" for i, t in enumerate(run.tokens)]
+    # An unknown word's label ends in "?", as on the heatmaps: the model read its unknown token there.
+    labels = [f"{i}:{visible(t)}" + ("?" if i in unknown else "") for i, t in enumerate(run.tokens)]
     for head, colour in ((a, "#08519c"), (b, "#c44e52")):
         fig.add_trace(go.Bar(x=labels, y=rows[head[1]].numpy(), name=head_name(head), marker_color=colour))
     fig.update_layout(template="none", barmode="group", height=300, margin=dict(l=50, r=10, t=40, b=80),
@@ -171,8 +311,9 @@ def draw_projections(name: str, text: str, n: int) -> None:
     st.plotly_chart(fig, width="stretch", key=f"lesson_fig_{n}", config=chart_config())
     qa, qb = inside[a[1]].q[query], inside[b[1]].q[query]  # (dh,) each
     top_a, top_b = int(rows[a[1]].argmax()), int(rows[b[1]].argmax())
-    _look(f"token {query}, {tok(run.tokens[query])}, enters {head_name(a)} and {head_name(b)} as the same vector; "
-          "each head multiplies it by its own query matrix and compares it with keys made by its own key matrix.")
+    _look(f"token {query}, {tok(run.tokens[query])}, enters {head_name(a)} and {head_name(b)} as the same vector "
+          f"({source}); each head multiplies it by its own query matrix and compares it with keys made by its own "
+          "key matrix.")
     _saw([f"{head_name(a)}'s query for {tok(run.tokens[query])} scores key {top_a}, {tok(run.tokens[top_a])}, "
           f"highest: weight {rows[a[1]][top_a]:.2f}.",
           f"{head_name(b)}'s query for the same token scores key {top_b}, {tok(run.tokens[top_b])}, highest: "
@@ -183,32 +324,40 @@ def draw_projections(name: str, text: str, n: int) -> None:
           "(total variation: 0 = the same, 1 = no overlap)."])
 
 
-def _pattern_heads(scores: dict) -> list[tuple[str, Head]]:
-    return [(m, argmax_head(scores[m])) for m in PATTERNS]
-
-
 def draw_patterns(name: str, text: str, n: int) -> None:
     run = lesson_run(name, text)
-    scores, base = scores_of(name, run)
-    found = _pattern_heads(scores)
-    heads = list(dict.fromkeys(h for _, h in found))
-    titles = [" · ".join([head_name(h)] + [measures[m].label for m, g in found if g == h]) for h in heads]
-    _heads_row(run, heads, titles, key=f"lesson_fig_{n}")
-    _look(f"{len(heads)} heads of one model on one input, each chosen as the head with the highest score of one "
-          "measure: "
-          + "; ".join(f"{head_name(h)} for {measures[m].label} ({measures[m].meaning[0].lower()}"
-                      f"{measures[m].meaning[1:].rstrip('.')})" for m, h in found) + ".")
-    st.caption("Try: type a sentence in the box above where no name comes back, and watch the induction score "
-               "fall; then one where a name comes back twice.")
-    lines = [f"{head_name(h)}: {measures[m].label} {float(scores[m][h]):.2f} (uniform attention: {base[m]:.2f})"
-             for m, h in found]
+    r = read(name, run)
+    census = lesson_census(name)
+    named = {m: role_heads(name, m) for m in ROLES}
+    heads = list(dict.fromkeys(h for m in ROLES for h in named[m]))
+    shared = {h: [m for m in ROLES if h in named[m]] for h in heads}
+    if heads:
+        titles = [" · ".join([head_name(h)] + [measures[m].label for m in shared[h]]) for h in heads]
+        _heads_row(run, heads, titles, key=f"lesson_fig_{n}")
+    _look(f"{len(heads)} heads of one model on one input, each named by the model's census, which measured every "
+          "head on many inputs made for the question: "
+          + "; ".join(f"{census_role(name, m)} ({measures[m].meaning[0].lower()}{measures[m].meaning[1:].rstrip('.')})"
+                      for m in ROLES) + ".")
+    st.caption("Try: type a sentence in the box above where no word comes back: induction then has no query to "
+               "average over. Then one where a name comes back twice, and see whether this input agrees with the "
+               "census.")
+    lines = [_cap(role_reading(name, m, r)) + "." for m in ROLES]
+    lines += [census.naming_words(m) for m in ROLES if len(named[m]) > 1]  # a tie, in the census's own words
+    for h, roles in shared.items():
+        if len(roles) > 1:
+            both = listed([measures[m].label for m in roles])
+            lines.append(f"{head_name(h)} is named for both {both}: the census reads each on its own inputs ("
+                         + "; ".join(f"{measures[m].label} on {_census_inputs(m)}" for m in roles)
+                         + f"), and {head_name(h)} scores high on each.")
     if text != TEXT_REPEAT:
-        prepared = lesson_run(name, TEXT_REPEAT)
-        p_scores, _ = scores_of(name, prepared)
-        lines.append("On the prepared sentence the same heads scored "
-                     + ", ".join(f"{measures[m].label} {float(p_scores[m][h]):.2f} at {head_name(h)}"
-                                 for m, h in _pattern_heads(p_scores)) + ".")
+        p = read(name, lesson_run(name, TEXT_REPEAT))
+        lines.append("On the prepared sentence: " + "; ".join(role_reading(name, m, p) for m in ROLES) + ".")
     _saw(lines)
+
+
+def _census_inputs(measure: str) -> str:
+    """Which of the census's inputs a measure is read on, in words ("repeated random sequences")."""
+    return " and ".join(measures.INPUTS[kind] for kind in measures[measure].census)
 
 
 def draw_combining(name: str, text: str, n: int) -> None:
@@ -253,7 +402,7 @@ def draw_combining(name: str, text: str, n: int) -> None:
 def draw_written(name: str, text: str, n: int) -> None:
     model, run = side_model(WRITTEN), lesson_run(WRITTEN, text)
     written = model.written_heads()
-    scores, base = scores_of(WRITTEN, run)
+    r = read(WRITTEN, run)
     heads = sorted(written)
     prev = next((h for h in heads if written[h].pattern == "previous"), heads[0])
     switch = _try(f"switch {head_name(prev)} off", f"lesson_try_{n}",
@@ -269,10 +418,13 @@ def draw_written(name: str, text: str, n: int) -> None:
     lines = []
     for h in heads:
         m = written[h].pattern
-        if m:
+        if m and r.support[m] < FLOOR:
+            lines.append(f"{head_name(h)}: the program wrote that {written[h].selects}; on this input "
+                         f"{too_few(m, r.support[m])}. The label is true by construction all the same.")
+        elif m:
             lines.append(f"{head_name(h)}: the program wrote that {written[h].selects}; its "
-                         f"{measures[m].label} score on this input is {float(scores[m][h]):.2f} (uniform attention: "
-                         f"{base[m]:.2f}). Here the label is true.")
+                         f"{measures[m].label} score on this input is {float(r.scores[m][h]):.2f} over "
+                         f"{queries(r.support[m])} (uniform attention: {r.base[m]:.2f}). Here the label is true.")
         else:
             lines.append(f"{head_name(h)}: the program wrote that {written[h].selects}. A true role need not be "
                          "one a measure names.")
@@ -289,31 +441,34 @@ def draw_written(name: str, text: str, n: int) -> None:
 
 def draw_learned(name: str, text: str, n: int) -> None:
     model, run = side_model(name), lesson_run(name, text)
-    scores, base = scores_of(name, run)
+    r = read(name, run)
     family = seeds(name) or [name]
-    maps, titles, placed = [], [], []
-    for seed in family:
-        s, _ = scores_of(seed, lesson_run(seed, text))
-        maps.append(s["previous"])
-        titles.append(seed)
-        placed.append((seed, argmax_head(s["previous"]), argmax_head(s["induction"])))
-    st.caption(f"The {measures['previous'].label} score of every head (rows: layers, columns: heads) in each model "
-               "the recipe trained, on this input.")
+    readings = {seed: read(seed, lesson_run(seed, text)) for seed in family}
+    maps, titles = [readings[seed].scores["previous"] for seed in family], list(family)
+    label, support = measures["previous"].label, r.support["previous"]
+    st.caption(f"The {label} score of every head (rows: layers, columns: heads) in each model the recipe trained, "
+               + (f"on this input, over {queries(support)}." if support >= FLOOR else
+                  f"on this input: {too_few('previous', support)}, so the maps say little."))
     st.plotly_chart(plotting.census_maps_side_by_side(maps, titles), width="stretch", key=f"lesson_fig_{n}",
                     config=chart_config())
     importance = lesson_importance(name, text)  # (L, H)
-    excess = pattern_excess(scores, base)  # (L, H)
+    excess = pattern_excess(r)  # (L, H)
     patterned = excess >= PATTERNED
     pool = importance.masked_fill(~patterned, float("inf")) if bool(patterned.any()) else -excess
     quiet = argmax_head(-pool)
     loudest = argmax_head(importance)
-    top = strongest_pattern(scores, base, quiet)
-    _look(f"the {measures['previous'].label} score of every head in {len(family)} models trained by the same recipe "
-          f"from different seeds, and {head_name(quiet)} of {name}, a strongly patterned head.")
+    top = strongest_pattern(r, quiet)
+    _look(f"the {label} score of every head in {len(family)} models trained by the same recipe from different seeds, "
+          f"and {head_name(quiet)} of {name}, a strongly patterned head.")
     switch = _try(f"switch {head_name(quiet)} of {name} off", f"lesson_try_{n}")
-    lines = [f"{seed}: {measures['previous'].label} is highest at {head_name(p)}, {measures['induction'].label} at "
-             f"{head_name(i)}." for seed, p, i in placed]
-    what = f"{measures[top[0]].label} {pct(top[1])}" if top else "its strongest measured pattern"
+    # Each seed's roles from its own census: the heads step 3 names, checked against this input.
+    lines = [f"{seed}: " + "; ".join(role_reading(seed, m, readings[seed]) for m in ("previous", "induction")) + "."
+             for seed in family]
+    what = "its strongest measured pattern"
+    if top:
+        what = f"{measures[top[0]].label} {pct(top[1])} over {queries(r.support[top[0]])} on this input"
+        if top[0] in ROLES:
+            what += f"; {census_role(name, top[0], verb=True)}"
     lines.append(f"{head_name(quiet)} of {name} has a strong pattern ({what}); switching it off alone changes the "
                  f"prediction after {tok(run.tokens[-1])} by KL {float(importance[quiet]):.3f}, against "
                  f"{float(importance[loudest]):.3f} for {head_name(loudest)}, the head whose removal matters most. "

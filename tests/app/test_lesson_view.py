@@ -1,9 +1,15 @@
 """The Lesson view: every step renders with no error, 'nan' or 'None'; each number and each head it names equals the
 model's own measurement, recomputed here through the public API; the heads follow the lesson's model (a seed of
 the tiny recipe); Next, Back and `?lesson=N` keep the place, in the URL too. Also the page's chrome: the Lesson first
-in the navigation, the first-visit hint pointing to it, Streamlit's viewer toolbar."""
+in the navigation, the first-visit hint pointing to it, Streamlit's viewer toolbar.
+
+Roles: within a model, a role's head is the census's (`head_census(...).named`), in every step (3 and 6 agree); a
+step's own input is checked against it in words; a one-input reading says how many queries it averaged over, and
+below `measures.SUPPORT_FLOOR` gives no number; words the model does not know are counted and marked."""
 from __future__ import annotations
 
+import functools
+import json
 import os
 import re
 
@@ -11,16 +17,17 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from mha_viz import load_model, measures
+from mha_viz import head_census, load_model, measures, seeds
 from mha_viz.analysis import combine_heads
 from mha_viz.analysis.importance import head_importance
-from mha_viz.analysis.scores import run_scores
+from mha_viz.analysis.scores import run_scores, run_support
 from mha_viz.app import lesson_steps
 from mha_viz.names import head_name
 
 from helpers import APP, REPO
 
 N_STEPS = len(lesson_steps.STEPS)
+ROLES = ("previous", "induction", "first")  # the roles the lesson names heads for
 
 
 def _lesson(params: dict) -> AppTest:
@@ -52,6 +59,42 @@ def _argmax(scores: torch.Tensor) -> tuple[int, int]:
 def _scores(name: str, text: str):
     model = load_model(name)
     return model, model.run(text), *run_scores(model.run(text), model.info.causal)
+
+
+def _support(name: str, text: str) -> dict[str, int]:
+    model = load_model(name)
+    return run_support(model.run(text), model.info.causal)
+
+
+@functools.lru_cache(maxsize=None)
+def _named(name: str, role: str) -> tuple[tuple[int, int], ...]:
+    """The heads the model's census names for `role` (its default census, as the Census view makes it)."""
+    return tuple(h for h, _ in head_census(load_model(name)).named(role))
+
+
+def _heads(heads) -> str:
+    names = [head_name(h) for h in heads]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + f" and {names[-1]}"
+
+
+def _census_phrase(name: str, role: str) -> str:
+    """How the page names the census's heads for a role: "the census's induction head L1 H3", or a tie."""
+    heads, label = _named(name, role), measures[role].label
+    assert heads, f"{name}'s census names no {role} head: the lesson's roles need one"
+    return (f"the census's {label} head {head_name(heads[0])}" if len(heads) == 1 else
+            f"the census's {label} heads {_heads(heads)}, tied")
+
+
+# "the census's induction head L1 H3", "the census's first token heads are L1 H0, L1 H2 and L1 H3": role -> heads
+CENSUS_ROLE = re.compile(r"[Tt]he census's ([a-z ]+?) heads? (?:is |are )?((?:L\d+ H\d+)(?:(?:, | and )L\d+ H\d+)*)")
+
+
+def _roles_named(text: str) -> dict[str, set[frozenset[str]]]:
+    """Every head set the text gives a role, by role: one set per role means one name per role."""
+    found: dict[str, set[frozenset[str]]] = {}
+    for role, heads in CENSUS_ROLE.findall(text):
+        found.setdefault(role, set()).add(frozenset(re.findall(r"L\d+ H\d+", heads)))
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -86,9 +129,11 @@ def test_every_step_renders_with_no_nan_none_or_error(every_step):
 def test_step1_names_the_previous_token_head_and_switching_it_off_leaves_its_layer(every_step):
     _, texts, tried, _ = every_step
     model, run, scores, base = _scores("tiny", lesson_steps.TEXT_PARALLEL)
-    prev = (0, int(scores["previous"][0].argmax()))
-    value = float(scores["previous"][prev])
-    assert f"{head_name(prev)}: {measures['previous'].label} {value:.0%}" in texts[1]
+    prev = next(h for h in _named("tiny", "previous") if h[0] == 0)  # the census's, in layer 0
+    value, n = float(scores["previous"][prev]), _support("tiny", lesson_steps.TEXT_PARALLEL)["previous"]
+    assert n >= measures.SUPPORT_FLOOR
+    assert (f"{head_name(prev)}: {measures['previous'].label} {value:.0%} over {n} queries (uniform attention: "
+            f"{base['previous']:.0%}); the census's previous token head is {head_name(prev)}") in texts[1]
     off = model.run(lesson_steps.TEXT_PARALLEL, ablate={prev})
     later = float((off.attentions[1:] - run.attentions[1:]).abs().max())
     assert later > 0.01  # the later layers read its output
@@ -98,7 +143,7 @@ def test_step1_names_the_previous_token_head_and_switching_it_off_leaves_its_lay
 def test_step2_compares_one_token_in_two_heads(every_step):
     _, texts, _, _ = every_step
     model, run, scores, _ = _scores("tiny", lesson_steps.TEXT_PARALLEL)
-    a = (0, int(scores["previous"][0].argmax()))
+    a = next(h for h in _named("tiny", "previous") if h[0] == 0)
     inside = model.inside_layer(lesson_steps.TEXT_PARALLEL, 0)
     query = len(run.tokens) - 1
     row = inside[a[1]].weights[query]
@@ -110,7 +155,7 @@ def test_step2_compares_one_token_in_two_heads(every_step):
 def test_step2_picking_another_token_names_that_tokens_keys():
     at = _lesson({"lesson": "2"})
     model, run, scores, _ = _scores("tiny", lesson_steps.TEXT_PARALLEL)
-    a = (0, int(scores["previous"][0].argmax()))
+    a = next(h for h in _named("tiny", "previous") if h[0] == 0)
     inside = model.inside_layer(lesson_steps.TEXT_PARALLEL, 0)
     query = 5
     at.selectbox(key="lesson_try_2").set_value(query).run()
@@ -122,13 +167,43 @@ def test_step2_picking_another_token_names_that_tokens_keys():
     assert f"weight {float(row[top]):.2f}" in _saw(at)
 
 
-def test_step3_names_the_head_with_the_highest_score_of_each_measure(every_step):
+def _capitalized_too(text: str) -> str:
+    """The text with each list item's first letter lower-cased too: a clause opens a line capitalized."""
+    return text + "\n" + re.sub(r"^- ([A-Z])", lambda m: "- " + m.group(1).lower(), text, flags=re.M)
+
+
+def _input_check(name: str, role: str, text: str) -> str:
+    """What the page must say of this input for a role: agrees, a named other head scores higher, or too few."""
+    _, _, scores, base = _scores(name, text)
+    n = _support(name, text)[role]
+    label, heads = measures[role].label, _named(name, role)
+    if n < measures.SUPPORT_FLOOR:
+        return f"{_census_phrase(name, role)}; {label}: {measures.TOO_FEW} ({measures.queries_words(n)}"
+    best = _argmax(scores[role])
+    theirs = max(float(scores[role][h]) for h in heads)
+    if best in heads or float(scores[role][best]) - theirs <= 0.005:
+        return f"{_census_phrase(name, role)}, and this input agrees ("
+    return (f"on this input {head_name(best)} scores higher than {_census_phrase(name, role)} "
+            f"({float(scores[role][best]):.2f} against {theirs:.2f}, over {measures.queries_words(n)}")
+
+
+def test_step3_names_the_census_head_of_each_role_and_says_where_this_input_disagrees(every_step):
     _, texts, _, _ = every_step
-    _, _, scores, base = _scores("tiny", lesson_steps.TEXT_REPEAT)
-    for m in lesson_steps.PATTERNS:
-        head = _argmax(scores[m])
-        assert (f"{head_name(head)}: {measures[m].label} {float(scores[m][head]):.2f} (uniform attention: "
-                f"{base[m]:.2f})") in texts[3]
+    text = lesson_steps.TEXT_REPEAT
+    for m in ROLES:
+        assert _input_check("tiny", m, text) in _capitalized_too(texts[3]), m
+    # The prepared sentence repeats two names: induction averages over 4 queries, and tiny's L1 H2 reads higher
+    # there than the census's induction head, L1 H3. The step says so rather than naming L1 H2.
+    _, _, scores, _ = _scores("tiny", text)
+    best = _argmax(scores["induction"])
+    assert best not in _named("tiny", "induction")
+    assert f"On this input {head_name(best)} scores higher than the census's induction head" in texts[3]
+    # A head the census names for two roles is said to be, with why; a tie is said as a tie.
+    for role in ROLES:
+        if len(_named("tiny", role)) > 1:
+            assert f"{_heads(_named('tiny', role))} tie on {measures[role].label}" in texts[3]
+    for h in set(_named("tiny", "induction")) & set(_named("tiny", "first")):
+        assert f"{head_name(h)} is named for both induction and first token: the census reads each" in texts[3]
 
 
 def test_step4_the_heads_shares_add_up_to_the_layer_output(every_step):
@@ -164,7 +239,9 @@ def test_step5_the_written_heads_measure_as_written_and_the_output_changes(every
 def _quiet_and_loud(name: str, text: str):
     model, run, scores, base = _scores(name, text)
     importance = head_importance(model, text)
-    excess = torch.stack([scores[m] - base[m] for m in measures.BADGES]).nan_to_num(float("-inf")).amax(0)
+    support = _support(name, text)
+    kept = [m for m in measures.BADGES if support[m] >= measures.SUPPORT_FLOOR]  # a one-query reading is no pattern
+    excess = torch.stack([scores[m] - base[m] for m in kept]).nan_to_num(float("-inf")).amax(0)
     pool = importance.masked_fill(excess < lesson_steps.PATTERNED, float("inf"))
     return _argmax(-pool), _argmax(importance), importance
 
@@ -172,10 +249,11 @@ def _quiet_and_loud(name: str, text: str):
 def test_step6_seeds_place_roles_apart_and_a_patterned_head_matters_little(every_step):
     _, texts, tried, _ = every_step
     text = lesson_steps.TEXT_PREDICT
-    for seed in ("tiny", "tiny#seed1", "tiny#seed2", "tiny#seed3"):
-        _, _, scores, _ = _scores(seed, text)
-        assert (f"{seed}: {measures['previous'].label} is highest at {head_name(_argmax(scores['previous']))}, "
-                f"{measures['induction'].label} at {head_name(_argmax(scores['induction']))}.") in texts[6]
+    assert _support("tiny", text)["induction"] < measures.SUPPORT_FLOOR  # one repeated word: one query
+    for seed in seeds("tiny"):
+        line = next(line for line in texts[6].splitlines() if line.startswith(f"- {seed}: "))
+        assert _input_check(seed, "previous", text) in line and _input_check(seed, "induction", text) in line
+        assert not re.search(r"induction \d+%|highest at", line), line
     quiet, loud, importance = _quiet_and_loud("tiny", text)
     assert importance[quiet] < 0.1 * importance[loud]  # the claim the step makes holds on this model
     assert (f"{head_name(quiet)} of tiny has a strong pattern" in texts[6]
@@ -185,12 +263,10 @@ def test_step6_seeds_place_roles_apart_and_a_patterned_head_matters_little(every
 
 
 def test_the_named_heads_follow_the_lessons_model():
-    """On tiny#seed2 the previous-token head of layer 0 is another head than on tiny: the steps name seed2's."""
-    text = lesson_steps.TEXT_PARALLEL
+    """On tiny#seed2 the census's previous-token head is another head than on tiny: the steps name seed2's."""
     heads = {}
     for name in ("tiny", "tiny#seed2"):
-        _, _, scores, _ = _scores(name, text)
-        heads[name] = (0, int(scores["previous"][0].argmax()))
+        heads[name] = next(h for h in _named(name, "previous") if h[0] == 0)
     assert heads["tiny"] != heads["tiny#seed2"]
     at = _lesson({"lesson": "1", "lesson_model": "tiny#seed2"})
     assert f"Try: switch {head_name(heads['tiny#seed2'])} off" in [t.label for t in at.toggle]
@@ -209,10 +285,71 @@ def test_a_typed_sentence_is_measured_instead():
     at = _lesson({"lesson": "3"})
     at.text_input(key="lesson_text_3").set_value(text).run()
     assert not at.exception, at.exception
-    _, _, scores, _ = _scores("tiny", text)
-    head = _argmax(scores["induction"])
-    assert f"{head_name(head)}: {measures['induction'].label} {float(scores['induction'][head]):.2f}" in _saw(at)
-    assert "On the prepared sentence" in _saw(at)
+    assert _input_check("tiny", "induction", text) in _capitalized_too(_saw(at))
+    assert "On the prepared sentence: " + _input_check("tiny", "previous", lesson_steps.TEXT_REPEAT) in _saw(at)
+
+
+def _captions(at) -> str:
+    return "\n".join(c.value for c in at.caption)
+
+
+def _tick_labels(at) -> list[str]:
+    """The x-axis categories of the step's first figure (a heads row: the keys, left to right)."""
+    spec = json.loads(next(c.proto.spec for c in at.get("plotly_chart") if c.proto.spec))
+    return list(spec["data"][0]["x"])
+
+
+def test_script_tags_are_unknown_words_and_give_no_induction_reading():
+    """`<script>alert(1)</script>`: every position is tiny's unknown token. Counted as one token repeated, it made
+    step 1 say "L0 H3: induction 86%"; the page now counts them as unknown, and no reading comes from them."""
+    at = _lesson({"lesson": "1"})
+    at.text_input(key="lesson_text_1").set_value("<script>alert(1)</script>").run()
+    assert not at.exception, at.exception
+    assert "11 of 11 words are unknown to tiny" in _captions(at)
+    assert not re.search(r"(induction|same token earlier) \d+%", _saw(at)), _saw(at)
+    for line in _saw(at).splitlines()[2:-1]:  # each head's line: its reading says how many queries it averaged
+        assert re.search(r"over \d+ quer|no measured pattern", line), line
+    assert all(label.endswith("?") for label in _tick_labels(at)[1:])  # <bos> is the model's own; the rest marked
+
+
+def test_unknown_words_are_counted_marked_and_make_no_role_in_step3():
+    """The fox sentence: 9 of its 14 words are unknown to tiny. Counted as repeats they gave L0 H2, the census's
+    previous-token head, "induction 0.56"; now two queries are left for induction, too few for a reading."""
+    text = "the quick brown fox jumps over the lazy dog near the quick brown fox"
+    at = _lesson({"lesson": "3"})
+    at.text_input(key="lesson_text_3").set_value(text).run()
+    assert not at.exception, at.exception
+    assert "9 of 14 words are unknown to tiny" in _captions(at)
+    saw = _saw(at)
+    assert _support("tiny", text)["induction"] < measures.SUPPORT_FLOOR
+    assert f"induction: {measures.TOO_FEW} ({measures.queries_words(_support('tiny', text)['induction'])}" in saw
+    assert not re.search(r"L0 H2[^.;]*induction", saw), saw  # the previous-token head gets no second role
+    assert _roles_named(saw)["induction"] == {frozenset(head_name(h) for h in _named("tiny", "induction"))}
+    labels = _tick_labels(at)
+    assert [i for i, label in enumerate(labels) if label.rstrip("\u200b").endswith("?")] == \
+        list(load_model("tiny").run(text).unknown)
+    assert "fox?" in labels and "the" in labels
+
+
+def test_the_default_input_counts_its_unknown_word():
+    at = _lesson({"lesson": "1"})
+    run = load_model("tiny").run(lesson_steps.TEXT_PARALLEL)
+    words = len(run.tokens) - len(run.special)
+    assert len(run.unknown) == 1
+    assert f"1 of {words} words is unknown to tiny: “{run.tokens[run.unknown[0]]}”" in _captions(at)
+
+
+@pytest.mark.parametrize("name", seeds("tiny"))
+def test_steps_3_and_6_name_the_same_head_for_each_role(name):
+    """Step 3 on `name` and step 6 (every seed's line) name each role's heads from the census: the same heads."""
+    step3 = _saw(_lesson({"lesson": "3", "lesson_model": name}))
+    step6 = _saw(_lesson({"lesson": "6", "lesson_model": name}))
+    line6 = next(line for line in step6.splitlines() if line.startswith(f"- {name}: "))
+    for role in ("previous", "induction"):
+        label, want = measures[role].label, {frozenset(head_name(h) for h in _named(name, role))}
+        assert _roles_named(step3)[label] == want, (role, step3)
+        assert _roles_named(line6)[label] == want, (role, line6)
+    assert _roles_named(step3)["first token"] == {frozenset(head_name(h) for h in _named(name, "first"))}
 
 
 def test_next_back_and_the_link_keep_the_place():

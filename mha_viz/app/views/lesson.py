@@ -12,6 +12,7 @@ from mha_viz.app import lesson_steps, state
 from mha_viz.app.common import md_safe
 from mha_viz.app.context import ViewContext
 from mha_viz.app.text import read_text
+from mha_viz.contract import InputError
 from mha_viz.models import seeds
 
 LEARNED_DEFAULT = "tiny"
@@ -75,6 +76,17 @@ def _buttons(n: int, n_steps: int) -> None:
         st.rerun()
 
 
+def _unknown_words(name: str, text: str) -> None:
+    """Under the step's input: how many of its words `name` does not know ("9 of 14 words are unknown to tiny").
+    An input the model cannot run at all is said by the step itself (`run_step`)."""
+    try:
+        note = lesson_steps.unknown_words(name, text)
+    except InputError:
+        return
+    if note:
+        st.caption(note)
+
+
 def render(ctx: ViewContext) -> None:
     steps = lesson_steps.STEPS
     n = _step_number(len(steps))
@@ -97,5 +109,6 @@ def render(ctx: ViewContext) -> None:
         typed = st.text_input("Input (replace it with your own)", value=step.text, key=f"lesson_text_{n}",
                               max_chars=400)
         text = read_text(typed) or step.text
+        _unknown_words(lesson_steps.WRITTEN if step.written else learned, text)
     lesson_steps.run_step(step, learned, text, n)
     _buttons(n, len(steps))
