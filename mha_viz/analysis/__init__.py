@@ -38,4 +38,4 @@ from mha_viz.analysis.scores import (
                                       uniform_baselines,
                                       uniform_pattern,
 )
-from mha_viz.analysis.tokens import hide_positions, merge_word_pieces, special_mask, word_groups, word_labels
+from mha_viz.analysis.tokens import hide_positions, merge_word_pieces, word_groups, word_labels

@@ -1,4 +1,7 @@
-"""Token display transforms: hide special positions, merge word pieces into words, flag special tokens.
+"""Token display transforms: hide special positions, merge word pieces into words.
+
+Which positions are special is the model's (`AttentionRun.special`, `models/special.py`); this module only reads
+the positions it is given.
 """
 from __future__ import annotations
 
@@ -115,10 +118,3 @@ def word_labels(tokens: Sequence[str], groups: list[list[int]]) -> list[str]:
     rejoins a character split across pieces."""
     return ["".join(_strip_marker(tokens[i]) for i in g) for g in groups]
 
-
-def special_mask(tokens: Sequence[str], special: Iterable[int] = ()) -> torch.Tensor:
-    """(T,) bool: True at tokenizer-added special positions (e.g. `run.special`), [..]/<..>-shaped
-    tokens, and tokens made only of punctuation or symbols (".", ",", "##!"). For `pattern_scores`."""
-    special = {int(i) for i in special}
-    flags = [i in special or _looks_special(tok) or _is_punct(tok) for i, tok in enumerate(tokens)]
-    return torch.tensor(flags, dtype=torch.bool)  # (T,)

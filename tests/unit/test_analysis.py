@@ -394,11 +394,6 @@ def test_word_groups_keep_punctuation_and_lines_apart():
     assert A.word_groups(["▁a", "b", "<0x0A>", "c", "▁d"]) == [[0, 1], [2], [3], [4]]
 
 
-def test_special_mask_marks_special_and_punctuation():
-    mask = A.special_mask(["[CLS]", "hi", "##!", ",", "x", "▁."], special=[4])
-    assert mask.tolist() == [True, False, True, True, True, True]
-
-
 def test_duplicate_induction_and_special_equal_their_plain_formulas():
     # The registry builds masks from repeat pairs; on random attention with many repeated tokens and random
     # tokenizer-added positions, each equals its formula written out here with loops.
