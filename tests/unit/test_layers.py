@@ -65,7 +65,7 @@ def test_every_view_is_registered_and_has_render():
     assert all(fn.__name__ == "render" for fn in views.VIEWS.values())
 
 
-ADAPTERS = ("tiny", "bert", "hf")  # mha_viz/models/<one model kind>/
+ADAPTERS = ("tiny", "bert", "hf", "compiled")  # mha_viz/models/<one model kind>/
 
 
 def _module(path: Path) -> str:
@@ -74,7 +74,7 @@ def _module(path: Path) -> str:
 
 
 def test_the_app_never_imports_one_models_package():
-    """Views ask the model (its declared capabilities), never reach into tiny/, bert/ or hf/."""
+    """Views ask the model (its declared capabilities), never reach into tiny/, bert/, hf/ or compiled/."""
     banned = tuple(f"mha_viz.models.{kind}" for kind in ADAPTERS)
     bad = [f"{f.relative_to(PKG.parent)} imports {name}" for f in sorted((PKG / "app").rglob("*.py"))
            for name in _imports(f) if name.startswith(banned)]
