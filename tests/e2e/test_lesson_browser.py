@@ -2,18 +2,24 @@
 hint's link, every step drawn with its figure and no exception, error, 'nan' or text cut with an ellipsis; Next walks
 the steps, a reload keeps the step (the URL carries it). The page's sentence box is not drawn above the Lesson (each
 step has its own input), and comes back on the Layer view. Visitors see no Deploy button. Screenshots of every step
-go to the artifacts folder (MHA_VIZ_LESSON_SHOTS names another)."""
+go to the artifacts folder (MHA_VIZ_LESSON_SHOTS names another).
+
+Roles, read off the page's own text for tiny and each of its seeds: every step together gives each role one head, or
+a tie said as a tie; a head with two roles is said to have both; a head whose reading on this input is a role's
+without being its census head says so."""
 from __future__ import annotations
 
 import os
 import re
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 from test_browser import _assert_no_exception, _full_page_screenshot
 from test_nothing_cut_browser import CUT
 
-from mha_viz.app.lesson_steps import STEPS
+from mha_viz import measures, seeds
+from mha_viz.app.lesson_steps import ROLES, STEPS
 
 from harness import new_page, settle, wait, wait_idle
 
@@ -24,8 +30,61 @@ HEADING = """(n) => [...document.querySelectorAll('[data-testid="stMain"] h4')]
 FIGURE = "() => document.querySelectorAll('[data-testid=\"stMain\"] .js-plotly-plot .main-svg').length > 0"
 MAIN_TEXT = "() => document.querySelector('[data-testid=\"stMain\"]').innerText"
 SENTENCE_BOX = "() => document.querySelectorAll('textarea[aria-label=\"Sentence\"]').length"
+# "the census's induction head L1 H3", "The census's first token heads are L1 H0, L1 H2 and L1 H3, tied"
+CENSUS_ROLE = re.compile(r"[Tt]he census's ([a-z ]+?) heads? (?:is |are )?((?:L\d+ H\d+)(?:(?:, | and )L\d+ H\d+)*)")
+HEAD = re.compile(r"L\d+ H\d+")
 ALERTS = """() => [...document.querySelectorAll('[data-testid="stMain"] [data-testid="stAlertContentError"], '
   + '[data-testid="stMain"] [data-testid="stAlertContentWarning"]')].map(e => e.innerText.slice(0, 200))"""
+
+
+def role_problems(model: str, texts: dict[int, str]) -> list[str]:
+    """What breaks "one head per role" in the steps' texts of one lesson model, in words ([] when it holds): a role
+    given two head sets (step 6's lines of the other seeds left out); a tie not said as one; a head in two roles
+    with no "named for both"; a reading of a role on another head than the census's with no "on this input only";
+    the old wording ("is highest at")."""
+    others = tuple(f"{m}: " for m in seeds("tiny") if m != model)  # step 6 gives each seed's roles a line
+    text = "\n".join(line for t in texts.values() for line in t.splitlines() if not line.startswith(others))
+    labels = {measures[r].label for r in ROLES}
+    found: dict[str, set[frozenset[str]]] = {}
+    where: dict[tuple[str, frozenset[str]], str] = {}  # the first line that gives a role each head set
+    for line in text.splitlines():
+        for role, heads in CENSUS_ROLE.findall(line):
+            found.setdefault(role, set()).add(frozenset(HEAD.findall(heads)))
+            where.setdefault((role, frozenset(HEAD.findall(heads))), line[:300])
+    problems = [f"{model}: {role} is given " + "; ".join(f"{sorted(h)} in {where[role, h]!r}" for h in sets)
+                for role, sets in found.items() if len(sets) > 1]
+    if not {"previous token", "induction"} <= set(found):
+        problems.append(f"{model}: no census role named for previous token or induction ({sorted(found)})")
+    named = {role: next(iter(sets)) for role, sets in found.items() if len(sets) == 1}
+    for role, heads in named.items():
+        order = sorted(heads, key=lambda h: tuple(int(x) for x in re.findall(r"\d+", h)))  # (layer, head)
+        tie = " and ".join([", ".join(order[:-1]), order[-1]]) if len(order) > 1 else ""
+        if tie and f"{tie} tie on {role}" not in text and f"{tie}, tied" not in text:
+            problems.append(f"{model}: {role}'s heads {tie} are not said to tie")
+    for a in named:
+        for b in named:
+            for head in sorted(named[a] & named[b]) if a < b else ():
+                if f"{head} is named for both" not in text:
+                    problems.append(f"{model}: {head} is named for {a} and {b} and the page says not why")
+    for line in text.splitlines():
+        m = re.match(r"(L\d+ H\d+): ([a-z ]+?) \d+%", line)
+        if m and m.group(2) in labels and m.group(1) not in named.get(m.group(2), ()) \
+                and "on this input only" not in line:
+            problems.append(f"{model}: {line!r} reads a role on another head than the census's, unsaid")
+    problems += [f"{model}: old wording in {line!r}" for line in text.splitlines() if "is highest at" in line]
+    return problems
+
+
+def _walk(page, n_steps: int) -> dict[int, str]:
+    """From step 1, Next through every step: each step's main-column text once it is drawn."""
+    texts = {}
+    for n in range(1, n_steps + 1):
+        if n > 1:
+            page.get_by_role("button", name="Next →").click()
+        wait(page, HEADING, f"step {n}'s heading", arg=n)
+        wait_idle(page)
+        texts[n] = page.evaluate(MAIN_TEXT)
+    return texts
 
 
 @pytest.mark.parametrize("width, height", [(1000, 800), (1600, 1000)])
@@ -40,6 +99,7 @@ def test_the_lesson_opens_first_and_every_step_draws_whole(browser, streamlit_ur
         assert page.locator(".mhn .mhn-view").first.inner_text() == "Lesson"
         assert page.locator('[data-testid="stAppDeployButton"]').count() == 0, "visitors must not see Deploy"
         page.locator(".mhn-hint a", has_text="Lesson").click()  # the first-visit hint's link
+        texts = {}
         for n in range(1, N + 1):
             if n > 1:
                 page.get_by_role("button", name="Next →").click()
@@ -51,19 +111,36 @@ def test_the_lesson_opens_first_and_every_step_draws_whole(browser, streamlit_ur
             settle(page)
             _assert_no_exception(page, f"opening step {n} at {width}x{height}")
             assert page.evaluate(ALERTS) == [], (n, page.evaluate(ALERTS))
-            text = page.evaluate(MAIN_TEXT)
+            text = texts[n] = page.evaluate(MAIN_TEXT)
             assert not re.search(r"\b(nan|NaN|None)\b", text), (n, text[:2000])
             assert page.evaluate(CUT) == [], f"step {n}: text cut with an ellipsis at {width}x{height}"
             assert f"lesson={n}" in page.url, page.url
             # Opened from the hint, a fragment's rerun: the page must have been drawn whole again to drop the box.
             assert page.evaluate(SENTENCE_BOX) == 0, f"step {n}: the page's sentence box is above the Lesson"
             _full_page_screenshot(page, shots / f"lesson-{width}x{height}-step{n}.png")
+        assert role_problems("tiny", texts) == []
         page.reload(wait_until="domcontentloaded")
         wait(page, HEADING, "the last step after a reload", arg=N)
         wait_idle(page)
         page.locator(".mhn .mhn-view[data-view=\"Layer\"]").click()
         wait(page, f"() => ({SENTENCE_BOX})() === 1", "the page's sentence box on the Layer view")
         wait_idle(page)
+        assert not page.js_errors, page.js_errors
+    finally:
+        context.close()
+
+
+def test_each_seed_names_one_head_per_role(browser, streamlit_url):
+    """tiny's seeds (tiny itself is read above): each step's text on one page, opened once per seed by its link."""
+    context, page = new_page(browser, 1600, 1000)
+    try:
+        for model in [m for m in seeds("tiny") if m != "tiny"]:
+            query = urlencode({"model": "tiny", "view": "Lesson", "lesson": 1, "lesson_model": model})  # '#' too
+            page.goto(f"{streamlit_url}/?{query}", wait_until="domcontentloaded")
+            texts = _walk(page, N)
+            assert f"Model: {model} " in texts[1], texts[1][:300]  # the link's model, not the default
+            _assert_no_exception(page, f"the lesson on {model}")
+            assert role_problems(model, texts) == []
         assert not page.js_errors, page.js_errors
     finally:
         context.close()
