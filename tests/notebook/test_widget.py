@@ -66,8 +66,10 @@ def test_show_sends_the_app_payload_for_every_layer(tiny):
     assert w.grid["tokens"] == [t for t in run.tokens]  # tiny's tokens are printable words
     # The badge under each head is its strongest measured score on this run, as the app words it.
     scores, baselines = analysis.run_scores(run, True)
-    name, value = analysis.top_badges(scores, baselines, 0, 1, n=1)[0]
-    assert w.grid["badges"]["0,1"] == f"measured: {value:.0%} → {measures[name].label}"
+    support = analysis.run_support(run, True)
+    name, value = analysis.top_badges(scores, baselines, 0, 1, n=1, support=support)[0]
+    assert w.grid["badges"]["0,1"] == \
+        f"measured: {value:.0%} → {measures[name].label}, {measures.queries_words(support[name])}"
 
 
 def test_the_app_component_builds_the_same_payload(tiny):
@@ -272,7 +274,7 @@ def test_the_widget_shows_a_written_model_and_its_switches_rerun_it():
     text = "a b c d a b c d"
     w = mha_viz.show(model, text, display=False)
     assert (w.grid["L"], w.grid["H"], w.grid["T"]) == (2, 1, 9)
-    assert w.grid["badges"]["0,0"].endswith("previous token") and w.grid["badges"]["1,0"].endswith("induction")
+    assert "→ previous token, " in w.grid["badges"]["0,0"] and "→ induction, " in w.grid["badges"]["1,0"]
     page_says(w, {"type": "toggle", "layer": 0, "head": 0, "on": False})
     want = model.run(text, ablate={(0, 0)})
     assert w.heads_off == {(0, 0)} and torch.equal(w.run.attentions, want.attentions)
