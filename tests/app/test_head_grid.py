@@ -117,3 +117,22 @@ def test_unknown_words_and_lone_repeats_give_no_role_on_the_badges():
     data = grid_data(open_link({"model": "minilm", "text": text, "view": "Layer", "layer": "0"}))
     assert data["unknown"] and all("→ induction" not in b and "→ same token earlier" not in b
                                    for b in data["badges"].values())
+
+
+def test_the_layer_view_sets_this_input_against_the_census_once_one_is_made(monkeypatch):
+    """No census, no line; with MiniLM's census made, L0's previous-token head (named by the census) is checked
+    against the sentence shown, and a role on too few queries says so."""
+    import mha_viz
+    from mha_viz.app import cache
+
+    from helpers import open_link
+
+    link = {"model": "minilm", "text": DEFAULT_TEXT, "view": "Layer", "layer": "0"}
+    at = open_link(link)
+    assert not [c for c in at.caption if "Against the census" in c.value]
+    census = mha_viz.head_census(loaded("minilm"))
+    monkeypatch.setattr(cache, "census_made", lambda name, seed=0: census if name == "minilm" else None)
+    at = open_link(link)
+    line = " ".join(c.value for c in at.caption if "Against the census" in c.value)
+    named = [h for h, _ in census.named("previous")]
+    assert named and named[0][0] == 0 and f"L0 H{named[0][1]}" in line and "previous token" in line, line

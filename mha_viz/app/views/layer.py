@@ -12,7 +12,8 @@ from __future__ import annotations
 import streamlit as st
 
 from mha_viz import analysis, measures
-from mha_viz.app import state
+from mha_viz.analysis.agreement import agreement, census_heads
+from mha_viz.app import cache, state
 from mha_viz.app.components.head_grid import encode_soon, head_grid, payload
 from mha_viz.app.context import ViewContext
 from mha_viz.app.names import head_name, layer_name, token_label
@@ -49,6 +50,22 @@ def grid(ctx: ViewContext) -> None:
         for head in range(ctx.model.n_heads):
             switch(ctx.name, ctx.layer, head)
     written(ctx)
+    against_census(ctx)
+
+
+def against_census(ctx: ViewContext) -> None:
+    """Where a census of the model was made (the Census view), one line per role it names a head of this layer for:
+    whether this input agrees, or has too few queries to say (`analysis.agreement`)."""
+    census = cache.census_made(ctx.name)
+    if census is None:
+        return
+    scores, _ = analysis.run_scores(ctx.run, ctx.model.causal, names=measures.BADGES)
+    support = analysis.run_support(ctx.run, ctx.model.causal, names=measures.BADGES)
+    lines = [agreement(census, m, scores, support) for m in measures.BADGES
+             if any(h[0] == ctx.layer for h in census_heads(census, m))]
+    if lines:
+        st.caption(f"Against the census of this model (many inputs), for the roles it names in "
+                   f"{layer_name(ctx.layer)}: " + " ".join(lines))
 
 
 def toggled(model_name: str, layer: int, head: int, on: bool) -> None:
