@@ -25,11 +25,14 @@ import torch
 
 from mha_viz import measures, plotting
 from mha_viz.analysis import combine_heads, next_token_kl
-from mha_viz.analysis.census_run import TIE, HeadCensus, head_census
+from mha_viz.analysis.agreement import agreement, census_heads
+from mha_viz.analysis.census_run import HeadCensus, head_census
 from mha_viz.analysis.importance import head_importance
 from mha_viz.analysis.scores import run_scores, run_support, top_badges
-from mha_viz.app.cache import census_control, side_model, side_result
+from mha_viz.app.cache import census_control, census_made, runs, side_model, side_result
 from mha_viz.app.common import chart_config, head_name, md_safe, top_predictions, visible
+from mha_viz.app.names import UNKNOWN_MARK, marked_tokens
+from mha_viz.app.names import unknown_words as unknown_count
 from mha_viz.contract import AttentionRun, Head, HeadInside, InputError, Model
 from mha_viz.models import seeds
 from mha_viz.models.examples import census_texts
@@ -64,11 +67,21 @@ def lesson_importance(name: str, text: str) -> torch.Tensor:
 
 def lesson_census(name: str) -> HeadCensus:
     """The census of lesson model `name`, as the Census view makes it by default (its example texts, input seed 0,
-    the untrained twin as control): where every role a step names comes from. Made once per model and kept."""
+    the untrained twin as control): where every role a step names comes from. The Census view's own when it made
+    one; else made here and kept in the run cache beside the model, not in the Census view's few slots (step 6
+    reads every seed's, and would push out a census a visitor waited minutes for)."""
+    made = census_made(name)
+    if made is not None:
+        return made
+
     def make() -> HeadCensus:
         model = side_model(name)
         return head_census(model, texts=census_texts(model), control=census_control(model))
-    return side_result("lesson-census", name, make)
+    if runs().peek(("lesson-census", name)) is not None:
+        return side_result("lesson-census", name, make)
+    # The first in a server process also builds the census's inputs: seconds, where a step is otherwise instant.
+    with st.spinner(f"Measuring every head of {name} on the census's inputs (once per model)..."):
+        return side_result("lesson-census", name, make)
 
 
 @dataclass(frozen=True)
@@ -131,7 +144,7 @@ def heads_words(heads: list[Head]) -> str:
 # -- roles: the census names them, a step's input is checked against it ------------------------------------------
 def role_heads(name: str, role: str) -> list[Head]:
     """The heads the census of `name` names for `role`, in (layer, head) order: one, a tie, or none."""
-    return [h for h, _ in lesson_census(name).named(role)]
+    return census_heads(lesson_census(name), role)
 
 
 def census_role(name: str, role: str, verb: bool = False) -> str:
@@ -154,27 +167,17 @@ def too_few(role: str, n: int) -> str:
 
 
 def role_reading(name: str, role: str, r: Reading) -> str:
-    """One clause: the census's heads for `role` and what this input says of them. The input agrees (its best head
-    is one of them, or reads within `TIE` of one), puts another head higher (said as such), or has too few queries
-    to say anything. Where the census names no head, the input's best head over `FLOOR` queries or more."""
-    label, n, b = measures[role].label, r.support[role], r.base[role]
-    heads = role_heads(name, role)
+    """One sentence: the census's heads for `role` and what this input says of them (`analysis.agreement`, as
+    Inside a head says it): it agrees, another head scores higher, or too few queries to check. Where the census
+    names no head, the input's best head, read over `FLOOR` queries or more."""
+    if role_heads(name, role):
+        return agreement(lesson_census(name), role, r.scores, r.support)
+    label, n = measures[role].label, r.support[role]
     if n < FLOOR:
-        if not heads:
-            return f"the census names no {label} head; {too_few(role, n)}"
-        return f"{census_role(name, role)}; {too_few(role, n)}"
-    values = r.scores[role]  # (L, H)
-    best = argmax_head(values)
-    if not heads:
-        return (f"the census names no {label} head; on this input {head_name(best)} scores highest "
-                f"({float(values[best]):.2f} over {queries(n)}; uniform attention {b:.2f})")
-    theirs = [float(values[h]) for h in heads]
-    if best in heads or float(values[best]) - max(theirs) <= TIE:
-        return (f"{census_role(name, role)}, and this input agrees ("
-                + listed([f"{v:.2f}" for v in theirs]) + f" over {queries(n)}, as high as any head; uniform "
-                f"attention {b:.2f})")
-    return (f"on this input {head_name(best)} scores higher than {census_role(name, role)} ({float(values[best]):.2f} "
-            f"against {max(theirs):.2f}, over {queries(n)}; uniform attention {b:.2f})")
+        return f"The census names no {label} head; {too_few(role, n)}."
+    best = argmax_head(r.scores[role])
+    return (f"The census names no {label} head; on this input {head_name(best)} scores highest "
+            f"({float(r.scores[role][best]):.2f} over {queries(n)}; uniform attention {r.base[role]:.2f}).")
 
 
 def reading_line(name: str, r: Reading, head: Head) -> str:
@@ -209,7 +212,7 @@ def layer_previous(name: str, r: Reading, layer: int) -> tuple[Head, str]:
 
 
 def unknown_words(name: str, text: str) -> str:
-    """"9 of 14 words are unknown to tiny: ..." for a step's input (the positions the tokenizer added left out), or
+    """"9 of 14 words are unknown to tiny ..." for a step's input (the positions the tokenizer added left out), or
     "" when the model knows every word."""
     run = lesson_run(name, text)
     added, unknown = set(run.special), set(run.unknown)
@@ -219,9 +222,9 @@ def unknown_words(name: str, text: str) -> str:
         return ""
     words = list(dict.fromkeys(run.tokens[i] for i in missing))  # each word once, in order
     shown = ", ".join(tok(w) for w in words[:8]) + (", …" if len(words) > 8 else "")
-    are = "is" if len(missing) == 1 else "are"
-    return (f"{len(missing)} of {len(content)} words {are} unknown to {name}: {shown}. The model reads each as its one "
-            "unknown token, so the figures mark them with “?”, and no measure counts one as a repeat of another.")
+    return (f"{unknown_count(len(missing), len(content), side_model(name).info.title)}: {shown}. The model reads "
+            f"each as its one unknown token, so the figures mark them “{UNKNOWN_MARK.strip()}”, and no measure "
+            "counts one as a repeat of another.")
 
 
 # -- the steps ---------------------------------------------------------------------------------------------------
@@ -237,8 +240,8 @@ class Step:
 def _heads_row(run: AttentionRun, heads: list[Head], titles: list[str], off: set[Head] = frozenset(),
                key: str = "") -> None:
     patterns = torch.stack([run.attentions[h] for h in heads])  # (N, Q, K)
-    fig = plotting.heads_row_figure(patterns, run.tokens, titles, [h in off for h in heads],
-                                    height=int(720 / max(len(heads), 3)), contrast="sqrt", unknown=run.unknown)
+    fig = plotting.heads_row_figure(patterns, marked_tokens(run.tokens, run.unknown), titles,
+                                    [h in off for h in heads], height=int(720 / max(len(heads), 3)), contrast="sqrt")
     st.plotly_chart(fig, width="stretch", key=key, config=chart_config())
 
 
@@ -252,10 +255,6 @@ def _saw(lines: list[str]) -> None:
 
 def _try(label: str, key: str, help: str = "") -> bool:
     return st.toggle(f"Try: {label}", key=key, help=help or None)
-
-
-def _cap(text: str) -> str:
-    return text[:1].upper() + text[1:]
 
 
 def draw_parallel(name: str, text: str, n: int) -> None:
@@ -274,7 +273,7 @@ def draw_parallel(name: str, text: str, n: int) -> None:
     _look(f"the {model.n_heads} heads of layer 0 read the same {len(run.tokens)} tokens at once, and each puts its "
           f"weight elsewhere. {head_name(prev)} carries a role in its title: {source}.")
     lines = [reading_line(name, r, h) for h in heads]
-    lines.append(_cap(role_reading(name, "previous", r)) + ".")
+    lines.append(role_reading(name, "previous", r))
     if switch:
         same = [h for h in heads if h != prev]
         moved_same = max(float((shown.attentions[h] - run.attentions[h]).abs().max()) for h in same)
@@ -292,17 +291,15 @@ def draw_projections(name: str, text: str, n: int) -> None:
     inside = lesson_inside(name, text, layer)
     a, source = layer_previous(name, read(name, run), layer)
     content = [i for i in range(len(run.tokens)) if i not in set(run.special)]
-    unknown = set(run.unknown)
+    marked = marked_tokens(run.tokens, run.unknown)  # an unknown word's label says so, as on every axis
     query = st.selectbox("Try: pick another query token", content, index=len(content) - 1,
-                         format_func=lambda i: f"{i}: {visible(run.tokens[i])}" + ("?" if i in unknown else ""),
-                         key=f"lesson_try_{n}")
+                         format_func=lambda i: f"{i}: {visible(marked[i])}", key=f"lesson_try_{n}")
     rows = {h: inside[h].weights[query] for h in range(len(inside))}  # (K,) each
     # The head that reads this token most differently from A: the largest total variation between the two rows.
     others = [h for h in rows if h != a[1]]
     b = (layer, max(others, key=lambda h: float((rows[h] - rows[a[1]]).abs().sum())))
     fig = go.Figure()
-    # An unknown word's label ends in "?", as on the heatmaps: the model read its unknown token there.
-    labels = [f"{i}:{visible(t)}" + ("?" if i in unknown else "") for i, t in enumerate(run.tokens)]
+    labels = [f"{i}:{visible(t)}" for i, t in enumerate(marked)]
     for head, colour in ((a, "#08519c"), (b, "#c44e52")):
         fig.add_trace(go.Bar(x=labels, y=rows[head[1]].numpy(), name=head_name(head), marker_color=colour))
     fig.update_layout(template="none", barmode="group", height=300, margin=dict(l=50, r=10, t=40, b=80),
@@ -341,7 +338,7 @@ def draw_patterns(name: str, text: str, n: int) -> None:
     st.caption("Try: type a sentence in the box above where no word comes back: induction then has no query to "
                "average over. Then one where a name comes back twice, and see whether this input agrees with the "
                "census.")
-    lines = [_cap(role_reading(name, m, r)) + "." for m in ROLES]
+    lines = [role_reading(name, m, r) for m in ROLES]
     lines += [census.naming_words(m) for m in ROLES if len(named[m]) > 1]  # a tie, in the census's own words
     for h, roles in shared.items():
         if len(roles) > 1:
@@ -351,7 +348,7 @@ def draw_patterns(name: str, text: str, n: int) -> None:
                          + f"), and {head_name(h)} scores high on each.")
     if text != TEXT_REPEAT:
         p = read(name, lesson_run(name, TEXT_REPEAT))
-        lines.append("On the prepared sentence: " + "; ".join(role_reading(name, m, p) for m in ROLES) + ".")
+        lines.append("On the prepared sentence: " + " ".join(role_reading(name, m, p) for m in ROLES))
     _saw(lines)
 
 
@@ -462,7 +459,7 @@ def draw_learned(name: str, text: str, n: int) -> None:
           f"and {head_name(quiet)} of {name}, a strongly patterned head.")
     switch = _try(f"switch {head_name(quiet)} of {name} off", f"lesson_try_{n}")
     # Each seed's roles from its own census: the heads step 3 names, checked against this input.
-    lines = [f"{seed}: " + "; ".join(role_reading(seed, m, readings[seed]) for m in ("previous", "induction")) + "."
+    lines = [f"{seed}: " + " ".join(role_reading(seed, m, readings[seed]) for m in ("previous", "induction"))
              for seed in family]
     what = "its strongest measured pattern"
     if top:

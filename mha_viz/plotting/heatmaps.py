@@ -4,7 +4,6 @@ pattern whose rows can be clicked, and per-token vectors (a head's queries, keys
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -66,7 +65,6 @@ def heads_row_figure(
     height: int = 300,
     colorbar: bool = False,
     contrast: str = "linear",
-    unknown: Sequence[int] = (),
 ) -> go.Figure:
     """Several heads side by side in ONE figure (one subplot each), so a layer is a few plotly charts, not one
     per head: measured in headless Chromium, 12 heads draw in ~0.1 s as subplots vs ~0.9 s as 12 charts.
@@ -74,8 +72,6 @@ def heads_row_figure(
     `columns` (default N) fixes the subplot width, so a short last row lines up with the rows above it.
     `colorbar` draws one colour bar for the row: meaningful when `zmax` puts every head on one scale.
     `contrast` "sqrt" draws the colours as `sqrt_scale` says (weak weights stay visible beside a strong one).
-    `unknown`: the positions the tokenizer mapped to its unknown token (`run.unknown`); their labels end in "?"
-    ("fox?"): the model read its one unknown token there, not the word shown.
     """
     if contrast not in ("linear", "sqrt"):
         raise ValueError(f"contrast is 'linear' or 'sqrt', not {contrast!r}")
@@ -90,11 +86,6 @@ def heads_row_figure(
         raise ValueError(f"{n} patterns need {n} titles and {n} off flags; got {len(titles)} and {len(off)}")
     columns = max(columns or n, n)
     labels = axis_labels(tokens)
-    for i in sorted({int(p) for p in unknown}):
-        mark = labels[i] + "?"
-        while mark in labels:  # still its own category: plotly merges equal ones
-            mark += "\u200b"
-        labels[i] = mark
     tick_font, ticks, _ = tick_plan(labels, height / max(len(labels), 1), max_font=9)
     gap = 0.035
     width = (1 - gap * (columns - 1)) / columns

@@ -19,9 +19,11 @@ from streamlit.testing.v1 import AppTest
 
 from mha_viz import head_census, load_model, measures, seeds
 from mha_viz.analysis import combine_heads
+from mha_viz.analysis.agreement import agreement
 from mha_viz.analysis.importance import head_importance
 from mha_viz.analysis.scores import run_scores, run_support
 from mha_viz.app import lesson_steps
+from mha_viz.app.names import UNKNOWN_MARK
 from mha_viz.names import head_name
 
 from helpers import APP, REPO
@@ -75,14 +77,6 @@ def _named(name: str, role: str) -> tuple[tuple[int, int], ...]:
 def _heads(heads) -> str:
     names = [head_name(h) for h in heads]
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + f" and {names[-1]}"
-
-
-def _census_phrase(name: str, role: str) -> str:
-    """How the page names the census's heads for a role: "the census's induction head L1 H3", or a tie."""
-    heads, label = _named(name, role), measures[role].label
-    assert heads, f"{name}'s census names no {role} head: the lesson's roles need one"
-    return (f"the census's {label} head {head_name(heads[0])}" if len(heads) == 1 else
-            f"the census's {label} heads {_heads(heads)}, tied")
 
 
 # "the census's induction head L1 H3", "the census's first token heads are L1 H0, L1 H2 and L1 H3": role -> heads
@@ -167,37 +161,25 @@ def test_step2_picking_another_token_names_that_tokens_keys():
     assert f"weight {float(row[top]):.2f}" in _saw(at)
 
 
-def _capitalized_too(text: str) -> str:
-    """The text with each list item's first letter lower-cased too: a clause opens a line capitalized."""
-    return text + "\n" + re.sub(r"^- ([A-Z])", lambda m: "- " + m.group(1).lower(), text, flags=re.M)
-
-
 def _input_check(name: str, role: str, text: str) -> str:
-    """What the page must say of this input for a role: agrees, a named other head scores higher, or too few."""
-    _, _, scores, base = _scores(name, text)
-    n = _support(name, text)[role]
-    label, heads = measures[role].label, _named(name, role)
-    if n < measures.SUPPORT_FLOOR:
-        return f"{_census_phrase(name, role)}; {label}: {measures.TOO_FEW} ({measures.queries_words(n)}"
-    best = _argmax(scores[role])
-    theirs = max(float(scores[role][h]) for h in heads)
-    if best in heads or float(scores[role][best]) - theirs <= 0.005:
-        return f"{_census_phrase(name, role)}, and this input agrees ("
-    return (f"on this input {head_name(best)} scores higher than {_census_phrase(name, role)} "
-            f"({float(scores[role][best]):.2f} against {theirs:.2f}, over {measures.queries_words(n)}")
+    """What the page must say of this input for a role: the census's heads against this input's reading, in the
+    words every view uses (`analysis.agreement`)."""
+    _, _, scores, _ = _scores(name, text)
+    return agreement(head_census(load_model(name)), role, scores, _support(name, text))
 
 
 def test_step3_names_the_census_head_of_each_role_and_says_where_this_input_disagrees(every_step):
     _, texts, _, _ = every_step
     text = lesson_steps.TEXT_REPEAT
     for m in ROLES:
-        assert _input_check("tiny", m, text) in _capitalized_too(texts[3]), m
+        assert _input_check("tiny", m, text) in texts[3], m
     # The prepared sentence repeats two names: induction averages over 4 queries, and tiny's L1 H2 reads higher
     # there than the census's induction head, L1 H3. The step says so rather than naming L1 H2.
     _, _, scores, _ = _scores("tiny", text)
     best = _argmax(scores["induction"])
     assert best not in _named("tiny", "induction")
-    assert f"On this input {head_name(best)} scores higher than the census's induction head" in texts[3]
+    assert f"On this input {head_name(best)} scores higher on induction" in texts[3]
+    assert f"than the census's induction head {head_name(_named('tiny', 'induction')[0])}" in texts[3]
     # A head the census names for two roles is said to be, with why; a tie is said as a tie.
     for role in ROLES:
         if len(_named("tiny", role)) > 1:
@@ -285,7 +267,7 @@ def test_a_typed_sentence_is_measured_instead():
     at = _lesson({"lesson": "3"})
     at.text_input(key="lesson_text_3").set_value(text).run()
     assert not at.exception, at.exception
-    assert _input_check("tiny", "induction", text) in _capitalized_too(_saw(at))
+    assert _input_check("tiny", "induction", text) in _saw(at)
     assert "On the prepared sentence: " + _input_check("tiny", "previous", lesson_steps.TEXT_REPEAT) in _saw(at)
 
 
@@ -309,7 +291,8 @@ def test_script_tags_are_unknown_words_and_give_no_induction_reading():
     assert not re.search(r"(induction|same token earlier) \d+%", _saw(at)), _saw(at)
     for line in _saw(at).splitlines()[2:-1]:  # each head's line: its reading says how many queries it averaged
         assert re.search(r"over \d+ quer|no measured pattern", line), line
-    assert all(label.endswith("?") for label in _tick_labels(at)[1:])  # <bos> is the model's own; the rest marked
+    labels = _tick_labels(at)
+    assert all(label.rstrip("\u200b").endswith(UNKNOWN_MARK) for label in labels[1:]), labels  # all but <bos>
 
 
 def test_unknown_words_are_counted_marked_and_make_no_role_in_step3():
@@ -322,13 +305,13 @@ def test_unknown_words_are_counted_marked_and_make_no_role_in_step3():
     assert "9 of 14 words are unknown to tiny" in _captions(at)
     saw = _saw(at)
     assert _support("tiny", text)["induction"] < measures.SUPPORT_FLOOR
-    assert f"induction: {measures.TOO_FEW} ({measures.queries_words(_support('tiny', text)['induction'])}" in saw
+    assert f"{measures.TOO_FEW} for induction ({measures.queries_words(_support('tiny', text)['induction'])}" in saw
     assert not re.search(r"L0 H2[^.;]*induction", saw), saw  # the previous-token head gets no second role
     assert _roles_named(saw)["induction"] == {frozenset(head_name(h) for h in _named("tiny", "induction"))}
     labels = _tick_labels(at)
-    assert [i for i, label in enumerate(labels) if label.rstrip("\u200b").endswith("?")] == \
+    assert [i for i, label in enumerate(labels) if label.rstrip("\u200b").endswith(UNKNOWN_MARK)] == \
         list(load_model("tiny").run(text).unknown)
-    assert "fox?" in labels and "the" in labels
+    assert f"fox{UNKNOWN_MARK}" in labels and "the" in labels
 
 
 def test_the_default_input_counts_its_unknown_word():
@@ -336,7 +319,8 @@ def test_the_default_input_counts_its_unknown_word():
     run = load_model("tiny").run(lesson_steps.TEXT_PARALLEL)
     words = len(run.tokens) - len(run.special)
     assert len(run.unknown) == 1
-    assert f"1 of {words} words is unknown to tiny: “{run.tokens[run.unknown[0]]}”" in _captions(at)
+    title = load_model("tiny").info.title
+    assert f"1 of {words} words is unknown to {title}: “{run.tokens[run.unknown[0]]}”" in _captions(at)
 
 
 @pytest.mark.parametrize("name", seeds("tiny"))
