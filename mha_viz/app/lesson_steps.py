@@ -436,6 +436,12 @@ def draw_written(name: str, text: str, n: int) -> None:
     _saw(lines)
 
 
+def _tie(name: str, role: str) -> str:
+    """" L1 H0 and L1 H2 tie on induction in the census." where it names several heads for `role`, else ""."""
+    heads = role_heads(name, role)
+    return f" {heads_words(heads)} tie on {measures[role].label} in the census." if len(heads) > 1 else ""
+
+
 def draw_learned(name: str, text: str, n: int) -> None:
     model, run = side_model(name), lesson_run(name, text)
     r = read(name, run)
@@ -459,8 +465,8 @@ def draw_learned(name: str, text: str, n: int) -> None:
           f"and {head_name(quiet)} of {name}, a strongly patterned head.")
     switch = _try(f"switch {head_name(quiet)} of {name} off", f"lesson_try_{n}")
     # Each seed's roles from its own census: the heads step 3 names, checked against this input.
-    lines = [f"{seed}: " + " ".join(role_reading(seed, m, readings[seed]) for m in ("previous", "induction"))
-             for seed in family]
+    lines = [f"{seed}: " + " ".join(role_reading(seed, m, readings[seed]) + _tie(seed, m)
+                                    for m in ("previous", "induction")) for seed in family]
     what = "its strongest measured pattern"
     if top:
         what = f"{measures[top[0]].label} {pct(top[1])} over {queries(r.support[top[0]])} on this input"

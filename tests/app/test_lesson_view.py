@@ -236,6 +236,9 @@ def test_step6_seeds_place_roles_apart_and_a_patterned_head_matters_little(every
         line = next(line for line in texts[6].splitlines() if line.startswith(f"- {seed}: "))
         assert _input_check(seed, "previous", text) in line and _input_check(seed, "induction", text) in line
         assert not re.search(r"induction \d+%|highest at", line), line
+        for role in ("previous", "induction"):
+            if len(_named(seed, role)) > 1:  # a tie is said as one
+                assert f"{_heads(_named(seed, role))} tie on {measures[role].label} in the census" in line, line
     quiet, loud, importance = _quiet_and_loud("tiny", text)
     assert importance[quiet] < 0.1 * importance[loud]  # the claim the step makes holds on this model
     assert (f"{head_name(quiet)} of tiny has a strong pattern" in texts[6]
