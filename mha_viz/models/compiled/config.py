@@ -33,8 +33,9 @@ PROGRAM_FILE = "program.py"
 @dataclass(frozen=True)
 class WrittenHead:
     """What a program wrote into one head: the Select that chose its keys and the Aggregate (or SelectorWidth) that
-    read through it. `pattern` names the role by the registered measure that reads it ("previous", "duplicate",
-    "induction", "offset"), or "" where no measure does; `selects` says in words which keys a query selects."""
+    read through it. `pattern` names the role by the registered measure that describes its selection
+    (`tracr_bridge.name_role`: "previous", "offset", "first", "duplicate", "induction", ...), or "" where none does;
+    `selects` says in words which keys a query selects."""
     layer: int
     head: int
     expr: str  # the Aggregate's (or SelectorWidth's) label in the program

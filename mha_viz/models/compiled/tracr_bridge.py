@@ -7,13 +7,16 @@ someone compiled already (recompiling the program, when given, only to name the 
 which runs them with torch alone.
 
 A head's role is read from the program, not from the weights: its selector is evaluated by RASP itself on random
-inputs, and the role is named only where the selection is, on every input, exactly one of the census's patterns
-(the key one position back, another fixed offset, the earlier occurrences of the query's token, the positions after
-them), each the name of the registered measure that reads it (`mha_viz.measures`).
+inputs, each selection turned into the attention the compiled head gives it (BOS at position 0, read where nothing
+is selected), and every registered measure the census names heads by (`mha_viz.measures`) reads that attention with
+its own definition. The head's role is the measure that the selection fills (`name_role`): the previous token, a
+fixed offset (with its distance), the earlier occurrences of the query's token, the positions after them, the first
+token (BOS), ... or none.
 """
 from __future__ import annotations
 
 import inspect
+import math
 import random
 import re
 import runpy
@@ -22,11 +25,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mha_viz import measures
 from mha_viz.contract import InputError, ModelLoadError
 from mha_viz.models.compiled.config import CompiledConfig, WrittenHead
 
 BOS, PAD = "BOS", "compiler_pad"
 N_SAMPLES = 40  # random inputs a selector is evaluated on to name its pattern
+# The pooled share at which a registered measure describes a written head: the level the census names a written head
+# at (analysis.written.NAMED_AT, which this layer may not import; a test holds the two equal).
+WRITTEN_AT = 0.9
 
 
 def _tracr():
@@ -128,7 +135,7 @@ def _written_heads(graph, craft, program, vocab, max_seq_len: int, causal: bool,
             for head in _heads_of(block, transformers):
                 made_by[id(head)] = node[nodes.EXPR]
     _, module_names = tc.assemble._get_model_config_and_module_names(craft)
-    samples = _samples(sorted(vocab, key=str), max_seq_len)
+    inputs = samples(vocab, max_seq_len)
     out = []
     for module_name, block in zip(module_names, craft.blocks):
         if isinstance(block, transformers.MLP):
@@ -138,15 +145,27 @@ def _written_heads(graph, craft, program, vocab, max_seq_len: int, causal: bool,
             expr = made_by.get(id(head))
             if expr is None:
                 continue
-            out.append(_describe(expr, layer, h, samples, causal, source, rasp))
+            out.append(_describe(expr, layer, h, inputs, causal, source, rasp))
     return tuple(out)
 
 
-def _samples(vocab: list, max_seq_len: int) -> list[list]:
-    """Random inputs of every length from 2 to max_seq_len, with repeats (small vocabularies repeat anyway)."""
+def samples(vocab, max_seq_len: int) -> dict[str, list[list]]:
+    """The inputs a selector is read on, per census input set (`Measure.census`), of every length from 2 to
+    max_seq_len. "random": items drawn with replacement. "repeated" (duplicate, induction): the same, but never one
+    item twice in a row, so that items recur at every distance: repeats at one distance only (the census's "m items
+    said twice") would make the induction target a fixed offset, m - 1 back; and after a doubled item Tracr's
+    induction selector also selects the query itself, a key the registry's induction leaves out. The same
+    vocabulary gives the same inputs."""
+    vocab = sorted(vocab, key=str)
     rng = random.Random(0)
-    return [[rng.choice(vocab) for _ in range(rng.randint(min(2, max_seq_len), max_seq_len))]
-            for _ in range(N_SAMPLES)]
+    lengths = [rng.randint(min(2, max_seq_len), max_seq_len) for _ in range(2 * N_SAMPLES)]
+    out = {"random": [[rng.choice(vocab) for _ in range(n)] for n in lengths[:N_SAMPLES]], "repeated": []}
+    for n in lengths[N_SAMPLES:]:
+        items = [rng.choice(vocab)]
+        while len(items) < n:
+            items.append(rng.choice([v for v in vocab if v != items[-1]] or vocab))
+        out["repeated"].append(items)
+    return out
 
 
 def _predicate(pred) -> str:
@@ -173,13 +192,6 @@ def _predicate(pred) -> str:
     return text.strip()
 
 
-PATTERNS = {  # the census's name for a written selection, and the words for it
-    "previous": "the key one position back",
-    "duplicate": "the earlier positions holding the query's token",
-    "induction": "the positions right after each earlier occurrence of the query's token",
-}
-
-
 def _selection(selector, tokens: list, rasp) -> list[list[bool]]:
     """What the selector selects on one input, [query][key], by RASP's own values of its keys and queries. A None
     value (a shifted SOp's first position) selects nothing, as the compiled head leaves it to BOS."""
@@ -196,44 +208,114 @@ def _selection(selector, tokens: list, rasp) -> list[list[bool]]:
     return [[hit(k, q) for k in keys] for q in queries]
 
 
-def _pattern(selector, samples, causal: bool, rasp) -> tuple[str, str]:
-    """The census pattern a selector is on every sampled input, and its words; ("", words) where none fits."""
-    fits = {"previous": True, "duplicate": True, "induction": True}
-    offsets: set[int] | None = None
-    for tokens in samples:
-        sel = _selection(selector, tokens, rasp)  # sel[q][k]
-        n = len(tokens)
-        for q in range(n):
-            keys = {k for k in range(n) if sel[q][k] and (k <= q or not causal)}
-            want = {
-                "previous": {q - 1} if q >= 1 else set(),
-                "duplicate": {k for k in range(q) if tokens[k] == tokens[q]},
-                "induction": {k + 1 for k in range(q) if tokens[k] == tokens[q] and (k + 1 <= q or not causal)},
-            }
-            for name in fits:
-                fits[name] = fits[name] and keys == want[name]
-            if len(keys) == 1:
-                d = q - next(iter(keys))
-                offsets = {d} if offsets is None else offsets & {d}
-            elif keys:
-                offsets = set()
-    for name, ok in fits.items():
-        if ok:
-            return name, PATTERNS[name]
-    if offsets and len(offsets) == 1:
-        d = next(iter(offsets))
-        return "offset", f"the key {abs(d)} position{'s' if abs(d) != 1 else ''} {'back' if d > 0 else 'ahead'}"
-    return "", "keys no census measure describes"
+def selection_attention(selection, causal: bool, with_bos: bool = False) -> torch.Tensor:
+    """A selection [query][key] over the items of one input, as the compiled head attends -> (1, 1, T, T), T = items
+    + 1 with BOS at position 0 (as `CompiledModel` runs it). Each query spreads its attention evenly over the keys it
+    selects (in a causal model only those at or before it); a query that selects none reads BOS, Tracr's default;
+    BOS reads itself. `with_bos`: BOS is one more selected key of every query, as Tracr compiles a SelectorWidth."""
+    n = len(selection)
+    sel = torch.zeros(n + 1, n + 1)  # (Q, K) over BOS and the items
+    if n:
+        sel[1:, 1:] = torch.tensor([[float(bool(v)) for v in row] for row in selection])  # (Q-1, K-1)
+    if causal:
+        sel = sel.tril()
+    sel[:, 0] = 1.0 if with_bos else (sel.sum(-1) == 0).float()  # (Q,): nothing selected reads BOS
+    return (sel / sel.sum(-1, keepdim=True))[None, None]  # (1, 1, T, T)
 
 
-def _describe(expr, layer: int, head: int, samples, causal: bool, source: str, rasp) -> WrittenHead:
+def sample_positions(items: list, causal: bool) -> measures.Positions:
+    """One sampled input's positions for the registry's measures: BOS at 0, the one added position (as
+    `CompiledModel.encoding` marks it); a repeat is the same vocabulary item."""
+    ids = {v: i for i, v in enumerate(dict.fromkeys(items))}
+    return measures.Positions.of(len(items) + 1, causal, (BOS, *map(str, items)), [-1] + [ids[v] for v in items],
+                                 added=(0,))
+
+
+def role_measures() -> tuple[str, ...]:
+    """The registered measures a written head's role may be named by: every one the census reads that is a share of
+    attention, high end notable, needing nothing but the tokens (the scores `analysis.written` names heads by)."""
+    return tuple(name for name in measures.ONE_INPUT
+                 if measures.get(name).census and measures.get(name).is_share
+                 and not measures.get(name).lower_is_notable)
+
+
+def _offset_pooled(read: list[tuple[torch.Tensor, measures.Positions]], causal: bool
+                   ) -> tuple[float, float, int]:
+    """The registry's fixed offset over all of `read` at once: each offset's share pooled over the inputs by the
+    queries that have that key (an input too short for a head's offset says nothing about it, rather than 0), the
+    best offset as `measures.best_offsets` takes it (nearest first) -> (share, uniform's share there, offset)."""
+    tables = [(measures.offset_table(att, pos)[:, 0, 0],  # (D,)
+               measures.offset_table(measures.uniform_pattern(pos.t, causal)[None, None], pos)[:, 0, 0], pos.t)
+              for att, pos in read]  # (D,) each: the head's and uniform attention's share at every offset
+    found = []
+    for i, d in enumerate(measures.offsets(causal)):
+        total = base = weight = 0.0
+        for head, uniform, t in tables:
+            n = max(0, t - 1 - abs(d))  # queries whose key d away exists and is not position 0
+            if n:
+                total, base, weight = total + float(head[i]) * n, base + float(uniform[i]) * n, weight + n
+        if weight:
+            found.append((total / weight, -i, base / weight, d))
+    if not found:
+        return float("nan"), float("nan"), 0
+    share, _, base, d = max(found)
+    return share, base, d
+
+
+def name_role(select, inputs: dict[str, list[list]], causal: bool, with_bos: bool = False) -> tuple[str, str]:
+    """The registered measure that describes a head, and what the head selects in words; ("", words) where none
+    does. `select(items)` -> [query][key] bools: what the head's selector selects on one input; `inputs`: the
+    generated inputs per census input set (`samples`).
+
+    Each candidate (`role_measures`) reads, with its own definition, the attention the compiled head gives each
+    selection (`selection_attention`) on its own census input set (`samples`), pooled by the queries each input
+    averages over (`Measure.support`). It describes the head where the pooled share reaches `WRITTEN_AT`: 1.0 where
+    the selection is exactly the measure's keys. Of several, the one furthest above its uniform baseline (a
+    previous-token selection fills nearby's window as well, and a BOS-only one the special tokens; equal ones go to
+    the earlier registered); a fixed offset of 1 back is the previous token, as the census names it."""
+    order = list(measures.REGISTRY)
+    read = {kind: [(selection_attention(select(items), causal, with_bos), sample_positions(items, causal))
+                   for items in items_of] for kind, items_of in inputs.items()}
+    found = []  # (excess over uniform, -registry index, name, share, offset)
+    for name in role_measures():
+        m = measures.get(name)
+        on = read.get(m.census[0]) or read["random"]  # "texts": a program has no natural text; random items
+        offset = 0
+        if name == "offset":
+            share, base, offset = _offset_pooled(on, causal)
+        else:
+            total = base = weight = 0.0
+            for att, pos in on:
+                n, value = m.support(pos), float(m(att, pos)[0, 0])
+                if n and not math.isnan(value):
+                    total, base, weight = total + value * n, base + m.baseline(pos) * n, weight + n
+            share, base = (total / weight, base / weight) if weight else (float("nan"), float("nan"))
+        if share >= WRITTEN_AT:  # NaN: not measurable on these inputs
+            found.append((round(share - base, 9), -order.index(name), name, share, offset))
+    if not found:
+        return "", "keys no census measure describes"
+    _, _, name, share, offset = max(found)
+    if name == "offset" and offset == -1 and "previous" in role_measures():
+        name, offset = "previous", 0  # a head whose fixed offset is 1 back is the previous-token head
+    if name == "offset":
+        words = (f"the key {abs(offset)} position{'s' if abs(offset) != 1 else ''} "
+                 f"{measures.offset_words(offset).split()[-1]}")
+    else:
+        words = measures.get(name).target + (f" ({BOS} here)" if name in ("first", "special") else "")
+    if share < 1.0 - 1e-6:
+        words += f" ({share:.0%} of its attention on them, on generated inputs)"
+    return name, words
+
+
+def _describe(expr, layer: int, head: int, inputs, causal: bool, source: str, rasp) -> WrittenHead:
     sel = expr.selector
     kind = type(expr).__name__
     pred = _predicate(sel.predicate)
     reads = expr.sop.label if kind == "Aggregate" else ""
     text = (f"{expr.label} = {kind}(Select({sel.keys.label}, {sel.queries.label}, {pred})"
             + (f", {reads})" if reads else ")"))
-    pattern, words = _pattern(sel, samples, causal, rasp)
+    pattern, words = name_role(lambda items: _selection(sel, items, rasp), inputs, causal,
+                               with_bos=kind == "SelectorWidth")
     names = {re.sub(r"_\d+$", "", label) for label in (expr.label, sel.label)}  # RASP adds "_<id>" to a name
     line = next((ln.strip() for ln in source.splitlines()
                  if any(f'named("{n}")' in ln or f"named('{n}')" in ln for n in names)), "")
