@@ -70,10 +70,16 @@ from mha_viz.models.schedule import (
 # Importable from here, where the adapters and tests have always found them.
 __all__ = ["Attended", "BATCH_ATTENTION", "BATCH_TOKENS", "Change", "EditableModel", "Encoded", "FinalParts",
            "Forward", "HeadEdit", "Records", "Schedule", "Stopped", "WAVE_TOKENS", "_OUTPUTS", "_PAST", "_STATES",
-           "_PerModelCache", "_MEANS", "_padded"]
+           "_PerModelCache", "_MEANS", "_padded", "reuse_bytes"]
 
 _MEANS = _PerModelCache()
 _EARLIER = EarlierRuns()  # recent runs' layers, for incremental runs (see `EditableModel.run`)
+
+
+def reuse_bytes() -> int:
+    """The bytes the layers kept for incremental runs hold now, over every model (`schedule.EarlierRuns`): at most
+    `schedule.EARLIER_SHARE` of MHA_VIZ_RUN_CACHE_MB, for the run cache to count beside the runs it keeps."""
+    return _EARLIER.held_bytes()
 
 
 class EditableModel(Batching, Model):

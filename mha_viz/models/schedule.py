@@ -17,7 +17,9 @@ each against the plain run).
     logits_at       only those positions' logits are read
     stop_after      nothing after this layer's head outputs is needed: the forward ends there (`Stopped`)
 
-Also here: the budgets of padded and growing batches, and the per-model caches of values derived from texts.
+Also here: the budgets of padded and growing batches, the per-model caches of values derived from texts, and the
+recent runs' layers that incremental runs resume from (`EarlierRuns`: a run takes over the layers below the first
+one whose edit differs from a kept run of the same tokens, as `start, prefix`).
 """
 from __future__ import annotations
 

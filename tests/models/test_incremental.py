@@ -201,7 +201,8 @@ def test_kept_runs_are_bounded_and_share_the_layers_they_took_over(models, monke
     model = models("tiny")
     L = model.n_layers
     run = model.run(TINY_TEXT)
-    whole = interventions._EARLIER.held_bytes()
+    whole = interventions.reuse_bytes()  # what the run cache counts
+    assert whole == interventions._EARLIER.held_bytes() > 0
     per_layer = run.attentions[0].numel() * 4
     assert whole >= run.attentions.numel() * 4  # every layer's weights at least
     model.run(TINY_TEXT, ablate={(L - 1, 0)})  # shares layers 0..L-2 with the first
