@@ -186,7 +186,7 @@ EARLIER_SHARE = 0.25
 EARLIER_PER_MODEL = 4  # runs kept per model: the last few texts or head sets the sessions asked for
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared by identity: runs share the objects of the layers they took over
 class KeptLayer:
     """One layer of a run, as a later run of the same text may take it over: what was done to its heads (`step`,
     see `layer_steps`), its block's output (what the next layer starts from) and its attention weights."""
