@@ -27,6 +27,7 @@ from mha_viz.analysis.patching import (
 )
 from mha_viz.contract import AttentionRun, Head, InputError, Model, UnavailableError
 from mha_viz.models import load_model, registry
+from mha_viz.models.interventions import reuse_bytes
 from mha_viz.settings import settings
 from mha_viz.training_record import TrainingEvidence
 
@@ -196,8 +197,11 @@ class RunCache:
     start waiting, and raise RunBudgetError when the need alone exceeds the budget or the wait runs out. Two
     sessions asking for the same key at once share one forward pass."""
 
-    def __init__(self, budget_bytes: int, size=run_bytes, wait_s: float = 180.0):
+    def __init__(self, budget_bytes: int, size=run_bytes, wait_s: float = 180.0, beside=None):
         self.budget = budget_bytes
+        # bytes held outside this cache that count against the same budget (the engine's layers kept for
+        # incremental runs, `interventions.reuse_bytes`): () -> int, or None
+        self._beside = beside or (lambda: 0)
         self._local = threading.local()  # .covered: this thread's work is already reserved (`reserve`)
         self.wait_s = wait_s
         self._size = size
@@ -222,7 +226,7 @@ class RunCache:
 
     def _evict(self, room: int) -> None:
         """Drop the least recently used kept runs until `room` more bytes fit (the lock is held)."""
-        while self._runs and self.kept_bytes() + self.flight_bytes() + room > self.budget:
+        while self._runs and self.kept_bytes() + self.flight_bytes() + self._beside() + room > self.budget:
             oldest, _ = self._runs.popitem(last=False)
             del self._sizes[oldest]
 
@@ -244,7 +248,7 @@ class RunCache:
                     break
                 continue
             self._evict(need)
-            if self.flight_bytes() + need <= self.budget:
+            if self.flight_bytes() + self._beside() + need <= self.budget:
                 self._flight[key] = need
                 return True
             if not told and on_wait is not None:
@@ -324,7 +328,7 @@ class RunCache:
         with self._changed:
             self._runs[key], self._sizes[key] = run, size
             self._runs.move_to_end(key)
-            while len(self._runs) > 1 and self.kept_bytes() + self.flight_bytes() > self.budget:
+            while len(self._runs) > 1 and self.kept_bytes() + self.flight_bytes() + self._beside() > self.budget:
                 oldest, _ = self._runs.popitem(last=False)
                 del self._sizes[oldest]
             self._changed.notify_all()
@@ -335,7 +339,7 @@ class RunCache:
 def runs() -> RunCache:
     """The run cache of this process, made on first use rather than at import: a bad MHA_VIZ_RUN_CACHE_MB then
     raises SettingsError inside page.main, which shows it as the page's own message, not as a traceback."""
-    return RunCache(settings().run_cache_mb * 2**20, size=entry_bytes)
+    return RunCache(settings().run_cache_mb * 2**20, size=entry_bytes, beside=reuse_bytes)
 
 
 _SIDE_LOCK = threading.Lock()  # two sessions asking for the same side model load it once

@@ -35,6 +35,22 @@ def test_cache_evicts_least_recently_used_past_its_byte_budget():
     assert one.attentions.numel() * 4 == 40_000
 
 
+def test_the_engines_kept_layers_count_against_the_same_budget():
+    """The layers the engine keeps for incremental runs (`interventions.reuse_bytes`) are held beside the cache's
+    runs: with 60,000 B of them, two 41,600 B runs no longer fit a 100,000 B budget, and the older one goes."""
+    held = [0]
+    cache = _RunCache(budget_bytes=100_000, beside=lambda: held[0])
+    cache.get(("a",), lambda: _run(100))
+    assert cache.peek(("a",)) is not None
+    held[0] = 60_000
+    cache.get(("b",), lambda: _run(100))
+    assert cache.peek(("a",)) is None and cache.peek(("b",)) is not None
+    # the page's own cache counts the engine's
+    from mha_viz.app import cache as page_cache
+    from mha_viz.models import interventions
+    assert page_cache.runs()._beside is interventions.reuse_bytes
+
+
 def test_a_run_larger_than_the_budget_is_still_returned():
     cache = _RunCache(budget_bytes=10)
     run = cache.get(("big",), lambda: _run(50))
