@@ -21,6 +21,7 @@
 // (and "bulk": {layer, action: "off" | "on" | "only" | "reset", head}, with controls.bulk).
 // weight of cell (l, h, q, k) = codes[((l*H + h)*T + q)*T + k] / 255 * scale[l*H + h]
 const HINT = "Hover a heatmap or a token: its row lights up in every head. Click a head to open it large.";
+const TELL_MS = 150;      // after a tab's paint, before the page is told of it (tellLayer)
 const MIN_CELL = 3;       // px per token in a grid tile: below this the columns of the grid fold into fewer
 
 async function decode(att) {  // the Arrow cell's deflated bytes -> the codes, inflated natively by the browser
@@ -56,14 +57,15 @@ function layerFor(s, d) {
   return s.layer;
 }
 
-// The page told of the tab's layer once the tab's drawing is painted (a frame, then a task), so the rerun it
-// causes (the server's answer, then the browser applying it) comes after the grid is on screen, not in its way.
-// Tabs clicked before that are told once, as the last of them.
+// The page told of the tab's layer TELL_MS after the tab's drawing is painted: tabs clicked within that time are told
+// once, as the last of them (a visitor stepping through the layers costs the server one rerun, not one a layer),
+// and the rerun's answer (the server's reply, then 0.1-0.2 s of the browser applying its deltas on the main thread)
+// lands after the frames that show the tab, not in them. The page's switches follow about 0.3 s after the click.
 function tellLayer(s) {
   const n = ++s.tells;
   requestAnimationFrame(() => setTimeout(() => {
     if (n === s.tells && s.localLayer !== null) s.setTrigger("layer", s.localLayer);
-  }, 0));
+  }, TELL_MS));
 }
 
 function drawnAs(d) {  // everything of an update the grid draws from, but the weights (their digest) and the layer
