@@ -64,7 +64,8 @@ function layerFor(s, d) {
 function tellLayer(s) {
   const n = ++s.tells;
   requestAnimationFrame(() => setTimeout(() => {
-    if (n === s.tells && s.localLayer !== null) s.setTrigger("layer", s.localLayer);
+    // Not when the grid left the page meanwhile (another view opened with the link's layer: nav.js)
+    if (n === s.tells && s.localLayer !== null && s.root.isConnected) s.setTrigger("layer", s.localLayer);
   }, TELL_MS));
 }
 
