@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PORT ?= 8501
 STAMP := $(VENV)/.installed
 
-.PHONY: setup setup-test setup-compile compile setup-browser setup-nginx lint run serve test test-fast train train-seeds probe bench
+.PHONY: setup setup-test setup-compile compile setup-browser setup-nginx lint run serve test test-fast train train-seeds probe bench train-twins
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -91,6 +91,13 @@ train-seeds: setup
 	$(PY) -m mha_viz.models.tiny.train --seed 2 --quiet
 	$(PY) -m mha_viz.models.tiny.train --seed 3 --quiet
 	$(PY) -m mha_viz.tiny_probes
+
+# Learned twins of the written models (assets/twins/<program>/seed<N>, loaded as learned-induction,
+# learned-three-heads and their #seed1, #seed2): the in-repo stack trained from scratch on what each compiled program
+# outputs, three seeds each, bit for bit; about 15-25 s of one core per seed. A seed below 95% held-out accuracy is
+# not shipped (tried.json lists every seed's figure).
+train-twins: setup
+	$(PY) -m mha_viz.models.twins.train
 
 # Every saved step of assets/tiny/ and of each seed under it: assets/tiny/probes.json, seeds/seedN/probes.json.
 probe: setup

@@ -20,6 +20,22 @@ def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | 
                                    control=_census_control(model, control), progress=progress)
 
 
+def compare_twins(written: Model | str, learned: Model | str, n_texts: int = 200, seed: int = 0,
+                  ablation: str = "zero"):
+    """A written model beside a learned twin of it (`mha_viz.analysis.twins.compare_twins`, whose docstring says
+    what each entry measures): held-out accuracy of each against the program, for each written head the learned
+    head(s) attending most like it (mean Jensen-Shannon over queries and inputs) with their census names, what
+    switching each off breaks, and whether the twin's top composition pair is the written path. Models or names
+    ("written-induction", "learned-induction#seed1"); `n_texts` held-out inputs (never trained on), seeded.
+    `.rows()` is the table, `.sentences()` the words."""
+    from .analysis.twins import compare_twins as _compare
+    from .models.twins.train import held_out_texts
+
+    written = load_model(written) if isinstance(written, str) else written
+    learned = load_model(learned) if isinstance(learned, str) else learned
+    return _compare(written, learned, held_out_texts(written, n_texts, seed), head_census(written),
+                    head_census(learned), ablation)
+
 
 def from_tracr(assembled_model, name: str, program=None) -> Model:
     """A model Tracr compiled (`tracr.compiler.compiling.compile_rasp_to_model(..., compiler_bos=...)`) as a model
@@ -45,5 +61,5 @@ def save_compiled(model: Model, folder) -> str:
 
 
 __all__ = ["AttentionRun", "BUILTIN", "CensusConfig", "Circuits", "HeadCensus", "HeadInside", "InputError", "Model",
-           "ModelInfo", "ModelLoadError", "UnavailableError", "checkpoints", "circuits", "head_census", "load_model",
-           "from_tracr", "save_compiled", "seeds", "show", "show_census", "show_circuits"]
+           "ModelInfo", "ModelLoadError", "UnavailableError", "checkpoints", "circuits", "compare_twins",
+           "head_census", "load_model", "from_tracr", "save_compiled", "seeds", "show", "show_census", "show_circuits"]

@@ -4,6 +4,7 @@
     mha-viz --port 8600 [--host 0.0.0.0] [any streamlit option, e.g. --server.maxUploadSize 10]
     mha-viz serve --procs 3 [--port 8080 --host 0.0.0.0 --private]     N app processes behind nginx (README)
     mha-viz compile PROGRAM.py --out FOLDER     a RASP program compiled by Tracr into a model folder
+    mha-viz train-twin FOLDER --seeds 3 [--out DIR]   learned twins of a compiled folder (DIR/seed<N>, loadable)
 
 `mha-viz` runs this file as the Streamlit script (in a wheel there is no app.py at a repository root) and loads the
 default model while the server starts, as app.py does. `mha-viz serve` runs deploy/serve.py with the arguments as
@@ -23,7 +24,8 @@ CHECKOUTS = (_PKG / "_checkout", _PKG.parent)
 
 USAGE = """mha-viz [--port PORT] [--host HOST] [streamlit options]   start the app (as `make run`)
        mha-viz serve --procs N [--port PORT] [--host HOST] [--private]   N app processes behind nginx
-       mha-viz compile PROGRAM.py --out FOLDER   compile a RASP program (needs requirements-compile.txt)"""
+       mha-viz compile PROGRAM.py --out FOLDER   compile a RASP program (needs requirements-compile.txt)
+       mha-viz train-twin FOLDER --seeds 3 [--out DIR]   train learned twins of a compiled folder"""
 
 
 def compile_command(argv: list[str]) -> int:
@@ -43,6 +45,38 @@ def compile_command(argv: list[str]) -> int:
         return 2
     print(f"compiled {args.program} into {folder}")
     return 0
+
+
+def train_twin_command(argv: list[str]) -> int:
+    """`mha-viz train-twin FOLDER --seeds 3 [--out DIR] [--steps N]`: the in-repo stack trained from scratch on what
+    the compiled model in FOLDER outputs, one twin per seed, into DIR/seed<N> (default FOLDER-twins/seed<N>); each
+    loads with `load_model(DIR/seedN)`. A seed below 95% held-out accuracy is not written; DIR/tried.json lists all."""
+    parser = argparse.ArgumentParser(prog="mha-viz train-twin", description=train_twin_command.__doc__)
+    parser.add_argument("folder", help="a compiled model's folder (`mha-viz compile`, or assets/compiled/NAME)")
+    parser.add_argument("--seeds", type=int, default=3, help="how many seeds (0, 1, ...)")
+    parser.add_argument("--out", default=None, help="where the seed folders go (default FOLDER-twins)")
+    parser.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the recipe's)")
+    args = parser.parse_args(argv)
+    if args.seeds < 1:
+        parser.error("--seeds must be at least 1")
+    if args.steps is not None and args.steps < 1:
+        parser.error("--steps must be at least 1")
+    from mha_viz.contract import InputError, ModelLoadError
+    from mha_viz.models.compiled.adapter import load_compiled
+    from mha_viz.models.twins.train import recipe_for, train_twins
+
+    folder = Path(args.folder)
+    out = Path(args.out) if args.out else folder.with_name(folder.name + "-twins")
+    try:
+        written = load_compiled(folder)
+        recipe = recipe_for(folder.name, args.steps, written.n_heads)
+        rows = train_twins(written, out, range(args.seeds), recipe)
+    except (InputError, ModelLoadError, ValueError) as err:
+        print(f"mha-viz train-twin: {err}", file=sys.stderr)
+        return 2
+    shipped = [r for r in rows if r["shipped"]]
+    print(f"{len(shipped)} of {len(rows)} twins written under {out} (load one with load_model('{out}/seed0'))")
+    return 0 if shipped else 1
 
 
 def serve_script() -> Path:
@@ -74,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["compile"]:
         return compile_command(argv[1:])
+    if argv[:1] == ["train-twin"]:
+        return train_twin_command(argv[1:])
     if argv[:1] == ["serve"]:
         # deploy/serve.py parses its own options (and says what it accepts); this only finds it and runs it here,
         # as its own command line would (no shell, no second interpreter).

@@ -48,6 +48,44 @@ def _written(stem: str) -> Callable[[Progress], Model]:
     return load
 
 
+def _twin(stem: str, seed: int = 0) -> Callable[[Progress], Model]:
+    """A learned twin of a shipped written model (assets/twins/<stem>/seed<N>/, `make train-twins`)."""
+    def load(progress: Progress) -> Model:
+        return _load_twin(stem, seed)
+
+    return load
+
+
+def _load_twin(stem: str, seed: int) -> Model:
+    from mha_viz.models.twins.adapter import is_twin_folder, load_twin
+    from mha_viz.models.twins.train import SHIP_AT, TWIN_ASSETS, seed_folder, tried
+
+    folder = seed_folder(TWIN_ASSETS / stem, seed)
+    name = twin_name(stem) + (f"#seed{seed}" if seed else "")
+    if not is_twin_folder(folder):
+        row = next((r for r in tried(TWIN_ASSETS / stem).get("seeds", []) if r["seed"] == seed), None)
+        why = (f"seed {seed} reached {100 * row['accuracy']:.1f}% of held-out positions, below "
+               f"{100 * SHIP_AT:.0f}%, so it is not shipped as if it had learned the task" if row
+               else f"no twin of {stem} was trained from seed {seed}")
+        raise ModelLoadError(f"{name}: {why}; shipped: {', '.join(seeds(twin_name(stem))) or 'none'}. Retrain with "
+                             "`make train-twins`")
+    return load_twin(folder, name=name)
+
+
+def twin_name(stem: str) -> str:
+    """The name a written program's learned twin loads under: "three_heads" -> "learned-three-heads"."""
+    return f"learned-{stem.replace('_', '-')}"
+
+
+def twins(name: str) -> list[str]:
+    """The learned twins shipped for the written model `name` ("written-induction" -> ["learned-induction",
+    "learned-induction#seed1", ...]: every seed that reached the held-out accuracy to ship); [] for any other."""
+    key = name.strip() if isinstance(name, str) else ""
+    if not key.startswith("written-") or twin_name(key.removeprefix("written-")) not in _BY_NAME:
+        return []
+    return seeds(twin_name(key.removeprefix("written-")))
+
+
 def _tiny_record():
     """tiny's training record (the loss log and probe scores `make train`/`make probe` wrote), read from its folder
     without building the model: it is the same for tiny, tiny-untrained and every saved step."""
@@ -91,6 +129,11 @@ SPECS: tuple[ModelSpec, ...] = (
     ModelSpec("written-induction", "written: induction circuit (previous-token head, induction head) — compiled "
               "RASP", _written("induction")),
     ModelSpec("written-histogram", "written: histogram (Tracr's make_hist) — compiled RASP", _written("histogram")),
+    # Learned, on the same task: the in-repo stack trained on what a written model computes (`make train-twins`).
+    ModelSpec("learned-induction", "learned: induction, the in-repo stack trained on written-induction's outputs",
+              _twin("induction")),
+    ModelSpec("learned-three-heads", "learned: three heads, the in-repo stack trained on written-three-heads' "
+              "outputs", _twin("three_heads")),
 )
 _BY_NAME = {spec.name: spec for spec in SPECS}
 BUILTIN = {spec.name: spec.title for spec in SPECS}  # name -> title, in the picker's order (the first is the default)
@@ -98,6 +141,16 @@ BUILTIN = {spec.name: spec.title for spec in SPECS}  # name -> title, in the pic
 _STEP = re.compile(r"^([a-z][a-z0-9-]*)@(\d{1,9})$")
 # Another training seed of the tiny recipe ("tiny#seed1"), optionally at a saved step ("tiny#seed1@800").
 _SEED = re.compile(r"^tiny#seed([1-9]\d{0,3})(?:@(\d{1,9}))?$")
+# Another training seed of a learned twin ("learned-induction#seed1").
+_TWIN_SEED = re.compile(r"^(learned-[a-z][a-z-]*)#seed([1-9]\d{0,3})$")
+
+
+def _twin_stem(name: str) -> str | None:
+    """"learned-three-heads" (or one of its seeds) -> "three_heads"; None for a name that is no twin."""
+    match = _TWIN_SEED.match(name)
+    base = match.group(1) if match else name
+    return base.removeprefix("learned-").replace("-", "_") if base in _BY_NAME and base.startswith("learned-") \
+        else None
 
 
 def _seed_folder(seed: int):
@@ -120,6 +173,14 @@ def seeds(name: str) -> list[str]:
         found = sorted(int(p.name.removeprefix("seed")) for p in (TINY_ASSETS / SEEDS_DIR).glob("seed*")
                        if p.name.removeprefix("seed").isdigit() and (p / "model.safetensors").exists())
         return ["tiny"] + [f"tiny#seed{s}" for s in found]
+    stem = _twin_stem(key)
+    if stem is not None:
+        from mha_viz.models.twins.adapter import is_twin_folder
+        from mha_viz.models.twins.train import TWIN_ASSETS
+
+        found = sorted(int(p.name.removeprefix("seed")) for p in (TWIN_ASSETS / stem).glob("seed*")
+                       if p.name.removeprefix("seed").isdigit() and is_twin_folder(p))
+        return [twin_name(stem) + (f"#seed{s}" if s else "") for s in found]
     return [key]
 
 
@@ -189,6 +250,8 @@ def is_shipped(name: str) -> bool:
     step = step_of(name)
     if step is not None:
         return step in checkpoints(name)
+    if _TWIN_SEED.match(name):
+        return _twin_stem(name) is not None and name in seeds(name)
     seed = _SEED.match(name)
     if not seed or name.split("@")[0] not in seeds("tiny"):
         return False
@@ -214,7 +277,11 @@ def load_model(name: str, progress: Callable[[str], None] | None = None) -> Mode
     seed = _SEED.match(key)
     if seed:
         return _load_seed(int(seed.group(1)), None if seed.group(2) is None else int(seed.group(2)))
+    twin_seed = _TWIN_SEED.match(key)
+    if twin_seed and _twin_stem(key) is not None:
+        return _load_twin(_twin_stem(key), int(twin_seed.group(2)))
     from mha_viz.models.compiled.config import is_compiled_folder
+    from mha_viz.models.twins.adapter import is_twin_folder
 
     if is_compiled_folder(key):  # a compiled program's folder (`mha-viz compile`, `save_compiled`): no jax needed
         from mha_viz.models.compiled.adapter import load_compiled
@@ -222,6 +289,12 @@ def load_model(name: str, progress: Callable[[str], None] | None = None) -> Mode
 
         _check_custom_allowed()
         return load_compiled(key)
+    if is_twin_folder(key):  # a learned twin's folder (`mha-viz train-twin`)
+        from mha_viz.models.hf.policy import _check_custom_allowed
+        from mha_viz.models.twins.adapter import load_twin
+
+        _check_custom_allowed()
+        return load_twin(key)
     from mha_viz.models.hf import load_custom
 
     return load_custom(key)
