@@ -1,5 +1,9 @@
-"""The tiny model's probes (`make probe`): pattern scores per head, measured against ground truth from the corpus
-generator, with uniform baselines, and the causal check of agreement; written to each model folder's probes.json.
+"""The tiny model's probes (`make probe`): pattern scores per head, measured against ground truth from generated
+inputs, with uniform baselines, and the causal check of agreement; written to each model folder's probes.json.
+Each score is filed under its registered measure (`mha_viz.measures`; `evidence.RELATIONS`): "previous" and
+"induction"/"duplicate" on the census's own generators (`analysis.census_inputs`: random word sequences, distinct
+words said twice) over the corpus's vocabulary, "pre-verb→subject" on the corpus's agreement sentences, which the
+census's templates cannot replace (each needs its verb's two forms, for agreement, and the training distribution).
 
 Every score is the mean attention weight a head puts on a target key, over (query, key) pairs picked from ground
 truth. The baseline is the same mean for a head that spreads its attention evenly over every key it may see
@@ -20,7 +24,9 @@ from typing import Iterable
 
 import torch
 
+from mha_viz.analysis import census_inputs
 from mha_viz.analysis.pairs import (  # noqa: F401  (the scorers the probe tests use too)
+    SUBJECT,
     HeadScores,
     Pair,
     copy_score,
@@ -200,16 +206,29 @@ def banded_scores(attentions: list[torch.Tensor], pairs: list[list[Pair]], lengt
 
 def measure_context(model, sets: "list[ContextSets]", n_bands: int) -> dict:
     """Previous-token and induction scores per position band at every probed length:
-    {"previous_token": {"12": [band, ...], ...}, "induction": {...}} (`banded_scores` entries)."""
-    out: dict = {"previous_token": {}, "induction": {}}
+    {"previous": {"12": [band, ...], ...}, "induction": {...}} (`banded_scores` entries)."""
+    out: dict = {"previous": {}, "induction": {}}
     for cs in sets:
         att_u, _ = run_examples(model, cs.unrepeated)
         att_r, _ = run_examples(model, cs.repeated)
         prev_pairs = [previous_token_pairs(a.shape[-1]) for a in att_u]
         ind_pairs = [[(s, f + 1) for f, s in ex.repeats] for ex in cs.repeated]
-        out["previous_token"][str(cs.length)] = banded_scores(att_u, prev_pairs, cs.length, n_bands,
-                                                              "previous token")
+        out["previous"][str(cs.length)] = banded_scores(att_u, prev_pairs, cs.length, n_bands, "previous")
         out["induction"][str(cs.length)] = banded_scores(att_r, ind_pairs, cs.length, n_bands, "induction")
+    return out
+
+
+def census_examples(generator, n: int, length, seed: int) -> list:
+    """The census's generator (`census_inputs.random_sequences` or `repeated_sequences`) over the corpus's vocabulary,
+    as the corpus's `Example`s the probes run: <bos> first, so word i is token i + 1, and a word said twice gives
+    `repeats` (first, second) from the generator's duplicate pairs."""
+    from mha_viz.models.tiny import corpus
+
+    out = []
+    for item in generator(corpus.vocabulary_words(), n, length, seed):
+        repeats = tuple(sorted((k + 1, q + 1) for q, k in item.pairs.get("duplicate", ())))
+        out.append(corpus.Example(tokens=(corpus.BOS, *item.words), relation="repeat" if repeats else "random",
+                                  repeats=repeats))
     return out
 
 
@@ -232,8 +251,9 @@ class ProbeSets:
         if too_long:
             raise ValueError(f"context lengths {too_long} exceed the model's max_len {max_len}")
         return cls(
-            random=corpus.random_sequences(cfg.n_random, cfg.seed, cfg.random_length),
-            repeated=corpus.repeated_sequences(cfg.n_repeated, cfg.seed + 1, cfg.repeated_lengths),
+            random=census_examples(census_inputs.random_sequences, cfg.n_random, cfg.random_length, cfg.seed),
+            repeated=census_examples(census_inputs.repeated_sequences, cfg.n_repeated, cfg.repeated_lengths,
+                                     cfg.seed + 1),
             agreement=corpus.agreement_examples(cfg.n_agreement, cfg.seed + 2, "opposite", max_len),
             loss=corpus.training_texts(cfg.n_loss, cfg.seed + 3, max_len, random_share, late_share,
                                       early_share),
@@ -252,10 +272,10 @@ def measure(model, sets: ProbeSets) -> dict:
     att_agr, logits_agr = run_examples(model, sets.agreement, logits=True)
     repeats = [ex.repeats for ex in sets.repeated]
     scores = {
-        "previous_token": previous_token_score(att_random),
+        "previous": previous_token_score(att_random),
         "induction": induction_score(att_rep, repeats),
         "duplicate": copy_score(att_rep, repeats),
-        "subject": subject_score(att_agr, [(ex.subject_pos, ex.verb_pos) for ex in sets.agreement]),
+        SUBJECT: subject_score(att_agr, [(ex.subject_pos, ex.verb_pos) for ex in sets.agreement]),
     }
     rows = torch.stack([lg[ex.verb_pos - 1] for lg, ex in zip(logits_agr, sets.agreement)])  # (N, V)
     out = {
@@ -352,7 +372,7 @@ def probe(folder, cfg: ProbeConfig = ProbeConfig(), quiet: bool = True, causal: 
                       + ", ".join(f"{k} {v:.2f}" for k, v in best.items())
                       + f", agreement {result['agreement_accuracy']:.3f}", flush=True)
         last = measure(final, sets)
-        subject = torch.tensor(last["scores"]["subject"])  # (L, H)
+        subject = torch.tensor(last["scores"][SUBJECT])  # (L, H)
         checked = {"causal": causal_check(final, sets, subject)} if causal else {}
     finally:
         torch.set_num_threads(before)

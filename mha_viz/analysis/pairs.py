@@ -1,7 +1,9 @@
 """Mean attention of every head on (query, key) pairs picked from ground truth, pooled over texts, against the
 same mean under uniform attention over the visible keys: the tiny model's probes and the Similarity view's
 ground-truth table. Each text's value is the registered `gold` measure (`mha_viz.measures`), so the probes' previous
-token on its pairs is the registry's `previous`, and its induction the registry's on the repeats it was given.
+token on its pairs is the registry's `previous`, and its induction the registry's on the repeats it was given. Each
+score is named by its registered measure (`HeadScores.relation`): "previous", "induction", "duplicate", and
+"pre-verb→subject" (the mean attention on the subject from where the verb is predicted: that relation's `gold`).
 
 Tensors: attentions (L, H, Q, K) float32, as in `AttentionRun.attentions`.
 """
@@ -17,6 +19,7 @@ from mha_viz.analysis.scores import previous_pairs
 from mha_viz.contract import Head
 
 Pair = tuple[int, int]  # (query position, key position)
+SUBJECT = "pre-verb→subject"  # the registered relation a causal model's subject score reads (census_run._role_scores)
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,11 @@ class HeadScores:
         """Heads from highest to lowest score; ties broken by (layer, head) so the order is stable."""
         L, H = self.scores.shape
         return sorted(((l, h) for l in range(L) for h in range(H)), key=lambda lh: (-float(self.scores[lh]), lh))
+
+    @property
+    def label(self) -> str:
+        """The registered measure's short label, for a table."""
+        return measures.get(self.relation).label if self.relation in measures else self.relation
 
     def best(self) -> tuple[Head, float]:
         head = self.ranked()[0]
@@ -90,7 +98,7 @@ def previous_token_pairs(T: int) -> list[Pair]:
 def previous_token_score(attentions: torch.Tensor | Sequence[torch.Tensor]) -> HeadScores:
     """Attention to the previous token (the "previous token head" of Elhage et al. 2021 and Olsson et al. 2022)."""
     mats = _as_list(attentions)
-    return score_pairs(mats, [previous_token_pairs(a.shape[-1]) for a in mats], "previous token")
+    return score_pairs(mats, [previous_token_pairs(a.shape[-1]) for a in mats], "previous")
 
 
 def induction_score(
@@ -110,15 +118,16 @@ def copy_score(
     Wang et al. 2022, "Interpretability in the wild"). repeats: (first, second) positions."""
     mats = _as_list(attentions)
     per_text = [repeats] if isinstance(attentions, torch.Tensor) else repeats
-    return score_pairs(mats, [[(s, f) for f, s in r] for r in per_text], "first occurrence")
+    return score_pairs(mats, [[(s, f) for f, s in r] for r in per_text], "duplicate")
 
 
 def subject_score(
     attentions: torch.Tensor | Sequence[torch.Tensor], subjects: Pair | Sequence[Pair]
 ) -> HeadScores:
-    """From the position where the verb is predicted (the token before it) to the verb's true subject.
+    """From the position where the verb is predicted (the token before it) to the verb's true subject: the registry's
+    pre-verb→subject pairs, scored by mean attention on the subject (its `gold`).
     subjects: (subject_pos, verb_pos) per text. The agreement task is Linzen et al. 2016 ("Assessing the ability
     of LSTMs to learn syntax-sensitive dependencies"); reading it off attention follows Clark et al. 2019."""
     mats = _as_list(attentions)
     per_text = [subjects] if isinstance(attentions, torch.Tensor) else list(subjects)
-    return score_pairs(mats, [[(v - 1, s)] for s, v in per_text], "subject")
+    return score_pairs(mats, [[(v - 1, s)] for s, v in per_text], SUBJECT)

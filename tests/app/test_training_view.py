@@ -84,15 +84,18 @@ def test_scores_beside_the_heads_come_from_the_probe_file():
     row = next(s for s in evidence["per_step"] if s["step"] == middle)
     table = at.table[0].value
     assert list(table["head"])[:4] == ["L0 H0", "L0 H1", "L0 H2", "L0 H3"]
-    assert list(table["previous token"])[:4] == [f"{v:.0%}" for v in row["scores"]["previous_token"][0]]
-    assert list(table["induction"])[:4] == [f"{v:.0%}" for v in row["scores"]["induction"][0]]
-    assert list(table["subject"])[:4] == [f"{v:.0%}" for v in row["scores"]["subject"][0]]
+    # The file's scores are filed under their registered measures, and the table's columns are their labels.
+    from mha_viz import measures
+
+    assert set(row["scores"]) == {"previous", "induction", "duplicate", "pre-verb→subject"}
+    for name in row["scores"]:
+        assert list(table[measures[name].label])[:4] == [f"{v:.0%}" for v in row["scores"][name][0]], name
     assert any(f"agreement accuracy {row['agreement_accuracy']:.0%}" in c.value for c in at.caption)
     # The timeline's lines are the file's scores: L0 H2's previous-token line, step by step.
     spec = _timeline(at)
     line = [t for t in spec["data"] if t.get("name") == "L0 H2" and t.get("yaxis") == "y2"]
     assert len(line) == 1
-    want = [s["scores"]["previous_token"][0][2] for s in evidence["per_step"]]
+    want = [s["scores"]["previous"][0][2] for s in evidence["per_step"]]
     np.testing.assert_allclose(_z({"z": line[0]["y"]}).astype(float), want, atol=1e-6)
 
 

@@ -126,8 +126,8 @@ def test_tiny_census_names_the_heads_the_probes_name_on_other_inputs(tiny_census
                    key=lambda lh: scores[lh[0]][lh[1]])
 
     c = tiny_census
-    assert c.top("previous", 1)[0][0] == best(evidence["previous_token"])
-    assert c.top("pre-verb→subject", 1)[0][0] == best(evidence["subject"])
+    assert c.top("previous", 1)[0][0] == best(evidence["previous"])  # the probes file each under the census's name
+    assert c.top("pre-verb→subject", 1)[0][0] == best(evidence["pre-verb→subject"])
     probe_induction = sorted(((l, h) for l in range(3) for h in range(4)),
                              key=lambda lh: -evidence["induction"][lh[0]][lh[1]])[:3]
     assert c.top("induction", 1)[0][0] in probe_induction

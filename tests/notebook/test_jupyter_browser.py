@@ -23,7 +23,7 @@ pytestmark = pytest.mark.e2e
 # Repeated random words: the tiny model's induction head copies from after the first occurrence, which needs its
 # previous-token head. Both are read from the shipped evidence (assets/tiny/probes.json), not named here.
 _ROLES = context_roles(load_evidence()["final"]["context"])
-PREV, IND = tuple(_ROLES["previous_token"]["head"]), tuple(_ROLES["induction"]["head"])
+PREV, IND = tuple(_ROLES["previous"]["head"]), tuple(_ROLES["induction"]["head"])
 assert PREV[0] == 0 and IND[0] == 1, f"the test opens layers 0 and 1; the shipped roles are {PREV} and {IND}"
 PREV_NAME, IND_NAME = f"L0 H{PREV[1]}", f"L1 H{IND[1]}"
 TEXT = "reed night boat lamp river cold tree sun fish wall reed night boat lamp river cold tree sun fish wall"

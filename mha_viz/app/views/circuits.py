@@ -339,11 +339,11 @@ def over_training(ctx: ViewContext, c: circ.Circuits) -> None:
     pattern = None
     evidence = training_evidence(base)
     if evidence is not None and evidence.steps == steps and all(
-            r in s.scores for s in evidence.per_step for r in ("induction", "previous_token")):
+            r in s.scores for s in evidence.per_step for r in ("induction", "previous")):
         pattern = {f"{head_name(later)} induction (probe file)":
                    np.array([s.scores["induction"][later[0]][later[1]] for s in evidence.per_step]),
                    f"{head_name(earlier)} previous token (probe file)":
-                   np.array([s.scores["previous_token"][earlier[0]][earlier[1]] for s in evidence.per_step])}
+                   np.array([s.scores["previous"][earlier[0]][earlier[1]] for s in evidence.per_step])}
     st.plotly_chart(plotting.circuits_timeline_figure(
         steps, pairs, last.baseline["k"].mean,
         copying, pattern),

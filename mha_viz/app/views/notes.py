@@ -9,6 +9,7 @@ import numpy as np
 import streamlit as st
 
 from mha_viz import analysis
+from mha_viz.analysis.pairs import SUBJECT
 from mha_viz.app.context import ViewContext
 from mha_viz.app.names import head_name
 from mha_viz.contract import Ablation, AttentionRun, Model
@@ -17,7 +18,6 @@ from mha_viz.training_record import TrainingEvidence
 
 NOTES_MARK = "<!-- tiny-model-evidence"  # the line of assets/notes.md that the measured section replaces
 OFF_MARK = "<!-- ablation-meanings"  # the line of assets/notes.md that each meaning of "off" replaces
-ORDER = ("previous_token", "induction", "duplicate", "subject")
 
 
 def notes_text() -> None:
@@ -90,7 +90,7 @@ def evidence_markdown(evidence: TrainingEvidence) -> str:
         "from the file it wrote (`assets/tiny/probes.json`), and a test recomputes them from the weights.",
         "",
     ]
-    for rel in ORDER:
+    for rel in words:  # the probe file's scores, by their registered measures
         head, value = best_head(final.scores[rel])
         _, start = best_head(first.scores[rel])
         lines.append(f"- {words[rel]}: the best head ({_fmt_head(head)}) puts {value:.0%} of its attention "
@@ -126,7 +126,7 @@ def evidence_markdown(evidence: TrainingEvidence) -> str:
                 + (" - far less harm than the subject heads do." if verdict
                    else " - not far enough below the subject heads to say agreement runs through them."))
     lines += context_lines(final, words)
-    untouched = all(best_head(first.scores[r])[1] <= first.baselines[r] + 0.05 for r in ORDER)
+    untouched = all(best_head(first.scores[r])[1] <= first.baselines[r] + 0.05 for r in words)
     lines += [
         "",
         "**The training timeline** (the Training view) shows the same heads at every saved step. The patterns are "
@@ -139,7 +139,7 @@ def evidence_markdown(evidence: TrainingEvidence) -> str:
         "",
     ]
     steps = evidence.steps
-    for rel in ("previous_token", "induction", "subject"):
+    for rel in ("previous", "induction", SUBJECT):
         best = [best_head(s.scores[rel])[1] for s in evidence.per_step]
         rise, i = max((best[i + 1] - best[i], i) for i in range(len(best) - 1))
         lines.append(f"- {words[rel].split(' (')[0].split(':')[0]}: the best score rose most between steps "

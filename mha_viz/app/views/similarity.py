@@ -148,7 +148,7 @@ def ground_truth_panel(model: Model, run: AttentionRun) -> None:
     rows = []
     for measure, where in zip(measures, described):
         (layer, head), value = measure.best()
-        rows.append({"relation": measure.relation, "attention measured": where,
+        rows.append({"relation": measure.label, "attention measured": where,
                      "top head": head_name((layer, head)), "its attention there": f"{value:.0%}",
                      "uniform attention": f"{measure.baseline:.0%}"})
     if rows:

@@ -13,6 +13,7 @@ import streamlit as st
 
 from mha_viz import checkpoints, measures, plotting, seeds
 from mha_viz.analysis.circuits import describe_formation
+from mha_viz.analysis.pairs import SUBJECT
 from mha_viz.app.cache import checkpoint_run, training_evidence
 from mha_viz.app.common import chart_config, head_name, md_safe, trained_here
 from mha_viz.app.context import ViewContext
@@ -25,11 +26,10 @@ LAYER_KEY = "train_layer"
 PENDING = "_train_step_pending"  # a step to show on the next run (a widget's value cannot change after it is drawn)
 PLAY_SECONDS = 0.7  # per saved step while playing
 PER_ROW = 2  # heads per row figure
-# The probe's scores under their registered measures' labels (`mha_viz.measures`), as the badges, the Similarity
-# table and the census word them; the subject probe is attention on the gold subject, the registry's `gold`.
-PANELS = {"previous_token": measures["previous"].label, "induction": measures["induction"].label,
-          "subject": "subject"}
-COLUMNS = {**PANELS, "duplicate": measures["duplicate"].label}
+# The probe's scores under their registered measures' names and labels (`mha_viz.measures`), as the badges, the
+# Similarity table and the census word them; the subject probe is attention on the gold subject, the registry's
+# `gold` on pre-verb→subject.
+PANELS = {name: measures[name].label for name in ("previous", "induction", SUBJECT)}
 
 
 def render(ctx: ViewContext) -> None:
@@ -62,7 +62,7 @@ def timeline(ctx: ViewContext, versus_init: bool) -> None:
     step = c1.select_slider("Training step", options=steps, key=STEP_KEY,
                             format_func=lambda s: f"{s} (initialisation)" if s == 0 else str(s))
     play = c2.button("▶ Play", key="train_play", help="Show every saved step in turn, from the first")
-    n_layers = len(evidence.final.scores["subject"]) if evidence else None
+    n_layers = len(evidence.final.scores[SUBJECT]) if evidence else None
     layer = _layer(ctx, c3, n_layers)
     unknown = _unknown_note(trained, ctx.text, steps)
     if unknown:
@@ -145,13 +145,12 @@ def _draw(name, text, step, layer, evidence, heads, chart, table, key: str) -> N
     if row is None:
         table.caption(f"Step {step} was not measured: run `make probe` again.")
         return
-    n_heads = len(row.scores["subject"][layer])
+    n_heads = len(row.scores[SUBJECT][layer])
     rows = [{"head": head_name((layer, h)),
-             **{COLUMNS[r]: f"{row.scores[r][layer][h]:.0%}" for r in
-                ("previous_token", "induction", "duplicate", "subject")}} for h in range(n_heads)]
+             **{measures[r].label: f"{row.scores[r][layer][h]:.0%}" for r in evidence.relations}}
+            for h in range(n_heads)]
     rows.append({"head": "uniform attention",
-                 **{COLUMNS[r]: f"{row.baselines[r]:.0%}" for r in
-                    ("previous_token", "induction", "duplicate", "subject")}})
+                 **{measures[r].label: f"{row.baselines[r]:.0%}" for r in evidence.relations}})
     with table.container():
         st.caption(f"Step {step}: held-out loss {row.loss:.2f} nats, agreement accuracy "
                    f"{row.agreement_accuracy:.0%} (chance 50%). Mean attention of each head of layer {layer} on: "

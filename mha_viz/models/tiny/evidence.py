@@ -6,15 +6,37 @@ from __future__ import annotations
 from mha_viz.training_record import StepScores, TrainingEvidence
 
 EVIDENCE = "probes.json"  # in the tiny model's folder; written by `python -m mha_viz.tiny_probes`
-RELATIONS = ("previous_token", "induction", "duplicate", "subject")
-CONTEXT_RELATIONS = ("previous_token", "induction")  # per position band and length (tiny_probes.measure_context)
+# The probes' scores, each under the registered measure it is (mha_viz.measures), as the census names them
+# (census_run._role_scores): the previous token, induction and the duplicate token on the census's own generated
+# inputs, and the subject from where the verb is predicted (tiny is causal: pre-verb→subject; the file keeps the mean
+# attention on the subject, the census's "mass" of that relation, beside which the census keeps its accuracy).
+SUBJECT = "pre-verb→subject"
+RELATIONS = ("previous", "induction", "duplicate", SUBJECT)
+CONTEXT_RELATIONS = ("previous", "induction")  # per position band and length (tiny_probes.measure_context)
 RELATION_WORDS = {
-    "previous_token": "previous token (random word sequences)",
+    "previous": "previous token (random word sequences)",
     "induction": "induction: token after the first occurrence (a random sequence said twice)",
     "duplicate": "first occurrence itself (a random sequence said twice)",
-    "subject": "subject, where the verb is predicted (agreement sentences)",
+    SUBJECT: "subject, where the verb is predicted (agreement sentences)",
 }
+# A probe file written before the scores took the registry's names (a folder trained and probed here earlier).
+_OLD_NAMES = {"previous_token": "previous", "subject": SUBJECT}
 
+
+def _renamed(evidence: dict) -> dict:
+    """`evidence` with an older file's score names replaced by the registry's, so a folder probed before reads."""
+    def fix(step: dict) -> dict:
+        step = dict(step)
+        for key in ("scores", "baselines", "context"):
+            if isinstance(step.get(key), dict):
+                step[key] = {_OLD_NAMES.get(k, k): v for k, v in step[key].items()}
+        return step
+
+    out = dict(evidence)
+    out["per_step"] = [fix(s) for s in evidence.get("per_step", [])]
+    if isinstance(evidence.get("final"), dict):
+        out["final"] = fix(evidence["final"])
+    return out
 
 def set_verdict(entry: dict, base_accuracy: float) -> bool:
     """"Far more": the top-k set costs at least three times the accuracy the average set of k others costs, and
@@ -65,7 +87,7 @@ def load_evidence(folder=None) -> dict | None:
     from mha_viz.settings import ASSETS
 
     path = Path(folder or ASSETS / "tiny") / EVIDENCE
-    return json.loads(path.read_text()) if path.exists() else None
+    return _renamed(json.loads(path.read_text())) if path.exists() else None
 
 
 def typed_evidence(evidence: dict | None, log: dict) -> TrainingEvidence:

@@ -93,13 +93,13 @@ def test_the_files_context_numbers_match_a_fresh_measurement_of_the_weights(fold
 
 def _fresh_bands(model, length: int, seed: int) -> dict[str, list]:
     """Both relations per band on new texts, one `run` per text as the page does; heads found by score."""
-    texts = {"previous_token": corpus.unrepeated_sequences(20, seed, length),
+    texts = {"previous": corpus.unrepeated_sequences(20, seed, length),
              "induction": corpus.placed_repeats(30, seed + 1, length)}
     out = {}
     for rel, examples in texts.items():
         runs = [model.run(ex.text) for ex in examples]
         assert all(list(r.tokens) == list(ex.tokens) for r, ex in zip(runs, examples))
-        pairs = ([previous_token_pairs(len(ex.tokens)) for ex in examples] if rel == "previous_token"
+        pairs = ([previous_token_pairs(len(ex.tokens)) for ex in examples] if rel == "previous"
                  else [[(s, f + 1) for f, s in ex.repeats] for ex in examples])
         out[rel] = banded_scores([r.attentions for r in runs], pairs, length, 3, rel)
     return out

@@ -59,7 +59,7 @@ def test_the_notes_show_the_files_numbers(shipped):
     assert section in filled and "tiny-model-evidence" not in filled
     final = shipped["final"]
     assert f"{final['agreement_accuracy']:.0%}" in section
-    best_subject = max(max(row) for row in final["scores"]["subject"])
+    best_subject = max(max(row) for row in final["scores"]["pre-verb→subject"])
     assert f"{best_subject:.0%}" in section
     assert f"{final['causal']['heads'][final['causal']['top'][0]][final['causal']['top'][1]]['margin']:.1f}" in section
     for entry in final["causal"]["sets"]:  # the set-level causal check, with its own verdict
@@ -75,7 +75,7 @@ def test_the_notes_say_how_far_across_the_context_each_head_holds(shipped):
     here from the raw file), and its lowest band, as the notes state them."""
     section = evidence_markdown(load_tiny().training_evidence())
     context = shipped["final"]["context"]
-    for rel, words in (("previous_token", "previous token"), ("induction", "induction")):
+    for rel, words in (("previous", "previous token"), ("induction", "induction")):
         cells = [e["scores"] for bands in context[rel].values() for e in bands if e["scores"] is not None]
         n_layers, n_heads = len(cells[0]), len(cells[0][0])
         heads = [(l, h) for l in range(n_layers) for h in range(n_heads)]

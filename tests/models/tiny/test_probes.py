@@ -206,3 +206,53 @@ def test_scores_on_hand_made_patterns():
         score_pairs(uni, [(2, 3)], "bad")
     with pytest.raises(ValueError, match="no \\(query, key\\) pairs"):
         induction_score(uni, [])
+
+
+def test_the_probes_report_under_registered_names_on_the_censuss_inputs():
+    """One vocabulary: each probe score is named by the registered measure it is, the one the census names that role
+    by (census_run._role_scores for a causal model), and the random and repeated probe sets are the census's own
+    generators (census_inputs) over the corpus's vocabulary. The probes used to file "previous_token" and "subject"
+    and to draw those sets from the corpus's generators of their own."""
+    from mha_viz import measures
+    from mha_viz.analysis import census_inputs
+    from mha_viz.analysis.census_run import _role_scores
+    from mha_viz.analysis.pairs import SUBJECT as PAIRS_SUBJECT
+    from mha_viz.models.tiny.evidence import CONTEXT_RELATIONS, RELATION_WORDS, RELATIONS, SUBJECT, load_evidence
+    from mha_viz.tiny_probes import ProbeConfig, ProbeSets, census_examples
+
+    roles = _role_scores(True)
+    assert set(roles.values()) <= set(RELATIONS) and SUBJECT == roles["subject"] == PAIRS_SUBJECT
+    assert all(name in measures for name in RELATIONS) and set(RELATION_WORDS) == set(RELATIONS)
+    assert set(CONTEXT_RELATIONS) <= set(RELATIONS)
+    uni = torch.ones(1, 1, 6, 6).tril() / torch.arange(1, 7).unsqueeze(1)  # (1, 1, T, T)
+    made = [previous_token_score(uni), induction_score(uni, [(1, 4)]), copy_score(uni, [(1, 4)]),
+            subject_score(uni, (1, 5))]
+    assert tuple(s.relation for s in made) == RELATIONS
+    cfg = ProbeConfig(n_random=3, n_repeated=3, n_agreement=2, n_loss=2, n_reference=2, context_lengths=(12,),
+                      n_context=2)
+    sets = ProbeSets.build(cfg, 64)
+    words = corpus.vocabulary_words()
+    assert [ex.tokens[1:] for ex in sets.random] == [w.words for w in census_inputs.random_sequences(
+        words, cfg.n_random, cfg.random_length, cfg.seed)]
+    twice = census_inputs.repeated_sequences(words, cfg.n_repeated, cfg.repeated_lengths, cfg.seed + 1)
+    assert [ex.tokens[1:] for ex in sets.repeated] == [w.words for w in twice]
+    for ex, w in zip(sets.repeated, twice):  # word i is token i + 1; (first, second) of every word said twice
+        assert sorted((s - 1, f - 1) for f, s in ex.repeats) == sorted(w.pairs["duplicate"])
+    assert census_examples(census_inputs.random_sequences, 2, 5, 7)[0].repeats == ()
+    shipped = load_evidence()
+    assert shipped is not None and set(shipped["final"]["scores"]) == set(RELATIONS)
+    assert set(shipped["final"]["context"]) == set(CONTEXT_RELATIONS)
+
+
+def test_a_probe_file_written_before_the_registered_names_still_reads(tmp_path):
+    import json
+
+    from mha_viz.models.tiny.evidence import EVIDENCE, SUBJECT, load_evidence
+
+    old = {"per_step": [{"step": 0, "scores": {"previous_token": [[0.5]], "subject": [[0.2]]},
+                         "baselines": {"previous_token": 0.1, "subject": 0.1},
+                         "context": {"previous_token": {}, "induction": {}}}]}
+    (tmp_path / EVIDENCE).write_text(json.dumps(old))
+    step = load_evidence(tmp_path)["per_step"][0]
+    assert step["scores"] == {"previous": [[0.5]], SUBJECT: [[0.2]]} and set(step["context"]) == {"previous",
+                                                                                                "induction"}
