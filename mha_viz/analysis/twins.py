@@ -100,6 +100,9 @@ class TwinComparison:
         first, second = ({h for h, _ in t.matches} for t in (self._head(self.path[0]), self._head(self.path[1])))
         return self.learned_top[0] in first and self.learned_top[1] in second
 
+    def _unclean(self) -> list[str]:
+        return _unclean_reasons(self)
+
     def _head(self, head: Head) -> TwinHead:
         return next(t for t in self.heads if t.written == head)
 
@@ -112,6 +115,19 @@ class TwinComparison:
                 and all(len(t.matches) == 1 and t.matches[0][1] < 1e-6 and t.matches[0][0] == t.written
                         and abs(t.written_off - t.learned_off) < 1e-9 for t in self.heads)
                 and self.path_matches in (None, True))
+
+    @property
+    def clean(self) -> bool:
+        """As clean as the written model, as measured: every written head has one learned counterpart (under
+        MATCH_AT bits), switching it off breaks the twin (a drop of BROKEN_AT or more), no other head's loss alone
+        does, and where the program composes two heads the twin's top pair is their counterparts."""
+        counterparts = {t.matches[0][0] for t in self.heads}
+        n_l, n_h = self.single_off.shape
+        needed = {(a, b) for a in range(n_l) for b in range(n_h)
+                  if self.accuracy_learned - float(self.single_off[a, b]) >= BROKEN_AT}
+        return (all(t.matched and len(t.matches) == 1 for t in self.heads)
+                and len(counterparts) == len(self.heads) and needed == counterparts
+                and self.path_matches is not False)
 
     def rows(self) -> list[dict]:
         """The side-by-side table, one row per written head: what the program wrote, its census names, the
@@ -184,7 +200,44 @@ class TwinComparison:
         if self.perfect:
             lines.append("Head for head, the twin is as clean as the written model: each written head has one "
                          "counterpart that attends the same, and switching it off breaks the same.")
+        elif self.clean:
+            lines.append("On this seed the twin is as clean as the written model, as measured: each written head has "
+                         f"one learned counterpart (under {MATCH_AT} bits), switching it off breaks the twin and no "
+                         "other head's loss alone does"
+                         + (", and the twin composes them as the program does" if self.path_matches else "")
+                         + ". Switched off, though, its counterparts leave the twin at "
+                         + ", ".join(f"{100 * t.learned_off:.1f}%" for t in self.heads)
+                         + " where the written heads leave the program at "
+                         + ", ".join(f"{100 * t.written_off:.1f}%" for t in self.heads) + ".")
+        else:
+            lines.append("The twin is not as clean as the written model: "
+                         + "; ".join(self._unclean()) + ".")
         return lines
+
+
+def _unclean_reasons(c: TwinComparison) -> list[str]:
+    out = []
+    unmatched = [head_name(t.written) for t in c.heads if not t.matched]
+    shared = [head_name(t.written) for t in c.heads if t.matched and len(t.matches) > 1]
+    if unmatched:
+        out.append(f"no learned head attends like {', '.join(unmatched)}")
+    if shared:
+        out.append(f"several learned heads attend alike for {', '.join(shared)}")
+    counterparts = {t.matches[0][0] for t in c.heads if t.matched}
+    n_l, n_h = c.single_off.shape
+    needed = {(a, b) for a in range(n_l) for b in range(n_h)
+              if c.accuracy_learned - float(c.single_off[a, b]) >= BROKEN_AT}
+    if needed - counterparts:
+        extra = sorted(needed - counterparts)
+        out.append(f"losing {' or '.join(head_name(h) for h in extra)} alone breaks the twin, though no written "
+                   f"head attends like {'it' if len(extra) == 1 else 'them'}")
+    spare = sorted(counterparts - needed)
+    if spare:
+        out.append(f"the twin survives losing {', '.join(head_name(h) for h in spare)}, a counterpart of a written "
+                   "head")
+    if c.path_matches is False:
+        out.append("its top composition pair is not the written path")
+    return out or ["two written heads share one counterpart"]
 
 
 def _scores(census) -> list[str]:
