@@ -628,7 +628,9 @@ def seed_roles(censuses: list[HeadCensus]) -> dict:
     head holding two roles)}."""
     if not censuses:
         return {"scores": {}, "rows": [], "sentences": []}
-    scores = _role_scores(censuses[0].causal)
+    # A census without a role's inputs (a program's vocabulary has no template sentences for the subject) has no row
+    # for it: only the roles every census measured.
+    scores = {role: s for role, s in _role_scores(censuses[0].causal).items() if all(s in c.scores for c in censuses)}
     rows, sentences, leaders = [], [], {role: [] for role in scores}
     for c in censuses:
         row = {"model": c.model}

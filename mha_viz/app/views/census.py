@@ -24,7 +24,7 @@ from mha_viz.analysis.census_run import (
     seed_roles,
 )
 from mha_viz.analysis.written import NAMED_AT, summary, written_vs_census
-from mha_viz.app.cache import CENSUSES, census_control, get_model, side_model
+from mha_viz.app.cache import CENSUSES, RunCache, census_control, get_model, side_model
 from mha_viz.app.common import clicked_head, head_name, md_safe, pick_clicked_head
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import Ablation, Head, InputError, Model, ModelLoadError
@@ -278,10 +278,85 @@ def _written(model: Model, c: HeadCensus, seed: int) -> None:
                    "runner-up": f"{head_name(r.runner_up[0])} {r.runner_up[1]:.2f}" if r.runner_up else "—",
                    "agrees": "yes" if r.agrees else "no"} for r in rows], hide_index=True)
     st.markdown(md_safe(summary(rows)))
+    _twins(model, c, seed)
     if seeds("tiny"):
         st.caption("Learned, for contrast: the tiny model's training recipe run from several seeds puts the same "
                    "kinds of role on other heads, and mixes them (below, on request).")
         _seeds("tiny", seed)
+
+
+_TWINS = RunCache(16, size=lambda _: 1)  # the last comparisons, keyed (written, learned, census seed, texts)
+TWIN_TEXTS = 200  # held-out inputs per comparison: 2-3 s per twin on one core
+
+
+def _twins(model: Model, c: HeadCensus, seed: int) -> None:
+    """Written vs learned: the in-repo stack trained on what this program computes, each seed beside the written
+    heads (`analysis.twins.compare_twins`): accuracy, the learned heads that attend like each written one and their
+    census names, what switching each off breaks, and the composition path."""
+    from mha_viz.analysis.twins import BROKEN_AT, DISTANCE, MATCH_AT, MATCH_TIE, compare_twins
+    from mha_viz.models.registry import twins
+    from mha_viz.models.twins.train import SHIP_AT, TWIN_ASSETS, held_out_texts, tried
+
+    st.markdown("### Written vs learned: the same task, trained")
+    stem = model.name.removeprefix("written-").replace("-", "_")
+    record = tried(TWIN_ASSETS / stem)
+    names = twins(model.name)
+    failed = [r for r in record.get("seeds", []) if not r["shipped"]]
+    if record:
+        recipe = record["recipe"]
+        st.caption(
+            f"The in-repo stack (pre-LN blocks, as tiny; {model.n_layers} layers x {model.n_heads} heads as the "
+            f"written model, d_model {recipe['d_model']}) trained from scratch on {recipe['n_texts']:,} random texts "
+            f"labelled by this program's own output, {recipe['steps']:,} steps, seeds "
+            f"{', '.join(str(r['seed']) for r in record['seeds'])}; a seed ships when it gets {100 * SHIP_AT:.0f}% "
+            "of held-out positions right (texts never trained on). "
+            + " ".join(f"Seed {r['seed']} reached {100 * r['accuracy']:.1f}% and is not shipped." for r in failed))
+    if not names:
+        st.caption("No learned twin of this program ships"
+                   + ("" if model.causal else ": the program is not causal (each position reads later ones too), "
+                      "and the in-repo stack is, so a twin could not see what the program reads") + ".")
+        return
+    texts = tuple(held_out_texts(model, TWIN_TEXTS, seed))
+    done = [_TWINS.peek((model.name, n, seed, c.texts)) for n in names]
+    if any(d is None for d in done):
+        if not st.button(f"Compare with the {len(names)} learned twins ({', '.join(names)})", key="census_twins"):
+            return
+        bar = st.progress(0.0, text="Twins...")
+        for i, n in enumerate(names):
+            try:
+                learned = _seed_model(model.name, n)
+            except ModelLoadError as err:
+                st.error(str(err))
+                return
+            bar.progress(i / len(names), text=f"{n}: its census, then {TWIN_TEXTS} held-out inputs")
+            lc = _CENSUS.get((n, seed, None), lambda m=learned: head_census(
+                m, texts=census_texts(m), seed=seed, control=census_control(m)))
+            done[i] = _TWINS.get((model.name, n, seed, c.texts),
+                                 lambda m=learned, lc=lc: compare_twins(model, m, list(texts), c, lc))
+        bar.empty()
+    st.caption(f"Distance: {DISTANCE}; a learned head under {MATCH_AT} bits attends like the written one (others "
+               f"within {MATCH_TIE} bits of the best are listed with it), else the nearest is named as the nearest. "
+               "Census names: what each model's own census names the head for (ties included). Off: switched off "
+               f"(zero), the share of positions each model still gets right; a drop of {BROKEN_AT:.0%} or more "
+               f"breaks it. On {TWIN_TEXTS} held-out inputs, the same for every seed.")
+    st.dataframe([_twin_summary(cmp) for cmp in done], hide_index=True)
+    for cmp in done:
+        st.markdown(f"#### {md_safe(cmp.learned)}")
+        st.dataframe(cmp.rows(), hide_index=True)
+        for line in cmp.sentences():
+            st.markdown("- " + md_safe(line))
+
+
+def _twin_summary(cmp) -> dict:
+    """One row per twin: its accuracy, which learned head took each written role, and whether it is clean."""
+    row = {"twin": cmp.learned, "held-out accuracy": f"{100 * cmp.accuracy_learned:.1f}%"}
+    for t in cmp.heads:
+        heads = ", ".join(head_name(h) for h, _ in t.matches)
+        row[f"{head_name(t.written)} ({measures.score_label(t.role) if t.role else 'no census role'})"] = (
+            heads if t.matched else f"none (nearest {heads}, {t.matches[0][1]:.2f} bits)")
+    row["written path"] = {True: "yes", False: "no", None: "no path written"}[cmp.path_matches]
+    row["as clean as written"] = "yes" if cmp.clean else "no"
+    return row
 
 
 def _seeds(name: str, seed: int) -> None:
