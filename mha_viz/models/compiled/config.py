@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from mha_viz.contract import ModelLoadError
+from mha_viz.measures import REGISTRY
 from mha_viz.names import head_name
 
 FORMAT = "mha-viz compiled model 1"
@@ -147,8 +148,9 @@ HEAD_FIELDS: dict[str, tuple[str, object]] = {
     "layer": _WHERE, "head": _WHERE, "expr": _TEXT,
     "kind": ("'Aggregate' or 'SelectorWidth'", lambda v: v in ("Aggregate", "SelectorWidth")),
     "keys": _STR, "queries": _STR, "predicate": _STR, "reads": _STR, "text": _STR, "selects": _STR,
-    # `pattern` is checked for its type only: it names a measure of the analysis layer, which models do not import.
-    "pattern": _STR, "source_line": _STR,
+    # `pattern` is a registered measure's name (mha_viz.measures, below models), or "" where none describes the head
+    "pattern": ("a registered measure's name, or empty", lambda v: isinstance(v, str) and (v == "" or v in REGISTRY)),
+    "source_line": _STR,
 }
 
 

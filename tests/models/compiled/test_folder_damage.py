@@ -193,6 +193,7 @@ def _encoding_gap(data):
     (_head(1, "layer", 2), ("heads[1].layer", "n_layers")),
     (_head(0, "head", 1), ("heads[0].head", "n_heads")),
     (_head(1, "kind", "Map"), ("heads[1].kind",)),
+    (_head(0, "pattern", "previous token"), ("heads[0].pattern", "registered measure")),  # a label, not a name
     (_put("format", "mha-viz compiled model 0"), ("format",)),
     # lengths the weights disagree with
     (_one_label_fewer, ("residual_labels", "token_embed")),
