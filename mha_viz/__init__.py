@@ -6,7 +6,7 @@ from .contract import AttentionRun, HeadInside, InputError, Model, ModelInfo, Mo
 from .models import BUILTIN, checkpoints, load_model, seeds
 from .models.examples import census_texts as _census_texts
 from .models.registry import census_control as _census_control
-from .notebook import show, show_census, show_circuits  # notebook pictures; anywidget only when show() is called
+from .notebook import show, show_census, show_circuits, show_twins  # notebook; anywidget only when shown
 
 
 def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | None = None,
@@ -62,4 +62,5 @@ def save_compiled(model: Model, folder) -> str:
 
 __all__ = ["AttentionRun", "BUILTIN", "CensusConfig", "Circuits", "HeadCensus", "HeadInside", "InputError", "Model",
            "ModelInfo", "ModelLoadError", "UnavailableError", "checkpoints", "circuits", "compare_twins",
-           "head_census", "load_model", "from_tracr", "save_compiled", "seeds", "show", "show_census", "show_circuits"]
+           "head_census", "load_model", "from_tracr", "save_compiled", "seeds", "show", "show_census", "show_circuits",
+           "show_twins"]

@@ -129,6 +129,20 @@ class TwinComparison:
                 and len(counterparts) == len(self.heads) and needed == counterparts
                 and self.path_matches is not False)
 
+    def summary(self) -> dict:
+        """One row for a table of twins: its held-out accuracy, the learned head(s) that took each written role
+        (or none, with the nearest), whether its top composition pair is the written path, and whether it is
+        `clean`."""
+        row = {"twin": self.learned, "held-out accuracy": f"{100 * self.accuracy_learned:.1f}%"}
+        for t in self.heads:
+            heads = ", ".join(head_name(h) for h, _ in t.matches)
+            role = measures.score_label(t.role) if t.role else "no census role"
+            row[f"{head_name(t.written)} ({role})"] = (
+                heads if t.matched else f"none (nearest {heads}, {t.matches[0][1]:.2f} bits)")
+        row["written path"] = {True: "yes", False: "no", None: "no path written"}[self.path_matches]
+        row["as clean as written"] = "yes" if self.clean else "no"
+        return row
+
     def rows(self) -> list[dict]:
         """The side-by-side table, one row per written head: what the program wrote, its census names, the
         learned head(s) matching it and their census names, and what switching each side off did."""

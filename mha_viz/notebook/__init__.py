@@ -1,5 +1,6 @@
 """mha-viz in a Jupyter notebook: `mha_viz.show(model_or_name, text, layer=0)` or `mha_viz.show(run)`, and
-`mha_viz.show_census(census)`, `mha_viz.show_circuits(circuits)`.
+`mha_viz.show_census(census)`, `mha_viz.show_circuits(circuits)`, and `mha_viz.show_twins(written)` (a written
+model beside its learned twins, as tables).
 
 Importing this package imports neither anywidget nor Jupyter (what the app and the notebook share, the grid's
 browser code and payload, is mha_viz.web); the show functions do, when first called.
@@ -15,7 +16,9 @@ if TYPE_CHECKING:
     from mha_viz.notebook.maps_widget import CensusMaps, CircuitsMaps
     from mha_viz.notebook.widget import HeadGrid
 
-__all__ = ["show", "show_census", "show_circuits"]
+from mha_viz.notebook.twins import show_twins  # noqa: E402  (plain HTML tables: no widget import)
+
+__all__ = ["show", "show_census", "show_circuits", "show_twins"]
 
 
 def show(model_or_run, text: str | None = None, layer: int = 0, *, heads_off=(), model: Model | None = None,

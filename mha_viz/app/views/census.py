@@ -339,24 +339,12 @@ def _twins(model: Model, c: HeadCensus, seed: int) -> None:
                "Census names: what each model's own census names the head for (ties included). Off: switched off "
                f"(zero), the share of positions each model still gets right; a drop of {BROKEN_AT:.0%} or more "
                f"breaks it. On {TWIN_TEXTS} held-out inputs, the same for every seed.")
-    st.dataframe([_twin_summary(cmp) for cmp in done], hide_index=True)
+    st.dataframe([cmp.summary() for cmp in done], hide_index=True)
     for cmp in done:
         st.markdown(f"#### {md_safe(cmp.learned)}")
         st.dataframe(cmp.rows(), hide_index=True)
         for line in cmp.sentences():
             st.markdown("- " + md_safe(line))
-
-
-def _twin_summary(cmp) -> dict:
-    """One row per twin: its accuracy, which learned head took each written role, and whether it is clean."""
-    row = {"twin": cmp.learned, "held-out accuracy": f"{100 * cmp.accuracy_learned:.1f}%"}
-    for t in cmp.heads:
-        heads = ", ".join(head_name(h) for h, _ in t.matches)
-        row[f"{head_name(t.written)} ({measures.score_label(t.role) if t.role else 'no census role'})"] = (
-            heads if t.matched else f"none (nearest {heads}, {t.matches[0][1]:.2f} bits)")
-    row["written path"] = {True: "yes", False: "no", None: "no path written"}[cmp.path_matches]
-    row["as clean as written"] = "yes" if cmp.clean else "no"
-    return row
 
 
 def _seeds(name: str, seed: int) -> None:
