@@ -112,8 +112,8 @@ def token_strip(run: AttentionRun, model: Model, chips: bool = True) -> None:
     if unknown:
         words = ", ".join(sorted({visible(run.tokens[i]) for i in unknown}))
         content = len(run.tokens) - len(set(run.special))
-        notes.append(f"**{unknown_words(len(unknown), content, model.info.title)}** (highlighted, and marked "
-                     f"“{UNKNOWN_MARK.strip()}” on the figures' axes: the model reads its unknown token there, and "
-                     f"two unknowns never count as the same word): {md_safe(words[:200])}")
+        notes.append(f"**{unknown_words(len(unknown), content, model.info.title)}**: {md_safe(words[:200])} "
+                     f"(marked “{UNKNOWN_MARK.strip()}” on the axes; the model reads its unknown token there, and two "
+                     "unknowns never count as the same word)")
     if notes:
         st.caption(" · ".join(notes))
