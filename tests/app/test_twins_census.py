@@ -82,7 +82,8 @@ def test_a_learned_twins_census_sets_its_seeds_side_by_side():
     at.query_params.update({"model": "learned-induction", "text": "a b c a b c"})
     at.run()
     open_view(at, "Census")
-    at.button(key="census_run").click().run()
+    if any(b.key == "census_run" for b in at.button):  # another test may have made this census already
+        at.button(key="census_run").click().run()
     if any(b.key == "census_seeds" for b in at.button):
         at.button(key="census_seeds").click().run()
     assert not at.exception, at.exception
