@@ -99,3 +99,16 @@ def test_a_learned_twins_census_sets_its_seeds_side_by_side():
     assert list(table["model"]) == twins("written-induction")
     # the roles a program's vocabulary can measure; the subject needs template sentences it has none of
     assert {"previous token", "induction"} <= set(table.columns) and "subject" not in table.columns
+
+
+def test_the_layer_view_says_a_twin_reads_out_the_program_but_was_not_written():
+    at = AppTest.from_file(APP, default_timeout=240)
+    at.query_params.update({"model": "learned-induction", "text": "a b c a b c"})
+    at.run()
+    assert not at.exception, at.exception
+    said = " ".join(m.value for m in at.markdown)
+    model = load_model("learned-induction")
+    out = model.program_output(model.run("a b c a b c"))
+    assert "as this learned model reads it out" in said and "`c→" + out[-1] + "`" in said.replace("\\\\", "")
+    assert not any("Written, not learned" in c.value for c in at.caption)
+    assert any("Learned, not written" in c.value for c in at.caption)

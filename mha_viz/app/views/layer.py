@@ -81,9 +81,14 @@ def written(ctx: ViewContext) -> None:
     output = ctx.model.program_output(ctx.run)
     if output is None:
         return
-    st.markdown("**The program's output** at each position" + (" (with the heads that are off)" if ctx.run.ablated
-                                                                 else "") + ": " +
-                " ".join(f"`{token_label(t)}→{o}`" for t, o in zip(ctx.run.tokens, output)))
+    shown = " ".join(f"`{token_label(t)}→{o}`" for t, o in zip(ctx.run.tokens, output))
+    off = " (with the heads that are off)" if ctx.run.ablated else ""
+    if not heads:  # a learned twin: it reads out a program's output values, but no head of it was written
+        st.markdown(f"**The program's output, as this learned model reads it out**{off}: {shown}")
+        st.caption("Learned, not written: the in-repo stack trained on what a compiled program outputs; no program "
+                   "set its heads (the Census view sets them beside the written ones).")
+        return
+    st.markdown(f"**The program's output** at each position{off}: {shown}")
     st.caption("Written, not learned: a program compiled by Tracr set every head below. Heads a layer has beyond "
                "the program's are zero (Tracr pads the layer).")
     # A table, not a dataframe: the program's text stays readable and selectable on the page, whole.
