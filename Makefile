@@ -94,7 +94,7 @@ train-seeds: setup
 
 # Learned twins of the written models (assets/twins/<program>/seed<N>, loaded as learned-induction,
 # learned-three-heads and their #seed1, #seed2): the in-repo stack trained from scratch on what each compiled program
-# outputs, three seeds each, bit for bit; about 15-25 s of one core per seed. A seed below 95% held-out accuracy is
+# outputs, three seeds each, bit for bit; 5-11 s of one core per seed. A seed below 95% held-out accuracy is
 # not shipped (tried.json lists every seed's figure).
 train-twins: setup
 	$(PY) -m mha_viz.models.twins.train
