@@ -194,7 +194,7 @@ class TwinComparison:
                  for lh in ((a, b) for a in range(n_l) for b in range(n_h))]
         needed = sorted((lh for drop, lh in drops if drop >= BROKEN_AT))
         lines.append("In the twin, switching off one head alone breaks the output (a drop of "
-                     f"{BROKEN_AT:.0%} or more) for " + (", ".join(
+                     f"{100 * BROKEN_AT:.0f} points or more) for " + (", ".join(
                          f"{head_name(lh)} (to {100 * float(self.single_off[lh]):.1f}%)" for lh in needed)
                          if needed else "no head: every role survives losing any one head") + ".")
         if self.path is None:

@@ -304,8 +304,9 @@ def _twins(model: Model, c: HeadCensus, seed: int) -> None:
     failed = [r for r in record.get("seeds", []) if not r["shipped"]]
     if record:
         recipe = record["recipe"]
+        heads = f"{model.n_heads} head" + ("s" if model.n_heads != 1 else "")
         st.caption(
-            f"The in-repo stack (pre-LN blocks, as tiny; {model.n_layers} layers x {model.n_heads} heads as the "
+            f"The in-repo stack (pre-LN blocks, as tiny; {model.n_layers} layers x {heads} as the "
             f"written model, d_model {recipe['d_model']}) trained from scratch on {recipe['n_texts']:,} random texts "
             f"labelled by this program's own output, {recipe['steps']:,} steps, seeds "
             f"{', '.join(str(r['seed']) for r in record['seeds'])}; a seed ships when it gets {100 * SHIP_AT:.0f}% "
@@ -337,8 +338,9 @@ def _twins(model: Model, c: HeadCensus, seed: int) -> None:
     st.caption(f"Distance: {DISTANCE}; a learned head under {MATCH_AT} bits attends like the written one (others "
                f"within {MATCH_TIE} bits of the best are listed with it), else the nearest is named as the nearest. "
                "Census names: what each model's own census names the head for (ties included). Off: switched off "
-               f"(zero), the share of positions each model still gets right; a drop of {BROKEN_AT:.0%} or more "
-               f"breaks it. On {TWIN_TEXTS} held-out inputs, the same for every seed.")
+               "(zero), the share of positions each model still gets right; a drop of "
+               f"{100 * BROKEN_AT:.0f} points or more breaks it. On {TWIN_TEXTS} held-out inputs, the same for every "
+               "seed.")
     st.dataframe([cmp.summary() for cmp in done], hide_index=True)
     for cmp in done:
         st.markdown(f"#### {md_safe(cmp.learned)}")
