@@ -27,7 +27,7 @@ from mha_viz.analysis.patching import (
 )
 from mha_viz.contract import AttentionRun, Head, InputError, Model, UnavailableError
 from mha_viz.models import load_model, registry
-from mha_viz.models.interventions import reuse_bytes
+from mha_viz.models.interventions import reuse_bytes, reuse_clear
 from mha_viz.settings import settings
 from mha_viz.training_record import TrainingEvidence
 
@@ -197,11 +197,13 @@ class RunCache:
     start waiting, and raise RunBudgetError when the need alone exceeds the budget or the wait runs out. Two
     sessions asking for the same key at once share one forward pass."""
 
-    def __init__(self, budget_bytes: int, size=run_bytes, wait_s: float = 180.0, beside=None):
+    def __init__(self, budget_bytes: int, size=run_bytes, wait_s: float = 180.0, beside=None, drop_beside=None):
         self.budget = budget_bytes
         # bytes held outside this cache that count against the same budget (the engine's layers kept for
-        # incremental runs, `interventions.reuse_bytes`): () -> int, or None
+        # incremental runs, `interventions.reuse_bytes`): () -> int, or None; `drop_beside()` frees them when the
+        # cache's own kept runs are gone and a run still does not fit (they only save work; waiting frees nothing)
         self._beside = beside or (lambda: 0)
+        self._drop_beside = drop_beside or (lambda: None)
         self._local = threading.local()  # .covered: this thread's work is already reserved (`reserve`)
         self.wait_s = wait_s
         self._size = size
@@ -229,6 +231,8 @@ class RunCache:
         while self._runs and self.kept_bytes() + self.flight_bytes() + self._beside() + room > self.budget:
             oldest, _ = self._runs.popitem(last=False)
             del self._sizes[oldest]
+        if self._beside() and self.kept_bytes() + self.flight_bytes() + self._beside() + room > self.budget:
+            self._drop_beside()
 
     def _admit(self, key: tuple, need: int, on_wait, what: str = "This run would need") -> bool:
         """Reserve `need` bytes for `key`; False when another session is already making `key` (wait for it)."""
@@ -339,7 +343,7 @@ class RunCache:
 def runs() -> RunCache:
     """The run cache of this process, made on first use rather than at import: a bad MHA_VIZ_RUN_CACHE_MB then
     raises SettingsError inside page.main, which shows it as the page's own message, not as a traceback."""
-    return RunCache(settings().run_cache_mb * 2**20, size=entry_bytes, beside=reuse_bytes)
+    return RunCache(settings().run_cache_mb * 2**20, size=entry_bytes, beside=reuse_bytes, drop_beside=reuse_clear)
 
 
 _SIDE_LOCK = threading.Lock()  # two sessions asking for the same side model load it once

@@ -82,6 +82,12 @@ def reuse_bytes() -> int:
     return _EARLIER.held_bytes()
 
 
+def reuse_clear() -> None:
+    """Drop every layer kept for incremental runs: they only save work, so a run that needs their memory comes
+    first (the run cache calls this when its own kept runs are gone and a run still does not fit)."""
+    _EARLIER.clear()
+
+
 class EditableModel(Batching, Model):
     """The engine: `run`, `inside_layer`, `norm_inputs`, `head_outputs`, `head_gradients`, `head_means` and
     `readout` here, `run_batch_keep` and `run_many` in `Batching`, each written once on the adapter's `encoding`

@@ -45,6 +45,12 @@ def test_the_engines_kept_layers_count_against_the_same_budget():
     held[0] = 60_000
     cache.get(("b",), lambda: _run(100))
     assert cache.peek(("a",)) is None and cache.peek(("b",)) is not None
+    # A run that needs the engine's memory gets it: waiting would free nothing, so the kept layers are dropped.
+    dropped = []
+    cache = _RunCache(budget_bytes=100_000, beside=lambda: held[0], drop_beside=lambda: (dropped.append(1),
+                                                                                        held.__setitem__(0, 0)))
+    cache.get(("c",), lambda: _run(100), need=50_000)
+    assert dropped and cache.peek(("c",)) is not None
     # the page's own cache counts the engine's
     from mha_viz.app import cache as page_cache
     from mha_viz.models import interventions
