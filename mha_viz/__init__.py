@@ -28,13 +28,15 @@ def compare_twins(written: Model | str, learned: Model | str, n_texts: int = 200
     switching each off breaks, and whether the twin's top composition pair is the written path. Models or names
     ("written-induction", "learned-induction#seed1"); `n_texts` held-out inputs (never trained on), seeded.
     `.rows()` is the table, `.sentences()` the words."""
+    from .analysis.twins import check_twins
     from .analysis.twins import compare_twins as _compare
     from .models.twins.train import held_out_texts
 
     written = load_model(written) if isinstance(written, str) else written
     learned = load_model(learned) if isinstance(learned, str) else learned
-    return _compare(written, learned, held_out_texts(written, n_texts, seed), head_census(written),
-                    head_census(learned), ablation)
+    texts = held_out_texts(written, n_texts, seed)
+    check_twins(written, learned, texts[0])  # before the censuses are made
+    return _compare(written, learned, texts, head_census(written), head_census(learned), ablation)
 
 
 def from_tracr(assembled_model, name: str, program=None) -> Model:

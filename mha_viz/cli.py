@@ -56,7 +56,10 @@ def train_twin_command(argv: list[str]) -> int:
     parser.add_argument("--seeds", type=int, default=3, help="how many seeds (0, 1, ...)")
     parser.add_argument("--out", default=None, help="where the seed folders go (default FOLDER-twins)")
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the recipe's)")
+    parser.add_argument("--texts", type=int, default=None, help="training texts (default: the recipe's)")
     args = parser.parse_args(argv)
+    if args.texts is not None and args.texts < 1:
+        parser.error("--texts must be at least 1")
     if args.seeds < 1:
         parser.error("--seeds must be at least 1")
     if args.steps is not None and args.steps < 1:
@@ -69,7 +72,7 @@ def train_twin_command(argv: list[str]) -> int:
     out = Path(args.out) if args.out else folder.with_name(folder.name + "-twins")
     try:
         written = load_compiled(folder)
-        recipe = recipe_for(folder.name, args.steps, written.n_heads)
+        recipe = recipe_for(folder.name, args.steps, written.n_heads, args.texts)
         rows = train_twins(written, out, range(args.seeds), recipe)
     except (InputError, ModelLoadError, ValueError) as err:
         print(f"mha-viz train-twin: {err}", file=sys.stderr)

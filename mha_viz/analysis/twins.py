@@ -294,21 +294,27 @@ def _outputs(model: Model, texts: list[str], off: frozenset, ablation: str) -> l
     return [model.program_output(model.run(t, ablate=off, ablation=ablation)) for t in texts]
 
 
-def compare_twins(written: Model, learned: Model, texts: list[str], census_written, census_learned,
-                  ablation: str = "zero") -> TwinComparison:
-    """`written` (a model with `written_heads`) beside `learned` (a model of the same task: same tokens, layers x
-    heads; its own `program_output`) on `texts` (held-out inputs), with both models' censuses. See the module
-    docstring for every entry."""
-    heads = written.written_heads()
-    if not heads:
+def check_twins(written: Model, learned: Model, text: str) -> None:
+    """An InputError saying the fix unless `written` has written heads and `learned` the same layers x heads and a
+    program output (on `text`): what `compare_twins` needs, checked before anything is measured."""
+    if not written.written_heads():
         raise InputError(f"{written.name} has no written heads: compare a model compiled from a program "
                          "(written-induction, written-three-heads) with its learned twin")
     if (written.n_layers, written.n_heads) != (learned.n_layers, learned.n_heads):
         raise InputError(f"{written.name} has {written.n_layers} x {written.n_heads} heads and {learned.name} "
                          f"{learned.n_layers} x {learned.n_heads}: a twin has the written model's layers x heads")
-    if learned.program_output(learned.run(texts[0])) is None:
+    if learned.program_output(learned.run(text)) is None:
         raise InputError(f"{learned.name} reads out no program output; compare a learned twin (learned-induction, "
                          "learned-three-heads) or a written model")
+
+
+def compare_twins(written: Model, learned: Model, texts: list[str], census_written, census_learned,
+                  ablation: str = "zero") -> TwinComparison:
+    """`written` (a model with `written_heads`) beside `learned` (a model of the same task: same tokens, layers x
+    heads; its own `program_output`) on `texts` (held-out inputs), with both models' censuses. See the module
+    docstring for every entry."""
+    check_twins(written, learned, texts[0])
+    heads = written.written_heads()
     texts = list(texts)
     n_l, n_h = learned.n_layers, learned.n_heads
     labels, dist, weight = [], {h: torch.zeros(n_l, n_h) for h in heads}, 0

@@ -101,12 +101,15 @@ def test_cli_trains_twins_of_any_compiled_folder(tmp_path, capsys):
 
     folder = tmp_path / "my_program"
     shutil.copytree(ASSETS / "compiled" / "induction", folder)
-    code = cli(["train-twin", str(folder), "--seeds", "2", "--steps", "2", "--out", str(tmp_path / "out")])
+    code = cli(["train-twin", str(folder), "--seeds", "2", "--steps", "2", "--texts", "100", "--out",
+                str(tmp_path / "out")])
     said = capsys.readouterr()
     assert code == 1 and "0 of 2 twins written" in said.out  # two steps learn nothing: nothing shipped, said so
     assert [r["seed"] for r in tried(tmp_path / "out")["seeds"]] == [0, 1]
     code = cli(["train-twin", str(tmp_path / "nowhere"), "--seeds", "1"])
     assert code == 2 and "nowhere" in capsys.readouterr().err
+    code = cli(["train-twin", str(ASSETS / "compiled" / "histogram"), "--seeds", "1", "--out", str(tmp_path / "h")])
+    assert code == 2 and "not causal" in capsys.readouterr().err  # a causal stack cannot see what it reads
 
 
 @pytest.mark.parametrize("name", PAIRS)
@@ -132,3 +135,12 @@ def test_the_induction_twin_against_its_written_model(written):
     rows = c.rows()
     assert [r["written head"] for r in rows] == ["L0 H0", "L1 H0"]
     assert all("bits" in r["best-matching learned head(s)"] for r in rows)
+
+
+def test_compare_twins_refuses_models_that_are_not_twins(written):
+    from mha_viz.contract import InputError
+
+    with pytest.raises(InputError, match="layers x"):
+        mha_viz.compare_twins(written["written-induction"], "learned-three-heads", n_texts=5)
+    with pytest.raises(InputError, match="no written heads"):
+        mha_viz.compare_twins("learned-induction", "learned-induction#seed1", n_texts=5)

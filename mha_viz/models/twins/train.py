@@ -234,6 +234,7 @@ def train_twins(written, root: str | Path, seeds=SEEDS, recipe: TwinRecipe = Twi
     """Train `written`'s twins from each seed into root/seed<N>; a seed below SHIP_AT held-out accuracy is removed
     again (not shipped as if it had learned), and root/tried.json lists every seed's figure. Returns those rows."""
     root = Path(root)
+    model_config(written, recipe, 0)  # a program no twin can copy is refused before its data is made
     data = make_data(written, recipe)
     rows = []
     for seed in seeds:
@@ -261,14 +262,15 @@ def tried(root: str | Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def recipe_for(stem: str, steps: int | None = None, n_heads: int = 1) -> TwinRecipe:
+def recipe_for(stem: str, steps: int | None = None, n_heads: int = 1, texts: int | None = None) -> TwinRecipe:
     """The shipped program `stem`'s recipe, else the default one with d_model rounded up to a multiple of
-    `n_heads` (a program the user compiled); `steps` replaces the schedule's length."""
+    `n_heads` (a program the user compiled); `steps` replaces the schedule's length, `texts` the training texts."""
     recipe = RECIPES.get(stem)
     if recipe is None:
         d = -(-TwinRecipe.d_model // n_heads) * n_heads
         recipe = TwinRecipe(d_model=d, d_mlp=2 * d)
-    return recipe if steps is None else replace(recipe, steps=steps)
+    recipe = recipe if steps is None else replace(recipe, steps=steps)
+    return recipe if texts is None else replace(recipe, n_texts=texts)
 
 
 def main(argv: list[str] | None = None) -> None:
