@@ -25,10 +25,11 @@ from mha_viz.web import grid_css, grid_js
 from mha_viz.web.payload import deflate, grid_data
 
 BULK_ACTIONS = ("off", "on", "only", "reset")
+JS = grid_js()  # the bundle of web/grid/'s modules, the one the notebook widget loads too
 # isolate_styles=False: no shadow root, so browser tests and benchmarks can query the grid's DOM; every class is
 # prefixed `mhv-` instead.
 _COMPONENT = st.components.v2.component(
-    "mha_viz.head_grid", html="", css=grid_css(), js=grid_js(), isolate_styles=False,
+    "mha_viz.head_grid", html="", css=grid_css(), js=JS, isolate_styles=False,
 )
 
 

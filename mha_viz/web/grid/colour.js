@@ -1,5 +1,6 @@
 // From a code to a colour: the colour stops' lookup tables (the stops come from Python, web/palette.py), the
 // contrasts, a head's pixels and the legend.
+import { el } from "./dom.js";
 
 function lut(colors) {  // 256 RGBA entries interpolated along the colour stops
   const rgb = colors.map(c => [1, 3, 5].map(i => parseInt(c.slice(i, i + 2), 16)));
@@ -12,7 +13,7 @@ function lut(colors) {  // 256 RGBA entries interpolated along the colour stops
   return out;
 }
 const LUTS = new Map();  // colour stops -> their LUT
-function lutFor(colors) {
+export function lutFor(colors) {
   const key = colors.join();
   if (!LUTS.has(key)) LUTS.set(key, lut(colors));
   return LUTS.get(key);
@@ -20,13 +21,13 @@ function lutFor(colors) {
 
 // Contrast: how a weight (as a share of the head's maximum, or of 1 on the shared scale) maps to colour. One
 // outlier cell (a sink column) sets a head's maximum and leaves the rest near white under a linear map.
-const CONTRASTS = {
+export const CONTRASTS = {
   sqrt: { label: "√ square root", f: x => Math.sqrt(x) },
   linear: { label: "linear", f: x => x },
   log: { label: "log (1 + 99x)", f: x => Math.log1p(99 * x) / Math.log(100) },
   row: { label: "each row to its max", f: x => x },
 };
-const DEFAULT_CONTRAST = "sqrt";
+export const DEFAULT_CONTRAST = "sqrt";
 const REMAPS = new Map();
 function remap(name) {  // 256 codes -> 256 colour indices under a contrast
   if (!REMAPS.has(name)) {
@@ -38,22 +39,23 @@ function remap(name) {  // 256 codes -> 256 colour indices under a contrast
 }
 
 // The colours a head is drawn with: code -> RGBA index, under the contrast (row: each row to its own maximum).
-function paint(s, px, base, T, off) {
+// `codes`: its layer's (layers.js), the head's T x T from `base`.
+export function paint(s, codes, px, base, T, off) {
   const lutc = off ? s.offLut : s.on, map = remap(s.contrast === "row" ? "linear" : s.contrast);
   for (let q = 0; q < T; q++) {
     let top = 255;
     if (s.contrast === "row") {
       top = 1;
-      for (let k = 0; k < T; k++) top = Math.max(top, s.codes[base + q * T + k]);
+      for (let k = 0; k < T; k++) top = Math.max(top, codes[base + q * T + k]);
     }
     for (let k = 0; k < T; k++) {
-      const i = q * T + k, j = map[Math.min(255, Math.round(s.codes[base + i] * 255 / top))] * 4, o = i * 4;
+      const i = q * T + k, j = map[Math.min(255, Math.round(codes[base + i] * 255 / top))] * 4, o = i * 4;
       px[o] = lutc[j]; px[o + 1] = lutc[j + 1]; px[o + 2] = lutc[j + 2]; px[o + 3] = 255;
     }
   }
 }
 
-function legend(s) {
+export function legend(s) {
   const d = s.d, stops = d.colours.on;
   const top = s.contrast === "row" ? "its row's max" : d.shared ? "1" : "the head's max";
   s.legend.replaceChildren();

@@ -1,7 +1,9 @@
 // The Streamlit page's layer heading and bulk switches, and the link's layer.
+import { el } from "./dom.js";
+
 // The layer's heading and its bulk switches (the Streamlit page only: controls.bulk). They act on the layer shown,
 // which travels with each request, so a switch never reaches heads that are not on screen.
-function buildControls(s) {
+export function buildControls(s) {
   const d = s.d, want = !!(d.controls && d.controls.bulk);
   s.controls.hidden = !want;
   if (!want) return;
@@ -40,7 +42,7 @@ function buildControls(s) {
   headingFor(s);
 }
 
-function headingFor(s) {
+export function headingFor(s) {
   if (!s.heading || s.controls.hidden) return;
   const d = s.d, name = d.names.layers[s.layer];
   const heads = d.H === 1 ? "its one head" : `all ${d.H} heads`;  // a written model's layer may have one
@@ -62,7 +64,7 @@ function bulk(s, action, head) {
 }
 
 // The link's `layer`, written at once (the server's next run writes the same link: one value, never two).
-function linkLayer(s, l) {
+export function linkLayer(s, l) {
   if (!(s.d.controls && s.d.controls.link)) return;
   try {
     const url = new URL(window.location.href);

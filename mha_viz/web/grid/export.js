@@ -1,12 +1,18 @@
 // -- Save: this layer's heads as SVG (vector labels, legend and cells; cells as an embedded image above 64 tokens)
 // or PNG (the same drawing at 2x). Drawn from one list of shapes, so both files show the same thing.
+import { CONTRASTS, paint } from "./colour.js";
+import { headName } from "./dom.js";
+import { fitText, labelPlan } from "./labels.js";
+
 const SAVE_VECTOR_UP_TO = 64;
 
 // One family for every word of a saved figure: the embedded DejaVu Sans when the page sent it (the SVG's @font-face,
 // the PNG's FontFace), else the first of a generic stack that the viewer has.
 const FIG_STACK = "'DejaVu Sans', 'Helvetica Neue', Helvetica, Arial, sans-serif";
 const FIG_CANVAS_FAMILY = "mhv-figure";  // the embedded face under its own name, so no system font stands in for it
-const FIG_LABEL_MAX = 9, FIG_LABEL_MIN = 8, FIG_GUTTER_MAX = 70;
+const FIG_LABEL_MAX = 9;
+const FIG_LABEL_MIN = 8;
+const FIG_GUTTER_MAX = 70;
 
 function figure(s) {
   const d = s.d, T = d.T, l = s.layer, cols = s.cols || Math.min(d.cols, d.H);
@@ -54,7 +60,7 @@ function figure(s) {
 
 function headPixels(s, h, off) {
   const T = s.d.T, img = new ImageData(T, T);
-  paint(s, img.data, (s.layer * s.d.H + h) * T * T, T, off);
+  paint(s, s.codes[s.layer], img.data, h * T * T, T, off);
   return img;
 }
 
@@ -166,7 +172,7 @@ function download(blob, name) {
   setTimeout(() => URL.revokeObjectURL(a.href), 10000);
 }
 
-async function save(s, kind) {
+export async function save(s, kind) {
   if (!s.d) return;
   const f = figure(s), name = `mha-viz-${s.d.names.layers[s.layer]}-heads.${kind}`;
   if (kind === "svg") download(new Blob([toSVG(s, f)], { type: "image/svg+xml" }), name);

@@ -1,9 +1,14 @@
 // One head large: every token labelled, zoom and pan.
+import { paint } from "./colour.js";
+import { el, headName } from "./dom.js";
+import { hover } from "./hover.js";
+import { fitText, labelPlan } from "./labels.js";
+
 const LABEL_CELL = 14;    // px per token in the focused head: room for an 11 px label on every row and column
 const FOCUS_MAX_CELL = 30;
 const LABEL_FONT = "11px monospace";
 
-function openFocus(s, l, h) {
+export function openFocus(s, l, h) {
   s.focus = [l, h];
   const f = s.focusBox;
   if (!s.focusCanvas) {
@@ -38,7 +43,7 @@ function openFocus(s, l, h) {
   drawFocus(s);
 }
 
-function drawFocus(s) {
+export function drawFocus(s) {
   const d = s.d, [l, h] = s.focus, T = d.T, off = s.off.has(l + "," + h);
   s.focusTitle.textContent = headName(s, l, h) + (off ? " (off)" : "");
   const c = s.focusCanvas, ctx = c.getContext("2d");
@@ -55,7 +60,7 @@ function drawFocus(s) {
   s.focusGeom = { lw: room, lh: room, cell };
   c.dataset.cell = cell;
   const img = new ImageData(T, T);
-  paint(s, img.data, (l * d.H + h) * T * T, T, off);
+  paint(s, s.codes[l], img.data, h * T * T, T, off);
   const tmp = document.createElement("canvas");
   tmp.width = T; tmp.height = T;
   tmp.getContext("2d").putImageData(img, 0, 0);

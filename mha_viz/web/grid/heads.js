@@ -1,6 +1,16 @@
 // The grid itself: the token strip, one tile per head (title, switch, heatmap, badge), the columns that fit,
 // drawing a layer, and a head's switch.
-function buildStrip(s) {
+import { legend, paint } from "./colour.js";
+import { headingFor } from "./controls.js";
+import { el, headName } from "./dom.js";
+import { openFocus } from "./focus.js";
+import { hover, paintRows } from "./hover.js";
+import { tileLabels } from "./labels.js";
+import { showDraw } from "./lines.js";
+
+const MIN_CELL = 3;       // px per token in a grid tile: below this the columns of the grid fold into fewer
+
+export function buildStrip(s) {
   const d = s.d;
   s.strip.replaceChildren();
   d.tokens.forEach((t, i) => {
@@ -14,7 +24,7 @@ function buildStrip(s) {
   });
 }
 
-function buildHeads(s) {
+export function buildHeads(s) {
   const d = s.d;
   if (!s.heads || s.heads.length !== d.H || s.headsT !== d.T) {
     s.grid.replaceChildren();
@@ -60,7 +70,7 @@ function buildHeads(s) {
   }
 }
 
-function layoutGrid(s) {
+export function layoutGrid(s) {
   const d = s.d;
   if (!d) return;
   const width = s.box.clientWidth || 800;
@@ -78,13 +88,12 @@ function layoutGrid(s) {
     : "";
   tileLabels(s);
 }
-function headName(s, l, h) { return s.d.names.heads[l][h]; }
 
-function drawLayer(s) {
+export function drawLayer(s) {
   const d = s.d, T = d.T, l = s.layer, n = T * T;
   for (let h = 0; h < d.H; h++) {
     const head = s.heads[h], off = s.off.has(l + "," + h);
-    paint(s, head.img.data, (l * d.H + h) * n, T, off);
+    paint(s, s.codes[l], head.img.data, h * n, T, off);
     head.ctx.putImageData(head.img, 0, 0);
     const name = headName(s, l, h);
     const pending = s.pending.has(l + "," + h);
@@ -106,14 +115,9 @@ function drawLayer(s) {
   showDraw(s);
 }
 
-function toggle(s, h) {
+export function toggle(s, h) {
   const l = s.layer, key = l + "," + h;
   s.pending.add(key);
   s.heads[h].cell.classList.add("mhv-pending");
   s.setTrigger("toggle", { layer: l, head: h, on: s.off.has(key) });
-}
-
-function weight(s, l, h, q, k) {
-  const d = s.d;
-  return s.codes[((l * d.H + h) * d.T + q) * d.T + k] / 255 * d.scale[l * d.H + h];
 }

@@ -1,5 +1,11 @@
 // Hover: a token's row lit in every head (kept by a click on the strip), and the info line's words.
-function hover(s, q, k, h) {
+import { headName } from "./dom.js";
+import { drawFocus } from "./focus.js";
+import { weight } from "./layers.js";
+
+export const HINT = "Hover a heatmap or a token: its row lights up in every head. Click a head to open it large.";
+
+export function hover(s, q, k, h) {
   s.hoverQ = q;
   const d = s.d;
   if (q === null) {
@@ -14,7 +20,7 @@ function hover(s, q, k, h) {
   paintRows(s);
 }
 
-function paintRows(s) {
+export function paintRows(s) {
   const d = s.d, q = s.hoverQ !== null ? s.hoverQ : s.pinQ;
   for (const head of s.heads) {
     if (q === null) { head.row.hidden = true; continue; }

@@ -3,18 +3,22 @@
 // Token labels on the grid's small heatmaps: a font of TILE_FONT_MIN..TILE_FONT_MAX px, every k-th token where a
 // row is thinner than the font (never overlapping, never smaller than TILE_FONT_MIN), in a gutter of at most
 // TILE_GUTTER of the tile's width; none when that gutter is too narrow to hold a few characters.
-const TILE_FONT_MIN = 8, TILE_FONT_MAX = 11, TILE_GUTTER = 0.28, TILE_GUTTER_MAX = 64, TILE_GUTTER_MIN = 22;
+const TILE_FONT_MIN = 8;
+const TILE_FONT_MAX = 11;
+const TILE_GUTTER = 0.28;
+const TILE_GUTTER_MAX = 64;
+const TILE_GUTTER_MIN = 22;
 
 // Which tokens get a label on an axis of `n` rows `cell` px tall: the font size and the step between labels
 // (every label at least font + 1 px from the next). Shared by the tiles, the enlarged head and the saved figure.
-function labelPlan(cell, n, maxFont = TILE_FONT_MAX, minFont = TILE_FONT_MIN) {
+export function labelPlan(cell, n, maxFont = TILE_FONT_MAX, minFont = TILE_FONT_MIN) {
   const font = Math.max(minFont, Math.min(maxFont, Math.floor(cell - 1)));
   const step = Math.max(1, Math.ceil((font + 1) / cell));
   return { font, step, shown: Math.ceil(n / step) };
 }
 
 // A label cut to `room` px at the context's font, with an ellipsis when it was cut.
-function fitText(ctx, text, room) {
+export function fitText(ctx, text, room) {
   if (ctx.measureText(text).width <= room) return text;
   let n = text.length;
   while (n > 1 && ctx.measureText(text.slice(0, n) + "…").width > room) n--;
@@ -23,7 +27,7 @@ function fitText(ctx, text, room) {
 
 // The small heatmaps' token labels, for the tile width the grid gives: every token when a row is at least
 // TILE_FONT_MIN + 1 px tall, every k-th otherwise; none when the gutter could not hold a few characters.
-function tileLabels(s) {
+export function tileLabels(s) {
   const d = s.d;
   if (!s.heads || !s.heads.length) return;
   const tile = s.heads[0].cell.clientWidth;

@@ -1,9 +1,14 @@
 // -- the same layer as lines (BertViz's head view): queries on the left, keys on the right, one line per weight,
 // one colour per head; hover a token to see only its lines; click a head's chip to hide or show its lines, and
 // its switch to turn it off (the model reruns). For short texts only (lines_up_to tokens).
+import { el, headName } from "./dom.js";
+import { toggle } from "./heads.js";
+import { hover } from "./hover.js";
+import { weight } from "./layers.js";
+
 const LINE_ROW = 20;
 
-function showDraw(s) {
+export function showDraw(s) {
   const d = s.d, fits = d.T <= d.lines_up_to;
   s.drawPick.disabled = !fits;
   s.drawPick.title = fits ? "" : `Lines are drawn for texts of up to ${d.lines_up_to} tokens`;
@@ -47,7 +52,7 @@ function drawLines(s) {
   const x0 = colW, x1 = width - colW;
   const group = document.createElementNS(NS, "g");
   svg.append(group);
-  const paint = (q) => {
+  const drawFor = (q) => {
     group.replaceChildren();
     for (let h = 0; h < d.H; h++) {
       if (s.hiddenHeads.has(h)) continue;
@@ -81,13 +86,13 @@ function drawLines(s) {
       text.dataset.q = i;
       text.textContent = t.slice(0, 16);
       if (side === "query") {
-        text.addEventListener("mouseenter", () => { paint(i); hover(s, i, null, null); });
-        text.addEventListener("mouseleave", () => { paint(null); hover(s, null, null, null); });
+        text.addEventListener("mouseenter", () => { drawFor(i); hover(s, i, null, null); });
+        text.addEventListener("mouseleave", () => { drawFor(null); hover(s, null, null, null); });
       }
       svg.append(text);
     }
   });
-  paint(null);
+  drawFor(null);
   const caption = el("div", "mhv-badge", "Left: queries, right: keys; a line's opacity is its weight (lines under 2% are "
     + "left out). Hover a query to see only its lines; click a head's name to hide or show its lines.");
   s.lines.append(chips, svg, caption);

@@ -1,6 +1,5 @@
 // The entry: the state a grid keeps across updates, and an update applied (new codes inflated, then drawn).
-// The grid's files are joined in one module in the order mha_viz/web/__init__.py gives (GRID_FILES), so every
-// function of one is in scope in the others; this file holds the one `export default`.
+// Each concern is its own module; mha_viz/web/__init__.py bundles them from this one for both hosts.
 //
 // The layer grid, drawn in the browser: every head of every layer arrives once as uint8 codes, so hovering a
 // token, opening a head large, changing the contrast and saving a picture never ask the server. A head switched on
@@ -8,7 +7,7 @@
 // and the URL follow it) are trigger events; the tab is drawn at once, before the server answers.
 //
 // data = {digest, tokens[T], L, H, T, att: Arrow table whose one binary cell "z" is the zlib-deflated (L, H, T, T)
-//         uint8 codes, scale[L*H], off: [[l, h]...], layer, cols, badges: {"l,h": text}, shared,
+//         uint8 codes (layers.js), scale[L*H], off: [[l, h]...], layer, cols, badges: {"l,h": text}, shared,
 //         names: {layers: ["L0", ...], heads: [["L0 H0", ...], ...]}, unknown: [positions],
 //         colours: {on: [stops], off: [stops], heads: [one per head], head_off, paper, ink, label, frame, mark},
 //         lines_up_to}   (names and colours come from Python, mha_viz/names.py and mha_viz/web/palette.py: one
@@ -19,66 +18,20 @@
 //         link's `layer` itself (the server's next run writes the same value)
 // The host (the Streamlit component, or the notebook widget's wrapper) receives the triggers "toggle" and "layer"
 // (and "bulk": {layer, action: "off" | "on" | "only" | "reset", head}, with controls.bulk).
-// weight of cell (l, h, q, k) = codes[((l*H + h)*T + q)*T + k] / 255 * scale[l*H + h]
-const HINT = "Hover a heatmap or a token: its row lights up in every head. Click a head to open it large.";
-const TELL_MS = 150;      // after a tab's paint, before the page is told of it (tellLayer)
-const MIN_CELL = 3;       // px per token in a grid tile: below this the columns of the grid fold into fewer
-
-async function decode(att) {  // the Arrow cell's deflated bytes -> the codes, inflated natively by the browser
-  const z = att.getChild("z").get(0);
-  const stream = new Blob([z]).stream().pipeThrough(new DecompressionStream("deflate"));
-  return new Uint8Array(await new Response(stream).arrayBuffer());
-}
-
-// The layer to show for an update from the host, and the host told of a layer it does not have yet.
-// - The page (controls.link): a tab is the grid's, its heading's and the link's in the click's own task; the page
-//   is told after that drawing is on screen (tellLayer), and its rerun redraws what the server draws for the layer
-//   (the switches under the grid, their label and bulk buttons). An answer that still says another layer (a run
-//   for another reason, started before the page was told) keeps the tab's layer and tells the page again.
-// - The notebook: a tab is asked of the host at once (Python's `w.layer` follows it); an answer still on its way
-//   from before the click does not take the grid back.
-function layerFor(s, d) {
-  if (s.localLayer !== null && s.localLayer >= d.L) s.localLayer = null;  // another model: its own layers
-  if (s.localLayer !== null) {
-    if (d.layer === s.localLayer) {
-      s.localLayer = null;
-    } else {
-      if (s.toldLayer !== d) {  // once per update: the answer to it says the same layer, or another rerun does
-        s.toldLayer = d;
-        tellLayer(s);
-      }
-      return s.localLayer;
-    }
-  }
-  if (s.askedLayer === null || d.layer === s.askedLayer) {
-    s.askedLayer = null;
-    return Math.min(d.layer, d.L - 1);
-  }
-  return s.layer;
-}
-
-// The page told of the tab's layer TELL_MS after the tab's drawing is painted: tabs clicked within that time are told
-// once, as the last of them (a visitor stepping through the layers costs the server one rerun, not one a layer),
-// and the rerun's answer (the server's reply, then 0.1-0.2 s of the browser applying its deltas on the main thread)
-// lands after the frames that show the tab, not in them. The page's switches follow about 0.3 s after the click.
-function tellLayer(s) {
-  const n = ++s.tells;
-  requestAnimationFrame(() => setTimeout(() => {
-    // Not when the grid left the page meanwhile (another view opened with the link's layer: nav.js)
-    if (n === s.tells && s.localLayer !== null && s.root.isConnected) s.setTrigger("layer", s.localLayer);
-  }, TELL_MS));
-}
+import { CONTRASTS, DEFAULT_CONTRAST, legend, lutFor } from "./colour.js";
+import { buildControls } from "./controls.js";
+import { el } from "./dom.js";
+import { save } from "./export.js";
+import { drawFocus, openFocus } from "./focus.js";
+import { buildHeads, buildStrip, drawLayer, layoutGrid } from "./heads.js";
+import { HINT } from "./hover.js";
+import { decode } from "./layers.js";
+import { showDraw } from "./lines.js";
+import { buildTabs, layerFor } from "./tabs.js";
 
 function drawnAs(d) {  // everything of an update the grid draws from, but the weights (their digest) and the layer
   const { att, layer, ...rest } = d;
   return JSON.stringify(rest);
-}
-
-function el(tag, cls, text) {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
-  return e;
 }
 
 const STATES = new WeakMap();  // parentElement -> this instance's state, kept across reruns
@@ -93,17 +46,19 @@ export default function (component) {
   s.setTrigger = setTriggerValue;
   // Updates apply in arrival order; one that a newer update overtook while its bytes were inflating is skipped.
   s.latest = data;
-  s.chain = s.chain.then(() => update(s, data)).catch((err) => {
-    s.info.textContent = typeof DecompressionStream === "undefined"
-      ? "This browser cannot unpack the heads' weights (it has no DecompressionStream): use Chrome 80, Firefox 113, "
-        + "Safari 16.4 or later."
-      : "Could not draw the heads: " + err;
-  });
+  s.chain = s.chain.then(() => update(s, data)).catch(err => failed(s, err));
+}
+
+function failed(s, err) {
+  s.info.textContent = typeof DecompressionStream === "undefined"
+    ? "This browser cannot unpack the heads' weights (it has no DecompressionStream): use Chrome 80, Firefox 113, "
+      + "Safari 16.4 or later."
+    : "Could not draw the heads: " + err;
 }
 
 function build(root, setTrigger) {
   const s = { root, setTrigger, chain: Promise.resolve(), latest: null, digest: null, layer: 0, askedLayer: null,
-              localLayer: null, tells: 0,
+              localLayer: null, tells: 0, codes: [],
               hoverQ: null, pinQ: null, focus: null, zoom: 1, pending: new Set() };
   const box = el("div", "mhv");
   const bar = el("div", "mhv-bar");
@@ -171,7 +126,7 @@ async function update(s, d) {
   if (d !== s.latest) return;
   const fresh = d.digest !== s.digest;
   if (fresh) {
-    const codes = await decode(d.att);
+    const codes = await decode(d);
     if (d !== s.latest) return;
     s.codes = codes;
   }

@@ -1,0 +1,65 @@
+"""The grid's files are real ES modules: Chromium loads them one by one from a folder (every import resolved by
+the browser itself), and the grid they draw is the one the bundle both hosts load draws (mha_viz.web.grid_js)."""
+from __future__ import annotations
+
+import base64
+import json
+
+import torch
+
+from mha_viz import web
+from mha_viz.web.payload import deflate, grid_data
+
+ORIGIN = "http://grid.test"
+
+# Mount the grid from module `url` on the payload `data` (its deflated codes as base64 in `z`) and read back what it
+# drew: each head's title, its heatmap's pixels, and the tabs.
+MOUNT = """async ([url, data, z]) => {
+  const mod = await import(url);
+  const bytes = Uint8Array.from(atob(z), c => c.charCodeAt(0));
+  const att = { schema: { fields: [{ name: "z" }] }, getChild: () => ({ get: () => bytes }) };
+  const root = document.createElement("div");
+  document.body.append(root);
+  mod.default({ data: { ...data, att }, parentElement: root, setTriggerValue: () => {} });
+  for (let i = 0; i < 100 && !root.querySelector(".mhv-grid[data-layer]"); i++) {
+    await new Promise(r => setTimeout(r, 20));
+  }
+  const heads = [...root.querySelectorAll(".mhv-head")].map(h => {
+    const c = h.querySelector("canvas");
+    const pixels = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+    return [h.querySelector(".mhv-title").textContent, Array.from(pixels)];
+  });
+  root.remove();
+  return { heads, tabs: [...root.querySelectorAll(".mhv-tab")].map(t => t.textContent) };
+}"""
+
+
+def test_the_modules_load_one_by_one_and_draw_what_the_bundle_draws(browser):
+    torch.manual_seed(0)
+    att = torch.softmax(torch.randn(2, 3, 5, 5), dim=-1)  # (L, H, T, T)
+    tokens = ["a", "b", "c", "d", "e"]
+    data, codes = grid_data(tokens, att, 1, {(1, 2)}, 3, False, {(1, 0): "measured"})
+    layers = base64.b64encode(deflate(codes)).decode()
+    files = {f"/grid/{p.name}": p.read_text() for p in web.GRID.glob("*.js")}
+    files["/bundle.js"] = web.grid_js()
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.route(f"{ORIGIN}/**", lambda route: route.fulfill(
+            status=200 if route.request.url[len(ORIGIN):] in files or route.request.url == f"{ORIGIN}/" else 404,
+            content_type="text/javascript" if route.request.url.endswith(".js") else "text/html",
+            body=files.get(route.request.url[len(ORIGIN):], "<!doctype html><body></body>")))
+        page.goto(f"{ORIGIN}/")
+        from_modules = page.evaluate(MOUNT, [f"{ORIGIN}/grid/{web.ENTRY}", json.loads(json.dumps(data)), layers])
+        requested = set(page.evaluate("() => performance.getEntriesByType('resource').map(e => e.name)"))
+        from_bundle = page.evaluate(MOUNT, [f"{ORIGIN}/bundle.js", json.loads(json.dumps(data)), layers])
+    finally:
+        context.close()
+    assert not errors, errors
+    assert {f"{ORIGIN}/grid/{name}" for name in web.GRID_FILES} <= requested, "each module is fetched by its import"
+    assert [t for t, _ in from_modules["heads"]] == ["L1 H0", "L1 H1", "L1 H2 (off)"]
+    assert from_modules == from_bundle
+    pixels = from_modules["heads"][0][1]
+    assert len(set(pixels)) > 2, "the heatmap is drawn, not blank"
