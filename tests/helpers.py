@@ -100,16 +100,11 @@ def tiny_masked_lm(folder: Path) -> Path:
     return folder
 
 
-def grid_data(at) -> dict:
-    """What the Layer view's browser component was sent on the last run of an AppTest (see head_grid.js's header):
-    AppTest cannot run its JavaScript, but it can read the data every head is drawn from."""
+def _component_data(proto) -> dict:
     import json
 
     import pyarrow as pa
 
-    elements = [e for e in at.get("bidi_component") if e.proto.component_name == "mha_viz.head_grid"]
-    assert len(elements) == 1, f"expected one head grid on the page, found {len(elements)}"
-    proto = elements[0].proto
     if not proto.HasField("mixed"):
         return json.loads(proto.json)
     # Top-level Arrow tables travel as blobs beside the JSON, which holds a reference to each.
@@ -122,11 +117,33 @@ def grid_data(at) -> dict:
     return data
 
 
-def grid_weights(data: dict) -> torch.Tensor:
-    """(L, H, T, T) weights decoded from the grid's bytes, as the browser decodes them."""
+def grid_data(at) -> dict:
+    """What the Layer view's browser component was sent on the last run of an AppTest (see web/grid/main.js's
+    header): AppTest cannot run its JavaScript, but it can read the data every head is drawn from. The layers the
+    second element brought on the same run (`rest`, head_grid.grid_rest) are under "rest_att"."""
+    elements = at.get("bidi_component")
+    grids = [_component_data(e.proto) for e in elements if e.proto.component_name == "mha_viz.head_grid"]
+    assert len(grids) == 1, f"expected one head grid on the page, found {len(grids)}"
+    rests = [_component_data(e.proto) for e in elements if e.proto.component_name == "mha_viz.head_grid_rest"]
+    assert len(rests) == 1, f"expected one element with the grid's other layers, found {len(rests)}"
+    assert rests[0]["digests"] == grids[0]["digests"]
+    return {**grids[0], "rest_att": rests[0].get("att")}
+
+
+def grid_layers(data: dict) -> dict[int, bytes]:
+    """{layer: its (H, T, T) codes} for every layer the grid was sent on that run, by either element."""
     from mha_viz.app.components.head_grid import unpack
 
-    codes = torch.frombuffer(bytearray(unpack(data["att"])), dtype=torch.uint8)
+    return {**unpack(data.get("rest_att")), **unpack(data["att"])}
+
+
+def grid_weights(data: dict, held: dict[int, bytes] | None = None) -> torch.Tensor:
+    """(L, H, T, T) weights decoded from the grid's bytes, as the browser decodes them: the layers sent on that
+    run, and for the others `held` (the layers an earlier run sent, {layer: codes}); fails if one is in neither."""
+    layers = {**(held or {}), **grid_layers(data)}
+    missing = [l for l in range(data["L"]) if l not in layers]
+    assert not missing, f"layers {missing} were neither sent nor held"
+    codes = torch.frombuffer(bytearray(b"".join(layers[l] for l in range(data["L"]))), dtype=torch.uint8)
     codes = codes.view(data["L"], data["H"], data["T"], data["T"]).float()  # (L, H, T, T)
     scale = torch.tensor(data["scale"]).view(data["L"], data["H"], 1, 1)  # (L, H, 1, 1)
     return codes / 255 * scale

@@ -1,8 +1,9 @@
-// The layer grid as a Jupyter widget (anywidget): the app's own browser code, mha_viz/web/grid/ (joined into one
-// module by mha_viz.web.grid_js), mounted in a notebook output. The widget's model carries what the Streamlit
-// component's `data` carries, split into traits: `grid` (the JSON part), `att` (the deflated uint8 codes, a binary
-// buffer) and `layer`; the grid's module arrives as the text trait `_grid_js` and is imported from a blob: URL, so
-// nothing comes from a CDN.
+// The layer grid as a Jupyter widget (anywidget): the app's own browser code, mha_viz/web/grid/ (its modules
+// bundled into the one module the Streamlit component loads too, mha_viz.web.grid_js), mounted in a notebook
+// output. The widget's model carries what the Streamlit component's `data` carries, split into traits: `grid` (the
+// JSON part), `att` (every layer's deflated uint8 codes, one after another, a binary buffer; grid.parts gives each
+// layer's length) and `layer`; the grid's module arrives as the text trait `_grid_js` and is imported from a blob:
+// URL, so nothing comes from a CDN.
 // A head's switch becomes a message to Python ({type: "toggle", layer, head, on}); Python reruns the model and
 // sends back new traits, and a `readout` of what changed (KL and top predictions, or the embedding cosine).
 // node, bytesOf and mount are common.js's, put before this text by display.esm().
@@ -17,9 +18,15 @@ function gridModule(source) {
   return MODULES.get(source);
 }
 
-// The grid reads the weights as an Arrow table's one binary cell: att.getChild("z").get(0).
-function arrowCell(bytes) {
-  return { getChild: () => ({ get: () => bytes }) };
+// The grid reads each layer as an Arrow table's binary cell: att.getChild("z<layer>").get(0) (web/grid/layers.js).
+function layerTable(bytes, parts) {
+  const cells = new Map();
+  let at = 0;
+  for (const [layer, n] of parts) {
+    cells.set("z" + layer, bytes.subarray(at, at + n));
+    at += n;
+  }
+  return { schema: { fields: [...cells.keys()].map(name => ({ name })) }, getChild: name => ({ get: () => cells.get(name) }) };
 }
 
 function fmt(p) { return (100 * p).toFixed(1) + "%"; }
@@ -83,12 +90,14 @@ function build(model) {
 
 async function refresh(model, parts) {
   const mod = await gridModule(model.get("_grid_js"));
-  const data = { ...model.get("grid"), layer: model.get("layer"), url: false, att: arrowCell(bytesOf(model.get("att"))) };
-  if (!data.tokens) return;
+  const grid = model.get("grid");
+  if (!grid.tokens) return;
+  const data = { ...grid, layer: model.get("layer"), url: false, att: layerTable(bytesOf(model.get("att")), grid.parts) };
   mod.default({
     data, parentElement: parts.grid,
     setTriggerValue: (name, value) => {
       if (name === "layer") { model.set("layer", value); model.save_changes(); return; }  // drawn already
+      if (name === "resend") { model.send({ type: "resend" }); return; }
       parts.status.textContent = "rerunning the model…";
       model.send({ type: name, ...value });
     },

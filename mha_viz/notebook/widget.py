@@ -24,7 +24,7 @@ from mha_viz.names import head_names
 from mha_viz.notebook import svg as _svg
 from mha_viz.notebook.display import FallbackDisplay, esm
 from mha_viz.web import grid_css, grid_js
-from mha_viz.web.payload import deflate, grid_data
+from mha_viz.web.payload import deflate, grid_data, layer_codes
 
 TOP_K = 5
 
@@ -95,7 +95,8 @@ class HeadGrid(FallbackDisplay, anywidget.AnyWidget):
     _css = grid_css() + _WIDGET_CSS
     _grid_js = traitlets.Unicode(grid_js()).tag(sync=True)
     grid = traitlets.Dict().tag(sync=True)  # the payload without the weights (web/payload.py)
-    att = traitlets.Bytes().tag(sync=True)  # the weights' codes, deflated: (L, H, T, T) uint8
+    att = traitlets.Bytes().tag(sync=True)  # every layer's (H, T, T) uint8 codes, deflated, one after another
+    # (grid["parts"]: [[layer, bytes], ...]); all of them each time, so a view opened later draws from the traits
     layer = traitlets.Int(0).tag(sync=True)
     readout = traitlets.Dict().tag(sync=True)
     status = traitlets.Unicode("").tag(sync=True)
@@ -171,6 +172,8 @@ class HeadGrid(FallbackDisplay, anywidget.AnyWidget):
                 self.toggle(content["layer"], content["head"], content.get("on"))
             elif kind == "reset":
                 self.set_heads_off(())
+            elif kind == "resend":  # the page lost layers (one failed to inflate): send the run again
+                self._send_run()
         except Exception as err:  # the page shows it; raising here would only reach the kernel's log
             self.status = f"{type(err).__name__}: {err}"
             self.grid = {**self.grid, "rev": self.grid.get("rev", 0) + 1}  # redraw: clears the pending switch
@@ -189,9 +192,11 @@ class HeadGrid(FallbackDisplay, anywidget.AnyWidget):
         elif self._model is None:
             readout = {"kind": "none", "note": "A run without its model: switching heads needs "
                                                "mha_viz.show(model, text)."}
+        layers = [deflate(layer_codes(codes, data, layer)) for layer in range(data["L"])]
         with self.hold_sync():  # one message for all of them
-            self.grid = {**data, "rev": self.grid.get("rev", 0) + 1}
-            self.att = deflate(codes)
+            self.grid = {**data, "parts": [[layer, len(z)] for layer, z in enumerate(layers)],
+                         "rev": self.grid.get("rev", 0) + 1}
+            self.att = b"".join(layers)
             self.readout = readout
             self.status = ""
         self._update_fallback()

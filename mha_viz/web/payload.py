@@ -2,8 +2,10 @@
 component (app/components/head_grid.py) and the notebook widget (notebook/widget.py). No streamlit, no Jupyter
 here: tensors and tokens in, plain Python values and bytes out.
 
-Every layer's attention goes to the page once, as one byte per cell, deflated; the browser inflates it natively
-(DecompressionStream) and draws the heads, the layer tabs, the hovered row and the enlarged head itself.
+Every layer's attention goes to the page as one byte per cell, deflated layer by layer; the browser inflates it
+natively (DecompressionStream) and draws the heads, the layer tabs, the hovered row and the enlarged head itself.
+Each layer is named by a digest of its codes and scales (`digests`), so a host sends only the layers the page does
+not hold: after a head is switched off in layer l, the layers below l have the same digests and stay in the page.
 """
 from __future__ import annotations
 
@@ -46,6 +48,21 @@ def deflate(codes: bytes) -> bytes:
     return zlib.compress(codes, DEFLATE_LEVEL)
 
 
+def layer_codes(codes: bytes, data: dict, layer: int) -> bytes:
+    """Layer `layer`'s (H, T, T) codes out of all of them, (L, H, T, T)."""
+    size = data["H"] * data["T"] * data["T"]
+    return codes[layer * size:(layer + 1) * size]
+
+
+def layer_digests(codes: bytes, scale: list[float], L: int, H: int, T: int) -> list[str]:
+    """One name per layer for what the browser draws it from, its codes and its heads' scales: equal digests,
+    equal pictures, whichever run or sentence they came from."""
+    size = H * T * T
+    scales = np.asarray(scale, np.float32).reshape(L, H)
+    return [hashlib.blake2b(codes[l * size:(l + 1) * size] + scales[l].tobytes() + f"{H},{T}".encode(),
+                            digest_size=12).hexdigest() for l in range(L)]
+
+
 def grid_data(tokens: list[str], att: torch.Tensor, layer: int, heads_off, n_cols: int, shared_scale: bool,
               badges: dict[Head, str], unknown=()) -> tuple[dict, bytes]:
     """Everything the browser draws from (see the header of web/grid/main.js) but the weights, and the weights'
@@ -54,9 +71,12 @@ def grid_data(tokens: list[str], att: torch.Tensor, layer: int, heads_off, n_col
     L, H, T = int(att.shape[0]), int(att.shape[1]), int(att.shape[-1])
     if len(tokens) != T:
         raise ValueError(f"{len(tokens)} token labels for attention over {T} positions")
-    digest = hashlib.blake2b(codes + "\x00".join(tokens).encode(), digest_size=12).hexdigest()
+    digests = layer_digests(codes, scale, L, H, T)
+    text = hashlib.blake2b("\x00".join(tokens).encode() + f"|{L},{H},{T}".encode(), digest_size=12).hexdigest()
+    digest = hashlib.blake2b((text + "".join(digests)).encode(), digest_size=12).hexdigest()
     data = {
-        "digest": digest, "tokens": list(tokens), "L": L, "H": H, "T": T, "scale": scale,
+        "digest": digest, "text": text, "digests": digests, "tokens": list(tokens), "L": L, "H": H, "T": T,
+        "scale": scale,
         "off": sorted([int(l), int(h)] for l, h in heads_off), "layer": int(layer), "cols": int(n_cols),
         "badges": {f"{l},{h}": text for (l, h), text in badges.items()}, "shared": bool(shared_scale),
         "names": grid_names(L, H), "unknown": sorted(int(i) for i in unknown),

@@ -7,36 +7,105 @@ from streamlit.testing.v1 import AppTest
 
 from mha_viz import analysis, measures
 from mha_viz.app.common import display
+from mha_viz.app.components.head_grid import unpack
 from mha_viz.app.page import DEFAULT_TEXT
 
-from helpers import APP, grid_data, grid_weights, loaded
+from helpers import APP, grid_data, grid_layers, grid_weights, loaded
 from page_steps import set_layer
 
 
+class Page:
+    """What the browser keeps of the grid's messages: every layer received, under its digest (web/grid/layers.js)."""
+
+    def __init__(self):
+        self.held: dict[str, bytes] = {}
+
+    def receive(self, data: dict) -> list[int]:
+        """Keep the layers one run sent; -> those layers, in order."""
+        sent = grid_layers(data)
+        for layer, codes in sent.items():
+            self.held[data["digests"][layer]] = codes
+        return sorted(sent)
+
+    def weights(self, data: dict) -> torch.Tensor:
+        """(L, H, T, T): the run the page draws, from what it holds; fails if it lacks a layer."""
+        missing = [l for l, d in enumerate(data["digests"]) if d not in self.held]
+        assert not missing, f"the page holds no codes for layers {missing}"
+        return grid_weights(data, {l: self.held[d] for l, d in enumerate(data["digests"])})
+
+
+def _assert_shows(got: torch.Tensor, att: torch.Tensor) -> None:
+    """One byte per weight, each head on its own maximum: within half a step of 1/255 of it."""
+    step = att.flatten(2).amax(-1)[..., None, None] / 255  # (L, H, 1, 1)
+    assert torch.all((got - att).abs() <= step / 2 + 1e-6)
+
+
 def test_grid_is_sent_every_layer_of_the_run_the_page_shows():
+    """The page holds every layer of the run it shows: the first run sends each layer once (the layer on screen
+    with the grid, the others in the second element); a toggle in layer 0 sends the layers whose codes changed; a
+    layer tab sends none."""
     at = AppTest.from_file(APP, default_timeout=180)
     at.run()
+    page, model = Page(), loaded("minilm")
+    first = grid_data(at)
+    assert sorted(unpack(first["att"])) == [first["layer"]] == [0]  # the layer on screen rides with the grid
+    assert page.receive(first) == list(range(model.n_layers)) and first["rest"] == list(range(1, model.n_layers))
     at.toggle(key="tg|minilm|0|3").set_value(False).run()
+    page.receive(grid_data(at))
     set_layer(at, "minilm", 2)
     assert not at.exception, at.exception
     data = grid_data(at)
-    model = loaded("minilm")
+    assert page.receive(data) == [] and data["rest"] == [], "a tab's rerun sends no layer: the page holds them"
     run = model.run(DEFAULT_TEXT, ablate={(0, 3)})
     tokens, att = display(model, run, False, False)
     assert (data["L"], data["H"], data["T"]) == (model.n_layers, model.n_heads, len(tokens))
     assert data["layer"] == 2 and data["off"] == [[0, 3]]
-    # One byte per weight, each head on its own maximum: within half a step of 1/255 of it.
-    got = grid_weights(data)  # (L, H, T, T)
-    step = att.flatten(2).amax(-1)[..., None, None] / 255  # (L, H, 1, 1)
-    assert torch.all((got - att).abs() <= step / 2 + 1e-6)
+    got = page.weights(data)  # (L, H, T, T)
+    _assert_shows(got, att)
     # A downstream head's pattern moved when L0 H3 went off: the grid shows the ablated run, not the base one.
     base = display(model, model.run(DEFAULT_TEXT), False, False)[1]
+    step = att.flatten(2).amax(-1)[..., None, None] / 255  # (L, H, 1, 1)
     assert (att[5] - base[5]).abs().max() > 10 * step.max()
     scores, baselines = analysis.run_scores(run, model.causal)
     support = analysis.run_support(run, model.causal)
     for layer, head in [(0, 0), (2, 5), (5, 11)]:
         top = analysis.top_badges(scores, baselines, layer, head, n=1, support=support)
         assert data["badges"][f"{layer},{head}"].startswith("measured: " + (f"{top[0][1]:.0%}" if top else "no"))
+
+
+def test_a_toggle_sends_only_the_layers_it_moved():
+    """A head switched off in layer 3 cannot change layers 0-3's attention (layer 3's weights are computed before
+    its heads' outputs): the toggle's messages carry layers 4 and 5 only, and the page then holds the ablated run.
+    A second page (a session of its own) is sent every layer."""
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.run()
+    page, model = Page(), loaded("minilm")
+    page.receive(grid_data(at))
+    set_layer(at, "minilm", 3)
+    page.receive(grid_data(at))
+    at.toggle(key="tg|minilm|3|5").set_value(False).run()
+    assert not at.exception, at.exception
+    data = grid_data(at)
+    assert page.receive(data) == [4, 5] and unpack(data["att"]) == {}, "layer 3, on screen, did not move"
+    tokens, att = display(model, model.run(DEFAULT_TEXT, ablate={(3, 5)}), False, False)
+    _assert_shows(page.weights(data), att)
+    other = AppTest.from_file(APP, default_timeout=180)
+    other.run()
+    assert Page().receive(grid_data(other)) == list(range(model.n_layers))
+
+
+def test_a_page_that_lost_layers_is_sent_them_again():
+    """The grid's "resend" trigger (a message the page never saw) makes the next run send every layer: its
+    callback forgets what the session sent."""
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.run()
+    at.run()
+    assert grid_layers(grid_data(at)) == {}, "nothing moved, nothing sent"
+    assert len(at.session_state["grid|minilm|held"]) == 6
+    at.session_state["grid|minilm|held"] = None  # what the trigger's callback (head_grid, _resend) does
+    at.run()
+    data = grid_data(at)
+    assert sorted(grid_layers(data)) == list(range(data["L"]))
 
 
 def test_shared_scale_sends_weights_on_zero_to_one():

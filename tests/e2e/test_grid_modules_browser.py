@@ -8,16 +8,17 @@ import json
 import torch
 
 from mha_viz import web
-from mha_viz.web.payload import deflate, grid_data
+from mha_viz.web.payload import deflate, grid_data, layer_codes
 
 ORIGIN = "http://grid.test"
 
-# Mount the grid from module `url` on the payload `data` (its deflated codes as base64 in `z`) and read back what it
-# drew: each head's title, its heatmap's pixels, and the tabs.
-MOUNT = """async ([url, data, z]) => {
+# Mount the grid from module `url` on the payload `data` (its layers as base64 in `layers`, every one carried) and
+# read back what it drew: each head's title, its heatmap's pixels, and the tabs.
+MOUNT = """async ([url, data, layers]) => {
   const mod = await import(url);
-  const bytes = Uint8Array.from(atob(z), c => c.charCodeAt(0));
-  const att = { schema: { fields: [{ name: "z" }] }, getChild: () => ({ get: () => bytes }) };
+  const cells = new Map(layers.map((b64, l) => ["z" + l, Uint8Array.from(atob(b64), c => c.charCodeAt(0))]));
+  const att = { schema: { fields: [...cells.keys()].map(name => ({ name })) },
+                getChild: name => ({ get: () => cells.get(name) }) };
   const root = document.createElement("div");
   document.body.append(root);
   mod.default({ data: { ...data, att }, parentElement: root, setTriggerValue: () => {} });
@@ -39,7 +40,7 @@ def test_the_modules_load_one_by_one_and_draw_what_the_bundle_draws(browser):
     att = torch.softmax(torch.randn(2, 3, 5, 5), dim=-1)  # (L, H, T, T)
     tokens = ["a", "b", "c", "d", "e"]
     data, codes = grid_data(tokens, att, 1, {(1, 2)}, 3, False, {(1, 0): "measured"})
-    layers = base64.b64encode(deflate(codes)).decode()
+    layers = [base64.b64encode(deflate(layer_codes(codes, data, l))).decode() for l in range(2)]
     files = {f"/grid/{p.name}": p.read_text() for p in web.GRID.glob("*.js")}
     files["/bundle.js"] = web.grid_js()
     context = browser.new_context()

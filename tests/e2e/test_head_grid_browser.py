@@ -6,7 +6,7 @@ from urllib.parse import urlencode
 
 from test_browser import _assert_no_exception
 
-from harness import GRID_DRAWN, GRID_TITLES, grid_switch, wait, wait_idle
+from harness import GRID_DRAWN, GRID_TITLES, GRID_TOKENS, grid_switch, wait, wait_idle
 
 N_HEADS = 12  # all-MiniLM-L6-v2
 LONG_TEXT = " ".join(["the cat sat on the mat while anna gave the old keys to ben"] * 10)  # > 128 tokens
@@ -182,4 +182,97 @@ def test_a_layer_tab_takes_the_switches_below_with_it(browser, streamlit_url, pa
     wait_idle(page)
     assert "layer=2" in page.url and "off=L2H1" in page.url, page.url
     _assert_no_exception(page, "a head switched off after a tab")
+    assert not page.js_errors, page.js_errors
+
+
+# -- the grid holds every layer of the run it shows, though a message carries only the layers that moved ---------
+DRAWN_FROM = "() => document.querySelector('.mhv').mhvDrawnFrom()"
+SETTLED = "() => { const g = document.querySelector('.mhv'); return !!g && g.mhvDrawnFrom().waiting.length === 0; }"
+
+
+def _count_grid_bytes(page) -> list[int]:
+    """A live count of the bytes of the grid's messages the page receives: the websocket frames that carry an
+    element of the grid's component (each element's delta is a message of its own)."""
+    got = [0]
+
+    def frame(data) -> None:
+        if isinstance(data, bytes) and b"mha_viz.head_grid" in data:
+            got[0] += len(data)
+
+    page.on("websocket", lambda ws: ws.on("framereceived", frame))
+    return got
+
+
+def _assert_holds(page, text: str, off: set) -> None:
+    """The codes the grid draws every layer from are the run's (the page's text, those heads off), within one
+    code (a reused run equals a fresh one to 1e-6, which may round a code the other way)."""
+    import base64
+
+    import numpy as np
+
+    from mha_viz.app.common import display
+    from mha_viz.web.payload import encode
+
+    from helpers import loaded
+
+    model = loaded("minilm")
+    tokens, att = display(model, model.run(text, ablate=off), False, False)
+    want = np.frombuffer(encode(att, False)[0], np.uint8).reshape(model.n_layers, -1)  # (L, H*T*T)
+    got = page.evaluate(DRAWN_FROM)
+    assert got["waiting"] == [] and len(got["codes"]) == model.n_layers
+    for layer, codes in enumerate(got["codes"]):
+        diff = np.abs(np.frombuffer(base64.b64decode(codes), np.uint8).astype(np.int16) - want[layer])
+        assert diff.max() <= 1, (text, sorted(off), layer, int(diff.max()))
+    assert page.evaluate(f"() => ({GRID_TITLES})()") == [
+        f"L{got['layer']} H{h}" + (" (off)" if (got["layer"], h) in off else "") for h in range(N_HEADS)]
+
+
+def test_the_page_keeps_layers_and_is_sent_only_what_moved(browser, streamlit_url, page):
+    """After each kind of change (a tab, a toggle, a new sentence) the grid draws from the run the page shows, for
+    every layer; a toggle in layer 4 of 6 sends only layer 5 (layer 4's weights come before its heads' outputs),
+    so its messages are a fraction of a new sentence's; a tab sends no layer."""
+    received = _count_grid_bytes(page)
+    # Long enough (about 100 tokens) that the weights, not the code and JSON beside them, make most of a message.
+    text = "The keys to the old cabinet are on the table by the door, and the cat sat on the mat. " * 5
+    other = "A dog slept in the sun while the children played with a red ball in the garden. " * 5
+    page.goto(f"{streamlit_url}/?{urlencode({'model': 'minilm', 'text': text, 'view': 'Layer'})}",
+              wait_until="domcontentloaded")
+    wait(page, f"() => ({GRID_DRAWN})() === {N_HEADS}", "the grid of layer 0")
+    wait_idle(page)
+    wait(page, SETTLED, "every layer in the page")
+    _assert_holds(page, text, set())
+
+    # A tab: drawn from what the page holds; the page's rerun for it carries no layer.
+    page.locator('.mhv-tab[data-layer="4"]').click()
+    _page_on_layer(page, 4)
+    wait_idle(page)
+    page.wait_for_timeout(300)
+    _assert_holds(page, text, set())
+
+    # A toggle in layer 4: the grid is drawn with L4 H2 off, from the ablated run.
+    before = received[0]
+    grid_switch(page, "L4 H2").click()
+    wait(page, f"() => ({GRID_TITLES})().includes('L4 H2 (off)')", "L4 H2 drawn as off")
+    wait_idle(page)
+    wait(page, SETTLED, "every layer in the page")
+    page.wait_for_timeout(300)
+    toggle_bytes = received[0] - before
+    _assert_holds(page, text, {(4, 2)})
+
+    # A new sentence: the layer on screen first, then the others; the grid ends holding the new run.
+    before = received[0]
+    page.get_by_label("Sentence", exact=True).fill(other)
+    page.get_by_role("button", name="Show attention").click()
+    wait(page, f"""() => ({GRID_TOKENS})().includes('dog') && ({GRID_DRAWN})() === {N_HEADS}""",
+         "the grid of the new sentence")
+    wait_idle(page)
+    wait(page, SETTLED, "every layer of the new sentence in the page")
+    page.wait_for_timeout(300)
+    sentence_bytes = received[0] - before
+    _assert_holds(page, other, {(4, 2)})
+    # Layer 5 of 6 against all six, with the component's code and JSON beside them in both (as before, when every
+    # message carried every layer, a toggle's were a new sentence's size).
+    print(f"\n[e2e] the grid's messages: a toggle in L4 {toggle_bytes} bytes, a new sentence {sentence_bytes} bytes")
+    assert toggle_bytes < 0.5 * sentence_bytes, (toggle_bytes, sentence_bytes)
+    _assert_no_exception(page, "a tab, a toggle and a new sentence")
     assert not page.js_errors, page.js_errors

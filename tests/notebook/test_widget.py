@@ -49,9 +49,21 @@ def page_says(widget, content: dict) -> None:
     widget._handle_custom_msg(content, [])
 
 
+def inflate_parts(att: bytes, parts) -> bytes:
+    """The widget's `att`, each layer's deflated codes one after another (grid["parts"]), inflated in order."""
+    out, at = [], 0
+    for layer, (index, n) in enumerate(parts):
+        assert index == layer
+        out.append(zlib.decompress(att[at:at + n]))
+        at += n
+    assert at == len(att)
+    return b"".join(out)
+
+
 def codes_of(widget) -> np.ndarray:
     L, H, T = widget.grid["L"], widget.grid["H"], widget.grid["T"]
-    return np.frombuffer(zlib.decompress(widget.att), np.uint8).reshape(L, H, T, T)  # (L, H, T, T)
+    codes = inflate_parts(widget.att, widget.grid["parts"])
+    return np.frombuffer(codes, np.uint8).reshape(L, H, T, T)  # (L, H, T, T)
 
 
 def test_show_sends_the_app_payload_for_every_layer(tiny):
@@ -73,13 +85,16 @@ def test_show_sends_the_app_payload_for_every_layer(tiny):
 
 
 def test_the_app_component_builds_the_same_payload(tiny):
-    """head_grid.py (the streamlit host) and the widget share web/payload.py: same codes, same JSON."""
+    """head_grid.py (the streamlit host) and the widget share web/payload.py: same codes, same JSON. The app's
+    element carries the layer on screen and names the others (`rest`) for its second element."""
     from mha_viz.app.components.head_grid import payload, unpack
+    from mha_viz.web.payload import layer_codes
 
     run = tiny.run(TINY_TEXT)
     data, codes = grid_data(run.tokens, run.attentions, 2, {(0, 1)}, 4, False, {(0, 1): "x"})
     app = payload(run.tokens, run.attentions, 2, {(0, 1)}, 4, False, {(0, 1): "x"})
-    assert unpack(app.pop("att")) == codes
+    assert unpack(app.pop("att")) == {2: layer_codes(codes, data, 2)}
+    assert app.pop("rest") == [0, 1]
     assert app == data
 
 
@@ -96,7 +111,7 @@ def test_a_switch_clicked_in_the_page_reruns_and_sends_one_update(tiny):
     assert len(updates) == 1
     data, buffers = updates[0]
     assert {"grid", "readout"} <= set(data["state"]) and data["buffer_paths"] == [["att"]]
-    assert zlib.decompress(bytes(buffers[0])) == encode(want.attentions, False)[0]
+    assert inflate_parts(bytes(buffers[0]), data["state"]["grid"]["parts"]) == encode(want.attentions, False)[0]
     assert data["state"]["grid"]["off"] == [[0, 1]] and data["state"]["grid"]["digest"] != before_digest
     # The readout: KL at the last position and the top 5 before and after, recomputed here.
     base = tiny.run(TINY_TEXT)

@@ -1,11 +1,18 @@
-"""The layer grid as a browser component: the run's attention for ALL layers goes to the page once, as one byte
-per cell, deflated, in one Arrow binary cell (raw bytes on the websocket: no base64, no JSON string to parse),
-and the browser draws the heads, switches layers (with the layer's heading, bulk switches and link), lights a
+"""The layer grid as a browser component: the run's attention for ALL layers is held in the page, as one byte per
+cell, and the browser draws the heads, switches layers (with the layer's heading, bulk switches and link), lights a
 hovered token's row in every head and opens a head large (every token labelled, zoom and pan) without a server
 round trip. A head switched on or off, and a bulk switch, come back as triggers, because they need the model; a
 layer tab comes back as one once the grid has drawn it, for what the page draws for that layer.
 
-Measured against the plotly row figures it replaces in benchmarks/RESULTS.md.
+The weights travel deflated, one Arrow binary column per layer (raw bytes on the websocket: no base64, no JSON
+string to parse), and only the layers the page does not hold: each layer is named by its digest (web/payload.py),
+and the session remembers which digests it sent the grid (`held`). After a toggle in layer l that is layers l and
+up; after a layer tab, none. The grid's element carries the layer on screen, so it is drawn first; the other
+layers follow in a second element of the same component at the end of the view (`grid_rest`), which the first
+drawing does not wait for. A page that lacks a layer no message brings (a message it never saw) asks for it
+again ("resend").
+
+Measured against the plotly row figures it replaces, and the messages' sizes, in benchmarks/RESULTS.md.
 """
 from __future__ import annotations
 
@@ -13,6 +20,7 @@ import threading
 import zlib
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Callable
 
 import pyarrow as pa
@@ -22,7 +30,7 @@ import torch
 from mha_viz.app.components import figure_font
 from mha_viz.contract import Head
 from mha_viz.web import grid_css, grid_js
-from mha_viz.web.payload import deflate, grid_data
+from mha_viz.web.payload import deflate, grid_data, layer_codes
 
 BULK_ACTIONS = ("off", "on", "only", "reset")
 JS = grid_js()  # the bundle of web/grid/'s modules, the one the notebook widget loads too
@@ -31,44 +39,103 @@ JS = grid_js()  # the bundle of web/grid/'s modules, the one the notebook widget
 _COMPONENT = st.components.v2.component(
     "mha_viz.head_grid", html="", css=grid_css(), js=JS, isolate_styles=False,
 )
+# The element that brings the layers the grid's own did not (grid_rest): a few lines of its own, since Streamlit
+# sends a component's code with every element of it (the grid's bundle is 55 kB). Hidden: it draws nothing.
+_REST = st.components.v2.component(
+    "mha_viz.head_grid_rest", html="", css=".mhv-carrier { display: none !important; }",
+    js=(Path(__file__).resolve().parent / "grid_rest.js").read_text(), isolate_styles=False,
+)
 
 
-def pack(codes: bytes, font: bytes | None = None) -> pa.Table:
-    """The codes deflated, as the one cell of an Arrow binary column "z": Streamlit sends a top-level Arrow table
-    of a component's data as a binary blob beside the JSON, so the page receives the bytes themselves. With `font`
-    (the saved figures' WOFF, figure_font.py), a second binary column "font" in the same blob."""
-    columns = {"z": pa.array([deflate(codes)], type=pa.binary())}
-    table = pa.table(columns)
+def pack(layers: dict[int, bytes], font: bytes | None = None) -> pa.Table | None:
+    """Each layer's codes, deflated, as the one cell of an Arrow binary column "z<layer>": Streamlit sends a
+    top-level Arrow table of a component's data as a binary blob beside the JSON, so the page receives the bytes
+    themselves. With `font` (the saved figures' WOFF, figure_font.py), a column "font" in the same blob. None when
+    there is nothing to carry."""
+    fields = [pa.field(f"z{layer}", pa.binary()) for layer in sorted(layers)]
+    cells = [pa.array([layers[layer]], type=pa.binary()) for layer in sorted(layers)]
     if font is not None:
-        table = table.append_column(_font_field(), pa.array([font], type=pa.binary()))
-    return table
+        fields.append(_font_field())
+        cells.append(pa.array([font], type=pa.binary()))
+    return pa.Table.from_arrays(cells, schema=pa.schema(fields)) if fields else None
 
 
-def unpack(table: pa.Table) -> bytes:
-    """`pack` undone, as the browser does it (tests)."""
-    return zlib.decompress(table.column("z")[0].as_py())
+def unpack(table: pa.Table | None) -> dict[int, bytes]:
+    """`pack` undone, as the browser does it (tests): {layer: its (H, T, T) codes} for the layers carried."""
+    if table is None:
+        return {}
+    return {int(name[1:]): zlib.decompress(table.column(name)[0].as_py())
+            for name in table.column_names if name.startswith("z")}
+
+
+class Encoded:
+    """One run's codes for the grid: the payload's JSON (`grid_data`: digests, scales, names) and the codes, each
+    layer deflated once, on the encoder's threads, when a message first carries it."""
+
+    def __init__(self, data: dict, codes: bytes):
+        self.data, self.codes = data, codes
+        self._z: dict[int, Future] = {}
+        self._lock = threading.Lock()
+
+    def prefetch(self, layers) -> None:
+        """Start deflating `layers` (those not started yet) on the encoder's threads."""
+        with self._lock:
+            for layer in layers:
+                if layer not in self._z:
+                    self._z[layer] = _ENCODER.submit(deflate, layer_codes(self.codes, self.data, layer))
+
+    def z(self, layer: int) -> bytes:
+        self.prefetch([layer])
+        return self._z[layer].result()
+
+
+def _held_key(key: str) -> str:
+    return f"{key}|held"
+
+
+def held(key: str) -> list | None:
+    """The digests of the layers this session sent the grid `key` (None where none or not known): the layers the
+    page holds, unless it asked for them again."""
+    return st.session_state.get(_held_key(key))
+
+
+def _record(key: str, data: dict, layers) -> None:
+    record = held(key)
+    if record is None or len(record) != data["L"]:
+        record = [None] * data["L"]
+    record = list(record)
+    for layer in layers:
+        record[layer] = data["digests"][layer]
+    st.session_state[_held_key(key)] = record
 
 
 def payload(tokens: list[str], att: torch.Tensor, layer: int, heads_off, n_cols: int, shared_scale: bool,
-            badges: dict[Head, str], unknown=(), controls: bool = False, encoded: Future | None = None) -> dict:
+            badges: dict[Head, str], unknown=(), controls: bool = False, encoded: Future | None = None,
+            held: list | None = None) -> dict:
     """Everything the browser draws from (see the header of web/grid/main.js): JSON, but for `att`, an Arrow
     table that travels as a binary blob. Built by web/payload.py, which the notebook widget shares: the head and
     layer names and the colours come from Python (mha_viz/names.py, web/palette.py), so the grid spells and
     colours a head as every other figure does.
 
+    held: the layers' digests the page holds (`held(key)`); of the others, `att` carries the layer shown and
+    `rest` names the ones `grid_rest` brings after it (already deflating).
     controls: the page's grid draws the layer's heading and bulk switches itself and writes the link's layer (one
     layer state that a tab changes in the browser). The saved figures' font rides in the same blob (`font`).
     encoded: `encode_soon(tokens, att, shared_scale)`, started before the badges were measured."""
-    data, table = encoded.result() if encoded is not None else _encoded(tokens, att, shared_scale)
-    data = {**data, "layer": int(layer), "cols": int(n_cols), "off": sorted([int(l), int(h)] for l, h in heads_off),
+    enc = encoded.result() if encoded is not None else _encoded(tokens, att, shared_scale)
+    data, L = enc.data, enc.data["L"]
+    layer = min(int(layer), L - 1)
+    known = held if held is not None and len(held) == L else [None] * L
+    changed = [l for l in range(L) if known[l] != data["digests"][l]]
+    first = [layer] if layer in changed else []
+    rest = [l for l in changed if l != layer]
+    enc.prefetch(first + rest)  # the shown layer first; the rest deflate while the view draws the rest of itself
+    data = {**data, "layer": layer, "cols": int(n_cols), "off": sorted([int(l), int(h)] for l, h in heads_off),
             "badges": {f"{l},{h}": text for (l, h), text in badges.items()},
-            "unknown": sorted(int(i) for i in unknown)}
-    font = figure_font.font_for(tokens)
+            "unknown": sorted(int(i) for i in unknown), "rest": rest}
     if controls:
         data["controls"] = {"bulk": True, "link": True}
-    if font is not None:
-        table = table.append_column(_font_field(), pa.array([font], type=pa.binary()))
-    return {**data, "att": table}
+    return {**data, "att": pack({l: enc.z(l) for l in first}, figure_font.font_for(tokens))}
 
 
 def _font_field() -> pa.Field:
@@ -76,9 +143,10 @@ def _font_field() -> pa.Field:
     return pa.field("font", pa.binary(), metadata={"family": figure_font.FAMILY, "licence": figure_font.LICENCE})
 
 
-# The codes of the last few runs' attention, deflated: a layer tab's or the heading's rerun sends the same run again
-# (SmolLM2 at 128 tokens: 4.4 MB of codes, about 0.3 s to encode and deflate). Keyed by the tensor's identity (the
-# page's runs are cached objects; the tensor is held here, so its id is not reused while the entry lives).
+# The codes of the last few runs' attention: a layer tab's or the heading's rerun reads the same run again
+# (SmolLM2 at 128 tokens: 4.4 MB of codes; encoding, digests and deflating every layer about 0.1 s). Keyed by the
+# tensor's identity (the page's runs are cached objects; the tensor is held here, so its id is not reused while the
+# entry lives).
 _ENCODED: OrderedDict = OrderedDict()
 _ENCODED_MAX = 4
 _ENCODED_LOCK = threading.Lock()
@@ -86,7 +154,8 @@ _ENCODED_LOCK = threading.Lock()
 
 # Encoding and deflating release the GIL for most of their time (torch's kernels, zlib), as measuring the badges
 # does: run beside each other they overlap on the second core (SmolLM2 at 128 tokens: about 45 ms of codes beside
-# about 60 ms of badges). Two workers: two sessions' pages may encode at once.
+# about 60 ms of badges). Two workers: two sessions' pages may encode at once, and a run's layers deflate two at a
+# time.
 _ENCODER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="mha-viz-grid-codes")
 
 
@@ -95,20 +164,31 @@ def encode_soon(tokens: list[str], att: torch.Tensor, shared_scale: bool) -> Fut
     return _ENCODER.submit(_encoded, list(tokens), att, shared_scale)
 
 
-def _encoded(tokens: list[str], att: torch.Tensor, shared_scale: bool) -> tuple[dict, pa.Table]:
+def _encoded(tokens: list[str], att: torch.Tensor, shared_scale: bool) -> Encoded:
     key = (id(att), tuple(tokens), bool(shared_scale))
     with _ENCODED_LOCK:
         hit = _ENCODED.get(key)
         if hit is not None and hit[0] is att:
             _ENCODED.move_to_end(key)
-            return hit[1], hit[2]
+            return hit[1]
     data, codes = grid_data(tokens, att, 0, (), 1, shared_scale, {}, ())
-    table = pack(codes)
+    enc = Encoded(data, codes)
     with _ENCODED_LOCK:
-        _ENCODED[key] = (att, data, table)
+        _ENCODED[key] = (att, enc)
         while len(_ENCODED) > _ENCODED_MAX:
             _ENCODED.popitem(last=False)
-    return data, table
+    return enc
+
+
+def grid_rest(data: dict, encoded: Future, key: str) -> None:
+    """The layers `payload` left for later (`data["rest"]`), as an element of their own that draws nothing
+    (grid_rest.js): the page keeps them for the grid `key`. Call it after the rest of the view, so the grid's
+    element (the layer on screen) goes to the page first. Mounted on every run, carrying nothing when there is
+    nothing left, so the page's elements stay the same."""
+    enc = encoded.result()
+    rest = list(data.get("rest") or [])
+    _REST(data={"digests": data["digests"], "att": pack({l: enc.z(l) for l in rest})}, key=f"{key}|rest")
+    _record(key, data, rest)
 
 
 def head_grid(data: dict, key: str, on_toggle: Callable[[int, int, bool], None],
@@ -117,7 +197,8 @@ def head_grid(data: dict, key: str, on_toggle: Callable[[int, int, bool], None],
     """Mount the grid. `on_toggle(layer, head, on)` runs, before the rerun it causes, when a head's switch is
     clicked in the browser; `on_layer(layer)` when a layer tab is (the grid has drawn it already, with its heading
     and link); `on_bulk(layer, action, head)` when a bulk switch is ("off", "on", "only" with `head`, "reset"),
-    for the layer the grid showed when it was clicked."""
+    for the layer the grid showed when it was clicked. Then `grid_rest(data, encoded, key)`, once the view has
+    drawn the rest of itself."""
 
     def _toggled() -> None:
         event = (st.session_state.get(key) or {}).get("toggle")
@@ -128,6 +209,9 @@ def head_grid(data: dict, key: str, on_toggle: Callable[[int, int, bool], None],
         event = (st.session_state.get(key) or {}).get("layer")
         if on_layer is not None and isinstance(event, int) and 0 <= event < data["L"]:
             on_layer(event)
+
+    def _resend() -> None:  # the page lacks layers it was sent: the next message carries every layer
+        st.session_state[_held_key(key)] = None
 
     def _bulk() -> None:
         event = (st.session_state.get(key) or {}).get("bulk")
@@ -140,4 +224,11 @@ def head_grid(data: dict, key: str, on_toggle: Callable[[int, int, bool], None],
             return
         on_bulk(layer, action, head if action == "only" else None)
 
-    _COMPONENT(data=data, key=key, on_toggle_change=_toggled, on_layer_change=_layer, on_bulk_change=_bulk)
+    _COMPONENT(data=data, key=key, on_toggle_change=_toggled, on_layer_change=_layer, on_bulk_change=_bulk,
+               on_resend_change=_resend)
+    _record(key, data, unpack_layers(data["att"]))
+
+
+def unpack_layers(table: pa.Table | None) -> list[int]:
+    """The layers a message's table carries."""
+    return [] if table is None else [int(n[1:]) for n in table.column_names if n.startswith("z")]

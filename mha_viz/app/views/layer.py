@@ -14,7 +14,7 @@ import streamlit as st
 from mha_viz import analysis, measures
 from mha_viz.analysis.agreement import agreement, census_heads
 from mha_viz.app import cache, state
-from mha_viz.app.components.head_grid import encode_soon, head_grid, payload
+from mha_viz.app.components.head_grid import encode_soon, grid_rest, head_grid, held, payload
 from mha_viz.app.context import ViewContext
 from mha_viz.app.names import head_name, layer_name, token_label
 from mha_viz.contract import AttentionRun, Model
@@ -28,17 +28,19 @@ def render(ctx: ViewContext) -> None:
 
 
 def grid(ctx: ViewContext) -> None:
-    """Every head of every layer in the browser component, the page's layer shown first; under it the same
-    switches for that layer as Streamlit toggles. Heatmaps show the display transform (`ctx.att`); scores are
-    always measured on the run itself. A layer tab clicked in the grid comes back as the page's layer (the
-    heading, the bulk switches, the views and the URL follow it)."""
+    """Every head of every layer in the browser component, the page's layer sent and shown first (the other layers
+    the page lacks follow at the end of the view); under it the same switches for that layer as Streamlit
+    toggles. Heatmaps show the display transform (`ctx.att`); scores are always measured on the run itself. A
+    layer tab clicked in the grid comes back as the page's layer (the heading, the bulk switches, the views and the
+    URL follow it)."""
     tokens = [token_label(t) for t in ctx.tokens]
     codes = encode_soon(tokens, ctx.att, ctx.shared_scale)  # beside the badges' measuring, not after it
     labels = labels_for(ctx.model, ctx.run)
-    data = payload(tokens, ctx.att, ctx.layer, ctx.heads_off, ctx.n_cols, ctx.shared_scale, labels,
-                   unknown=_shown_unknown(ctx), controls=True, encoded=codes)
     name, n_heads = ctx.name, ctx.model.n_heads
-    head_grid(data, key=f"grid|{name}", on_toggle=lambda layer, head, on: toggled(name, layer, head, on),
+    key = f"grid|{name}"
+    data = payload(tokens, ctx.att, ctx.layer, ctx.heads_off, ctx.n_cols, ctx.shared_scale, labels,
+                   unknown=_shown_unknown(ctx), controls=True, encoded=codes, held=held(key))
+    head_grid(data, key=key, on_toggle=lambda layer, head, on: toggled(name, layer, head, on),
               on_layer=lambda layer: state.set_layer(name, layer),
               on_bulk=lambda layer, action, head: bulk(name, n_heads, layer, action, head))
     # The badges are already under each head in the grid, so the switches come without them; one per line, no
@@ -51,6 +53,7 @@ def grid(ctx: ViewContext) -> None:
             switch(ctx.name, ctx.layer, head)
     written(ctx)
     against_census(ctx)
+    grid_rest(data, codes, key)  # the layers not on screen, after everything above has gone to the page
 
 
 def against_census(ctx: ViewContext) -> None:

@@ -66,7 +66,7 @@ function headPixels(s, h, off) {
 
 function esc(t) { return String(t).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;"); }
 
-function base64(bytes) {
+export function base64(bytes) {
   let out = "";
   for (let i = 0; i < bytes.length; i += 0x8000) out += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
   return btoa(out);

@@ -60,7 +60,8 @@ export function drawFocus(s) {
   s.focusGeom = { lw: room, lh: room, cell };
   c.dataset.cell = cell;
   const img = new ImageData(T, T);
-  paint(s, s.codes[l], img.data, h * T * T, T, off);
+  if (s.codes[l]) paint(s, s.codes[l], img.data, h * T * T, T, off);
+  else img.data.fill(255);  // its layer is still on its way: drawn when it comes
   const tmp = document.createElement("canvas");
   tmp.width = T; tmp.height = T;
   tmp.getContext("2d").putImageData(img, 0, 0);

@@ -90,13 +90,17 @@ export function layoutGrid(s) {
 }
 
 export function drawLayer(s) {
-  const d = s.d, T = d.T, l = s.layer, n = T * T;
+  const d = s.d, T = d.T, l = s.layer, n = T * T, codes = s.codes[l];
+  // A layer still on its way (a new sentence's other layers, behind the one on screen) is drawn blank and pending,
+  // and drawn again when it comes (main.js, arrived).
+  s.grid.dataset.waiting = codes ? "" : "1";
   for (let h = 0; h < d.H; h++) {
     const head = s.heads[h], off = s.off.has(l + "," + h);
-    paint(s, s.codes[l], head.img.data, h * n, T, off);
+    if (codes) paint(s, codes, head.img.data, h * n, T, off);
+    else head.img.data.fill(255);
     head.ctx.putImageData(head.img, 0, 0);
     const name = headName(s, l, h);
-    const pending = s.pending.has(l + "," + h);
+    const pending = s.pending.has(l + "," + h) || !codes;
     head.title.textContent = name + (off ? " (off)" : "");
     head.cell.dataset.head = name;
     head.cell.classList.toggle("mhv-off", off);

@@ -15,7 +15,8 @@ export function hover(s, q, k, h) {
     s.info.textContent = `query ${JSON.stringify(d.tokens[q])} (${q}): its row is outlined in every head of ${d.names.layers[s.layer]}`;
   } else {
     s.info.textContent = `${headName(s, s.layer, h)} · query ${JSON.stringify(d.tokens[q])} (${q}) → key ` +
-                         `${JSON.stringify(d.tokens[k])} (${k}): ${weight(s, s.layer, h, q, k).toFixed(3)}`;
+                         `${JSON.stringify(d.tokens[k])} (${k}): ` +
+                         (s.codes[s.layer] ? weight(s, s.layer, h, q, k).toFixed(3) : "on its way");
   }
   paintRows(s);
 }

@@ -43,7 +43,7 @@ export function tileLabels(s) {
     plan = labelPlan((tile - gutter) / d.T, d.T);
   }
   const show = gutter >= TILE_GUTTER_MIN || longest + 4 <= gutter;
-  const key = [tile, d.digest, show].join();
+  const key = [tile, d.text, show].join();
   if (s.labelsFor === key) return;
   s.labelsFor = key;
   const heat = tile - (show ? gutter : 0), cell = heat / d.T, dpr = window.devicePixelRatio || 1;

@@ -1,13 +1,91 @@
-// The weights' codes: the Arrow cell's deflated bytes inflated natively by the browser (DecompressionStream), and
-// held as one (H, T, T) view per layer.
+// The weights' codes, one layer at a time. A host sends only the layers the page does not hold yet: each layer is
+// named by a digest of its codes and scales (mha_viz/web/payload.py, `digests`), and every layer received is kept
+// here under its digest, for the grid that draws it and for a grid mounted again on the same page (another view,
+// then back). A toggle in layer l sends layers l and up; a new sentence sends the layer on screen with the grid,
+// and the others in a second message (`rest`: the layers it brings), which the first drawing does not wait for.
+//
+// A message's `att`: an Arrow table with one binary column per layer it carries, "z<l>": that layer's (H, T, T)
+// uint8 codes, zlib-deflated, inflated natively by the browser (DecompressionStream).
 // weight of cell (l, h, q, k) = s.codes[l][(h*T + q)*T + k] / 255 * scale[l*H + h]
 
-// d.att's one binary cell "z", the (L, H, T, T) codes deflated -> [L] views of (H, T, T) codes.
-export async function decode(d) {
-  const z = d.att.getChild("z").get(0);
+const KEEP_BYTES = 64 * 2 ** 20;  // layers kept beyond the ones on screen: a few runs of a long text
+
+// One store per page, shared by every grid on it and by the element that brings a sentence's other layers (the
+// Streamlit page's mha_viz/app/components/grid_rest.js: it hands them to `deliver`, or leaves them in `inbox` when
+// it runs before this module).
+const STORE = globalThis.__mhvLayers = { held: new Map(), sizes: new Map(), grids: new Set(), rest: [], inbox: [],
+                                         ...(globalThis.__mhvLayers || {}) };
+STORE.deliver = deposit;
+for (const d of STORE.inbox.splice(0)) deposit(d);
+
+async function inflate(z) {
   const stream = new Blob([z]).stream().pipeThrough(new DecompressionStream("deflate"));
-  const all = new Uint8Array(await new Response(stream).arrayBuffer()), n = d.H * d.T * d.T;
-  return Array.from({ length: d.L }, (_, l) => all.subarray(l * n, (l + 1) * n));
+  return new Uint8Array(await new Response(stream).arrayBuffer());
+}
+
+// [[layer, deflated bytes], ...] of the layers a message carries.
+function carried(att) {
+  if (!att || !att.schema || !att.schema.fields) return [];
+  return att.schema.fields.map(f => /^z(\d+)$/.exec(f.name)).filter(Boolean)
+    .map(m => [Number(m[1]), att.getChild(m[0]).get(0)]);
+}
+
+// Every layer a message carries, inflating under its digest; resolves once all are kept.
+export function receive(d) {
+  const work = [];
+  for (const [l, z] of carried(d.att)) {
+    const digest = d.digests[l];
+    if (!STORE.held.has(digest)) {
+      const codes = inflate(z).then((c) => { STORE.sizes.set(digest, c.length); return c; });
+      codes.catch(() => STORE.held.delete(digest));  // a layer that failed to inflate is asked for again
+      STORE.held.set(digest, codes);
+    }
+    work.push(STORE.held.get(digest));
+  }
+  return Promise.all(work);
+}
+
+// The layers of another message (`rest`): kept for the grids that wait for them, which are told once they are in.
+function deposit(d) {
+  STORE.rest = d.digests;
+  return receive(d).then(() => { for (const s of STORE.grids) s.arrived(); });
+}
+
+// The codes of every layer of `d` the page holds (null where it does not yet), the layers missing, and of those the
+// ones still inflating (another message's: not waited for here; `deposit` tells the grid when they are in).
+export async function gather(d) {
+  const codes = [], missing = [], inflating = [];
+  for (let l = 0; l < d.L; l++) {
+    const digest = d.digests[l], held = STORE.held.get(digest);
+    if (held === undefined || !STORE.sizes.has(digest)) {
+      codes.push(null);
+      missing.push(l);
+      if (held !== undefined) inflating.push(l);
+      continue;
+    }
+    STORE.held.delete(digest);  // most recently used last: the oldest are let go first
+    STORE.held.set(digest, held);
+    codes.push(await held);
+  }
+  prune(new Set([...d.digests, ...STORE.rest]));
+  return { codes, missing, inflating };
+}
+
+function prune(keep) {
+  let total = 0;
+  for (const [digest, size] of STORE.sizes) if (!keep.has(digest)) total += size;
+  for (const digest of [...STORE.held.keys()]) {
+    if (total <= KEEP_BYTES) break;
+    if (keep.has(digest) || !STORE.sizes.has(digest)) continue;
+    total -= STORE.sizes.get(digest);
+    STORE.held.delete(digest);
+    STORE.sizes.delete(digest);
+  }
+}
+
+// A grid that waits for layers another message brings; `s.arrived()` runs when some come in.
+export function waitFor(s, waiting) {
+  if (waiting) STORE.grids.add(s); else STORE.grids.delete(s);
 }
 
 export function weight(s, l, h, q, k) {

@@ -54,6 +54,7 @@ function drawLines(s) {
   svg.append(group);
   const drawFor = (q) => {
     group.replaceChildren();
+    if (!s.codes[l]) return;  // the layer is still on its way: drawn when it comes
     for (let h = 0; h < d.H; h++) {
       if (s.hiddenHeads.has(h)) continue;
       const off = s.off.has(l + "," + h);

@@ -1,37 +1,40 @@
-// The entry: the state a grid keeps across updates, and an update applied (new codes inflated, then drawn).
-// Each concern is its own module; mha_viz/web/__init__.py bundles them from this one for both hosts.
+// The entry: the state a grid keeps across updates, and an update applied (the layers it carries inflated, then
+// drawn). Each concern is its own module; mha_viz/web/__init__.py bundles them from this one for both hosts.
 //
-// The layer grid, drawn in the browser: every head of every layer arrives once as uint8 codes, so hovering a
-// token, opening a head large, changing the contrast and saving a picture never ask the server. A head switched on
-// or off (that needs the model) and a layer tab (the page's one layer state: heading, bulk switches, other views
+// The layer grid, drawn in the browser: every head of every layer is held in the page as uint8 codes, so hovering
+// a token, opening a head large, changing the contrast and saving a picture never ask the server. A head switched
+// on or off (that needs the model) and a layer tab (the page's one layer state: heading, bulk switches, other views
 // and the URL follow it) are trigger events; the tab is drawn at once, before the server answers.
 //
-// data = {digest, tokens[T], L, H, T, att: Arrow table whose one binary cell "z" is the zlib-deflated (L, H, T, T)
-//         uint8 codes (layers.js), scale[L*H], off: [[l, h]...], layer, cols, badges: {"l,h": text}, shared,
+// data = {digest, text, digests[L], tokens[T], L, H, T, att: Arrow table, one binary column "z<l>" per layer it
+//         carries (layers.js), scale[L*H], off: [[l, h]...], layer, cols, badges: {"l,h": text}, shared,
 //         names: {layers: ["L0", ...], heads: [["L0 H0", ...], ...]}, unknown: [positions],
 //         colours: {on: [stops], off: [stops], heads: [one per head], head_off, paper, ink, label, frame, mark},
 //         lines_up_to}   (names and colours come from Python, mha_viz/names.py and mha_viz/web/palette.py: one
-//         spelling, one palette)
-//        att may hold a second binary column "font": the saved figures' WOFF, family and licence in its metadata
+//         spelling, one palette; digest: the run's codes, text: the tokens and shape, digests: each layer's codes)
+//        att may hold a binary column "font": the saved figures' WOFF, family and licence in its metadata
+//        optional: rest: [layers] a second message brings ({digests, att}: the Streamlit page's grid_rest.js hands
+//         it to layers.js), which the first drawing does not wait for
 //        optional: controls: {bulk: true, link: true} (the Streamlit page): the layer's heading and its bulk
 //         switches are drawn here, so every layer control shows the one layer at once, and a tab writes the
 //         link's `layer` itself (the server's next run writes the same value)
 // The host (the Streamlit component, or the notebook widget's wrapper) receives the triggers "toggle" and "layer"
-// (and "bulk": {layer, action: "off" | "on" | "only" | "reset", head}, with controls.bulk).
+// (and "bulk": {layer, action: "off" | "on" | "only" | "reset", head}, with controls.bulk; "resend": [layers],
+// when the page lacks layers that no message brings: a message it never saw).
 import { CONTRASTS, DEFAULT_CONTRAST, legend, lutFor } from "./colour.js";
 import { buildControls } from "./controls.js";
 import { el } from "./dom.js";
-import { save } from "./export.js";
+import { base64, save } from "./export.js";
 import { drawFocus, openFocus } from "./focus.js";
 import { buildHeads, buildStrip, drawLayer, layoutGrid } from "./heads.js";
 import { HINT } from "./hover.js";
-import { decode } from "./layers.js";
+import { gather, receive, waitFor } from "./layers.js";
 import { showDraw } from "./lines.js";
 import { buildTabs, layerFor } from "./tabs.js";
 
 function drawnAs(d) {  // everything of an update the grid draws from, but the weights (their digest) and the layer
-  const { att, layer, ...rest } = d;
-  return JSON.stringify(rest);
+  const { att, layer, rest, ...drawn } = d;
+  return JSON.stringify(drawn);
 }
 
 const STATES = new WeakMap();  // parentElement -> this instance's state, kept across reruns
@@ -44,9 +47,11 @@ export default function (component) {
     STATES.set(parentElement, s);
   }
   s.setTrigger = setTriggerValue;
-  // Updates apply in arrival order; one that a newer update overtook while its bytes were inflating is skipped.
+  // Updates apply in arrival order; one that a newer update overtook while its bytes were inflating is skipped
+  // (its layers are kept all the same: the next message does not carry them again).
   s.latest = data;
-  s.chain = s.chain.then(() => update(s, data)).catch(err => failed(s, err));
+  const received = receive(data);
+  s.chain = s.chain.then(() => update(s, data, received)).catch(err => failed(s, err));
 }
 
 function failed(s, err) {
@@ -57,9 +62,11 @@ function failed(s, err) {
 }
 
 function build(root, setTrigger) {
-  const s = { root, setTrigger, chain: Promise.resolve(), latest: null, digest: null, layer: 0, askedLayer: null,
-              localLayer: null, tells: 0, codes: [],
+  const s = { root, setTrigger, chain: Promise.resolve(), latest: null, digest: null, text: null, layer: 0,
+              askedLayer: null, localLayer: null, tells: 0, codes: [], waiting: [], asked: null,
               hoverQ: null, pinQ: null, focus: null, zoom: 1, pending: new Set() };
+  // Layers another message brings, in: gathered again, and drawn where they are the ones on screen.
+  s.arrived = () => { s.chain = s.chain.then(() => arrived(s)).catch(err => failed(s, err)); };
   const box = el("div", "mhv");
   const bar = el("div", "mhv-bar");
   s.tabs = el("div", "mhv-tabs");
@@ -116,20 +123,47 @@ function build(root, setTrigger) {
   box.append(s.controls, bar, s.info, s.note, s.strip, s.focusBox, s.grid, s.lines);
   root.append(box);
   s.box = box;
+  // What the grid draws from, for browser tests: each layer's codes (null where still on its way) and digests.
+  box.mhvDrawnFrom = () => ({ layer: s.layer, digests: s.d ? s.d.digests : [], waiting: [...s.waiting],
+                              codes: s.codes.map(c => (c ? base64(c) : null)) });
   // Column count follows the width the page gives us, and the text length (`cols`).
   s.resize = new ResizeObserver(() => layoutGrid(s));
   s.resize.observe(box);
   return s;
 }
 
-async function update(s, d) {
-  if (d !== s.latest) return;
-  const fresh = d.digest !== s.digest;
-  if (fresh) {
-    const codes = await decode(d);
-    if (d !== s.latest) return;
-    s.codes = codes;
+// The layers of `d` the page holds, as s.codes; those still missing are waited for when a second message brings
+// them (d.rest), else asked of the host once per update.
+async function collect(s, d) {
+  const { codes, missing, inflating } = await gather(d);
+  s.codes = codes;
+  s.waiting = missing;
+  waitFor(s, missing.length > 0);
+  const coming = new Set([...(d.rest || []), ...inflating]), lost = missing.filter(l => !coming.has(l));
+  if (lost.length && s.asked !== d) {
+    s.asked = d;
+    s.setTrigger("resend", lost);
   }
+}
+
+async function arrived(s) {
+  const d = s.d;
+  if (!d || !s.waiting.length || d !== s.latest) return;
+  const was = s.codes[s.layer];
+  await collect(s, d);
+  if (d !== s.latest) return;
+  if (!was && s.codes[s.layer]) {
+    drawLayer(s);
+    if (s.focus) drawFocus(s);
+  }
+}
+
+async function update(s, d, received) {
+  await received;
+  if (d !== s.latest) return;
+  const fresh = d.digest !== s.digest, newText = d.text !== s.text;
+  if (fresh) await collect(s, d);
+  if (d !== s.latest) return;
   const layer = layerFor(s, d);
   // A rerun that changes nothing drawn (the view's other widgets, the page catching up with a tab) leaves the grid
   // as it is: no second drawing of every head.
@@ -140,17 +174,19 @@ async function update(s, d) {
   }
   s.drawn = same;
   s.d = d;
-  if (fresh) {
-    s.digest = d.digest;
-    // The saved figures' font (figure_font.py): WOFF bytes in the same Arrow blob, when the host sent one.
-    // Its family and licence ride in the column's metadata; the notebook's host sends no such column.
-    const field = d.att.schema && d.att.schema.fields ? d.att.schema.fields.find(f => f.name === "font") : null;
+  s.digest = d.digest;
+  // The saved figures' font (figure_font.py): WOFF bytes in the same Arrow blob, when the host sent one.
+  // Its family and licence ride in the column's metadata; the notebook's host sends no such column.
+  const field = d.att && d.att.schema && d.att.schema.fields ? d.att.schema.fields.find(f => f.name === "font") : null;
+  if (field || newText) {
     const meta = field && field.metadata ? field.metadata : new Map();
     s.font = field ? d.att.getChild("font").get(0) : null;
     s.fontInfo = { family: meta.get("family") || "DejaVu Sans", licence: meta.get("licence") || "" };
     s.fontFace = null;
     s.box.dataset.font = s.font ? s.fontInfo.family : "";  // the saved figures embed it (else: the font stack)
-    s.pending.clear();
+  }
+  if (newText) {
+    s.text = d.text;
     s.pinQ = s.pinQ !== null && s.pinQ < d.T ? s.pinQ : null;
     buildStrip(s);
   }
@@ -163,7 +199,7 @@ async function update(s, d) {
   buildTabs(s);
   buildControls(s);
   buildHeads(s);
-  if (fresh) s.labelsFor = null;  // new tokens: the tiles' labels are drawn again
+  if (newText) s.labelsFor = null;  // new tokens: the tiles' labels are drawn again
   layoutGrid(s);
   drawLayer(s);
   if (s.focus) openFocus(s, s.focus[0], s.focus[1]);
