@@ -276,3 +276,34 @@ def test_the_page_keeps_layers_and_is_sent_only_what_moved(browser, streamlit_ur
     assert toggle_bytes < 0.5 * sentence_bytes, (toggle_bytes, sentence_bytes)
     _assert_no_exception(page, "a tab, a toggle and a new sentence")
     assert not page.js_errors, page.js_errors
+
+
+def test_a_page_that_lost_its_layers_asks_for_them_and_draws_the_run(browser, streamlit_url, page):
+    """Another view, then back: the grid mounts again and draws from the layers the page kept, with no layer sent.
+    A page that lost them (cleared here) has its grid ask for them ("resend"), and is sent every layer."""
+    received = _count_grid_bytes(page)
+    text = "The keys to the cabinet are on the table."
+    page.goto(f"{streamlit_url}/?{urlencode({'model': 'minilm', 'text': text, 'view': 'Layer'})}",
+              wait_until="domcontentloaded")
+    wait(page, f"() => ({GRID_DRAWN})() === {N_HEADS}", "the grid of layer 0")
+    wait_idle(page)
+    wait(page, SETTLED, "every layer in the page")
+    for lost in (False, True):
+        page.locator('nav.mhn button[data-view="Inside a head"]').click()
+        wait(page, "() => !document.querySelector('.mhv')", "the grid to leave the page")
+        wait_idle(page)
+        if lost:
+            page.evaluate("() => { globalThis.__mhvLayers.held.clear(); globalThis.__mhvLayers.sizes.clear(); }")
+        before = received[0]
+        page.locator('nav.mhn button[data-view="Layer"]').click()
+        wait(page, f"() => ({GRID_DRAWN})() === {N_HEADS}", "the grid back")
+        wait_idle(page)
+        wait(page, SETTLED, "every layer in the page")
+        _assert_holds(page, text, set())
+        sent = received[0] - before
+        if not lost:
+            kept = sent
+    print(f"\n[e2e] the grid's messages on return: {kept} bytes with the layers kept, {sent} bytes after losing them")
+    assert sent > kept, "the page that lost its layers was sent them again"
+    _assert_no_exception(page, "a grid mounted again")
+    assert not page.js_errors, page.js_errors
