@@ -1,12 +1,13 @@
 """Layer: every head of the chosen layer side by side, each with its on/off switch and its measured scores.
 
-The heads are drawn by the browser component in app/components/head_grid (all layers sent once: switching layer,
-hovering a token and opening a head large stay in the page). The layer's heading and its bulk switches are drawn
-by the component too, so a layer tab changes every one of them in the browser, with the link, in the click's own
-task. The grid tells the page once that drawing is on screen (web/grid/main.js, tellLayer), and the fragment's rerun
-redraws what the server draws for the layer: the same switches as Streamlit widgets in an expander (for the keyboard
-and for AppTest, which cannot run the component's JavaScript), their label and bulk buttons. A switch or bulk switch
-clicked before then names its layer, and the navigation sends the link's."""
+The heads are drawn by the browser component in app/components/head_grid (every layer held in the page, and sent
+again only when it changed: switching layer, hovering a token and opening a head large stay in the page). The
+layer's heading and its bulk switches are drawn by the component too, so a layer tab changes every one of them in
+the browser, with the link, in the click's own task. The grid tells the page once that drawing is on screen
+(web/grid/tabs.js, tellLayer), and the fragment's rerun redraws what the server draws for the layer: the same
+switches as Streamlit widgets in an expander (for the keyboard and for AppTest, which cannot run the component's
+JavaScript), their label and bulk buttons. A switch or bulk switch clicked before then names its layer, and the
+navigation sends the link's."""
 from __future__ import annotations
 
 import streamlit as st
@@ -73,7 +74,7 @@ def against_census(ctx: ViewContext) -> None:
 
 def toggled(model_name: str, layer: int, head: int, on: bool) -> None:
     """A head's switch clicked in the grid: its layer is the one on screen, which a tab may have changed without
-    telling the page (web/grid/main.js, layerFor), so it becomes the page's too."""
+    telling the page (web/grid/tabs.js, layerFor), so it becomes the page's too."""
     state.set_layer(model_name, layer)
     state.set_head(model_name, layer, head, on)
 
