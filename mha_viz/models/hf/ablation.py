@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 import sys
 import types
 from dataclasses import dataclass
@@ -245,22 +246,109 @@ def _falcon_forward(module, hidden_states, alibi, attention_mask, position_ids=N
     return module.dense(context), weights
 
 
+def _deberta_v2_forward(module, hidden_states, attention_mask, output_attentions=False, query_states=None,
+                        relative_pos=None, rel_embeddings=None):
+    """DeBERTa-v2's DisentangledSelfAttention forward (transformers 5.x) with its heads' outputs routed through this
+    call's HeadEdit. Its scores are q . k / sqrt(dh * f) plus the disentangled relative-position terms (He et al.
+    2021): content-to-position, each query against the relative-position key of its distance to the key, and
+    position-to-content, each key against the relative-position query of that distance, each over the same
+    sqrt(dh * f), f = 1 + the number of those terms. The module's own method computes them; they are reported to the
+    edit as what the scaled scores add, so inside() shows them as their own term. Its mask (B, 1, Q, K) is 1 where a
+    query may look. Weights in bfloat16 or float16 (MHA_VIZ_DTYPE) attend in float32 (the relative terms are
+    computed in the weights' dtype, as the model computes them); the heads' outputs go on in the weights' dtype."""
+    from transformers.models.deberta_v2.modeling_deberta_v2 import scaled_size_sqrt
+
+    dtype = hidden_states.dtype
+    H = module.num_attention_heads
+    if query_states is None:
+        query_states = hidden_states
+    query = module.transpose_for_scores(module.query_proj(query_states), H)  # (B * H, Q, dh)
+    key = module.transpose_for_scores(module.key_proj(hidden_states), H)  # (B * H, K, dh)
+    value = module.transpose_for_scores(module.value_proj(hidden_states), H)  # (B * H, K, dh)
+    factor = 1 + ("c2p" in module.pos_att_type) + ("p2c" in module.pos_att_type)
+    root = scaled_size_sqrt(query, factor)  # sqrt(dh * f), a 0-d tensor
+    relative = None
+    if module.relative_attention:
+        relative = module.disentangled_attention_bias(query, key, relative_pos, module.pos_dropout(rel_embeddings),
+                                                      factor)  # (B * H, Q, K), or 0 with no relative term
+        relative = relative if torch.is_tensor(relative) else None
+    query, key, value, relative = _in_float32(query, key, value, relative)
+    Q, K = query.shape[-2], key.shape[-2]
+    scores = torch.bmm(query, key.transpose(-1, -2) / root.to(dtype=query.dtype))  # (B * H, Q, K)
+    if relative is not None:
+        scores = scores + relative
+    scores = scores.view(-1, H, Q, K)  # (B, H, Q, K)
+    mask = attention_mask.bool()  # (B, 1, Q, K)
+    scores = scores.masked_fill(~mask, torch.finfo(query.dtype).min)
+    weights = module.dropout(F.softmax(scores, dim=-1))  # (B, H, Q, K)
+    out = torch.bmm(weights.view(-1, Q, K), value).view(-1, H, Q, value.shape[-1])  # (B, H, Q, dh)
+    out = _edited(module, query.view(-1, H, Q, query.shape[-1]), key.view(-1, H, K, key.shape[-1]),
+                  value.view(-1, H, K, value.shape[-1]), out, weights, lambda: allowed(mask, K), float(1 / root),
+                  score_bias=None if relative is None else relative.view(-1, H, Q, K))  # (B, H, Q, dh)
+    context = out.permute(0, 2, 1, 3).reshape(out.shape[0], Q, -1).to(dtype)  # (B, Q, H * dh): heads side by side
+    return context, weights if output_attentions else None
+
+
+def _mpnet_forward(module, hidden_states, attention_mask=None, position_bias=None, output_attentions=False,
+                   **kwargs):
+    """MPNetSelfAttention's forward (transformers 5.x) with its heads' outputs routed through this call's HeadEdit.
+    Its scores are q . k / sqrt(dh) plus the encoder's relative-position bias, one learned number per head and
+    bucket of distance (T5-style buckets), reported to the edit so inside() shows it as its own term; its output
+    projection `o` is inside the module. Weights in bfloat16 or float16 (MHA_VIZ_DTYPE) attend in float32; the
+    heads' outputs go on in the weights' dtype."""
+    dtype = hidden_states.dtype
+    B, T = hidden_states.shape[:2]
+    dh = module.attention_head_size
+    shape = (B, T, -1, dh)
+    query = module.q(hidden_states).view(shape).transpose(1, 2)  # (B, H, T, dh)
+    key = module.k(hidden_states).view(shape).transpose(1, 2)  # (B, H, T, dh)
+    value = module.v(hidden_states).view(shape).transpose(1, 2)  # (B, H, T, dh)
+    query, key, value, position_bias, attention_mask = _in_float32(query, key, value, position_bias, attention_mask)
+    scores = torch.matmul(query, key.transpose(-1, -2)) / math.sqrt(dh)  # (B, H, Q, K)
+    if position_bias is not None:
+        scores = scores + position_bias  # (B or 1, H, Q, K)
+    if attention_mask is not None:
+        scores = scores + attention_mask  # (B, 1, Q or 1, K): 0 or the dtype's minimum
+    weights = module.dropout(F.softmax(scores, dim=-1))  # (B, H, Q, K)
+    out = torch.matmul(weights, value)  # (B, H, Q, dh)
+    out = _edited(module, query, key, value, out, weights, lambda: allowed(attention_mask, T), 1 / math.sqrt(dh),
+                  score_bias=position_bias)  # (B, H, Q, dh)
+    context = out.permute(0, 2, 1, 3).reshape(B, T, -1).to(dtype)  # (B, T, H * dh): the heads side by side
+    output = module.o(context)  # (B, T, D)
+    return (output, weights) if output_attentions else (output,)
+
+
 OWN_ATTENTION: dict[str, tuple[Callable, float]] = {"GPTNeoSelfAttention": (_gpt_neo_where, 1.0)}
 # Attention modules whose whole forward is replaced (the weights are computed inline): the module type -> forward.
+# A class name that architectures computing differently share (DeBERTa's and DeBERTa-v2's
+# DisentangledSelfAttention; SEW-D copies the latter) is keyed by its transformers package too: see `own_key`.
 OWN_FORWARD: dict[str, Callable] = {"BloomAttention": _bloom_forward, "MptAttention": _mpt_forward,
-                                    "FalconAttention": _falcon_forward}
+                                    "FalconAttention": _falcon_forward,
+                                    "deberta_v2.DisentangledSelfAttention": _deberta_v2_forward,
+                                    "MPNetSelfAttention": _mpnet_forward}
+
+
+def own_key(cls: type) -> str | None:
+    """The key of OWN_ATTENTION or OWN_FORWARD an attention class answers to ('package.Class' first, then 'Class'),
+    or None where mha-viz does not wrap it."""
+    package = cls.__module__.rsplit(".", 2)[-2] if cls.__module__.count(".") >= 1 else ""
+    for key in (f"{package}.{cls.__name__}", cls.__name__):
+        if key in OWN_ATTENTION or key in OWN_FORWARD:
+            return key
+    return None
 
 
 def wrap_own_attention(modules: list[torch.nn.Module]) -> bool:
     """Route the modules' own `_attn(query, key, value, attention_mask)` (-> output (B, H, T, dh), weights
     (B, H, Q, K)), or their whole forward where the weights are computed inline, through this call's HeadEdit, as
     the registered function does for the interface; wrapped once, when the model loads, bound to each module.
-    False when some module is of no known kind (nothing is wrapped)."""
-    kinds = set(OWN_ATTENTION) | set(OWN_FORWARD)
-    if not modules or any(type(m).__name__ not in kinds for m in modules):
+    The wrapper reads only the calling context (`_CALL`), so it holds no session's state: outside an edited call it
+    computes what the module's own forward computes. False when some module is of no known kind (nothing is
+    wrapped)."""
+    if not modules or any(own_key(type(m)) is None for m in modules):
         return False
     for module in modules:
-        name = type(module).__name__
+        name = own_key(type(module))
         if name in OWN_FORWARD:
             if getattr(module, "pretraining_tp", 1) > 1 and getattr(module, "slow_but_exact", False):
                 raise ModelLoadError("this Bloom model splits its output projection (pretraining_tp with "
@@ -273,7 +361,7 @@ def wrap_own_attention(modules: list[torch.nn.Module]) -> bool:
 
 
 def _own_attn(module, query, key, value, attention_mask=None, *args, **kwargs):
-    where, scale = OWN_ATTENTION[type(module).__name__]
+    where, scale = OWN_ATTENTION[own_key(type(module))]
     dtype = value.dtype
     if dtype != torch.float32:  # MHA_VIZ_DTYPE: attend in float32 (as `_masked_eager_attention`), then back
         query, key, value = query.float(), key.float(), value.float()  # (B, H, T, dh) each

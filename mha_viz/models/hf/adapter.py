@@ -20,11 +20,10 @@ from mha_viz.contract import (
 from mha_viz.models.examples import shipped_examples
 from mha_viz.models.hf import projections
 from mha_viz.models.hf.ablation import (
-    OWN_ATTENTION,
-    OWN_FORWARD,
     LayerIndex,
     editing,
     make_resumable,
+    own_key,
     watch_final_norm,
     wrap_own_attention,
 )
@@ -42,7 +41,7 @@ class HFModel(EditableModel):
         self._tokenizer = tokenizer
         self._device = device
         self.info = info
-        wrap_own_attention([m for m in model.modules() if type(m).__name__ in (*OWN_ATTENTION, *OWN_FORWARD)])
+        wrap_own_attention([m for m in model.modules() if own_key(type(m)) is not None])
         layers = self._discover_layers()
         self._layers = LayerIndex(layers.modules)
         if len(layers) != info.n_layers:  # the config's count is a claim; the modules that ran are the fact

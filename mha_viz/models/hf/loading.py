@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from mha_viz.contract import ModelInfo, ModelLoadError
 from mha_viz.models.hf import policy
-from mha_viz.models.hf.ablation import ATTN_IMPL, OWN_ATTENTION, OWN_FORWARD, register
+from mha_viz.models.hf.ablation import ATTN_IMPL, OWN_ATTENTION, OWN_FORWARD, own_key, register
 from mha_viz.models.hf.adapter import HFModel
 from mha_viz.models.hf.policy import check_size
 from mha_viz.settings import settings, torch_device, torch_dtype
@@ -94,11 +94,10 @@ def build_hf_model(name: str, title: str, source: str, *, gguf_file: str | None 
     return HFModel(info, model, tokenizer, device)  # counts the layers that really run, see HFModel
 
 
-# What the attention of architectures outside transformers' attention interface computes besides q . k, in words.
+# What the attention of architectures outside transformers' attention interface, and not wrapped by mha-viz
+# (hf/ablation.py), computes besides q . k, in words.
 _OWN_ATTENTION = {
-    "deberta-v2": "disentangled content and relative-position scores",
     "deberta": "disentangled content and relative-position scores",
-    "mpnet": "relative-position bucket biases added to the scores",
 }
 
 
@@ -116,10 +115,12 @@ def check_attention_interface(config, kind: str, name: str) -> None:
     except (KeyError, ValueError):
         return  # a class transformers cannot map: loading says why
     # Our attention function runs the model's own eager attention, found beside its classes, or wraps an attention
-    # module's own method where we know it (hf/ablation.py).
+    # module's own method where we know it (hf/ablation.py), a class found by its name and then asked for its key:
+    # DeBERTa's DisentangledSelfAttention is not DeBERTa-v2's.
     module = sys.modules.get(cls.__module__)
+    found = (getattr(module, key.rpartition(".")[2], None) for key in (*OWN_ATTENTION, *OWN_FORWARD))
     if getattr(module, "eager_attention_forward", None) is not None or \
-            any(getattr(module, kind, None) is not None for kind in (*OWN_ATTENTION, *OWN_FORWARD)):
+            any(isinstance(c, type) and own_key(c) is not None for c in found):
         return
     what = _OWN_ATTENTION.get(config.model_type, "attention code of its own")
     raise ModelLoadError(

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
-# (query, key, value) names of separate projections: Llama-style, BERT-style, DistilBERT, MPNet.
-SEPARATE = (("q_proj", "k_proj", "v_proj"), ("query", "key", "value"), ("q_lin", "k_lin", "v_lin"), ("q", "k", "v"))
+# (query, key, value) names of separate projections: Llama-style, BERT-style, DistilBERT, MPNet, DeBERTa-v2.
+SEPARATE = (("q_proj", "k_proj", "v_proj"), ("query", "key", "value"), ("q_lin", "k_lin", "v_lin"), ("q", "k", "v"),
+            ("query_proj", "key_proj", "value_proj"))
 # The output projection's names on the attention module itself (BERT's sibling output.dense is found by the adapter).
 OUTPUT = ("o_proj", "out_proj", "c_proj", "dense", "out_lin", "Wo", "o")
 # (query, key) names of a norm applied to the projected queries and keys (qk-norm): Qwen3, OLMo 2, Gemma 3, Cohere
@@ -98,8 +99,17 @@ def left_out(module: torch.nn.Module) -> tuple[str, ...]:
     Read from the module's own attributes and config, as its forward reads them:
       qk-norm   a norm module on the queries and keys (`QK_NORMS`; present only where the config turns it on)
       clip_qkv  OLMo (config.clip_qkv), MPT and DBRX (the module's clip_qkv, from attn_config) clamp the
-                projections' outputs to [-clip, clip]"""
+                projections' outputs to [-clip, clip]
+      relative  DeBERTa-v2 (relative_attention, with c2p or p2c in pos_att_type) adds scores of each query and
+                key against learned relative-position vectors; MPNet adds a learned bias per head and distance"""
     notes = []
+    if getattr(module, "relative_attention", False) and {"c2p", "p2c"} & set(getattr(module, "pos_att_type", ())):
+        notes.append("relative positions: DeBERTa adds to q·k scores of each query against the relative-position key "
+                     "of its distance to the key (c2p) and of each key against the relative-position query (p2c), "
+                     "which the QK map (token against token) leaves out")
+    if type(module).__name__ == "MPNetSelfAttention":
+        notes.append("relative positions: MPNet adds a learned bias per head and bucket of distance to the scores, "
+                     "which the QK map (token against token) leaves out")
     if any(isinstance(getattr(module, name, None), torch.nn.Module) for pair in QK_NORMS for name in pair):
         notes.append("qk-norm: a norm on each query and key after the projection, which the QK map leaves out (it "
                      "rescales every query and key, token by token)")

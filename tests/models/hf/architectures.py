@@ -114,15 +114,23 @@ ARCHS = [
               max_position_embeddings=128), "transformer.h.{l}.self_attention.dense"),
     Arch("MPT", "MptConfig", "MptForCausalLM", dict(d_model=D, n_heads=H, n_layers=L, max_seq_len=128),
          "transformer.blocks.{l}.attn.out_proj"),
+    # As DeBERTa-v3's checkpoints are configured (shared position keys, normed relative embeddings, no absolute
+    # positions), with 16 position buckets: the texts (about 22 tokens) reach the log-spaced ones past 8.
     Arch("DeBERTa-v2", "DebertaV2Config", "DebertaV2ForMaskedLM",
-         _bert(relative_attention=True, position_buckets=16, max_relative_positions=32,
-               pos_att_type=["p2c", "c2p"]), "deberta.encoder.layer.{l}.attention.output.dense"),
+         _bert(relative_attention=True, position_buckets=16, max_relative_positions=-1, pos_att_type=["p2c", "c2p"],
+               share_att_key=True, norm_rel_ebd="layer_norm", position_biased_input=False),
+         "deberta.encoder.layer.{l}.attention.output.dense"),
     Arch("MPNet", "MPNetConfig", "MPNetForMaskedLM", _bert(pad_token_id=0, bos_token_id=101, eos_token_id=102),
-         "mpnet.encoder.layer.{l}.attention.o"),
+         "mpnet.encoder.layer.{l}.attention.attn.o"),
     Arch("ALBERT", "AlbertConfig", "AlbertForMaskedLM", _bert(embedding_size=32),
          "albert.encoder.albert_layer_groups.0.albert_layers.0.attention.dense"),
 ]
 BY_NAME = {a.name: a for a in ARCHS}
+# Architectures mha-viz refuses from their config, before any weights load (test_architectures.py checks it): not
+# rows of the matrix, which lists what loads.
+REFUSED = [
+    Arch("DeBERTa", "DebertaConfig", "DebertaForMaskedLM", _bert(relative_attention=True, pos_att_type=["p2c", "c2p"])),
+]
 
 
 def build(arch: Arch, folder: Path, texts: tuple[str, ...] = (), seed: int = 0) -> Path:

@@ -1,11 +1,8 @@
 """What the architecture matrix expects to fail today (test_architectures.py marks these xfail(strict=True); README's
 table is rendered from them by compat_table.py)."""
 
-# Architectures refused before any weights load, and why (what the refusal names).
-NOT_LOADING = {
-    "DeBERTa-v2": "refused: disentangled relative-position attention, outside transformers' attention interface",
-    "MPNet": "refused: relative-position bucket biases inside its own attention code, outside the interface",
-}
+# Architectures of the matrix refused before any weights load, and why (what the refusal names).
+NOT_LOADING: dict[str, str] = {}
 # (architecture, check): why that check fails on an architecture that loads.
 FAILING: dict[tuple[str, str], str] = {
     ("OLMo", "circuits"): "clip_qkv clamps q, k and v after the projection, which weights per head leave out: "

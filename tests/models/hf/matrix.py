@@ -180,13 +180,16 @@ def check_circuits(m: Loaded) -> None:
     assert c.copying is None or (c.copying.shape == (L, Hn) and torch.isfinite(c.copying).all())
     # W_V per head: the attention module's input through head h's slice, attended with the head's weights, is the
     # head's output in transformers' forward (checks how a fused projection was split; W_Q and W_K are split alike).
+    # The attention module's input is read in transformers' forward (the same module by name): mha-viz's own run
+    # may take its layers over from an earlier run of the text, so its modules need not run again.
     layer = HEAD[0]
     w = model.head_weights(layer)
     seen = []
-    hook = model._layers.modules[layer].register_forward_pre_hook(
+    name = next(n for n, mod in model._model.named_modules() if mod is model._layers.modules[layer])
+    hook = m.ref.get_submodule(name).register_forward_pre_hook(
         lambda mod, args, kwargs: seen.append(args[0] if args else kwargs["hidden_states"]), with_kwargs=True)
     try:
-        model.run(TEXT)
+        m.ref_run(TEXT)
     finally:
         hook.remove()
     x = seen[layer if model._layers.shared else 0][0].float()  # (T, D): what the attention module projects

@@ -9,7 +9,7 @@ import functools
 import pytest
 
 from tests.models.hf import matrix
-from tests.models.hf.architectures import ARCHS, build
+from tests.models.hf.architectures import ARCHS, REFUSED, build
 from tests.models.hf.expected import FAILING, NOT_LOADING
 
 
@@ -57,7 +57,7 @@ def test_architecture(arch, check, root):
             matrix.run_check(loaded, check)
 
 
-@pytest.mark.parametrize("arch", sorted(NOT_LOADING))
+@pytest.mark.parametrize("arch", [*sorted(NOT_LOADING), *(a.name for a in REFUSED)])
 def test_refused_before_any_weights_load(arch, root, monkeypatch):
     """A refused architecture is refused from its config alone, with the reason, and no model class is built."""
     import transformers
@@ -65,7 +65,7 @@ def test_refused_before_any_weights_load(arch, root, monkeypatch):
     import mha_viz
     from tests.models.hf.architectures import BY_NAME
 
-    folder = build(BY_NAME[arch], root / f"refused-{arch}")
+    folder = build({**BY_NAME, **{a.name: a for a in REFUSED}}[arch], root / f"refused-{arch}")
 
     def no_weights(*args, **kwargs):
         raise AssertionError("weights were loaded before the architecture was refused")
