@@ -40,7 +40,7 @@ def model_lines(name: str, path_heads=None) -> list[str]:
     c = circ.circuits(model)
     base = c.baseline["k"]
     texts = circ.repeated_texts(model)
-    induction, previous = circ.pattern_scores(model, texts)  # (L, H) each
+    induction, previous = circ.induction_and_previous(model, texts)  # (L, H) each
     prev, ind = path_heads or circ.induction_path(induction, previous)
     pairs = "; ".join(f"{head_name(a)} → {head_name(b)} {s:.3f} ({s / base.mean:.1f}x random)" for a, b, s in
                       c.top_pairs("k", TOP))
@@ -71,7 +71,7 @@ def formation_of(name: str) -> circ.Formation:
         model = load_model(f"{name}@{step}")
         texts = texts or circ.repeated_texts(model)
         per_step.append(circ.circuits(model))
-        patterns.append(circ.pattern_scores(model, texts))
+        patterns.append(circ.induction_and_previous(model, texts))
     return circ.formation(name, steps, per_step, patterns, texts)
 
 

@@ -636,15 +636,6 @@ def score_words(score: str) -> str:
     return m.words(inputs)
 
 
-def score_all(att: torch.Tensor, positions: Positions, names: Sequence[str] = ONE_INPUT
-              ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
-    """Every measure of `names` on one input -> ({name: (L, H)}, {name: uniform baseline})."""
-    values, base = {}, {}
-    for name in names:
-        values[name], base[name] = _REGISTRY[name].measure(att, positions)
-    return values, base
-
-
 def markdown_table() -> str:
     """The README's table of measures, made from the entries (the relations share one row): README.md holds it
     between `<!-- measures -->` markers and a test checks it is this."""

@@ -1,6 +1,7 @@
 """How a head and a layer are written, everywhere: the page, the notebook, the exports, the analysis's own sentences.
 
-The one spelling of a head ("L3 H2") and of a layer ("L3"), formatted and parsed here only. This module sits at the
+The one spelling of a head ("L3 H2"), of a layer ("L3") and of a head within its layer, a figure's column ("H2"),
+formatted and parsed here only. This module sits at the
 bottom of the package (it imports nothing of it), so every layer may use it: analysis sentences, figures, the app and
 the notebook. How a token is written lives beside the figures (`plotting.token_text`) and the page (`app.names`).
 """
@@ -21,9 +22,19 @@ def layer_name(layer: int) -> str:
     return f"L{layer}"
 
 
+def column_name(head: int) -> str:
+    """11 -> "H11": a head within its layer, as a column of a layers x heads figure is labelled."""
+    return f"H{head}"
+
+
+def column_names(n_heads: int) -> list[str]:
+    """4 -> ["H0", "H1", "H2", "H3"]: the columns of a layers x heads figure."""
+    return [column_name(h) for h in range(n_heads)]
+
+
 def head_name(head: Head) -> str:
     """(2, 11) -> "L2 H11", the one spelling of a head."""
-    return f"{layer_name(head[0])} H{head[1]}"
+    return f"{layer_name(head[0])} {column_name(head[1])}"
 
 
 def head_names(heads) -> str:

@@ -292,7 +292,7 @@ def measure(model, sets: ProbeSets) -> dict:
 SET_SIZES = (1, 2, 3)  # the causal check switches off the top 1, 2 and 3 subject heads, and every set of as many others
 
 
-def causal_check(model, sets: ProbeSets, subject_scores: torch.Tensor) -> dict:
+def agreement_causal_check(model, sets: ProbeSets, subject_scores: torch.Tensor) -> dict:
     """Does agreement run through the heads that attend to the subject? Switch heads off and measure agreement
     (accuracy, and the mean logit margin of the agreeing verb form) on the held-out agreement sentences.
 
@@ -373,7 +373,7 @@ def probe(folder, cfg: ProbeConfig = ProbeConfig(), quiet: bool = True, causal: 
                       + f", agreement {result['agreement_accuracy']:.3f}", flush=True)
         last = measure(final, sets)
         subject = torch.tensor(last["scores"][SUBJECT])  # (L, H)
-        checked = {"causal": causal_check(final, sets, subject)} if causal else {}
+        checked = {"causal": agreement_causal_check(final, sets, subject)} if causal else {}
     finally:
         torch.set_num_threads(before)
     return {

@@ -28,9 +28,9 @@ from typing import Callable
 
 import torch
 
-from mha_viz import measures as M
-from mha_viz.analysis import census as C
-from mha_viz.analysis import census_inputs as I
+from mha_viz import measures
+from mha_viz.analysis import census
+from mha_viz.analysis import census_inputs as input_sets
 from mha_viz.contract import Ablation, Head, InputError, Model, check_text, reference_texts
 from mha_viz.names import head_name, head_names
 
@@ -132,7 +132,7 @@ class HeadCensus:
     @staticmethod
     def lower_is_notable(name: str) -> bool:
         """Scores whose notable heads are the lowest, as their registered measure says (distance, entropy)."""
-        return M.get(name).lower_is_notable
+        return measures.get(name).lower_is_notable
 
     def baseline(self, name: str) -> float:
         """The stronger of the uniform and fixed-offset baselines: what a head must beat."""
@@ -176,16 +176,16 @@ class HeadCensus:
 
     def head_label(self, name: str, head: Head) -> str:
         """A score's label for one head: the fixed offset says which ("fixed offset, 3 back")."""
-        label = M.score_label(name)
-        if M.of_score(name)[0].name == "offset" and self.offset_at is not None:
-            label += ", " + M.offset_words(int(self.offset_at[head]))
+        label = measures.score_label(name)
+        if measures.of_score(name)[0].name == "offset" and self.offset_at is not None:
+            label += ", " + measures.offset_words(int(self.offset_at[head]))
         return label
 
     def naming_words(self, name: str) -> str:
         """One sentence: which heads the census names for `name`, ties said as ties ("L0 H1 and L0 H2 both read a
         fixed offset: L0 H1 1 back, L0 H2 3 back"), or that none reaches the level."""
         named = self.named(name)
-        label = M.score_label(name)
+        label = measures.score_label(name)
         if not named:
             return (f"No head is named for {label}: none lies {NAMING_EXCESS} past the baseline "
                     f"({self.baseline(name):.2f}).")
@@ -240,9 +240,9 @@ class HeadCensus:
 
 def _words(score: str) -> dict:
     """What an export says about one score: its registered measure's words (`mha_viz.measures`)."""
-    m, inputs = M.of_score(score)
-    return {"measure": m.name, "label": M.score_label(score), "meaning": m.meaning, "inputs": M.INPUTS[inputs],
-            "citation": m.citation, "notable": m.notable}
+    m, inputs = measures.of_score(score)
+    return {"measure": m.name, "label": measures.score_label(score), "meaning": m.meaning,
+            "inputs": measures.INPUTS[inputs], "citation": m.citation, "notable": m.notable}
 
 
 def _num(x) -> float | None:
@@ -256,7 +256,7 @@ DESTROYED = ("unrepeated", "shuffled")  # the control's inputs, for models witho
 
 
 @dataclass(frozen=True)
-class _Read:
+class _InputScores:
     """What one input leaves once its attention is scored: per score its per-head value and uniform baseline, per
     relation the fixed-offset accuracies, and where its words are (`word_pos`, () when they did not line up one
     token per word: then nothing is scored)."""
@@ -266,34 +266,34 @@ class _Read:
     token_ids: tuple[int, ...]
 
 
-def _scores(kind: str, item: I.WordInput | None, att: torch.Tensor, pos: tuple[int, ...], positions: M.Positions
-            ) -> tuple[dict, dict]:
+def _scores(kind: str, item: input_sets.WordInput | None, att: torch.Tensor, pos: tuple[int, ...],
+            positions: measures.Positions) -> tuple[dict, dict]:
     """One input's scores by the kind of input it is -> (name -> ((L, H), uniform), relation -> offset accuracies).
     att (L, H, T, T); pos: each word's token position; positions: the input's token facts. Every value is a
     registered measure's (`mha_viz.measures`)."""
     if kind == "random":
-        values = C.input_scores(att, positions, kind)
-        values[AT + "offset"] = (M.offset_table(att.float(), positions), float("nan"))  # (D, L, H)
+        values = census.input_scores(att, positions, kind)
+        values[AT + "offset"] = (measures.offset_table(att.float(), positions), float("nan"))  # (D, L, H)
         return values, {}
     if kind == "texts":
-        return C.input_scores(att, positions, kind), {}
+        return census.input_scores(att, positions, kind), {}
     pairs = {name: tuple((pos[q], pos[k]) for q, k in arcs) for name, arcs in item.pairs.items()}
     if kind in ("repeated", "unrepeated"):
         # The generator knows which word repeats which (the unrepeated control keeps the positions, not the words).
         repeats = tuple((k, q) for q, k in pairs["duplicate"])
-        return C.input_scores(att, dataclasses.replace(positions, repeats=repeats), "repeated"), {}
+        return census.input_scores(att, dataclasses.replace(positions, repeats=repeats), "repeated"), {}
     values, offsets = {}, {}
     for rel, ps in pairs.items():  # templates, shuffled: Clark et al.'s accuracy per relation
         gold = dataclasses.replace(positions, gold=ps)
-        values[rel] = M.REGISTRY[rel].measure(att, gold)
+        values[rel] = measures.REGISTRY[rel].measure(att, gold)
         if kind == "templates":
-            values[MASS + rel] = M.REGISTRY["gold"].measure(att, gold)
-            offsets[rel] = C.offset_accuracy(ps)
+            values[MASS + rel] = measures.REGISTRY["gold"].measure(att, gold)
+            offsets[rel] = census.offset_accuracy(ps)
     return values, offsets
 
 
 def _read(model: Model, sets: dict, kinds: tuple[str, ...], cfg: CensusConfig,
-          tick: Callable[[int, str], None], what: str) -> dict[str, list[_Read]]:
+          tick: Callable[[int, str], None], what: str) -> dict[str, list[_InputScores]]:
     """Every input of the sets `kinds` run through `model.run_many` (padded batches) and reduced at once to its
     scores -> per kind, one `_Read` per input in the set's order. A generated input counts only where each word is
     one token, the same token wherever it stands (checked against `token_id`)."""
@@ -309,7 +309,7 @@ def _read(model: Model, sets: dict, kinds: tuple[str, ...], cfg: CensusConfig,
                 piece_ids[word] = None
         return piece_ids[word]
 
-    def reduce(i: int, run) -> _Read:
+    def reduce(i: int, run) -> _InputScores:
         kind, item, _ = jobs[i]
         special = tuple(sorted(set(run.special)))
         content = tuple(p not in special for p in range(len(run.tokens)))
@@ -319,11 +319,11 @@ def _read(model: Model, sets: dict, kinds: tuple[str, ...], cfg: CensusConfig,
             lined_up = len(pos) == len(item.words) and not run.truncated and (not ids or all(
                 ids[p] == piece_id(w) for p, w in zip(pos[1:], item.words[1:])))
             if not lined_up:
-                return _Read({}, {}, (), tuple(ids))
-        positions = M.Positions.of(len(run.tokens), model.causal, run.tokens, run.token_ids if item is None else None,
-                                   special, unknown=run.unknown)
+                return _InputScores({}, {}, (), tuple(ids))
+        positions = measures.Positions.of(len(run.tokens), model.causal, run.tokens,
+                                          run.token_ids if item is None else None, special, unknown=run.unknown)
         values, offsets = _scores(kind, item, run.attentions, pos, positions)
-        return _Read(values, offsets, pos, tuple(run.token_ids))
+        return _InputScores(values, offsets, pos, tuple(run.token_ids))
 
     done = [0]
 
@@ -332,17 +332,17 @@ def _read(model: Model, sets: dict, kinds: tuple[str, ...], cfg: CensusConfig,
         done[0] = n
 
     reads = model.run_many([text for _, _, text in jobs], reduce, progress=progress)
-    out: dict[str, list[_Read]] = {kind: [] for kind in kinds}
+    out: dict[str, list[_InputScores]] = {kind: [] for kind in kinds}
     for (kind, _, _), r in zip(jobs, reads):
         out[kind].append(r)
     return out
 
 
-class _Acc:
+class _ScoresByName:
     """Per-input values and uniform baselines of every score, in the order the inputs were generated, and per
     relation the fixed-offset accuracies of each input."""
 
-    def __init__(self, reads: dict[str, list[_Read]]):
+    def __init__(self, reads: dict[str, list[_InputScores]]):
         self.values: dict[str, list[torch.Tensor]] = {}
         self.uniform: dict[str, list[float]] = {}
         self.offsets: dict[str, list[dict[int, float]]] = {}
@@ -355,7 +355,7 @@ class _Acc:
                     self.offsets.setdefault(rel, []).append(acc)
 
 
-def _skipped(reads: dict[str, list[_Read]]) -> int:
+def _skipped(reads: dict[str, list[_InputScores]]) -> int:
     """Generated inputs dropped because the tokenizer did not read each word as one token."""
     return sum(1 for kind in ("random", "repeated", "templates") for r in reads.get(kind, ()) if not r.word_pos)
 
@@ -447,7 +447,7 @@ def _in_context(model: Model, repeats: list, induction: torch.Tensor, uniform: f
     prev_name = "previous-token heads " + head_names(partners)
     lost, others_lost = {}, {}
     for j, off in enumerate(offs):
-        values = [C.drop_lost(drop, float(drops[1 + j * (n - 1) + i])) for i in range(n - 1)]
+        values = [census.drop_lost(drop, float(drops[1 + j * (n - 1) + i])) for i in range(n - 1)]
         lost[f"top {k} induction, {off.key}"] = values[0]
         if partners:
             lost[f"{prev_name}, {off.key}"] = values[1]
@@ -496,20 +496,20 @@ def census_inputs(model: Model, seed: int = 0, cfg: CensusConfig | None = None, 
     # and a head reading that fixed offset would score as an induction head (a written 3-back head did, at m = 4).
     # Periods from 3: at m = 2 the induction target is the previous token.
     lo = min(cfg.repeated_lengths[0], max(3, hi - 2), hi)
-    repeated = I.repeated_sequences(lex.words, cfg.n_repeated, (lo, hi), base + 2)
+    repeated = input_sets.repeated_sequences(lex.words, cfg.n_repeated, (lo, hi), base + 2)
     # Template sentences need a grammar's words (a compiled program's vocabulary has none) and room for the longest.
     grammar = len(lex.nouns) >= 3 and bool(lex.verbs) and bool(lex.determiner) and \
         model.info.max_tokens >= TEMPLATE_TOKENS
-    templates = I.template_sentences(lex.nouns, lex.adjectives, lex.prepositions, lex.verbs, lex.determiner,
-                                     lex.object_determiner, lex.period, cfg.n_templates, base + 3,
-                                     model.causal) if grammar else []
+    templates = input_sets.template_sentences(lex.nouns, lex.adjectives, lex.prepositions, lex.verbs,
+                                              lex.determiner, lex.object_determiner, lex.period, cfg.n_templates,
+                                              base + 3, model.causal) if grammar else []
     return {
-        "random": I.random_sequences(lex.words, cfg.n_random, min(cfg.random_length, model.info.max_tokens - 2),
-                                     base + 1),
+        "random": input_sets.random_sequences(lex.words, cfg.n_random,
+                                              min(cfg.random_length, model.info.max_tokens - 2), base + 1),
         "repeated": repeated,
         "templates": templates,
-        "unrepeated": I.unrepeated_twins(repeated, lex.words, base + 4),
-        "shuffled": I.shuffled(templates, base + 5),
+        "unrepeated": input_sets.unrepeated_twins(repeated, lex.words, base + 4),
+        "shuffled": input_sets.shuffled(templates, base + 5),
         "texts": _check_texts(texts) if texts is not None else default_texts(model),
         "lexicon": lex.source,
     }
@@ -549,27 +549,27 @@ def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | 
     # One `run_many` over the model's inputs, the destroyed-relation control's with them (so they share batches).
     reads = _read(model, sets, MAIN + (DESTROYED if destroyed else ()), cfg, tick,
                   "generated inputs and natural text" + (", and the control's inputs" if destroyed else ""))
-    acc = _Acc({k: reads[k] for k in MAIN})
+    acc = _ScoresByName({k: reads[k] for k in MAIN})
     if not acc.values.get("induction"):
         raise InputError(f"{model.name}: none of the generated inputs was read one token per word, so the census "
                          "has nothing to score; the tokenizer splits or merges the census's words")
-    mass = {n[len(MASS):]: C.summarise(v, acc.uniform[n], seed, 1).mean for n, v in acc.values.items()
+    mass = {n[len(MASS):]: census.summarise(v, acc.uniform[n], seed, 1).mean for n, v in acc.values.items()
             if n.startswith(MASS)}
     at = acc.values.pop(AT + "offset", [])
     # (L, H): each head's offset is the one its mean attention over the random inputs is highest at (nearest first)
-    offset_at = (torch.tensor(M.offsets(model.causal))[torch.stack(at).mean(0).argmax(0)] if at
+    offset_at = (torch.tensor(measures.offsets(model.causal))[torch.stack(at).mean(0).argmax(0)] if at
                  else None)  # from (N, D, L, H)
-    pooled = {name: C.summarise(v, acc.uniform[name], seed, cfg.n_boot) for name, v in acc.values.items()
+    pooled = {name: census.summarise(v, acc.uniform[name], seed, cfg.n_boot) for name, v in acc.values.items()
               if not name.startswith(MASS)}
     control_values, no_control = {}, {}
     if twin is not None:
-        twin_acc = _Acc(_read(twin, sets, MAIN, cfg, tick, f"control: the same inputs on {twin.name}"))
-        control_values = {n: C.summarise(v, twin_acc.uniform[n], seed, 1).mean for n, v in twin_acc.values.items()
+        twin_acc = _ScoresByName(_read(twin, sets, MAIN, cfg, tick, f"control: the same inputs on {twin.name}"))
+        control_values = {n: census.summarise(v, twin_acc.uniform[n], seed, 1).mean for n, v in twin_acc.values.items()
                           if not n.startswith((MASS, AT))}
         control_kind = f"the untrained twin ({twin.name}) on the same inputs"
     elif destroyed:
-        d = _Acc({k: reads[k] for k in DESTROYED})
-        control_values = {n: C.summarise(v, d.uniform[n], seed, 1).mean for n, v in d.values.items()}
+        d = _ScoresByName({k: reads[k] for k in DESTROYED})
+        control_values = {n: census.summarise(v, d.uniform[n], seed, 1).mean for n, v in d.values.items()}
         control_kind = ("inputs with the relation destroyed: no word repeated (induction, duplicate); the template's "
                         "words shuffled, gold positions kept (relations)")
         why = ("position relations cannot be taken out of an input, and no untrained twin of this model ships: "
@@ -590,7 +590,7 @@ def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | 
         "repeated": f"{len(sets['repeated'])} random sequences said twice",
         "templates": f"{len(sets['templates'])} template sentences",
     }
-    where = {name: inputs for name, _, inputs in M.census_scores()}
+    where = {name: inputs for name, _, inputs in measures.census_scores()}
     text_names = [name for name, inputs in where.items() if inputs == "texts"]
     return HeadCensus(
         model=model.name, seed=seed, n_layers=model.n_layers, n_heads=model.n_heads, causal=model.causal,
@@ -598,7 +598,7 @@ def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | 
         low={n: p.low for n, p in pooled.items()}, high={n: p.high for n, p in pooled.items()},
         n_inputs={n: p.n for n, p in pooled.items()},
         inputs={n: inputs_words[where[n]] for n in pooled},
-        offset={rel: C.best_offset(v) for rel, v in acc.offsets.items()},
+        offset={rel: census.best_offset(v) for rel, v in acc.offsets.items()},
         control=control_values, control_kind=control_kind, no_control=no_control, in_context=ic,
         texts=tuple(sets["texts"]), text_values={n: torch.stack(acc.values[n]) for n in text_names if n in acc.values},
         lexicon_source=sets["lexicon"], mass=mass, skipped=_skipped(reads), offset_at=offset_at,
@@ -610,11 +610,12 @@ def _role_scores(causal: bool) -> dict[str, str]:
             "subject": "pre-verb→subject" if causal else "verb→subject"}
 
 
-def holders(census: HeadCensus, score: str, share: float = 0.5, min_excess: float = 0.2) -> list[tuple[Head, float]]:
-    """The heads that hold a pattern: the leader and every head with at least `share` of the leader's excess over
-    the stronger baseline (`HeadCensus.baseline`), when the leader beats it by `min_excess`; [] when none does."""
-    base = census.baseline(score)
-    ranked = census.top(score, census.n_layers * census.n_heads)
+def holders(made: HeadCensus, score: str, share: float = 0.5, min_excess: float = 0.2) -> list[tuple[Head, float]]:
+    """The heads that hold a pattern in the census `made`: the leader and every head with at least `share` of the
+    leader's excess over the stronger baseline (`HeadCensus.baseline`), when the leader beats it by `min_excess`;
+    [] when none does."""
+    base = made.baseline(score)
+    ranked = made.top(score, made.n_layers * made.n_heads)
     if not ranked or math.isnan(ranked[0][1]) or ranked[0][1] - base < min_excess:
         return []
     lead = ranked[0][1] - base

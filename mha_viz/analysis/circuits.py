@@ -296,16 +296,6 @@ def offset_profile(position_map: torch.Tensor, max_offset: int = 32) -> torch.Te
     return torch.stack(out).float()  # (O,)
 
 
-def induction_scores(att: torch.Tensor, token_ids) -> torch.Tensor:
-    """The registered `induction` measure (`mha_viz.measures`, Olsson et al. 2022) on one input whose token ids
-    are `token_ids`: att (L, H, Q, K) -> (L, H); NaN when no token repeats one two or more positions back."""
-    ids = list(token_ids)
-    t = att.shape[-1]
-    if len(ids) != t:
-        raise ValueError(f"token_ids must hold one id per position ({t}); got {len(ids)}")
-    return measures.REGISTRY["induction"](att, measures.Positions.of(t, False, token_ids=ids))
-
-
 # -- through the model contract ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Circuits:
@@ -423,7 +413,7 @@ def check_same_shape(a: Circuits, b: Circuits) -> None:
 class CausalCheck:
     """Pattern scores on random token sequences said twice, with all heads on and with `off` mean-ablated.
 
-        induction_on / induction_off  (L, H) induction score (`induction_scores`), averaged over the texts
+        induction_on / induction_off  (L, H) the registered `induction` measure, averaged over the texts
         previous_on / previous_off    (L, H) attention on the previous token, same texts
     """
     off: tuple[int, int]
@@ -474,13 +464,13 @@ def causal_check(model, off: tuple[int, int], texts: tuple[str, ...] | None = No
     weights is used: e.g. an induction head's score falling when the previous-token head feeding its keys is off."""
     texts = tuple(texts) if texts is not None else repeated_texts(model)
     reference = None if model.examples() else list(texts)
-    on_i, on_p = pattern_scores(model, texts)
-    off_i, off_p = pattern_scores(model, texts, ablate={tuple(off)}, ablation=ablation, reference=reference)
+    on_i, on_p = induction_and_previous(model, texts)
+    off_i, off_p = induction_and_previous(model, texts, ablate={tuple(off)}, ablation=ablation, reference=reference)
     return CausalCheck(off=tuple(off), texts=texts, induction_on=on_i, induction_off=off_i,
                        previous_on=on_p, previous_off=off_p, ablation=ablation)
 
 
-def pattern_scores(model, texts: tuple[str, ...], **run_args) -> tuple[torch.Tensor, torch.Tensor]:
+def induction_and_previous(model, texts: tuple[str, ...], **run_args) -> tuple[torch.Tensor, torch.Tensor]:
     """Every head's registered `induction` and `previous` measures (`mha_viz.measures`: the same definitions as
     the badges and the census), each averaged over `texts` (repeated random words: `repeated_texts`), from
     `model.run(text, **run_args)` -> ((L, H), (L, H))."""
@@ -541,8 +531,9 @@ class Formation:
 
 def induction_path(induction: torch.Tensor, previous: torch.Tensor) -> tuple[tuple[int, int], tuple[int, int]]:
     """(previous-token head, induction head) found by measurement, induction and previous (L, H) from
-    `pattern_scores`: the induction head is the highest induction score outside layer 0 (a head of layer 0 has no
-    earlier head to compose with), the previous-token head the highest previous-token score in a layer before it."""
+    `induction_and_previous`: the induction head is the highest induction score outside layer 0 (a head of layer 0
+    has no earlier head to compose with), the previous-token head the highest previous-token score in a layer before
+    it."""
     n_layers, n_heads = induction.shape
     if n_layers < 2:
         raise ValueError("one layer: no earlier head to compose with")
@@ -554,8 +545,8 @@ def induction_path(induction: torch.Tensor, previous: torch.Tensor) -> tuple[tup
 
 def formation(name: str, steps: list[int], per_step: list[Circuits],
               patterns: list[tuple[torch.Tensor, torch.Tensor]], texts: tuple[str, ...]) -> Formation:
-    """`Formation` from each saved step's `circuits` and `pattern_scores` ((L, H) induction, (L, H) previous),
-    in step order. The two heads are found by measurement at the last step (`induction_path`), not named."""
+    """`Formation` from each saved step's `circuits` and `induction_and_previous` ((L, H) induction, (L, H)
+    previous), in step order. The two heads are found by measurement at the last step (`induction_path`), not named."""
     if not steps or len(per_step) != len(steps) or len(patterns) != len(steps):
         raise ValueError(f"need one Circuits and one pattern measurement per step; got {len(steps)} steps, "
                          f"{len(per_step)} circuits, {len(patterns)} measurements")

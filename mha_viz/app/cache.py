@@ -25,7 +25,7 @@ from mha_viz.analysis.patching import (
     direct_effects,
     patching_map,
 )
-from mha_viz.contract import AttentionRun, Head, InputError, Model, UnavailableError
+from mha_viz.contract import AttentionRun, EncodedText, Head, InputError, Model, UnavailableError
 from mha_viz.models import load_model, registry
 from mha_viz.models.interventions import reuse_bytes, reuse_clear
 from mha_viz.settings import settings
@@ -380,7 +380,7 @@ def census_control(model: Model, control: Model | str | None = "auto") -> Model 
     return registry.census_control(model, control, load=side_model)
 
 
-def attention_bytes(model: Model, text: str) -> int:
+def attention_bytes(model: Model, text: str | EncodedText) -> int:
     """What a run of `text` will hold, before running it: (L, H, T, T) float32 attention, T from the tokenizer."""
     n = model.token_count(text)
     return model.n_layers * model.n_heads * n * n * 4
@@ -393,7 +393,7 @@ def attention_bytes(model: Model, text: str) -> int:
 PAGE_FACTOR = 4
 
 
-def work_bytes(model: Model, text: str) -> int:
+def work_bytes(model: Model, text: str | EncodedText) -> int:
     """What work on `text` holds at its peak, before it starts: PAGE_FACTOR x its run's attention. A forward pass
     alone counts as much as a page (its own copies: the per-layer attentions and their stack, the logits), so four
     sessions' first forwards cannot all start at once beside each other's pages."""
@@ -461,9 +461,10 @@ def get_run(name: str, text: str, off: tuple[Head, ...] | frozenset[Head] = (), 
     if not patch:
         source = None
     model = get_model(name)
+    read = model.encode_text(text)  # checked and encoded once: the size estimate and the run both read it
     return runs().get((name, text, off, ablation, patch, source),
-                      lambda: model.run(text, ablate=off, ablation=ablation, patch=patch, source=source),
-                      need=work_bytes(model, text), on_wait=_queued, scope_key=(name, text))
+                      lambda: model.run(read, ablate=off, ablation=ablation, patch=patch, source=source),
+                      need=work_bytes(model, read), on_wait=_queued, scope_key=(name, text))
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)

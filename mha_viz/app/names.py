@@ -15,6 +15,8 @@ from mha_viz import plotting
 # the same function); re-exported here for the page.
 from mha_viz.names import (  # noqa: F401
     MAX_HEADS_IN_LINK,
+    column_name,
+    column_names,
     grid_names,
     head_name,
     head_names,

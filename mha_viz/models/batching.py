@@ -3,8 +3,9 @@
 row): rows resume after the layers they leave unedited, grow into one batch as they begin, run only the tail of a
 text that an edit leaves unchanged at its start, and texts of similar length share a padded forward.
 
-`Batching` is a part of `EditableModel` (models/interventions.py); it relies on the adapter's `encoding`,
-`forward`, `key_values`, its `can_resume`, `grows`, `tails` and `pads`, and on the engine's `_ids` and `_captured`.
+`Batching` is a part of `EditableModel` (models/interventions.py); it relies on the adapter's `forward`,
+`key_values`, its `can_resume`, `grows`, `tails` and `pads`, and on the engine's public `encode_text` (a text checked
+and encoded once) and `head_outputs` (the unedited run's head outputs, kept per text).
 """
 from __future__ import annotations
 
@@ -12,13 +13,12 @@ from typing import Callable, Sequence
 
 import torch
 
-from mha_viz.contract import Ablation, AttentionRun, InputError, R, _index, check_text
-from mha_viz.models.points import Encoded, Forward, HeadEdit
-from mha_viz.models.schedule import _padded, _PerModelCache, _tail, budget
+from mha_viz.contract import Ablation, AttentionRun, Encoded, EncodedText, InputError, R, check_index
+from mha_viz.models.points import Forward, HeadEdit
+from mha_viz.models.schedule import PerModelCache, budget, padded, tail
 
-_STATES = _PerModelCache(per_model=4)  # a few texts' block outputs: L x T x D floats each (8 MB for SmolLM2 at 120)
-_OUTPUTS = _PerModelCache(per_model=4)  # a few texts' head outputs: L x H x T x dh floats each (8 MB likewise)
-_PAST = _PerModelCache(per_model=4)  # a few prefixes' keys and values per layer (3 MB for SmolLM2 at 120)
+_STATES = PerModelCache(per_model=4)  # a few texts' block outputs: L x T x D floats each (8 MB for SmolLM2 at 120)
+_PAST = PerModelCache(per_model=4)  # a few prefixes' keys and values per layer (3 MB for SmolLM2 at 120)
 
 
 class Batching:
@@ -30,15 +30,15 @@ class Batching:
         edits are taken from the unedited run of this text (kept per text), not recomputed (rows that first edit
         the same layer share a forward resumed there; a row that edits nothing is the unedited run's end); and with
         `positions`, only those positions' logits are computed -> logits (B, P, V)."""
-        text = check_text(text)
+        text = self.encode_text(text)
         if not isinstance(keep, torch.Tensor) or keep.ndim != 3 or tuple(keep.shape[1:]) != (self.n_layers,
                                                                                                 self.n_heads):
             got = tuple(keep.shape) if isinstance(keep, torch.Tensor) else type(keep).__name__
             raise InputError(f"keep must be (B, {self.n_layers}, {self.n_heads}) with 1 = keep, 0 = switch off; "
                              f"got {got}")
-        enc, ids = self._ids(text)
+        enc, ids = text.encoded, torch.tensor([text.ids])  # (1, T)
         n = len(enc.ids)
-        at = None if positions is None else [_index(p % n if isinstance(p, int) and -n <= p < 0 else p, n,
+        at = None if positions is None else [check_index(p % n if isinstance(p, int) and -n <= p < 0 else p, n,
                                                     "position") for p in positions]
         B, keep = keep.shape[0], keep.float()
         if B == 0:
@@ -47,7 +47,7 @@ class Batching:
         first = torch.where(edits.any(1), edits.float().argmax(1), torch.tensor(self.n_layers))  # (B,)
         starts = first.tolist() if self.can_resume else [0] * B
         hidden, logits = [None] * B, [None] * B
-        same = self._same_until(enc, ids, keep, replace, at)  # positions 0..same-1 are as in the unedited run
+        same = self._same_until(text, keep, replace, at)  # positions 0..same-1 are as in the unedited run
         base_out = prefix_hidden = None
         if same:
             base_out = self._unedited_end(enc, ids, at)
@@ -82,7 +82,7 @@ class Batching:
         past = None
         if same:
             past = self._past(enc, ids, same)
-            states = [_tail(state, same) for state in states] if states is not None else None
+            states = [tail(state, same) for state in states] if states is not None else None
             ids = ids[:, same:]  # (1, T - same)
             at = None if at is None else [p - same for p in at]
         prefix = states[start - 1] if start else None
@@ -104,7 +104,7 @@ class Batching:
         with torch.no_grad():
             return self.forward(ids, edit)
 
-    def _same_until(self, enc: Encoded, ids: torch.Tensor, keep: torch.Tensor, replace: torch.Tensor | None,
+    def _same_until(self, text: EncodedText, keep: torch.Tensor, replace: torch.Tensor | None,
                     at: list[int] | None) -> int:
         """The first position where some row's edit changes a head output (what its replaced heads output there
         differs from their own output in the unedited run): 0 unless the adapter `tails`, the edits replace outputs
@@ -112,8 +112,8 @@ class Batching:
         from this one only from some token on). Capped at the first position whose logits are read."""
         if not self.tails or replace is None or replace.shape[3] == 1:
             return 0
-        n = ids.shape[1]
-        own = _OUTPUTS.get(self, tuple(enc.ids), lambda: self._captured(ids))  # (L, H, T, dh), kept per text
+        n = text.n_tokens
+        own = self.head_outputs(text)  # (L, H, T, dh), kept per text by the engine
         tol = 1e-6 * (float(own.abs().max()) + 1.0)
         changed = torch.zeros(n, dtype=torch.bool)  # (T,)
         rows = range(replace.shape[0]) if replace.shape[0] == keep.shape[0] else [None]
@@ -138,16 +138,17 @@ class Batching:
         (the last position is always read). Growing batches make each unit cheaper on short texts; not counted."""
         L, H = self.n_layers, self.n_heads
         layers = (L + 1) / 2 if self.can_resume else L  # the mean number of layers a head's row runs
-        share = self.recomputed_positions(text, source) / self.token_count(text)
+        text = self.encode_text(text)
+        share = self.recomputed_positions(text, source) / text.n_tokens
         return H * layers * share
 
     def recomputed_positions(self, text: str, source: str | None = None) -> int:
         """See `Model.recomputed_positions`: with a source on a model that `tails`, the positions from the first
         token where the two texts differ (the last one at least: it is read)."""
-        a = self.encoding(check_text(text)).ids
+        a = self.encode_text(text).ids
         if source is None or not self.tails:
             return len(a)
-        b = self.encoding(check_text(source)).ids
+        b = self.encode_text(source).ids
         same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(a))
         return len(a) - min(same, len(a) - 1)
 
@@ -183,12 +184,11 @@ class Batching:
         `reduce`, and dropped. logits=False leaves the LM head out of the forward (no logits at any position)."""
         if not self.pads:
             return super().run_many(texts, reduce, logits, progress)
-        texts = [check_text(t) for t in (texts if not isinstance(texts, str) else [texts])]
-        encs = [self.encoding(t) for t in texts]
-        out: list = [None] * len(texts)
+        encs = [self.encode_text(t).encoded for t in (texts if not isinstance(texts, str) else [texts])]
+        out: list = [None] * len(encs)
         zero, done = Ablation.of("zero"), 0
         for group in self._batches([len(e.ids) for e in encs]):
-            ids, lengths = _padded([encs[i] for i in group])  # (B, T)
+            ids, lengths = padded([encs[i] for i in group])  # (B, T)
             with torch.no_grad():
                 fwd = self.forward(ids, HeadEdit(logits_at=None if logits else []), attentions=True,
                                    lengths=lengths)

@@ -15,7 +15,7 @@ from typing import Iterable
 
 import torch
 
-from mha_viz.contract import Ablation, Head, InputError, Model, check_text, head_keep_mask
+from mha_viz.contract import Ablation, EncodedText, Head, InputError, Model, head_keep_mask
 
 
 class Change:
@@ -48,16 +48,17 @@ class Change:
         return z
 
 
-def intervention(model: Model, text: str, n_tokens: int, ablate: frozenset[Head], ablation: Ablation,
+def intervention(model: Model, text: EncodedText, ablate: frozenset[Head], ablation: Ablation,
                  reference: Iterable[str] | None, patch: frozenset[Head] = frozenset(),
-                 source: str | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+                 source: str | EncodedText | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """(keep (1, L, H) or None when every head is on, replace (1, L, H, T or 1, dh) or None): what the heads in
     `ablate` (as `ablation` says) and `patch` (from a run on `source`) output instead of their own output in a run
-    on `text` of `n_tokens` tokens. A replacement is per position (T) when the meaning of "off" gives one per
-    position (`Ablation.replacement`, e.g. resample) or anything is patched; else one vector per head."""
+    on `text` (checked and encoded at the run's entry, `Model.encode_text`; T = `text.n_tokens`). A replacement is
+    per position (T) when the meaning of "off" gives one per position (`Ablation.replacement`, e.g. resample) or
+    anything is patched; else one vector per head."""
     if not ablate and not patch:
         return None, None
-    L, H = model.n_layers, model.n_heads
+    L, H, n_tokens = model.n_layers, model.n_heads, text.n_tokens
     keep = head_keep_mask(ablate | patch, L, H)[None]  # (1, L, H)
     off = ablation.replacement(model, reference, text) if ablate else None  # (L, H, T or 1, dh) or None: zero
     if off is not None and (off.ndim != 4 or tuple(off.shape[:2]) != (L, H) or off.shape[2] not in (1, n_tokens)):
@@ -66,8 +67,8 @@ def intervention(model: Model, text: str, n_tokens: int, ablate: frozenset[Head]
                          "positions (contract.line_up)")
     src = None
     if patch:  # the caller has checked that a source was given
-        source = check_text(source)
-        n_source = model.token_count(source)
+        source = model.encode_text(source)  # another text: checked once here, and read as encoded from here on
+        n_source = source.n_tokens
         if n_source != n_tokens:
             raise InputError(
                 f"the source text has {n_source} tokens and the text has {n_tokens}: patching takes each "

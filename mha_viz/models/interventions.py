@@ -35,6 +35,8 @@ import torch
 from mha_viz.contract import (
     Ablation,
     AttentionRun,
+    Encoded,
+    EncodedText,
     Head,
     HeadInside,
     InputError,
@@ -43,36 +45,37 @@ from mha_viz.contract import (
     Model,
     Readout,
     UnavailableError,
-    _index,
     check_ablate,
+    check_index,
     check_text,
     head_keep_mask,
     reference_texts,
 )
-from mha_viz.models.batching import _OUTPUTS, _PAST, _STATES, Batching
+from mha_viz.heads import out_proj_per_head, repeat_kv
+from mha_viz.models.batching import Batching
 from mha_viz.models.edits import Change, intervention
-from mha_viz.models.heads import out_proj_per_head, repeat_kv
-from mha_viz.models.points import Encoded, FinalParts, Forward, HeadEdit
+from mha_viz.models.points import FinalParts, Forward, HeadEdit
 from mha_viz.models.records import Attended, Records
 from mha_viz.models.schedule import (
     BATCH_ATTENTION,
     BATCH_TOKENS,
     WAVE_TOKENS,
     EarlierRuns,
+    PerModelCache,
     Schedule,
     Stopped,
-    _padded,
-    _PerModelCache,
     kept_layer,
     layer_steps,
+    padded,
 )
 
-# Importable from here, where the adapters and tests have always found them.
+# What an adapter builds on, importable from the engine it derives from.
 __all__ = ["Attended", "BATCH_ATTENTION", "BATCH_TOKENS", "Change", "EditableModel", "Encoded", "FinalParts",
-           "Forward", "HeadEdit", "Records", "Schedule", "Stopped", "WAVE_TOKENS", "_OUTPUTS", "_PAST", "_STATES",
-           "_PerModelCache", "_MEANS", "_padded", "reuse_bytes"]
+           "Forward", "HeadEdit", "PerModelCache", "Records", "Schedule", "Stopped", "WAVE_TOKENS", "reuse_bytes",
+           "reuse_clear"]
 
-_MEANS = _PerModelCache()
+_MEANS = PerModelCache()
+_OUTPUTS = PerModelCache(per_model=4)  # a few texts' head outputs: L x H x T x dh floats each (8 MB for SmolLM2 at 120)
 _EARLIER = EarlierRuns()  # recent runs' layers, for incremental runs (see `EditableModel.run`)
 
 
@@ -144,29 +147,37 @@ class EditableModel(Batching, Model):
         return getattr(self, "_device", None) or torch.device("cpu")
 
     # -- built once ----------------------------------------------------------------------------------------
-    def _ids(self, text: str) -> tuple[Encoded, torch.Tensor]:
-        enc = self.encoding(check_text(text))
-        return enc, torch.tensor([enc.ids])  # (1, T)
+    def encode_text(self, text: str | EncodedText) -> EncodedText:
+        """See `Model.encode_text`: the one place a text is checked (`check_text`) and encoded. Every public method
+        takes a str or this value, and each hands the value on, so a run checks its text once."""
+        if isinstance(text, EncodedText) and text.model == self.name:
+            return text
+        text = check_text(text.text if isinstance(text, EncodedText) else text)
+        return EncodedText(text=text, encoded=self.encoding(text), model=self.name)
 
-    def token_count(self, text: str) -> int:
-        return len(self.encoding(check_text(text)).ids)
+    @staticmethod
+    def _ids(text: EncodedText) -> tuple[Encoded, torch.Tensor]:
+        return text.encoded, torch.tensor([text.ids])  # (1, T)
+
+    def token_count(self, text: str | EncodedText) -> int:
+        return self.encode_text(text).n_tokens
 
     def _heads(self, heads: Iterable[Head], what: str) -> frozenset[Head]:
         return check_ablate(heads, self.n_layers, self.n_heads, what)
 
-    def _edit_for(self, text: str, ablate: Iterable[Head], ablation, reference, patch: Iterable[Head] = (),
-                  source: str | None = None, **record) -> tuple[Encoded, torch.Tensor, HeadEdit,
-                                                                 frozenset[Head], frozenset[Head], Ablation]:
+    def _edit_for(self, text: str | EncodedText, ablate: Iterable[Head], ablation, reference,
+                  patch: Iterable[Head] = (), source: str | None = None,
+                  **record) -> tuple[Encoded, torch.Tensor, HeadEdit, frozenset[Head], frozenset[Head], Ablation]:
         """Validate one intervention request and build its HeadEdit (with what `record` asks to be recorded)."""
         enc, ids, keep, replace, ablate, patch, ablation = self._request(text, ablate, ablation, reference, patch,
                                                                           source)
         return enc, ids, HeadEdit(keep, replace, **record), ablate, patch, ablation
 
-    def _request(self, text: str, ablate: Iterable[Head], ablation, reference, patch: Iterable[Head] = (),
-                 source: str | None = None):
+    def _request(self, text: str | EncodedText, ablate: Iterable[Head], ablation, reference,
+                 patch: Iterable[Head] = (), source: str | None = None):
         """Validate one intervention request -> (enc, ids (1, T), keep (1, L, H) or None, replace (1, L, H, T or 1,
         dh) or None, ablate, patch, ablation): what `intervention` says the heads output instead."""
-        text = check_text(text)
+        text = self.encode_text(text)
         ablate, patch = self._heads(ablate, "ablate"), self._heads(patch, "patch")
         ablation = Ablation.of(ablation)
         if ablate & patch:
@@ -175,10 +186,10 @@ class EditableModel(Batching, Model):
         if patch and source is None:
             raise InputError("patch needs source=<another text>: the patched heads' outputs come from a run on it")
         enc, ids = self._ids(text)
-        keep, replace = intervention(self, text, len(enc.ids), ablate, ablation, reference, patch, source)
+        keep, replace = intervention(self, text, ablate, ablation, reference, patch, source)
         return enc, ids, keep, replace, ablate, patch, ablation
 
-    def run(self, text: str, ablate: Iterable[Head] = (), ablation: str = "zero",
+    def run(self, text: str | EncodedText, ablate: Iterable[Head] = (), ablation: str = "zero",
             reference: Iterable[str] | None = None, patch: Iterable[Head] = (),
             source: str | None = None, logits_at: Sequence[int] | None = None) -> AttentionRun:
         """See `Model.run`. Incremental where the adapter resumes (`can_resume`): the layers below the first one
@@ -192,7 +203,7 @@ class EditableModel(Batching, Model):
         enc, ids, keep, replace, ablate, patch, ablation = self._request(text, ablate, ablation, reference, patch,
                                                                           source)
         n = len(enc.ids)
-        at = None if logits_at is None else [_index(p % n if isinstance(p, int) and -n <= p < 0 else p, n,
+        at = None if logits_at is None else [check_index(p % n if isinstance(p, int) and -n <= p < 0 else p, n,
                                                     "position") for p in logits_at]
         with torch.no_grad():
             if self.can_resume:
@@ -234,10 +245,11 @@ class EditableModel(Batching, Model):
             _EARLIER.keep(self, key, layers)
         return out, torch.stack([layer.pattern for layer in layers])  # (L, H, Q, K)
 
-    def head_outputs(self, text: str) -> torch.Tensor:
+    def head_outputs(self, text: str | EncodedText) -> torch.Tensor:
         """See `Model.head_outputs`; kept for a few texts per model (a patching source, a resampled reference text
-        is read again on every run), handed out as a copy so no caller can change the kept one."""
-        enc, ids = self._ids(text)
+        is read again on every run, batching compares edits with it), handed out as a copy so no caller can change
+        the kept one."""
+        enc, ids = self._ids(self.encode_text(text))
         return _OUTPUTS.get(self, tuple(enc.ids), lambda: self._captured(ids)).clone()  # (L, H, T, dh)
 
     def _captured(self, ids: torch.Tensor) -> torch.Tensor:
@@ -269,7 +281,7 @@ class EditableModel(Batching, Model):
         # layer's head outputs (nothing after them is needed).
         groups = self._batches([len(e.ids) for e in encs]) if self.pads else [[i] for i in range(len(encs))]
         for group in groups:
-            ids, lengths = _padded([encs[i] for i in group])  # (B, T)
+            ids, lengths = padded([encs[i] for i in group])  # (B, T)
             edit = HeadEdit(capture=True, stop_after=self.n_layers - 1)
             with torch.no_grad():
                 try:
@@ -283,7 +295,8 @@ class EditableModel(Batching, Model):
                 per_text[i] = z[row][:, :, ordinary].mean(dim=2)  # (L, H, dh)
         return torch.stack(per_text).mean(dim=0)  # (L, H, dh)
 
-    def head_gradients(self, text: str, metric: Metric, ablate: Iterable[Head] = (), ablation: str = "zero",
+    def head_gradients(self, text: str | EncodedText, metric: Metric, ablate: Iterable[Head] = (),
+                       ablation: str = "zero",
                        reference: Iterable[str] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(outputs, d metric / d outputs), both (L, H, T, dh), in the run with `ablate` switched off (their
         outputs are what replaced them). torch.autograd.grad, not backward(): nothing is accumulated in the shared
@@ -305,13 +318,13 @@ class EditableModel(Batching, Model):
         weight, bias = proj
         return out_proj_per_head(weight, self.n_heads), bias  # (H, dh, D), (D,) or None
 
-    def inside_layer(self, text: str, layer: int, ablate: Iterable[Head] = (), ablation: str = "zero",
-                     reference: Iterable[str] | None = None) -> list[HeadInside]:
+    def inside_layer(self, text: str | EncodedText, layer: int, ablate: Iterable[Head] = (),
+                     ablation: str = "zero", reference: Iterable[str] | None = None) -> list[HeadInside]:
         """Every head of `layer` opened up (see `HeadInside`) from one forward with `ablate` applied as `run`
         applies it. q, k, v, the mask, the weights and any bias added to the scores (ALiBi) are what the layer's
         attention computed with (reported to the edit by the adapter); the scores are recomputed from them and
         checked against those weights."""
-        layer = _index(layer, self.n_layers, "layer")
+        layer = check_index(layer, self.n_layers, "layer")
         proj = self._w_o(layer)
         if proj is None:
             raise UnavailableError(
@@ -366,7 +379,7 @@ class EditableModel(Batching, Model):
             for h in range(H)
         ]
 
-    def norm_inputs(self, text: str, ablate: Iterable[Head] = (), ablation: str = "zero",
+    def norm_inputs(self, text: str | EncodedText, ablate: Iterable[Head] = (), ablation: str = "zero",
                     reference: Iterable[str] | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(values (L, H, K, dh), w_o (L, H, dh, D)) for the norm view (Kobayashi et al. 2020), from the same run
         (same heads off, same meaning of "off") as the weights it is drawn with. A switched-off head's values are
@@ -384,7 +397,7 @@ class EditableModel(Batching, Model):
         values = values * keep[:, :, None, None]  # (L, H, K, dh): a switched-off head's keys carry nothing
         return values, torch.stack([w for w, _ in w_o])  # (L, H, K, dh), (L, H, dh, D)
 
-    def readout(self, text: str) -> Readout | None:
+    def readout(self, text: str | EncodedText) -> Readout | None:
         """The run on `text` (all heads on) as parts for direct effects (see `Readout`). None when this model has
         no LM head, no recognised final norm or output projection, or when the frozen-scale norm does not
         reproduce the model's own output (e.g. logits soft-capped), so no number shown rests on a guess."""
@@ -392,7 +405,7 @@ class EditableModel(Batching, Model):
         w_o = [self._w_o(layer) for layer in range(self.n_layers)]
         if parts is None or any(w is None for w in w_o):
             return None
-        _, ids = self._ids(text)
+        _, ids = self._ids(self.encode_text(text))
         edit = HeadEdit(capture=True, final=True)
         with torch.no_grad():
             out = self.forward(ids, edit)
@@ -432,7 +445,7 @@ class EditableModel(Batching, Model):
         biases (H * dh,) / (H_kv * dh,) or None; the output projection from `output_projection`."""
         from mha_viz.contract import HeadWeights
 
-        layer = _index(layer, self.n_layers, "layer")
+        layer = check_index(layer, self.n_layers, "layer")
         proj = self._w_o(layer)
         if proj is None:
             raise UnavailableError(f"{self.info.title}: layer {layer}'s output projection was not found.")

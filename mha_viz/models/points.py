@@ -60,17 +60,6 @@ class HeadEdit(Change, Records, Schedule):
 
 
 @dataclass(frozen=True)
-class Encoded:
-    """One text as the model's tokenizer makes it (after truncation to `max_tokens`)."""
-
-    ids: list[int]
-    labels: list[str]  # one display label per position
-    dropped: int  # tokens cut off the end
-    special: tuple[int, ...]  # positions of tokens the tokenizer added ([CLS], [SEP], <bos>, ...)
-    unknown: tuple[int, ...]  # positions of words mapped to the unknown token
-
-
-@dataclass(frozen=True)
 class Forward:
     hidden: torch.Tensor  # (B, T, D) final hidden states (after the final norm where the model has one)
     logits: torch.Tensor | None  # (B, T, V)

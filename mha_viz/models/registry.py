@@ -110,6 +110,10 @@ class ModelSpec:
     # The training steps saved for it (load one as f"{family}@{step}"); None for models saved at no step.
     steps: Callable[[], list[int]] | None = None
     family: str | None = None  # the name a saved step is loaded under: "tiny" for tiny and tiny-untrained
+    # Trained here from other seeds too (assets/tiny/seeds/seedN, loaded as "tiny#seedN"): what `seeds` lists.
+    seeded: bool = False
+    # The name of its untrained twin (the same stack at its initialisation), where one ships: `untrained_name`.
+    untrained: str | None = None
     # Its training record read from disk alone (`Model.training_evidence` without loading any weights); None: the
     # model is loaded and asked.
     record: Callable[[], object] | None = None
@@ -120,9 +124,9 @@ SPECS: tuple[ModelSpec, ...] = (
     ModelSpec("smollm2", "SmolLM2-135M-Instruct — causal LM, 30 layers x 9 heads", _smollm2,
               load_note="Loading SmolLM2 (the first start on a server converts its GGUF to float32, about 20-30 s)"),
     ModelSpec("tiny", "tiny — in-repo stack, trained here", _tiny, steps=_tiny_steps, family="tiny",
-              record=_tiny_record),
+              record=_tiny_record, seeded=True, untrained="tiny-untrained"),
     ModelSpec("tiny-untrained", "tiny-untrained — same stack at its seeded initialisation", _tiny_untrained,
-              steps=_tiny_steps, family="tiny", record=_tiny_record),
+              steps=_tiny_steps, family="tiny", record=_tiny_record, seeded=True),
     # Written, not learned: RASP programs compiled by Tracr (assets/compiled/programs/, `make compile`).
     ModelSpec("written-three-heads", "written: three heads side by side (previous, seen before, first) — compiled "
               "RASP", _written("three_heads")),
@@ -167,7 +171,7 @@ def seeds(name: str) -> list[str]:
         return []
     key = name.strip()
     own = spec(key)
-    if (own is not None and own.family == "tiny") or _SEED.match(key):
+    if (own is not None and own.seeded) or _SEED.match(key):
         from mha_viz.models.tiny.train import SEEDS_DIR, TINY_ASSETS
 
         found = sorted(int(p.name.removeprefix("seed")) for p in (TINY_ASSETS / SEEDS_DIR).glob("seed*")
@@ -192,8 +196,8 @@ def untrained_name(name: str) -> str | None:
     step = step_of(key)
     if key == "tiny-untrained" or step == 0 or (seed and seed.group(2) == "0"):
         return None  # already the initialisation
-    if own is not None and own.family == "tiny":
-        return "tiny-untrained"
+    if own is not None and own.untrained is not None:
+        return own.untrained
     if seed:
         return f"tiny#seed{seed.group(1)}@0"
     return None

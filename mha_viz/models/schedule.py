@@ -131,7 +131,7 @@ def _first(out) -> torch.Tensor:
     return out if isinstance(out, torch.Tensor) else out[0]
 
 
-def _tail(out, start: int):
+def tail(out, start: int):
     """A block's output (a tensor (B, T, D) or a tuple led by one) cut to positions start.."""
     if isinstance(out, torch.Tensor):
         return out[:, start:]  # (B, T - start, D)
@@ -146,7 +146,7 @@ def _repeat_batch(out, batch: int):
     return out
 
 
-def _padded(encs: list) -> tuple[torch.Tensor, list[int]]:
+def padded(encs: list) -> tuple[torch.Tensor, list[int]]:
     """Token ids of several texts (`Encoded`) right-padded with id 0, which no text position sees ->
     (ids (B, T), lengths)."""
     lengths = [len(e.ids) for e in encs]
@@ -156,7 +156,7 @@ def _padded(encs: list) -> tuple[torch.Tensor, list[int]]:
     return ids, lengths
 
 
-class _PerModelCache:
+class PerModelCache:
     """Values derived from a model's weights and some texts (head means per reference set, the unedited run's
     block outputs per text): bounded, locked, and held beside the model (weakly), not on it, so the shared model
     object carries no state and two sessions asking at once compute each value once."""

@@ -18,7 +18,7 @@ import torch
 
 from mha_viz import measures, plotting
 from mha_viz.analysis.circuits import left_out_words
-from mha_viz.names import head_name
+from mha_viz.names import column_name, head_name
 from mha_viz.notebook import svg as _svg
 
 Head = tuple[int, int]
@@ -195,7 +195,7 @@ def census_svg(census, score: str, x: str, y: str, selected: Head | None) -> str
             body.append(_cell(left + head * cell, top + layer * cell, cell, cell, fill,
                               census_tip(census, score, lh), lh, stroke, width))
     for head in range(H):
-        body.append(_text(left + head * cell + cell / 2, top + L * cell + 12, f"H{head}", 10, "middle"))
+        body.append(_text(left + head * cell + cell / 2, top + L * cell + 12, column_name(head), 10, "middle"))
     map_h = max(L * cell, 150)
     bar_x = left + H * cell + 14
     bar, bar_w = colour_bar(bar_x, top, map_h, VIRIDIS, lo, hi, census_marks(census, score), reverse)
@@ -404,7 +404,8 @@ def circuits_svg(circuits, mode: str, selected: Head | None) -> str:
                                   _colour(table, v, -1.0, 1.0), f"{head_name(lh)} · OV copying {v:+.3f}", lh, stroke,
                                   sw))
         for head in range(H):
-            body.append(_text(c_left + head * c_cell + c_cell / 2, c_top + L * c_cell + 12, f"H{head}", 10, "middle"))
+            body.append(_text(c_left + head * c_cell + c_cell / 2, c_top + L * c_cell + 12, column_name(head), 10,
+                              "middle"))
         bar, _ = colour_bar(c_left + H * c_cell + 14, c_top, max(L * c_cell, 80), COPYING, -1.0, 1.0, [])
         body += bar
         sv_left = c_left + H * c_cell + 90

@@ -9,7 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
-from mha_viz.names import head_name, layer_name
+from mha_viz.names import column_name, column_names, head_name, layer_name
 from mha_viz.plotting.layout import FONT, NO_TEMPLATE
 
 
@@ -27,11 +27,11 @@ def census_map(scores: torch.Tensor, title: str, uniform: float, baseline_text: 
     legend = f"uniform {uniform:.2f}" + (f"<br>{baseline_text}" if baseline_text else "")
     layers, heads = np.meshgrid(np.arange(n_layers), np.arange(n_heads), indexing="ij")  # (L, H) each
     data = [
-        dict(type="heatmap", z=z, x=[f"H{h}" for h in range(n_heads)], y=[layer_name(l) for l in range(n_layers)],
+        dict(type="heatmap", z=z, x=column_names(n_heads), y=[layer_name(l) for l in range(n_layers)],
              zmin=0.0, zmax=top, colorscale="Viridis", reversescale=reverse,
              colorbar=dict(title=dict(text=legend, side="right"), thickness=12),
              hovertemplate="%{y} %{x}: %{z:.3f}<extra></extra>"),
-        dict(type="scatter", mode="markers", x=[f"H{h}" for h in heads.ravel()],
+        dict(type="scatter", mode="markers", x=[column_name(h) for h in heads.ravel()],
              y=[layer_name(l) for l in layers.ravel()], customdata=np.stack([layers.ravel(), heads.ravel()], 1),
              marker=dict(size=max(4, min(18, 600 // max(n_heads, n_layers))), opacity=0.0), hoverinfo="skip",
              showlegend=False),
@@ -88,7 +88,7 @@ def census_maps_side_by_side(maps: list[torch.Tensor], titles: list[str], zmax: 
         layout["xaxis" if i == 0 else f"xaxis{i + 1}"] = dict(domain=[x0, x0 + w], anchor=ya, type="category")
         layout["yaxis" if i == 0 else f"yaxis{i + 1}"] = dict(anchor=xa, autorange="reversed", type="category",
                                                                showticklabels=i == 0)
-        data.append(dict(type="heatmap", z=z, x=[f"H{h}" for h in range(z.shape[1])],
+        data.append(dict(type="heatmap", z=z, x=column_names(z.shape[1]),
                          y=[layer_name(l) for l in range(z.shape[0])], zmin=0.0, zmax=zmax, colorscale="Viridis",
                          showscale=i == n - 1, xaxis=xa, yaxis=ya,
                          hovertemplate=html.escape(title, quote=False) + " %{y} %{x}: %{z:.2f}<extra></extra>"))

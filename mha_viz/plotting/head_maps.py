@@ -8,7 +8,7 @@ import html
 import plotly.graph_objects as go
 import torch
 
-from mha_viz.names import layer_name
+from mha_viz.names import column_names, layer_name
 from mha_viz.plotting.layout import FONT, _as_np
 from mha_viz.plotting.tokens import safe_label
 
@@ -21,7 +21,7 @@ def layer_head_map(values: torch.Tensor, title: str, colorbar_title: str, *, off
     n_layers, n_heads = z.shape
     fig = go.Figure(
         go.Heatmap(
-            z=z, x=[f"H{h}" for h in range(n_heads)], y=[layer_name(layer) for layer in range(n_layers)],
+            z=z, x=column_names(n_heads), y=[layer_name(layer) for layer in range(n_layers)],
             colorscale=colorscale, colorbar=dict(title=dict(text=colorbar_title)),
             **({"zmin": 0.0, "zmax": float(zmax)} if zmax else {}),
             hovertemplate="%{y} %{x}<br>" + colorbar_title + ": %{z:" + fmt + "}<extra></extra>",

@@ -161,8 +161,8 @@ def test_the_batched_census_gives_the_numbers_of_the_one_by_one_census(kind, fol
     model = _model(kind, folders)
     batched = head_census(model, texts=TEXTS, seed=2, config=SMALL)
     monkeypatch.setattr(type(model), "pads", False)
-    monkeypatch.setattr(interventions, "_MEANS", interventions._PerModelCache())
-    monkeypatch.setattr(batching, "_STATES", batching._PerModelCache(per_model=4))
+    monkeypatch.setattr(interventions, "_MEANS", interventions.PerModelCache())
+    monkeypatch.setattr(batching, "_STATES", batching.PerModelCache(per_model=4))
     alone = head_census(model, texts=TEXTS, seed=2, config=SMALL)
     assert batched.names == alone.names and batched.n_inputs == alone.n_inputs
     for table in ("scores", "low", "high", "control", "mass", "text_values"):

@@ -70,7 +70,7 @@ def test_the_one_by_one_default_gives_the_same_runs(kind, model_of):
 def test_head_means_from_padded_batches_equal_the_mean_of_each_text_alone(kind, model_of, monkeypatch):
     model = model_of(kind)
     texts = tuple(_texts(kind))
-    monkeypatch.setattr(interventions, "_MEANS", interventions._PerModelCache())  # computed here, not looked up
+    monkeypatch.setattr(interventions, "_MEANS", interventions.PerModelCache())  # computed here, not looked up
     means = model.head_means(texts)  # (L, H, dh)
     per_text = []
     for text in texts:

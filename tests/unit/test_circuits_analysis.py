@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from mha_viz import measures
 from mha_viz.analysis import circuits as C
 
 
@@ -179,15 +180,17 @@ def test_qk_and_ov_token_maps_are_the_products_of_the_paper():
                           atol=1e-5)
 
 
-def test_induction_scores_find_the_token_after_the_earlier_occurrence():
+def test_the_induction_measure_finds_the_token_after_the_earlier_occurrence():
+    """The registered `induction` measure that `circuits.induction_and_previous` (and so the Circuits view) averages."""
     ids = [0, 5, 6, 7, 5, 6, 7]  # the second 5 is at 4; its first occurrence at 1 is followed by 6 at 2
     att = torch.zeros(1, 2, 7, 7)
     att[0, 0, torch.arange(7), torch.arange(7)] = 1.0  # head 0 attends to itself
     for q, target in ((4, 2), (5, 3), (6, 4)):
         att[0, 1, q, target] = 1.0  # head 1 attends to the token after the earlier occurrence
-    scores = C.induction_scores(att, ids)
+    induction = measures.REGISTRY["induction"]
+    scores = induction(att, measures.Positions.of(7, False, token_ids=ids))
     assert scores[0, 0] == 0.0 and scores[0, 1] == 1.0
-    assert C.induction_scores(att, [0, 1, 2, 3, 4, 5, 6]).isnan().all()  # nothing repeats
+    assert induction(att, measures.Positions.of(7, False, token_ids=list(range(7)))).isnan().all()  # no repeat
 
 
 def _formation(k, induction, steps=(0, 100, 200, 300)):

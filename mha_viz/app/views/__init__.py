@@ -21,8 +21,8 @@ from mha_viz.app.views import (
     patching,
     rollout,
     similarity,
+    trained_vs_untrained,
     training,
-    twins,
 )
 from mha_viz.app.views import census as census_view
 
@@ -39,7 +39,7 @@ VIEWS: dict[str, Callable[[ViewContext], None]] = {
     "Rollout & norms": rollout.render,
     "Circuits": circuits.render,
     "Training": training.render,
-    "Trained vs untrained": twins.render,  # older links: the Training view, last step over step 0
+    "Trained vs untrained": trained_vs_untrained.render,  # older links: the Training view, last step over step 0
     "Notes & export": notes.render,
     # Registered last so a plain visit still opens the Layer view (the first name); first in the navigation.
     "Lesson": lesson.render,

@@ -8,7 +8,7 @@ from mha_viz import plotting
 from mha_viz.app import state
 from mha_viz.app.common import clicked_head, fitted_chart, head_name, pick_clicked_head
 from mha_viz.app.context import ViewContext
-from mha_viz.app.names import layer_name
+from mha_viz.app.names import column_names, layer_name
 from mha_viz.contract import Head, Model
 
 
@@ -29,7 +29,7 @@ def overview(model: Model, model_name: str, tokens: list[str], att: torch.Tensor
     if st.session_state.get("focus_pick") not in options:
         st.session_state["focus_pick"] = options[0]
     fig = plotting.tiled_figure(
-        att, [layer_name(i) for i in range(model.n_layers)], [f"H{h}" for h in range(model.n_heads)],
+        att, [layer_name(i) for i in range(model.n_layers)], column_names(model.n_heads),
         off=state.off_set(model_name), selected=st.session_state["focus_pick"], zscale="head",
     )
     tile, blocks = fig.layout.meta["tile"], fig.layout.meta["blocks"]

@@ -52,7 +52,7 @@ def measured_path(name: str) -> tuple[Head, Head] | None:
         texts = circ.repeated_texts(model)
     except ValueError:
         return None
-    return circ.induction_path(*circ.pattern_scores(model, texts))
+    return circ.induction_path(*circ.induction_and_previous(model, texts))
 
 
 @st.cache_resource(show_spinner=False, max_entries=32)

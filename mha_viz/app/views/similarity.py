@@ -132,25 +132,25 @@ def ground_truth_panel(model: Model, run: AttentionRun) -> None:
     if truth is None:
         return
     st.markdown("**Ground truth on this sentence** (the tiny model's corpus grammar knows where the relations are)")
-    measures = [pairs.previous_token_score(run.attentions)] if len(run.tokens) > 2 else []
+    relations = [pairs.previous_token_score(run.attentions)] if len(run.tokens) > 2 else []
     described = ["from each token to the one before it"]
     if truth.subjects:
-        measures.append(pairs.subject_score(run.attentions, list(truth.subjects)[-1]))
+        relations.append(pairs.subject_score(run.attentions, list(truth.subjects)[-1]))
         subject, verb = truth.subjects[-1]
         described.append(md_safe(f"from {quoted(run.tokens[verb - 1])} (where {quoted(run.tokens[verb])} is "
                                   f"predicted) to its subject {quoted(run.tokens[subject])}"))
     if truth.repeats:
-        measures.append(pairs.induction_score(run.attentions, list(truth.repeats)))
+        relations.append(pairs.induction_score(run.attentions, list(truth.repeats)))
         described.append("from a repeated word to the word that followed its first mention")
-    if len(measures) < 2:
+    if len(relations) < 2:
         st.caption("No agreement clause or repeated word of the corpus's vocabulary in this text: try one of the "
                    "example buttons.")
     rows = []
-    for measure, where in zip(measures, described):
-        (layer, head), value = measure.best()
-        rows.append({"relation": measure.label, "attention measured": where,
+    for relation, where in zip(relations, described):
+        (layer, head), value = relation.best()
+        rows.append({"relation": relation.label, "attention measured": where,
                      "top head": head_name((layer, head)), "its attention there": f"{value:.0%}",
-                     "uniform attention": f"{measure.baseline:.0%}"})
+                     "uniform attention": f"{relation.baseline:.0%}"})
     if rows:
         st.table(rows)
         st.caption("Measured on this input only. The tests measure the same heads on held-out generated texts "

@@ -1,8 +1,8 @@
 """Training: the in-repo tiny model's heads at each saved training step, beside each head's measured scores and the
 training loss against the step, so a person sees *when* each pattern appears, not only that it exists.
 
-`timeline(ctx, versus_init=True)` is the older "Trained vs untrained" view (views/twins.py): the last step with
-step 0, the initialisation, drawn under it.
+`timeline(ctx, versus_init=True)` is the older "Trained vs untrained" view (views/trained_vs_untrained.py): the
+last step with step 0, the initialisation, drawn under it.
 """
 from __future__ import annotations
 

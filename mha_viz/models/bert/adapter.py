@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from mha_viz.contract import Embeddings, HeadWeights, InputError, ModelInfo, _index, check_text
+from mha_viz.contract import Embeddings, HeadWeights, InputError, ModelInfo, check_index
 from mha_viz.models.bert.architecture import BertEncoder, load_bert
 from mha_viz.models.examples import shipped_examples
 from mha_viz.models.interventions import EditableModel, Encoded, Forward, HeadEdit
@@ -59,9 +59,6 @@ class BertModel(EditableModel):
     def mask_token(self) -> str | None:
         return self._mask
 
-    def token_count(self, text: str) -> int:
-        return len(self._encode(check_text(text))[0].ids)
-
     def token_id(self, piece: str) -> int:
         enc = self._tok.encode(piece, add_special_tokens=False)
         if len(enc.ids) != 1:
@@ -96,7 +93,7 @@ class BertModel(EditableModel):
     def head_weights(self, layer: int) -> HeadWeights:
         """Layer `layer`'s per-head maps, sliced from the stacked query/key/value projection; their input is the
         layer's input (BERT normalises after the residual sum, not before the projections)."""
-        attn = self.encoder.layers[_index(layer, self.n_layers, "layer")].attn
+        attn = self.encoder.layers[check_index(layer, self.n_layers, "layer")].attn
         w_q, w_k, w_v = attn.qkv.weight.split(attn.d_model)  # 3 x (D, D) as nn.Linear stores them
         b_q, b_k, b_v = attn.qkv.bias.split(attn.d_model)  # 3 x (D,)
         return self.head_weights_from(layer, w_q, w_k, w_v, b_q, b_k, b_v, rotary=False)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from mha_viz.contract import Embeddings, HeadWeights, InputError, Lexicon, ModelInfo, _index
+from mha_viz.contract import Embeddings, HeadWeights, InputError, Lexicon, ModelInfo, check_index
 from mha_viz.models.compiled import config as C
 from mha_viz.models.compiled.architecture import CompiledStack, build, decode
 from mha_viz.models.interventions import EditableModel, Encoded, Forward, HeadEdit
@@ -86,7 +86,7 @@ class CompiledModel(EditableModel):
         return out.weight.detach().float().cpu(), out.bias.detach().float().cpu()  # (D, H * k), (D,)
 
     def head_weights(self, layer: int) -> HeadWeights:
-        attn = self.stack.blocks[_index(layer, self.n_layers, "layer")].attn
+        attn = self.stack.blocks[check_index(layer, self.n_layers, "layer")].attn
         return self.head_weights_from(layer, attn.query.weight, attn.key.weight, attn.value.weight,
                                       attn.query.bias, attn.key.bias, attn.value.bias, rotary=False)
 

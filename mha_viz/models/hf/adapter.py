@@ -14,8 +14,7 @@ from mha_viz.contract import (
     ModelInfo,
     ModelLoadError,
     UnavailableError,
-    _index,
-    check_text,
+    check_index,
 )
 from mha_viz.models.examples import shipped_examples
 from mha_viz.models.hf import projections
@@ -170,9 +169,6 @@ class HFModel(EditableModel):
     def mask_token(self) -> str | None:
         return getattr(self._tokenizer, "mask_token", None)
 
-    def token_count(self, text: str) -> int:
-        return self._encode(check_text(text))[0]["input_ids"].shape[1]
-
     def token_id(self, piece: str) -> int:
         ids = self._tokenizer(piece, add_special_tokens=False)["input_ids"]
         if len(ids) != 1:
@@ -268,7 +264,7 @@ class HFModel(EditableModel):
     def head_weights(self, layer: int) -> HeadWeights:
         """Layer `layer`'s per-head maps from the attention module's own projections, separate or fused, split as
         its forward splits them (hf/projections.py); rotary: q and k are rotated after the projection."""
-        layer = _index(layer, self.n_layers, "layer")
+        layer = check_index(layer, self.n_layers, "layer")
         module = self._layers.modules[layer]
         qkv = projections.split(module, self.n_heads)
         if qkv is None:

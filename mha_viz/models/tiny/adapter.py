@@ -17,7 +17,7 @@ from mha_viz.contract import (
     Lexicon,
     ModelInfo,
     ModelLoadError,
-    _index,
+    check_index,
 )
 from mha_viz.models.interventions import EditableModel, Encoded, FinalParts, Forward, HeadEdit
 from mha_viz.models.placement import module_device, place
@@ -99,7 +99,7 @@ class TinyModel(EditableModel):
     def head_weights(self, layer: int) -> HeadWeights:
         """Layer `layer`'s per-head maps, sliced from the fused qkv projection (rows [q; k; v]); their input is the
         block's first LayerNorm output."""
-        attn = self.lm.blocks[_index(layer, self.n_layers, "layer")].attn
+        attn = self.lm.blocks[check_index(layer, self.n_layers, "layer")].attn
         w_q, w_k, w_v = attn.qkv.weight.split(attn.d_model)  # 3 x (D, D) as nn.Linear stores them
         b_q, b_k, b_v = attn.qkv.bias.split(attn.d_model)  # 3 x (D,)
         return self.head_weights_from(layer, w_q, w_k, w_v, b_q, b_k, b_v, rotary=False)

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from mha_viz.contract import Embeddings, HeadWeights, InputError, Lexicon, ModelInfo, ModelLoadError, _index
+from mha_viz.contract import Embeddings, HeadWeights, InputError, Lexicon, ModelInfo, ModelLoadError, check_index
 from mha_viz.models.interventions import EditableModel, Encoded, Forward, HeadEdit
 from mha_viz.models.placement import module_device, place
 from mha_viz.models.special import added_positions
@@ -106,7 +106,7 @@ class TwinModel(EditableModel):
 
     def head_weights(self, layer: int) -> HeadWeights:
         """Layer `layer`'s per-head maps, sliced from the fused qkv projection (rows [q; k; v])."""
-        attn = self.lm.blocks[_index(layer, self.n_layers, "layer")].attn
+        attn = self.lm.blocks[check_index(layer, self.n_layers, "layer")].attn
         w_q, w_k, w_v = attn.qkv.weight.split(attn.d_model)  # 3 x (D, D)
         b_q, b_k, b_v = attn.qkv.bias.split(attn.d_model)  # 3 x (D,)
         return self.head_weights_from(layer, w_q, w_k, w_v, b_q, b_k, b_v, rotary=False)

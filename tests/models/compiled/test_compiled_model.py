@@ -88,9 +88,9 @@ def test_saved_and_loaded_without_jax(tmp_path, written):
         mha_viz.save_compiled(mha_viz.load_model("tiny"), tmp_path / "tiny")
 
 
-def test_measured_scores_name_written_roles_in_the_pattern_scores_too():
+def test_measured_scores_name_written_roles_in_the_induction_and_previous_scores_too():
     """The circuits view's pattern scores (the registry's previous and induction) find the written pair."""
     model = mha_viz.load_model("written-induction")
     texts = ("a b c d a b c d", "e d c b e d c b", "b e a b e a")  # distinct items said twice
-    induction, previous = circ.pattern_scores(model, texts)
+    induction, previous = circ.induction_and_previous(model, texts)
     assert float(previous[0, 0]) > 0.99 and float(induction[1, 0]) > 0.99

@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from mha_viz.models.tiny.attention import MultiHeadSelfAttention, attention
+from mha_viz.models.attention import MultiHeadSelfAttention, attention
 
 B, T, D, H = 2, 7, 32, 4
 

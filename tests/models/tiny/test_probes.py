@@ -123,7 +123,7 @@ def _margin(model, ablate=()) -> float:
 
 def test_switching_off_the_subject_head_removes_far_more_agreement_than_any_other_head(trained, scores):
     # Accuracy only counts the sign of the margin; the margin shows how much of the agreement a head carries.
-    # Mean ablation (probes.causal_check says why not zero). probes.json and the notes give other seeds' figures.
+    # Mean ablation (agreement_causal_check says why not zero). probes.json and the notes give other seeds' figures.
     top = scores["trained"]["subject"].best()[0]
     base = _margin(trained)
     margins = {(l, h): _margin(trained, [(l, h)]) for l in range(trained.n_layers) for h in range(trained.n_heads)}

@@ -1,0 +1,100 @@
+"""What only some models can do: each capability declared with its "not available" answer (None, {}, or an
+UnavailableError that says why), which an adapter that can overrides. `Model` derives from these classes, so a
+view asks any model and reads the answer, never the model's name or family.
+
+    Capabilities         what several families may have: a mask token, names, weights per head, embeddings,
+                         example sentences, a lexicon, the corpus's ground truth
+    ProgramCapabilities  a model compiled from a program (or a twin trained on its output): the program's output
+                         and the heads the program wrote
+    TrainingCapability   a model trained in this repository: its training record
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mha_viz.contract.records import AttentionRun, Embeddings, HeadWeights, Lexicon, ModelInfo, UnavailableError
+
+if TYPE_CHECKING:
+    from mha_viz.training_record import TrainingEvidence  # the tiny model's record: its own module
+
+
+class Capabilities:
+    """Optional capabilities several model families have; `info` is the model's (see `Model`)."""
+
+    info: ModelInfo
+
+    @property
+    def mask_token(self) -> str | None:
+        """The token a masked LM predicts at, e.g. "[MASK]"; None for other models."""
+        return None
+
+    def name_words(self) -> frozenset[str]:
+        """Words this model knows to be parts of people's names, lowercase (the tiny model's first and last names:
+        its vocabulary has no capitals, so "anna berg" is a name only because the model says so). Empty for
+        models with no such list; the Patching view then takes capitalised words for names."""
+        return frozenset()
+
+    def prediction_position(self, run: AttentionRun) -> int | None:
+        """Where predictions are read: a causal LM's last position, a masked LM's first mask token; None when
+        the model has no LM head or a masked LM's text holds no mask token."""
+        if run.logits is None:
+            return None
+        if self.info.kind == "masked-lm":
+            masked = [i for i, t in enumerate(run.tokens) if self.mask_token and t == self.mask_token]
+            return masked[0] if masked else None
+        return len(run.tokens) - 1
+
+    def head_weights(self, layer: int) -> HeadWeights:
+        """One layer's query, key, value and output weights per head (see `HeadWeights`)."""
+        raise UnavailableError(f"{self.info.title}: its attention weights per head could not be identified for "
+                               "this architecture.")
+
+    def weights_leave_out(self) -> tuple[str, ...]:
+        """What this model's attention does to its projected queries, keys or values beyond `head_weights` (a
+        qk-norm, OLMo's clip_qkv clamp), one phrase each for the Circuits page: maps read from the weights leave
+        it out. () where the weights per head are the whole linear map (the norms between layers, biases and MLPs
+        are left out of every model's circuits and not listed here)."""
+        return ()
+
+    def embeddings(self) -> Embeddings:
+        """The token (and position) embedding and the unembedding (see `Embeddings`)."""
+        raise UnavailableError(f"{self.info.title}: its embedding matrices could not be identified for this "
+                               "architecture.")
+
+    def ground_truth(self, tokens: list[str]):
+        """Where the relations are in this text, when the model's training data defines them (the tiny model's
+        corpus grammar); None otherwise."""
+        return None
+
+    def examples(self) -> list[tuple[str, str, str]]:
+        """(button label, sentence, what to look for) triples offered as one-click examples; [] for none."""
+        return []
+
+    def lexicon(self) -> Lexicon:
+        """Whole words this model reads as one token each, sorted by the part they play in a template sentence
+        (see `Lexicon`): what the head census builds its inputs from."""
+        raise UnavailableError(f"{self.info.title}: no list of single-token words is known for its tokenizer.")
+
+
+class ProgramCapabilities:
+    """What a model compiled from a program (models/compiled) or trained on its output (models/twins) answers."""
+
+    def program_output(self, run: AttentionRun) -> list | None:
+        """A compiled program's decoded output at each position of `run` (its readout, with the run's heads off);
+        None for a model that was not compiled from a program."""
+        return None
+
+    def written_heads(self) -> dict:
+        """(layer, head) -> what a program wrote into that head (`models.compiled.config.WrittenHead`: its Select,
+        in words and as the program's text); {} for a learned model, whose heads no one wrote."""
+        return {}
+
+
+class TrainingCapability:
+    """What a model trained in this repository (models/tiny) answers."""
+
+    info: ModelInfo
+
+    def training_evidence(self) -> "TrainingEvidence":
+        """The loss log and measured scores of this model's training (see `mha_viz.training_record`)."""
+        raise UnavailableError(f"{self.info.title} was not trained here, so it has no training record.")
