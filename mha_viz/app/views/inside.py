@@ -124,12 +124,13 @@ def steps(ctx: ViewContext, h, query: int, token: str) -> None:
                   f"$1/\\sqrt{{d_{{head}}}}$ with $d_{{head}} = {dh}$, times the log of the number of keys this query "
                   f"sees ($\\ln {max(query + 1, 2)}$), so a fixed score gap keeps its weight however long the text "
                   "(Scalable-Softmax, Nakanishi 2025)")
-    if h.position_bias is not None:  # ALiBi: the model adds a per-head position bias, shown as its own term
+    if h.position_bias is not None:  # the model adds a per-head position term, shown as its own term
         seen = h.position_bias[query][torch.isfinite(scores)]  # (K',): the keys this query sees
-        scored += (f" $+\\, b_j$, the model's own position bias for this head, added to every score (ALiBi, Press "
-                   "et al. 2022: linear in the key's position with this head's slope, so after the softmax a penalty "
-                   f"growing with the distance; here from {float(seen.min()):.3g} to {float(seen.max()):.3g}, the "
-                   "diamonds in the chart's first row)")
+        scored += (f" $+\\, b_j$, the model's own position term for this head, added to every score (ALiBi models, "
+                   "Press et al. 2022, add a penalty linear in the distance with this head's slope; DeBERTa-v2, He et "
+                   "al. 2021, adds its content-to-position and position-to-content terms, and MPNet, Song et al. "
+                   f"2020, a bias per bucket of relative distance); here from {float(seen.min()):.3g} to "
+                   f"{float(seen.max()):.3g}, the diamonds in the chart's first row)")
     right.markdown(
         scored
         + (f"; {masked} later key(s) are masked ($-\\infty$): a causal model's token sees only itself and earlier "
