@@ -73,9 +73,11 @@ lint: setup-test
 test: setup-test lint setup-browser setup-nginx
 	$(PY) -m pytest -q tests --durations=15
 
-# Everything but the real browser and the soak: the quick loop while coding.
+# The quick loop while coding: the unit tests and the model tests that load no large model (markers from
+# tests/conftest.py: every test carries its folder's marker, `large` what loads SmolLM2 or tests/models/hf).
+# Under `-m "not large"` a test that loads SmolLM2 unmarked fails, so the tier stays fast.
 test-fast: setup-test
-	$(PY) -m pytest -q tests/unit tests/models tests/app
+	$(PY) -m pytest -q -m "not large" tests/unit tests/models --durations=10
 
 # Retrains the tiny model bit for bit (weights, checkpoints, loss log in assets/tiny/) and its other seeds, then
 # measures every saved step of each (probes.json in each folder, which the notes and the Training view read).

@@ -7,8 +7,9 @@ import base64
 import re
 from pathlib import Path
 
-import nbformat
 import pytest
+
+nbformat = pytest.importorskip("nbformat", reason="needs nbformat (requirements-test.txt)")
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.ipynb"))

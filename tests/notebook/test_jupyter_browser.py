@@ -10,13 +10,15 @@ import re
 import time
 from pathlib import Path
 
-import nbformat
 import numpy as np
 import pytest
-from jupyter_harness import CHROMIUM, JupyterServer, Page, write_notebook
-from test_widget import png_pixels
 
-from mha_viz.models.tiny.evidence import context_roles, load_evidence
+# Before the harness, which writes notebooks with it.
+nbformat = pytest.importorskip("nbformat", reason="needs nbformat (requirements-test.txt)")
+from jupyter_harness import CHROMIUM, JupyterServer, Page, write_notebook  # noqa: E402
+from test_widget import png_pixels  # noqa: E402
+
+from mha_viz.models.tiny.evidence import context_roles, load_evidence  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
