@@ -286,3 +286,19 @@ def test_the_analysis_package_lists_every_module_it_holds():
     files = {p.stem for p in (PKG / "analysis").glob("*.py") if p.stem != "__init__"}
     assert sorted(listed) == sorted(set(listed)), "a module listed twice"
     assert set(listed) == files, f"listed, not there: {set(listed) - files}; there, not listed: {files - set(listed)}"
+
+
+def test_the_architecture_page_names_what_exists():
+    """docs/ARCHITECTURE.md's every claim names its test: each `tests/...py::name` it cites is a test function of
+    that file, each `mha_viz/...` path it names exists, and every claim of its lists cites at least one test."""
+    page = (PKG.parent / "docs" / "ARCHITECTURE.md").read_text()
+    cited = re.findall(r"(tests/[\w/]+\.py)::(\w+)", page)
+    assert len(cited) >= 10
+    missing = [f"{path}::{name}" for path, name in cited if not (PKG.parent / path).exists()
+               or not re.search(rf"^def {name}\(", (PKG.parent / path).read_text(), re.MULTILINE)]
+    assert not missing, f"ARCHITECTURE.md cites tests that are not there: {missing}"
+    paths = set(re.findall(r"(mha_viz/[\w/]+(?:\.py|/))", page))
+    assert not [p for p in paths if not (PKG.parent / p).exists()], "ARCHITECTURE.md names paths that are not there"
+    claims = re.split(r"\n(?=- |\d\. )", page.split("## The layers", 1)[1])
+    uncited = [c.splitlines()[0] for c in claims if c.startswith(("- ", "1.", "2.", "3.", "4.")) and "tests/" not in c]
+    assert not uncited, f"claims without a test: {uncited}"
