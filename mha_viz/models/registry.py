@@ -112,7 +112,8 @@ class ModelSpec:
     family: str | None = None  # the name a saved step is loaded under: "tiny" for tiny and tiny-untrained
     # Trained here from other seeds too (assets/tiny/seeds/seedN, loaded as "tiny#seedN"): what `seeds` lists.
     seeded: bool = False
-    # The name of its untrained twin (the same stack at its initialisation), where one ships: `untrained_name`.
+    # The name of its untrained twin (the same stack at its initialisation), where one ships: `untrained_name`. The
+    # untrained model names itself, for its saved steps (loaded as the family's).
     untrained: str | None = None
     # Its training record read from disk alone (`Model.training_evidence` without loading any weights); None: the
     # model is loaded and asked.
@@ -126,7 +127,7 @@ SPECS: tuple[ModelSpec, ...] = (
     ModelSpec("tiny", "tiny — in-repo stack, trained here", _tiny, steps=_tiny_steps, family="tiny",
               record=_tiny_record, seeded=True, untrained="tiny-untrained"),
     ModelSpec("tiny-untrained", "tiny-untrained — same stack at its seeded initialisation", _tiny_untrained,
-              steps=_tiny_steps, family="tiny", record=_tiny_record, seeded=True),
+              steps=_tiny_steps, family="tiny", record=_tiny_record, seeded=True, untrained="tiny-untrained"),
     # Written, not learned: RASP programs compiled by Tracr (assets/compiled/programs/, `make compile`).
     ModelSpec("written-three-heads", "written: three heads side by side (previous, seen before, first) — compiled "
               "RASP", _written("three_heads")),
@@ -194,9 +195,9 @@ def untrained_name(name: str) -> str | None:
     key = name.strip() if isinstance(name, str) else ""
     own, seed = spec(key), _SEED.match(key)
     step = step_of(key)
-    if key == "tiny-untrained" or step == 0 or (seed and seed.group(2) == "0"):
+    if step == 0 or (seed and seed.group(2) == "0"):
         return None  # already the initialisation
-    if own is not None and own.untrained is not None:
+    if own is not None and own.untrained not in (None, key):  # a saved step of it has one; the model itself is it
         return own.untrained
     if seed:
         return f"tiny#seed{seed.group(1)}@0"
