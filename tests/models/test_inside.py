@@ -11,6 +11,7 @@ import transformers
 from mha_viz import InputError, UnavailableError, load_model
 from mha_viz.contract import HeadInside, Model, ModelInfo
 from mha_viz.models.hf import package_dir
+from mha_viz.models.interventions import reuse_clear
 
 from helpers import loaded
 
@@ -257,6 +258,7 @@ def test_weights_per_head_reproduce_q_k_v_and_the_attention_output(models, kind)
         seen = []
         handle = _out_layer(kind, model, layer).register_forward_hook(lambda m, a, out: seen.append(out[0]))
         try:
+            reuse_clear()  # an earlier test's run of the same text would be taken over, and the hook never fire
             model.run(text)
         finally:
             handle.remove()
