@@ -2,6 +2,7 @@
 every layer; heads switched off, the sidebar's layer and the measured badges arrive with them."""
 from __future__ import annotations
 
+import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
@@ -101,11 +102,32 @@ def test_a_page_that_lost_layers_is_sent_them_again():
     at.run()
     at.run()
     assert grid_layers(grid_data(at)) == {}, "nothing moved, nothing sent"
-    assert len(at.session_state["grid|minilm|held"]) == 6
+    assert len(at.session_state["grid|minilm|held"]["digests"]) == 6
     at.session_state["grid|minilm|held"] = None  # what the trigger's callback (head_grid, _resend) does
     at.run()
     data = grid_data(at)
     assert sorted(grid_layers(data)) == list(range(data["L"]))
+
+
+def test_the_saved_figures_font_is_sent_once():
+    """The font (a subset made in a thread, sent once it is ready) rides with the grid until the page holds it;
+    after that the grid's messages name it (`font`) and carry it no more."""
+    import time
+
+    at = AppTest.from_file(APP, default_timeout=180)
+    carried = []
+    for _ in range(30):
+        at.run()
+        data = grid_data(at)
+        carried.append((data["font"], data["att"] is not None and "font" in data["att"].column_names))
+        if sum(sent for _, sent in carried) and data["font"] and not carried[-1][1]:
+            break
+        time.sleep(0.5)
+    if not any(font for font, _ in carried):
+        pytest.skip("no font subset here (DejaVu Sans or fontTools missing)")
+    sent = [i for i, (font, column) in enumerate(carried) if column]
+    assert len(sent) == 1 and carried[sent[0]][0], carried  # sent once, with its name
+    assert all(font == carried[sent[0]][0] for font, _ in carried[sent[0]:]), carried
 
 
 def test_shared_scale_sends_weights_on_zero_to_one():

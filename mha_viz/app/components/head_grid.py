@@ -16,6 +16,7 @@ Measured against the plotly row figures it replaces, and the messages' sizes, in
 """
 from __future__ import annotations
 
+import hashlib
 import threading
 import zlib
 from collections import OrderedDict
@@ -93,39 +94,40 @@ def _held_key(key: str) -> str:
     return f"{key}|held"
 
 
-def held(key: str) -> list | None:
-    """The digests of the layers this session sent the grid `key` (None where none or not known): the layers the
-    page holds, unless it asked for them again."""
+def held(key: str) -> dict | None:
+    """What this session sent the grid `key`, so what the page holds unless it asked for it again: {"digests":
+    each layer's digest (None where none was sent), "font": the saved figures' font's digest}; None before any."""
     return st.session_state.get(_held_key(key))
 
 
-def _record(key: str, data: dict, layers) -> None:
+def _record(key: str, data: dict, layers, font: bool = False) -> None:
     record = held(key)
-    if record is None or len(record) != data["L"]:
-        record = [None] * data["L"]
-    record = list(record)
+    digests = list(record["digests"]) if record is not None and len(record["digests"]) == data["L"] else \
+        [None] * data["L"]
     for layer in layers:
-        record[layer] = data["digests"][layer]
-    st.session_state[_held_key(key)] = record
+        digests[layer] = data["digests"][layer]
+    sent_font = data.get("font") if font else (record or {}).get("font")
+    st.session_state[_held_key(key)] = {"digests": digests, "font": sent_font}
 
 
 def payload(tokens: list[str], att: torch.Tensor, layer: int, heads_off, n_cols: int, shared_scale: bool,
             badges: dict[Head, str], unknown=(), controls: bool = False, encoded: Future | None = None,
-            held: list | None = None) -> dict:
+            held: dict | None = None) -> dict:
     """Everything the browser draws from (see the header of web/grid/main.js): JSON, but for `att`, an Arrow
     table that travels as a binary blob. Built by web/payload.py, which the notebook widget shares: the head and
     layer names and the colours come from Python (mha_viz/names.py, web/palette.py), so the grid spells and
     colours a head as every other figure does.
 
-    held: the layers' digests the page holds (`held(key)`); of the others, `att` carries the layer shown and
-    `rest` names the ones `grid_rest` brings after it (already deflating).
+    held: what the page holds (`held(key)`); of the layers it lacks, `att` carries the layer shown and `rest`
+    names the ones `grid_rest` brings after it (already deflating).
     controls: the page's grid draws the layer's heading and bulk switches itself and writes the link's layer (one
-    layer state that a tab changes in the browser). The saved figures' font rides in the same blob (`font`).
+    layer state that a tab changes in the browser). The saved figures' font (`font`: its digest, or None while its
+    subset is being made) rides in the same blob where the page does not hold it.
     encoded: `encode_soon(tokens, att, shared_scale)`, started before the badges were measured."""
     enc = encoded.result() if encoded is not None else _encoded(tokens, att, shared_scale)
     data, L = enc.data, enc.data["L"]
     layer = min(int(layer), L - 1)
-    known = held if held is not None and len(held) == L else [None] * L
+    known = held["digests"] if held is not None and len(held["digests"]) == L else [None] * L
     changed = [l for l in range(L) if known[l] != data["digests"][l]]
     first = [layer] if layer in changed else []
     rest = [l for l in changed if l != layer]
@@ -135,7 +137,11 @@ def payload(tokens: list[str], att: torch.Tensor, layer: int, heads_off, n_cols:
             "unknown": sorted(int(i) for i in unknown), "rest": rest}
     if controls:
         data["controls"] = {"bulk": True, "link": True}
-    return {**data, "att": pack({l: enc.z(l) for l in first}, figure_font.font_for(tokens))}
+    font = figure_font.font_for(tokens)
+    data["font"] = None if font is None else hashlib.blake2b(font, digest_size=8).hexdigest()
+    if data["font"] is None or (held is not None and held.get("font") == data["font"]):
+        font = None  # none yet, or the page has it
+    return {**data, "att": pack({l: enc.z(l) for l in first}, font)}
 
 
 def _font_field() -> pa.Field:
@@ -226,7 +232,7 @@ def head_grid(data: dict, key: str, on_toggle: Callable[[int, int, bool], None],
 
     _COMPONENT(data=data, key=key, on_toggle_change=_toggled, on_layer_change=_layer, on_bulk_change=_bulk,
                on_resend_change=_resend)
-    _record(key, data, unpack_layers(data["att"]))
+    _record(key, data, unpack_layers(data["att"]), font=data["att"] is not None and "font" in data["att"].column_names)
 
 
 def unpack_layers(table: pa.Table | None) -> list[int]:

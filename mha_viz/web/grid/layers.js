@@ -5,7 +5,9 @@
 // and the others in a second message (`rest`: the layers it brings), which the first drawing does not wait for.
 //
 // A message's `att`: an Arrow table with one binary column per layer it carries, "z<l>": that layer's (H, T, T)
-// uint8 codes, zlib-deflated, inflated natively by the browser (DecompressionStream).
+// uint8 codes, zlib-deflated, inflated natively by the browser (DecompressionStream). The saved figures' font is
+// kept the same way: a column "font" (its family and licence in the column's metadata) under the digest `d.font`,
+// sent once per page.
 // weight of cell (l, h, q, k) = s.codes[l][(h*T + q)*T + k] / 255 * scale[l*H + h]
 
 const KEEP_BYTES = 64 * 2 ** 20;  // layers kept beyond the ones on screen: a few runs of a long text
@@ -14,7 +16,7 @@ const KEEP_BYTES = 64 * 2 ** 20;  // layers kept beyond the ones on screen: a fe
 // Streamlit page's mha_viz/app/components/grid_rest.js: it hands them to `deliver`, or leaves them in `inbox` when
 // it runs before this module).
 const STORE = globalThis.__mhvLayers = { held: new Map(), sizes: new Map(), grids: new Set(), rest: [], inbox: [],
-                                         ...(globalThis.__mhvLayers || {}) };
+                                         fonts: new Map(), ...(globalThis.__mhvLayers || {}) };
 STORE.deliver = deposit;
 for (const d of STORE.inbox.splice(0)) deposit(d);
 
@@ -30,8 +32,14 @@ function carried(att) {
     .map(m => [Number(m[1]), att.getChild(m[0]).get(0)]);
 }
 
-// Every layer a message carries, inflating under its digest; resolves once all are kept.
+// Every layer a message carries, inflating under its digest, and its font; resolves once all are kept.
 export function receive(d) {
+  const field = d.att && d.att.schema && d.att.schema.fields ? d.att.schema.fields.find(f => f.name === "font") : null;
+  if (field && d.font) {
+    const meta = field.metadata || new Map();
+    STORE.fonts.set(d.font, { bytes: d.att.getChild("font").get(0), family: meta.get("family") || "DejaVu Sans",
+                              licence: meta.get("licence") || "" });
+  }
   const work = [];
   for (const [l, z] of carried(d.att)) {
     const digest = d.digests[l];
@@ -81,6 +89,11 @@ function prune(keep) {
     STORE.held.delete(digest);
     STORE.sizes.delete(digest);
   }
+}
+
+// The font kept under `digest` ({bytes, family, licence}), or null: the saved figures name the font stack.
+export function fontOf(digest) {
+  return (digest && STORE.fonts.get(digest)) || null;
 }
 
 // A grid that waits for layers another message brings; `s.arrived()` runs when some come in.

@@ -12,7 +12,8 @@
 //         colours: {on: [stops], off: [stops], heads: [one per head], head_off, paper, ink, label, frame, mark},
 //         lines_up_to}   (names and colours come from Python, mha_viz/names.py and mha_viz/web/palette.py: one
 //         spelling, one palette; digest: the run's codes, text: the tokens and shape, digests: each layer's codes)
-//        att may hold a binary column "font": the saved figures' WOFF, family and licence in its metadata
+//        att may hold a binary column "font": the saved figures' WOFF, family and licence in its metadata, kept
+//         under the digest `font` (layers.js): a message sends it where the page does not hold it
 //        optional: rest: [layers] a second message brings ({digests, att}: the Streamlit page's grid_rest.js hands
 //         it to layers.js), which the first drawing does not wait for
 //        optional: controls: {bulk: true, link: true} (the Streamlit page): the layer's heading and its bulk
@@ -28,7 +29,7 @@ import { base64, save } from "./export.js";
 import { drawFocus, openFocus } from "./focus.js";
 import { buildHeads, buildStrip, drawLayer, layoutGrid } from "./heads.js";
 import { HINT } from "./hover.js";
-import { gather, receive, waitFor } from "./layers.js";
+import { fontOf, gather, receive, waitFor } from "./layers.js";
 import { showDraw } from "./lines.js";
 import { buildTabs, layerFor } from "./tabs.js";
 
@@ -63,6 +64,7 @@ function failed(s, err) {
 
 function build(root, setTrigger) {
   const s = { root, setTrigger, chain: Promise.resolve(), latest: null, digest: null, text: null, layer: 0,
+              fontEntry: undefined,
               askedLayer: null, localLayer: null, tells: 0, codes: [], waiting: [], asked: null,
               hoverQ: null, pinQ: null, focus: null, zoom: 1, pending: new Set() };
   // Layers another message brings, in: gathered again, and drawn where they are the ones on screen.
@@ -175,13 +177,13 @@ async function update(s, d, received) {
   s.drawn = same;
   s.d = d;
   s.digest = d.digest;
-  // The saved figures' font (figure_font.py): WOFF bytes in the same Arrow blob, when the host sent one.
-  // Its family and licence ride in the column's metadata; the notebook's host sends no such column.
-  const field = d.att && d.att.schema && d.att.schema.fields ? d.att.schema.fields.find(f => f.name === "font") : null;
-  if (field || newText) {
-    const meta = field && field.metadata ? field.metadata : new Map();
-    s.font = field ? d.att.getChild("font").get(0) : null;
-    s.fontInfo = { family: meta.get("family") || "DejaVu Sans", licence: meta.get("licence") || "" };
+  // The saved figures' font (figure_font.py), kept by the page once a message brought it (layers.js); the
+  // notebook's host sends none.
+  const font = fontOf(d.font);
+  if (font !== s.fontEntry) {
+    s.fontEntry = font;
+    s.font = font ? font.bytes : null;
+    s.fontInfo = { family: font ? font.family : "DejaVu Sans", licence: font ? font.licence : "" };
     s.fontFace = null;
     s.box.dataset.font = s.font ? s.fontInfo.family : "";  // the saved figures embed it (else: the font stack)
   }
