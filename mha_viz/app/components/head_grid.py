@@ -6,11 +6,11 @@ layer tab comes back as one once the grid has drawn it, for what the page draws 
 
 The weights travel deflated, one Arrow binary column per layer (raw bytes on the websocket: no base64, no JSON
 string to parse), and only the layers the page does not hold: each layer is named by its digest (web/payload.py),
-and the session remembers which digests it sent the grid (`held`). After a toggle in layer l that is layers l and
-up; after a layer tab, none. The grid's element carries the layer on screen, so it is drawn first; the other
-layers follow in a second element of the same component at the end of the view (`grid_rest`), which the first
-drawing does not wait for. A page that lacks a layer no message brings (a message it never saw) asks for it
-again ("resend").
+and the session remembers which digests it sent the grid (`held`). After a toggle in layer l that is the layers
+whose attention changed, above l; after a layer tab, none. The grid's element carries the layer on screen, so it
+is drawn first; the other layers follow in a hidden element of their own at the end of the view (`grid_rest`,
+grid_rest.js), which the first drawing does not wait for. A page that lacks a layer no message brings (a message it
+never saw) asks for it again ("resend"). The saved figures' font goes once per page the same way.
 
 Measured against the plotly row figures it replaces, and the messages' sizes, in benchmarks/RESULTS.md.
 """
