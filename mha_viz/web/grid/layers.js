@@ -1,8 +1,9 @@
 // The weights' codes, one layer at a time. A host sends only the layers the page does not hold yet: each layer is
 // named by a digest of its codes and scales (mha_viz/web/payload.py, `digests`), and every layer received is kept
 // here under its digest, for the grid that draws it and for a grid mounted again on the same page (another view,
-// then back). A toggle in layer l sends layers l and up; a new sentence sends the layer on screen with the grid,
-// and the others in a second message (`rest`: the layers it brings), which the first drawing does not wait for.
+// then back). A toggle in layer l sends the layers above l whose attention changed; a new sentence sends the layer
+// on screen with the grid, and the others in a second message (`rest`: the layers it brings), which the first
+// drawing does not wait for.
 //
 // A message's `att`: an Arrow table with one binary column per layer it carries, "z<l>": that layer's (H, T, T)
 // uint8 codes, zlib-deflated, inflated natively by the browser (DecompressionStream). The saved figures' font is
