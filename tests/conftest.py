@@ -1,4 +1,5 @@
 """Tests never reach the hub: the default models ship inside PyPI packages."""
+import inspect
 import os
 from pathlib import Path
 
@@ -29,8 +30,15 @@ LARGE_MODELS = ("smollm2",)
 
 
 def _uses_large_model(item) -> bool:
+    """A large model in the test's parameters, its name or its own source (`loaded("smollm2")` in the body)."""
     params = getattr(getattr(item, "callspec", None), "params", {})
     named = [str(v).lower() for v in params.values()] + [item.name.lower()]
+    function = getattr(item, "function", None)
+    if function is not None:
+        try:
+            named.append(inspect.getsource(function).lower())
+        except (OSError, TypeError):
+            pass
     return any(m in text for m in LARGE_MODELS for text in named)
 
 

@@ -78,15 +78,14 @@ def test_causal_transformers_models_recompute_only_where_the_texts_differ(kind, 
     differ; a zero ablation changes every position, so it runs them all."""
     model = model_of(kind)
     assert model.tails and model.grows
-    enc = model.encoding(TEXT)
-    ids = torch.tensor([enc.ids])
-    differ = next(i for i, (a, b) in enumerate(zip(enc.ids, model.encoding(SOURCE).ids)) if a != b)
+    text = model.encode_text(TEXT)
+    differ = next(i for i, (a, b) in enumerate(zip(text.ids, model.encode_text(SOURCE).ids)) if a != b)
     heads, keep = _rows(model, per_layer=2)
     src = model.head_outputs(SOURCE)[None]
-    assert model._same_until(enc, ids, keep, src, None) == differ
-    assert model._same_until(enc, ids, keep, src, [differ - 1]) == differ - 1  # capped at the first position read
-    assert model._same_until(enc, ids, keep, None, None) == 0
-    assert model._same_until(enc, ids, keep, model.head_outputs(TEXT)[None], None) == len(enc.ids)
+    assert model._same_until(text, keep, src, None) == differ
+    assert model._same_until(text, keep, src, [differ - 1]) == differ - 1  # capped at the first position read
+    assert model._same_until(text, keep, None, None) == 0
+    assert model._same_until(text, keep, model.head_outputs(TEXT)[None], None) == text.n_tokens
 
 
 def test_encoders_and_the_tiny_stack_never_run_a_tail():
