@@ -2,8 +2,8 @@
 
 Only the in-repo tiny model has one today (its loss log from `make train` and the probe file from `make probe`,
 read by mha_viz.models.tiny.evidence); the Training view, the notes and the Circuits view read these types without
-asking which model wrote them. A module of its own beside contract.py, so the contract keeps what every model
-shares; it imports nothing of the package.
+asking which model wrote them. A module of its own beside the contract (mha_viz/contract/), so the contract keeps
+what every model shares; it imports nothing of the package.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Measures on one head opened up (`HeadInside`): its value vectors, its weighted sum, and how the heads of a
 layer add up to the attention output.
 
-Axis letters as in contract.py: H = heads, Q/K = query/key positions, T = positions, D = d_model, dh = head size.
+Axis letters as in mha_viz.contract: H = heads, Q/K = query/key positions, T = positions, D = d_model, dh = head size.
 """
 from __future__ import annotations
 
