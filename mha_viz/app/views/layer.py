@@ -17,7 +17,7 @@ from mha_viz.analysis.agreement import agreement, census_heads
 from mha_viz.app import cache, state
 from mha_viz.app.components.head_grid import encode_soon, grid_rest, head_grid, held, payload
 from mha_viz.app.context import ViewContext
-from mha_viz.app.names import head_name, layer_name, token_label
+from mha_viz.app.names import column_names, head_name, layer_name, token_label
 from mha_viz.contract import AttentionRun, Model
 
 ONLY_PROMPT = "Only one on…"
@@ -173,7 +173,7 @@ def controls(model: Model, model_name: str, layer: int) -> None:
               key=f"layer_off|{model_name}", help=f"Switch every head of {name} off.")
     c2.button("All on", width="stretch", on_click=state.layer_off, args=(model_name, layer, n, False),
               key=f"layer_on|{model_name}", help=f"Switch every head of {name} on.")
-    c3.selectbox("Only this head on", [ONLY_PROMPT] + [f"H{h}" for h in range(n)], key=f"only|{model_name}|{layer}",
+    c3.selectbox("Only this head on", [ONLY_PROMPT] + column_names(n), key=f"only|{model_name}|{layer}",
                  label_visibility="collapsed", on_change=_only, args=(model_name, layer, n),
                  help=f"Switch off every other head of {name}.")
     c4.button("Reset", width="stretch", on_click=state.reset, args=(model_name,), key=f"reset|{model_name}",

@@ -93,7 +93,7 @@ def test_the_inside_view_shows_the_bias_as_its_own_term(tmp_path):
     at.session_state["view"] = "Inside a head"
     at.run()
     assert not at.exception, at.exception
-    assert any("position bias for this head" in md.value and "ALiBi" in md.value for md in at.markdown)
+    assert any("position term for this head" in md.value and "ALiBi" in md.value for md in at.markdown)
     charts = [c for c in at.get("plotly_chart") if c.proto.id and "inside_steps" in c.proto.id]
     spec = json.loads(charts[0].proto.spec)
     marks = [t for t in spec["data"] if t.get("name") == "position bias"]
