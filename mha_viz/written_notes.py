@@ -56,7 +56,7 @@ def learned_lines() -> list[str]:
     lines = []
     for role, where in held.items():
         heads = {w.split()[1] + " " + w.split()[2] for w in where}
-        lines.append(f"- {measures[ROLES[role]].label}: " + "; ".join(where) + (
+        lines.append(f"- {measures.get(ROLES[role]).label}: " + "; ".join(where) + (
             " (the same head in every seed)." if len(heads) == 1 else f" ({len(heads)} different heads).")
         )
     return lines

@@ -37,7 +37,7 @@ class HeadScores:
     @property
     def label(self) -> str:
         """The registered measure's short label, for a table."""
-        return measures.get(self.relation).label if self.relation in measures else self.relation
+        return measures.get(self.relation).label if self.relation in measures.REGISTRY else self.relation
 
     def best(self) -> tuple[Head, float]:
         head = self.ranked()[0]

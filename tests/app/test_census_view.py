@@ -44,7 +44,7 @@ def test_the_census_runs_on_request_and_shows_what_head_census_measured(census):
     # One glossary: every census score is shown by its registered measure's label, as the badges and the
     # Similarity table show it ("same token earlier" for the registry's `duplicate`).
     assert set(rows) == {measures.score_label(n) for n in census.names}
-    assert "duplicate" in census.names and measures["duplicate"].label in rows and "duplicate" not in rows
+    assert "duplicate" in census.names and measures.get("duplicate").label in rows and "duplicate" not in rows
     for name in ("previous", "induction", "pre-verb→subject"):
         (layer, head), value = census.top(name, 1)[0]
         row = rows[measures.score_label(name)]

@@ -151,8 +151,8 @@ def test_band_heads_of_minilm_l0_carry_the_census_nearby_badge():
     model = loaded("minilm")
     run = model.run(text)
     positions = measures.Positions.of(len(run.tokens), model.causal, run.tokens, run.token_ids, run.special)
-    nearby, uniform = measures["nearby"].measure(run.attentions, positions)  # (L, H), float
-    word = measures["nearby"].label
+    nearby, uniform = measures.get("nearby").measure(run.attentions, positions)  # (L, H), float
+    word = measures.get("nearby").label
     for head in (4, 5):
         badge = data["badges"][f"0,{head}"]
         assert f"{float(nearby[0, head]):.0%} → {word}" in badge, badge
@@ -201,7 +201,7 @@ def test_unknown_words_and_lone_repeats_give_no_role_on_the_badges():
         support = analysis.run_support(run, loaded("tiny").causal)
         assert support["induction"] < measures.SUPPORT_FLOOR and support["duplicate"] < measures.SUPPORT_FLOOR
         for badge in data["badges"].values():
-            for label in (measures["induction"].label, measures["duplicate"].label):
+            for label in (measures.get("induction").label, measures.get("duplicate").label):
                 assert f"→ {label}" not in badge, (text, badge)  # never a number for them
     # MiniLM: emoji become [UNK]; the badges read no repeat from them
     text = "🙂 and 🙃 then 🙂 and 🙃 again 🙂 🙃"

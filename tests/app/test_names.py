@@ -60,7 +60,7 @@ def test_similarity_table_names_each_score_as_the_badges_do():
     config = json.loads(at.dataframe[0].proto.columns)
     labels = {column.get("label") for column in config.values() if isinstance(column, dict)}
     for name in analysis.SCORE_NAMES:  # MiniLM is an encoder: every score is shown
-        assert measures[name].column in labels, (name, labels)
+        assert measures.get(name).column in labels, (name, labels)
 
 
 def test_a_causal_models_table_has_no_next_token_column_and_quotes_its_tokens():

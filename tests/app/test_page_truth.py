@@ -73,7 +73,7 @@ def test_same_token_score_reaches_the_badges_the_table_and_the_spread():
     uniform = analysis.uniform_pattern(len(run.tokens), model.causal)[None, None]  # (1, 1, T, T)
     baselines["duplicate"] = float(same_token_reference(uniform, run.token_ids, run.special)[0, 0])
     support = analysis.run_support(run, model.causal)
-    expected = {h: f"{v:.0%} → {measures[name].label}, {measures.queries_words(support[name])}"
+    expected = {h: f"{v:.0%} → {measures.get(name).label}, {measures.queries_words(support[name])}"
                 for h in range(model.n_heads)
                 for name, v in analysis.top_badges(scores, baselines, 0, h, n=2, support=support)
                 if name == "duplicate"}

@@ -81,7 +81,7 @@ def test_show_sends_the_app_payload_for_every_layer(tiny):
     support = analysis.run_support(run, True)
     name, value = analysis.top_badges(scores, baselines, 0, 1, n=1, support=support)[0]
     assert w.grid["badges"]["0,1"] == \
-        f"measured: {value:.0%} → {measures[name].label}, {measures.queries_words(support[name])}"
+        f"measured: {value:.0%} → {measures.get(name).label}, {measures.queries_words(support[name])}"
 
 
 def test_the_app_component_builds_the_same_payload(tiny):

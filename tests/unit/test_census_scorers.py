@@ -13,7 +13,7 @@ from mha_viz.analysis.scores import pattern_scores, previous_pairs, uniform_patt
 
 def measure(name, att, causal, added=(), **kw):
     """((L, H), uniform baseline) of one registered measure on one input."""
-    return M[name].measure(att, M.Positions(att.shape[-1], causal, added=frozenset(added), **kw))
+    return M.get(name).measure(att, M.Positions(att.shape[-1], causal, added=frozenset(added), **kw))
 
 
 def without(content):
@@ -97,13 +97,13 @@ def test_induction_and_duplicate_on_a_hand_made_induction_head():
         att[q] = 0.0
         att[q, k] = 1.0
     att = att[None, None]
-    value, uniform = M["induction"].measure(att, pos)
+    value, uniform = M.get("induction").measure(att, pos)
     assert value.item() == pytest.approx(1.0)
     assert uniform == pytest.approx((1 / 5 + 1 / 6 + 1 / 7) / 3)
-    assert M["duplicate"](att, pos).item() == 0.0
+    assert M.get("duplicate")(att, pos).item() == 0.0
     # The census hands the repeats it generated (the unrepeated control keeps the positions, not the words).
     given = M.Positions(t, True, added=frozenset({0}), repeats=((1, 4), (2, 5), (3, 6)))
-    assert M["induction"](att, given).item() == pytest.approx(1.0)
+    assert M.get("induction")(att, given).item() == pytest.approx(1.0)
 
 
 def test_gold_mass_matches_a_plain_loop():

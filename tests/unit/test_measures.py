@@ -16,16 +16,17 @@ from mha_viz.analysis import scores as S
 PKG = Path(__file__).resolve().parents[2] / "mha_viz"
 
 
-def test_the_module_is_the_registry():
-    assert M["previous"] is M()["previous"] is M.REGISTRY["previous"]
-    assert list(M) == list(M.REGISTRY) and len(M) == len(M.REGISTRY) and "induction" in M
+def test_the_registry_is_read_through_plain_names():
+    """`measures.REGISTRY` and `measures.get(name)`: a plain module, with no class swapped in behind it."""
+    assert M.get("previous") is M.REGISTRY["previous"] and M.get("previous (text)") is M.REGISTRY["previous"]
+    assert "induction" in M.REGISTRY
     with pytest.raises(KeyError, match="registered measure"):
-        M["previous token"]
+        M.get("previous token")
 
 
 @pytest.mark.parametrize("name", list(M.REGISTRY))
 def test_every_entry_is_complete_and_computes_its_baseline(name):
-    m = M[name]
+    m = M.get(name)
     assert m.name == name and m.label and m.meaning and m.citation and m.unmeasurable
     assert m.notable in ("high", "low")
     assert any(year in m.citation for year in ("19", "20")), "a citation names its paper and year"
@@ -50,14 +51,14 @@ def test_page_scores_and_badges_are_registry_names():
     assert set(S.SCORE_NAMES) <= set(M.REGISTRY) and set(M.BADGES) <= set(S.SCORE_NAMES)
     att = torch.softmax(torch.randn(1, 2, 6, 6), -1)
     assert list(S.pattern_scores(att)) == list(S.SCORE_NAMES)
-    assert all(not M[n].lower_is_notable and M[n].is_share for n in M.BADGES)
+    assert all(not M.get(n).lower_is_notable and M.get(n).is_share for n in M.BADGES)
 
 
 def test_census_score_names_resolve_to_their_measure_and_inputs():
     for score, m, inputs in M.census_scores():
         assert M.of_score(score) == (m, inputs)
         assert M.score_words(score).startswith(m.meaning) and M.INPUTS[inputs] in M.score_words(score)
-    assert M.of_score("previous (text)") == (M["previous"], "texts")
+    assert M.of_score("previous (text)") == (M.get("previous"), "texts")
     assert M.score_label("previous (text)") == "previous token (text)"
     t = 8
     pos = M.Positions(t, True)
@@ -100,12 +101,12 @@ def test_confidence_is_the_mean_largest_weight():
     t = 7
     att = torch.softmax(torch.randn(2, 2, t, t), -1).tril()
     att = att / att.sum(-1, keepdim=True)  # (L, H, T, T), causal
-    value = M["confidence"](att, M.Positions(t, True))
+    value = M.get("confidence")(att, M.Positions(t, True))
     for l in range(2):
         for h in range(2):
             rows = [max(float(w) for w in att[l, h, q, : q + 1]) for q in range(1, t)]
             assert float(value[l, h]) == pytest.approx(sum(rows) / len(rows), abs=1e-6)
-    base = M["confidence"].baseline(M.Positions(t, True))
+    base = M.get("confidence").baseline(M.Positions(t, True))
     assert base == pytest.approx(sum(1 / (q + 1) for q in range(1, t)) / (t - 1))
 
 
@@ -128,11 +129,11 @@ def test_the_probes_pair_scores_are_the_registry_measures():
     t = 10
     att = torch.softmax(torch.randn(2, 3, t, t), -1).tril()
     att = att / att.sum(-1, keepdim=True)  # (L, H, T, T), causal
-    torch.testing.assert_close(pairs.previous_token_score(att).scores, M["previous"](att, M.Positions(t, True)))
+    torch.testing.assert_close(pairs.previous_token_score(att).scores, M.get("previous")(att, M.Positions(t, True)))
     ids = [0, 1, 2, 3, 4, 1, 2, 3, 4, 5]
     repeats = [(k, q) for q in range(t) for k in range(q) if ids[k] == ids[q]]
     torch.testing.assert_close(pairs.induction_score(att, repeats).scores,
-                               M["induction"](att, M.Positions.of(t, True, token_ids=ids)))
+                               M.get("induction")(att, M.Positions.of(t, True, token_ids=ids)))
 
 
 def _causal_random(t: int, causal: bool, seed: int = 0) -> torch.Tensor:
@@ -153,33 +154,33 @@ def test_support_counts_the_queries_a_reading_averages_over(name, causal):
     t = len(tokens)
     pos = M.Positions.of(t, causal, tokens, ids, added=(0, t - 1), unknown=(7, 8))
     att = _causal_random(t, causal)
-    base = M[name](att, pos)[0, 0]
+    base = M.get(name)(att, pos)[0, 0]
     moved = 0
     for q in range(t):
         other = att.clone()
         other[..., q, :] = _causal_random(t, causal, seed=q + 1)[..., q, :]
-        moved += int(not torch.allclose(M[name](other, pos)[0, 0], base, equal_nan=True))
+        moved += int(not torch.allclose(M.get(name)(other, pos)[0, 0], base, equal_nan=True))
     # Query 0 of a causal model sees one key, so its row cannot move: `self` and `special` count it (its weight
     # on itself, a special position, is 1), the rest leave it out as a row with nothing to measure.
     forced = int(causal and name in ("self", "special"))
-    assert M[name].support(pos) == moved + forced
+    assert M.get(name).support(pos) == moved + forced
 
 
 def test_two_unknowns_never_repeat_each_other():
     ids = [0, 7, 7, 7, 2, 7]  # 7: the unknown token's id at positions 1, 2, 3, 5
     pos = M.Positions.of(6, True, token_ids=ids, added=(0,), unknown=(1, 2, 3, 5))
     assert pos.repeats == ()
-    assert M["induction"].support(pos) == 0 and M["duplicate"].support(pos) == 0
-    assert math.isnan(float(M["induction"](_causal_random(6, True), pos)[0, 0]))
+    assert M.get("induction").support(pos) == 0 and M.get("duplicate").support(pos) == 0
+    assert math.isnan(float(M.get("induction")(_causal_random(6, True), pos)[0, 0]))
     # the same ids without the unknowns marked: every unknown repeats every other (what the page did before)
     assert len(M.Positions.of(6, True, token_ids=ids, added=(0,)).repeats) == 6
     # a generator's repeats are filtered too
     given = M.Positions(6, True, added=frozenset({0}), repeats=((1, 3), (2, 5)), unknown=frozenset({1, 2}))
-    assert M["duplicate"].support(given) == 0
+    assert M.get("duplicate").support(given) == 0
 
 
 def test_a_reading_below_the_floor_has_no_number_and_says_its_support():
-    m = M["induction"]
+    m = M.get("induction")
     few = m.reading(0.86, 1)
     assert M.TOO_FEW in few and "86" not in few and "1 query" in few
     enough = m.reading(0.5, M.SUPPORT_FLOOR)
@@ -207,4 +208,4 @@ def test_best_offsets_name_the_offset_read():
     pos = M.Positions(t, False)
     assert M.best_offsets(att, pos).tolist() == [[-1, -3, 2]]
     assert [M.offset_words(d) for d in (-3, 2)] == ["3 back", "2 ahead"]
-    assert torch.allclose(M["offset"](att, pos), torch.ones(1, 3))
+    assert torch.allclose(M.get("offset")(att, pos), torch.ones(1, 3))

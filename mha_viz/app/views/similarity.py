@@ -85,8 +85,8 @@ def scores_table(model: Model, run: AttentionRun) -> dict[str, torch.Tensor]:
 def score_columns(names: list[str] | None = None) -> dict:
     """Each score under the one name the badges use, shares of attention as percentages; spread as 0-1."""
     return {name: st.column_config.NumberColumn(
-        measures[name].column, format="percent" if measures[name].is_share else "%.2f",
-        help=f"{measures[name].meaning}. {measures[name].citation}")
+        measures.get(name).column, format="percent" if measures.get(name).is_share else "%.2f",
+        help=f"{measures.get(name).meaning}. {measures.get(name).citation}")
         for name in (analysis.SCORE_NAMES if names is None else names)}
 
 
@@ -115,14 +115,14 @@ def scores_across(model: Model, model_name: str, sentences: list[str]) -> None:
             for name in names:
                 values = torch.stack(stack[name])[:, layer, head]  # (S,)
                 values = values[~values.isnan()]
-                unit = "{:.0%}" if measures[name].is_share else "{:.2f}"  # as in the table above: shares in %
+                unit = "{:.0%}" if measures.get(name).is_share else "{:.2f}"  # as in the table above: shares in %
                 row[name] = (f"{unit.format(float(values.mean()))} ± {unit.format(float(values.std()))}"
                              if len(values) > 1 else "—")
             rows.append(row)
     st.caption(f"Mean ± standard deviation over {len(sentences)} sentences. A large spread means the pattern "
                "depends on the input.")
     st.dataframe(rows, hide_index=True, height=320, column_config={
-        name: st.column_config.TextColumn(measures[name].column) for name in names})
+        name: st.column_config.TextColumn(measures.get(name).column) for name in names})
 
 
 def ground_truth_panel(model: Model, run: AttentionRun) -> None:

@@ -29,7 +29,7 @@ PER_ROW = 2  # heads per row figure
 # The probe's scores under their registered measures' names and labels (`mha_viz.measures`), as the badges, the
 # Similarity table and the census word them; the subject probe is attention on the gold subject, the registry's
 # `gold` on pre-verb→subject.
-PANELS = {name: measures[name].label for name in ("previous", "induction", SUBJECT)}
+PANELS = {name: measures.get(name).label for name in ("previous", "induction", SUBJECT)}
 
 
 def render(ctx: ViewContext) -> None:
@@ -147,10 +147,10 @@ def _draw(name, text, step, layer, evidence, heads, chart, table, key: str) -> N
         return
     n_heads = len(row.scores[SUBJECT][layer])
     rows = [{"head": head_name((layer, h)),
-             **{measures[r].label: f"{row.scores[r][layer][h]:.0%}" for r in evidence.relations}}
+             **{measures.get(r).label: f"{row.scores[r][layer][h]:.0%}" for r in evidence.relations}}
             for h in range(n_heads)]
     rows.append({"head": "uniform attention",
-                 **{measures[r].label: f"{row.baselines[r]:.0%}" for r in evidence.relations}})
+                 **{measures.get(r).label: f"{row.baselines[r]:.0%}" for r in evidence.relations}})
     with table.container():
         st.caption(f"Step {step}: held-out loss {row.loss:.2f} nats, agreement accuracy "
                    f"{row.agreement_accuracy:.0%} (chance 50%). Mean attention of each head of layer {layer} on: "

@@ -222,7 +222,7 @@ def test_the_probes_report_under_registered_names_on_the_censuss_inputs():
 
     roles = _role_scores(True)
     assert set(roles.values()) <= set(RELATIONS) and SUBJECT == roles["subject"] == PAIRS_SUBJECT
-    assert all(name in measures for name in RELATIONS) and set(RELATION_WORDS) == set(RELATIONS)
+    assert all(name in measures.REGISTRY for name in RELATIONS) and set(RELATION_WORDS) == set(RELATIONS)
     assert set(CONTEXT_RELATIONS) <= set(RELATIONS)
     uni = torch.ones(1, 1, 6, 6).tril() / torch.arange(1, 7).unsqueeze(1)  # (1, 1, T, T)
     made = [previous_token_score(uni), induction_score(uni, [(1, 4)]), copy_score(uni, [(1, 4)]),
