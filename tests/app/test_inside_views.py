@@ -225,6 +225,7 @@ def test_inside_a_head_reads_its_support_marks_unknowns_and_sets_the_input_again
     from mha_viz.app import cache
     from mha_viz.app.names import UNKNOWN_MARK
 
+    monkeypatch.setattr(cache, "census_made", lambda name, seed=0: None)  # no census yet (an earlier test may make one)
     at = _view(_app("tiny", text=FOX, layer="0"), "Inside a head")
     run = mha_viz.load_model("tiny").run(FOX)
     md = " ".join(m.value for m in at.markdown)
