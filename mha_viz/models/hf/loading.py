@@ -63,6 +63,11 @@ def build_hf_model(name: str, title: str, source: str, *, gguf_file: str | None 
             config = transformers.AutoConfig.from_pretrained(source, trust_remote_code=False)
     except (OSError, ValueError) as err:
         raise ModelLoadError(_explain_load_failure(name, err)) from None
+    if getattr(config, "is_encoder_decoder", False) and not gguf_file:
+        from mha_viz.models.hf.seq2seq import build_seq2seq_model
+
+        check_size(config, name)
+        return build_seq2seq_model(name, title, source, config)
     kind = _kind_of(config)
     check_size(config, name)
     check_attention_interface(config, kind, name)

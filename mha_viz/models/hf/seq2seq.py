@@ -1,0 +1,379 @@
+"""Encoder-decoder transformers models (BART, Marian, T5) behind the mha-viz contract: their three kinds of attention
+(encoder self-attention, decoder self-attention, cross-attention) read from transformers' own eager
+`output_attentions`, and any head of any kind switched off by a forward pre-hook on its output projection.
+
+T5 computes attention in its own modules (relative position bias), not through transformers' attention interface,
+so heads are switched off at the one place every family shares: the output projection's input, whose slice
+[h * dh, (h + 1) * dh) is head h's output (the contract's definition of a head's output).
+"""
+from __future__ import annotations
+
+import contextlib
+import random
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import torch
+
+from mha_viz.contract import (
+    AttentionRun,
+    Encoded,
+    EncodedText,
+    InputError,
+    Model,
+    ModelInfo,
+    ModelLoadError,
+    UnavailableError,
+    check_text,
+)
+from mha_viz.contract.ablation import line_up
+from mha_viz.settings import settings, torch_device
+
+# How many tokens the model's own greedy continuation runs to when no target is given (fewer where it ends
+# with its end-of-sequence token first).
+GREEDY_TOKENS = 20
+ABLATIONS = ("zero", "mean", "resample")
+RESAMPLE_SEED = 0  # which reference source resample ablation takes, as ResampleAblation.seed
+
+_WHY_NOT = ("{what} is not available for encoder-decoder models yet: it is defined on one self-attention stack "
+            "over one text, and here a head reads either the source, the target, or (cross-attention) both. The "
+            "three attention kinds, switching heads off (ablate, ablate_cross) and run.output are available.")
+
+
+@dataclass(frozen=True)
+class Seq2SeqRun(AttentionRun):
+    """An encoder-decoder run. The inherited fields describe the encoder over the source (`tokens`, `token_ids`,
+    `attentions` (L_enc, H, S, S)); `output` is the decoder's last hidden state (T, D) and `logits` its next-token
+    logits (T, V). The decoder's own:
+
+        target_tokens       list[str]  len T   the decoder's input: its start token, then the target's ids
+        target_ids          list[int]  len T
+        decoder_attentions  (L_dec, H, T, T)   decoder self-attention (causal)
+        cross_attentions    (L_dec, H, T, S)   target positions (rows) reading source positions (columns)
+        ablated_cross       cross-attention heads switched off, (decoder layer, head)
+    """
+    decoder_attentions: torch.Tensor | None = None
+    cross_attentions: torch.Tensor | None = None
+    target_tokens: list[str] = field(default_factory=list)
+    target_ids: list[int] = field(default_factory=list)
+    ablated_cross: frozenset = frozenset()
+
+
+def _out_projections(model) -> tuple[list, list, list]:
+    """(encoder self, decoder self, cross) output projections, in layer order, for BART/Marian-style and T5-style
+    stacks; ModelLoadError for a layout we do not know."""
+    base = model.get_encoder(), model.get_decoder()
+    enc, dec = base
+    if hasattr(enc, "block"):  # T5: block[i].layer[0] self-attention, decoder layer[1] cross-attention
+        return ([b.layer[0].SelfAttention.o for b in enc.block], [b.layer[0].SelfAttention.o for b in dec.block],
+                [b.layer[1].EncDecAttention.o for b in dec.block])
+    if hasattr(enc, "layers") and hasattr(dec, "layers"):  # BART, Marian, mBART, Pegasus, ...
+        try:
+            return ([layer.self_attn.out_proj for layer in enc.layers],
+                    [layer.self_attn.out_proj for layer in dec.layers],
+                    [layer.encoder_attn.out_proj for layer in dec.layers])
+        except AttributeError:
+            pass
+    raise ModelLoadError(f"'{model.config.model_type}' is an encoder-decoder model whose layers mha-viz does not "
+                         "know how to find; BART, Marian and T5 are supported.")
+
+
+class Seq2SeqModel(Model):
+    """A transformers encoder-decoder model (AutoModelForSeq2SeqLM) loaded with eager attention.
+
+    Layer numbering of `ablate` (self-attention heads): 0 .. L_enc - 1 are the encoder's layers (as in
+    `run.attentions`), L_enc .. L_enc + L_dec - 1 the decoder's (decoder layer l is L_enc + l, as in
+    `run.decoder_attentions[l]`). `ablate_cross` numbers the decoder's layers from 0 (as `run.cross_attentions`)."""
+
+    def __init__(self, info: ModelInfo, model, tokenizer, device: torch.device):
+        self.info = info
+        self._model = model
+        self._tokenizer = tokenizer
+        self._device = device
+        self._enc, self._dec, self._cross = _out_projections(model)
+        config = model.config
+        self.n_enc, self.n_dec = len(self._enc), len(self._dec)
+        self.dh = self._enc[0].in_features // self.n_heads
+        start = getattr(config, "decoder_start_token_id", None)
+        if start is None:
+            start = getattr(model.generation_config, "decoder_start_token_id", None)
+        if start is None:
+            raise ModelLoadError(f"'{info.name}' config has no decoder_start_token_id: the decoder has no first "
+                                 "token to start from.")
+        self._start = int(start)
+        self._eos = getattr(config, "eos_token_id", None)
+        # How many decoder positions the model accepts: learned positions cap it; T5's relative bias does not.
+        self.max_target = int(getattr(config, "max_position_embeddings", 0) or settings().max_tokens)
+
+    has_cross_attention = True
+
+    def examples(self) -> list[tuple[str, str, str]]:
+        from mha_viz.models.examples import shipped_examples
+
+        return shipped_examples()
+
+    # -- encoding ------------------------------------------------------------------------------------------------
+    def _source_ids(self, source: str) -> list[int]:
+        if not isinstance(source, str) or not source.strip():
+            raise InputError("The source text is empty: type a sentence for the encoder to read.")
+        ids = self._tokenizer(source, add_special_tokens=True)["input_ids"]
+        if len(ids) > self.info.max_tokens:
+            raise InputError(f"The source is {len(ids)} tokens; {self.info.name} reads at most "
+                             f"{self.info.max_tokens}. Shorten it.")
+        return list(ids)
+
+    def _target_ids(self, target: str) -> list[int]:
+        if not isinstance(target, str) or not target.strip():
+            raise InputError("The target text is empty: type the decoder's text, or leave target out (None) for "
+                             "the model's own greedy continuation.")
+        ids = [self._start, *self._tokenizer(target, add_special_tokens=False)["input_ids"]]
+        if len(ids) > self.max_target:
+            raise InputError(f"The target is {len(ids)} decoder tokens (with the start token); {self.info.name}'s "
+                             f"decoder accepts at most {self.max_target}. Shorten the target.")
+        return ids
+
+    def greedy_target(self, source_ids: list[int], n: int = GREEDY_TOKENS) -> list[int]:
+        """The decoder's input for no given target: its start token, then up to `n` tokens the model picks greedily
+        (all heads on), stopping after its end-of-sequence token."""
+        ids = [self._start]
+        src = torch.tensor([source_ids], device=self._device)
+        with torch.no_grad():
+            for _ in range(min(n, self.max_target - 1)):
+                out = self._model(input_ids=src, decoder_input_ids=torch.tensor([ids], device=self._device),
+                                  use_cache=False)
+                ids.append(int(out.logits[0, -1].argmax()))
+                if ids[-1] == self._eos:
+                    break
+        return ids
+
+    def _labels(self, ids: list[int]) -> list[str]:
+        return [self._tokenizer.decode([i]) for i in ids]
+
+    def encode_text(self, text: str | EncodedText) -> EncodedText:
+        """The source text, encoded as the encoder reads it."""
+        if isinstance(text, EncodedText) and text.model == self.name:
+            return text
+        text = check_text(text.text if isinstance(text, EncodedText) else text)
+        ids = self._source_ids(text)
+        special = set(self._tokenizer.all_special_ids)
+        encoded = Encoded(ids=ids, labels=self._labels(ids), dropped=0,
+                          special=tuple(i for i, t in enumerate(ids) if t in special), unknown=())
+        return EncodedText(text=text, encoded=encoded, model=self.name)
+
+    def token_id(self, piece: str) -> int:
+        ids = self._tokenizer(piece, add_special_tokens=False)["input_ids"]
+        if len(ids) != 1:
+            raise InputError(f"{piece!r} is {len(ids)} tokens for {self.name}, not one.")
+        return int(ids[0])
+
+    def decode(self, token_id: int) -> str:
+        return self._tokenizer.decode([int(token_id)])
+
+    # -- interventions -------------------------------------------------------------------------------------------
+    def _heads(self, heads: Iterable, n_layers: int, what: str) -> frozenset:
+        out = set()
+        for item in heads:
+            try:
+                layer, head = (int(x) for x in item)
+            except (TypeError, ValueError):
+                raise InputError(f"{what} takes (layer, head) pairs; got {item!r}.") from None
+            if not (0 <= layer < n_layers and 0 <= head < self.n_heads):
+                raise InputError(f"{what}: head ({layer}, {head}) does not exist; layers are 0..{n_layers - 1}, "
+                                 f"heads 0..{self.n_heads - 1}.")
+            out.add((layer, head))
+        return frozenset(out)
+
+    def _modules(self) -> list:
+        """Every output projection in the order of the `outputs` tensors: encoder, decoder self, cross."""
+        return [*self._enc, *self._dec, *self._cross]
+
+    @contextlib.contextmanager
+    def _hooks(self, replace: dict, record: list | None = None):
+        """Forward pre-hooks on the output projections. `replace`: {(module index, head): None (zero) or a
+        replacement (T, dh) / (dh,)}; `record`: a list that receives each projection's input (1, T, H * dh)."""
+        handles = []
+        for index, module in enumerate(self._modules()):
+            mine = {h: r for (i, h), r in replace.items() if i == index}
+            if not mine and record is None:
+                continue
+
+            def hook(mod, args, mine=mine, index=index):
+                x = args[0]  # (1, T, H * dh)
+                if record is not None:
+                    record[index] = x.detach()
+                if not mine:
+                    return None
+                x = x.clone()
+                for h, r in mine.items():
+                    cut = slice(h * self.dh, (h + 1) * self.dh)
+                    x[..., cut] = 0 if r is None else r.to(x.dtype)  # (1, T, dh) <- (T, dh) or (dh,)
+                return (x, *args[1:])
+
+            handles.append(module.register_forward_pre_hook(hook))
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def _forward(self, src: list[int], tgt: list[int], replace: dict, record: list | None = None):
+        with torch.no_grad(), self._hooks(replace, record):
+            return self._model(input_ids=torch.tensor([src], device=self._device),
+                               decoder_input_ids=torch.tensor([tgt], device=self._device),
+                               output_attentions=True, output_hidden_states=True, use_cache=False)
+
+    def head_outputs_all(self, source: str, target: str | None = None) -> list[torch.Tensor]:
+        """Every head's output with all heads on, per output projection (encoder, decoder self, cross, in layer
+        order): a list of (H, P, dh) float32 tensors, P the source (encoder) or target (decoder) length."""
+        src = self._source_ids(source)
+        tgt = self.greedy_target(src) if target is None else self._target_ids(target)
+        record: list = [None] * len(self._modules())
+        self._forward(src, tgt, {}, record)
+        return [x[0].float().view(x.shape[1], self.n_heads, self.dh).transpose(0, 1).cpu() for x in record]
+
+    def _reference(self, reference: Iterable[str] | None, source: str) -> list[str]:
+        if reference is None:
+            return [source]
+        if isinstance(reference, str):
+            raise InputError("reference must be a list of source texts, not one text: wrap it as [text]")
+        texts = [t for t in reference]
+        if not texts or not all(isinstance(t, str) and t.strip() for t in texts):
+            raise InputError("reference must hold at least one non-empty source text")
+        return texts
+
+    def _replacements(self, ablation: str, reference, source: str, n_target: int, n_source: int) -> list:
+        """Per output projection, the (H, P, dh) or (H, dh) value a switched-off head takes; None for zero."""
+        if ablation == "zero":
+            return [None] * len(self._modules())
+        if ablation == "mean":
+            # The mean over every position of every reference source run with all heads on, each with its
+            # greedy continuation as target: every token weighs the same, so longer texts weigh more.
+            sums = None
+            counts = None
+            for text in self._reference(reference, source):
+                outs = self.head_outputs_all(text)
+                if sums is None:
+                    sums = [o.sum(1) for o in outs]
+                    counts = [o.shape[1] for o in outs]
+                else:
+                    sums = [s + o.sum(1) for s, o in zip(sums, outs)]
+                    counts = [c + o.shape[1] for c, o in zip(counts, outs)]
+            return [s / c for s, c in zip(sums, counts)]  # (H, dh) each
+        # resample: another reference source picked as ResampleAblation picks, run on its greedy continuation;
+        # position i takes its position i (its last position past its end).
+        others = [t for t in self._reference(reference, source) if t.strip() != source.strip()]
+        if not others:
+            raise InputError("resample ablation takes each head's output from another text, and the reference set "
+                             "holds only this one: pass reference=[other source texts]")
+        outs = self.head_outputs_all(random.Random(RESAMPLE_SEED).choice(others))
+        n_enc = self.n_enc
+        return [line_up(o[None], n_source if i < n_enc else n_target)[0] for i, o in enumerate(outs)]
+
+    # -- the run -------------------------------------------------------------------------------------------------
+    def run(self, text: str | EncodedText, ablate: Iterable = (), ablation: str = "zero",
+            reference: Iterable[str] | None = None, patch: Iterable = (), source: str | None = None,
+            logits_at=None, target: str | None = None, ablate_cross: Iterable = ()) -> Seq2SeqRun:
+        """One teacher-forced forward of `target` (the decoder start token, then the tokenizer's ids of `target`
+        without special tokens) reading `source`; with `target` None, the model's own greedy continuation of up to
+        GREEDY_TOKENS tokens (all heads on). Heads in `ablate` (encoder then decoder layers, see the class) and
+        `ablate_cross` are switched off: their slice of the output projection's input is set to 0 ("zero"), to its
+        mean over `reference` ("mean"; see `_replacements`), or to its output on another reference source
+        ("resample"). `reference`: source texts; None means this run's own source. `text` is the source (the
+        encoder's input); patching (`patch`, `source`) is not available here yet, and `logits_at` is ignored
+        (every target position's logits are computed)."""
+        if patch or source is not None:
+            raise UnavailableError(_WHY_NOT.format(what="Activation patching"))
+        source = text.text if isinstance(text, EncodedText) else text
+        ablation = str(getattr(ablation, "key", ablation))
+        if ablation not in ABLATIONS:
+            raise InputError(f"ablation must be one of {', '.join(ABLATIONS)}; got {ablation!r}.")
+        src = self._source_ids(source)
+        tgt = self.greedy_target(src) if target is None else self._target_ids(target)
+        self_heads = self._heads(ablate, self.n_enc + self.n_dec, "ablate")
+        cross_heads = self._heads(ablate_cross, self.n_dec, "ablate_cross")
+        replace = {}
+        if self_heads or cross_heads:
+            values = self._replacements(ablation, reference, source, len(tgt), len(src))
+            for layer, head in self_heads:
+                value = values[layer]
+                replace[(layer, head)] = None if value is None else value[head].to(self._device)
+            for layer, head in cross_heads:
+                value = values[self.n_enc + self.n_dec + layer]
+                replace[(self.n_enc + self.n_dec + layer, head)] = None if value is None else \
+                    value[head].to(self._device)
+        out = self._forward(src, tgt, replace)
+        stack = lambda maps: torch.stack([a[0] for a in maps]).float().cpu()  # noqa: E731  (L, H, Q, K)
+        return Seq2SeqRun(
+            tokens=self._labels(src),
+            attentions=stack(out.encoder_attentions),  # (L_enc, H, S, S)
+            ablated=self_heads,
+            output=out.decoder_hidden_states[-1][0].float().cpu(),  # (T, D)
+            logits=out.logits[0].float().cpu(),  # (T, V)
+            token_ids=src,
+            ablation=ablation if (self_heads or cross_heads) else "zero",
+            decoder_attentions=stack(out.decoder_attentions),  # (L_dec, H, T, T)
+            cross_attentions=stack(out.cross_attentions),  # (L_dec, H, T, S)
+            target_tokens=self._labels(tgt),
+            target_ids=tgt,
+            ablated_cross=cross_heads,
+        )
+
+    # -- what does not hold here ---------------------------------------------------------------------------------
+    def head_outputs(self, text: str | EncodedText) -> torch.Tensor:
+        """The encoder's head outputs over the source (L_enc, H, S, dh), target the greedy continuation; every
+        kind's: `head_outputs_all`."""
+        source = text.text if isinstance(text, EncodedText) else text
+        return torch.stack(self.head_outputs_all(source)[:self.n_enc])
+
+    def inside(self, *args, **kwargs):
+        raise UnavailableError(_WHY_NOT.format(what="Opening a head (q, k, v, scores)"))
+
+    def inside_layer(self, *args, **kwargs):
+        raise UnavailableError(_WHY_NOT.format(what="Opening a layer"))
+
+    def head_gradients(self, *args, **kwargs):
+        raise UnavailableError(_WHY_NOT.format(what="Attribution (head gradients)"))
+
+    def norm_inputs(self, *args, **kwargs):
+        raise UnavailableError(_WHY_NOT.format(what="Value-weighted norms"))
+
+    def census(self, *args, **kwargs):
+        raise UnavailableError(_WHY_NOT.format(what="The head census"))
+
+    def circuits(self, *args, **kwargs):
+        raise UnavailableError(_WHY_NOT.format(what="QK/OV circuits"))
+
+    def readout(self, *args, **kwargs):
+        return None
+
+    def run_batch_keep(self, *args, **kwargs):
+        raise UnavailableError(_WHY_NOT.format(what="Batched head maps (importance, patching)"))
+
+    def head_means(self, *args, **kwargs):
+        raise UnavailableError(_WHY_NOT.format(what="One mean per head over one stack"))
+
+
+def build_seq2seq_model(name: str, title: str, source: str, config) -> Seq2SeqModel:
+    """Load an encoder-decoder `source` (folder or hub id) with eager attention, safetensors only, no remote code."""
+    import transformers
+
+    from mha_viz.models.hf.loading import _explain_load_failure
+
+    n_heads = getattr(config, "num_attention_heads", None) or getattr(config, "num_heads", None) or \
+        getattr(config, "encoder_attention_heads", None)
+    if not n_heads:
+        raise ModelLoadError(f"'{config.model_type}' config has no attention head count.")
+    device = torch_device()
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+        model = transformers.AutoModelForSeq2SeqLM.from_pretrained(
+            source, attn_implementation="eager", trust_remote_code=False, use_safetensors=True,
+            dtype=torch.float32).to(device)
+    except (OSError, ValueError, EnvironmentError) as err:
+        raise ModelLoadError(_explain_load_failure(name, err)) from None
+    model.eval()
+    max_pos = int(getattr(config, "max_position_embeddings", 0) or 10**9)
+    enc, dec, _ = _out_projections(model)
+    info = ModelInfo(name=name, title=title, kind="encoder-decoder", n_layers=len(enc), n_heads=int(n_heads),
+                     max_tokens=min(max_pos, settings().max_tokens), causal=False)
+    return Seq2SeqModel(info, model, tokenizer, model.device)
