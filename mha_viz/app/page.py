@@ -48,6 +48,14 @@ SWITCHES = {"Layer"}  # views that draw every head's on/off switch (the grid's c
 # Views that bring their own input (each Lesson step has one the student replaces): the page's sentence box above
 # them would be a second box, and a student could not tell which one drives what is drawn.
 OWN_INPUT = {"Lesson"}
+# On those views the sidebar's model, display and switching-off controls act on nothing (the Lesson runs its own
+# models, and says which in each step): hidden, not dropped, so their values are there again on the other views.
+_OWN_INPUT_SIDEBAR = (
+    "<style>" + ",".join(f"[data-testid='stSidebarUserContent'] .st-key-{key}" for key in (
+        "model_choice", "custom_id", "n_cols", "scale", "hide_special", "merge", "fig_format", "ablation"))
+    + ",[data-testid='stSidebarUserContent'] [data-testid='stElementContainer']:has([data-testid='stHeading'])"
+    ",[data-testid='stSidebarUserContent'] [data-testid='stElementContainer']:has([data-testid='stCaptionContainer'])"
+    "{display:none}</style>")
 
 
 def warm_up() -> None:
@@ -95,6 +103,10 @@ def main() -> None:
     ablation = sidebar.ablation()
     sidebar.learned_note(model)
     boxed = state.current_view(list(VIEWS)) not in OWN_INPUT
+    if not boxed:
+        st.html(_OWN_INPUT_SIDEBAR)
+        st.sidebar.markdown("The model, display and switching-off settings of the other views are hidden here: "
+                           "each Lesson step names the model it runs.")
     text = text_input(model) if boxed else kept_text()
     try:
         with st.spinner("Running the model..."):

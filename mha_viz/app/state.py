@@ -21,6 +21,7 @@ EXTRA_MODELS = "_extra_models"  # shipped models a link opened that the picker d
 LESSON_VIEW = "Lesson"
 LESSON_KEY = "lesson"  # the Lesson's step, 1-based, as `?lesson=` carries it
 LESSON_MODEL_KEY = "lesson_model"  # the learned model the Lesson runs on, as `?lesson_model=` carries it
+LESSON_TYPED_KEY = "lesson_typed"  # {step: what the student typed into its box}, as `?lesson_text_N=` carries it
 
 
 def _quoted(value: str, limit: int = 30) -> str:
@@ -99,6 +100,9 @@ def read_url_once(views: list[str]) -> list[str]:
             notices.append(f"lesson={_quoted(get['lesson'], 20)} in the link is not a step number and was ignored.")
     if "lesson_model" in get and get["lesson_model"].strip():  # checked by the Lesson view against its models
         st.session_state[LESSON_MODEL_KEY] = get["lesson_model"].strip()
+    for key, value in get.items():  # what the student typed into a Lesson step's box, by step
+        if key.startswith("lesson_text_") and key[12:].isdigit():
+            st.session_state.setdefault(LESSON_TYPED_KEY, {})[int(key[12:])] = value
     if "view" in get:
         if get["view"] in views:
             st.session_state["view"] = get["view"]
@@ -154,6 +158,9 @@ def write_url(model_name: str, text: str, layer: int, off: set, view: str) -> No
         state[LESSON_KEY] = str(st.session_state.get(LESSON_KEY, 1))
         if st.session_state.get(LESSON_MODEL_KEY, "tiny") != "tiny":
             state[LESSON_MODEL_KEY] = str(st.session_state[LESSON_MODEL_KEY])
+        for step, typed in sorted(st.session_state.get(LESSON_TYPED_KEY, {}).items()):
+            if len(typed) <= MAX_TEXT_IN_URL:
+                state[f"lesson_text_{step}"] = typed
     if st.session_state.get("ablation", "zero") != "zero":  # zero is the default: links without it stay as they were
         state["ablation"] = st.session_state["ablation"]
     current = {key: st.query_params.get(key) for key in st.query_params.keys()}

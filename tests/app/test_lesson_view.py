@@ -91,6 +91,42 @@ def _roles_named(text: str) -> dict[str, set[frozenset[str]]]:
     return found
 
 
+def _answer(at) -> None:
+    """Pick the first choice of every prediction question still open, so the step draws its figure."""
+    for radio in [r for r in at.radio if (r.key or "").startswith("lesson_q_") and r.value is None]:
+        radio.set_value(radio.options[0]).run()
+        assert not at.exception, at.exception
+
+
+def test_a_step_asks_first_and_its_question_and_answer_follow_the_model():
+    """Step 1 asks before it draws; on tiny#seed2 the census's previous token head of layer 0 is another head, and
+    the question and the measured answer name it."""
+    for model in ("tiny", "tiny#seed2"):
+        at = _lesson({"lesson": "1", "lesson_model": model})
+        prev = next(h for h in _named(model, "previous") if h[0] == 0)
+        question = next(r for r in at.radio if r.key == "lesson_q_1")
+        assert f"switch off {head_name(prev)}" in question.label
+        assert not [c for c in at.get("plotly_chart")], "the figure is shown before the prediction"
+        question.set_value("Only the other heads of layer 0").run()
+        assert at.get("plotly_chart")
+        assert "the answer is “Only the heads of the later layers”" in at.info[0].value
+        assert f"With {head_name(prev)} off" in at.info[0].value
+
+
+def test_the_typed_input_stays_across_next_and_back_and_a_long_paste_is_cut():
+    at = _lesson({"lesson": "1"})
+    at.text_input(key="lesson_text_1").input("anna saw ben . ben saw anna .").run()
+    at.button(key="lesson_next").click().run()
+    at.button(key="lesson_back").click().run()
+    assert at.text_input(key="lesson_text_1").value == "anna saw ben . ben saw anna ."
+    assert at.query_params["lesson_text_1"] in ("anna saw ben . ben saw anna .", ["anna saw ben . ben saw anna ."])
+    at.text_input(key="lesson_text_1").input("anna " * 100).run()
+    assert len(at.text_input(key="lesson_text_1").value) == 400
+    assert any("keeps the first 400" in i.value for i in at.info)
+    at.text_input(key="lesson_text_1").input("").run()
+    assert any("The box is empty, so the step shows its prepared sentence" in c.value for c in at.caption)
+
+
 @pytest.fixture(scope="module")
 def every_step():
     """The lesson opened at step 1 and walked with Next to the end, each step's text, and every 'try' switched on."""
@@ -101,6 +137,7 @@ def every_step():
             at.button(key="lesson_next").click().run()
             assert not at.exception, (n, at.exception)
         assert at.query_params["lesson"] == [str(n)] or at.query_params["lesson"] == str(n)
+        _answer(at)
         texts[n] = _text(at)
         typed_into[n] = _typed_into(at)
         toggles = [t for t in at.toggle if t.key == f"lesson_try_{n}"]

@@ -105,6 +105,15 @@ def shoot(browser, url: str, out: Path, n: int, lesson_model: str, size: tuple[i
     try:
         page.goto(f"{url}/?{query}", wait_until="domcontentloaded")
         found = {"heading": wait_for(page, HEADING, timeout_s, arg=n)}
+        settled(page, timeout_s)
+        # Each step asks first: the picture shows the step after the student's prediction (the first choice).
+        for _ in range(4):
+            open_ = page.locator('[data-testid="stMain"] [data-testid="stRadio"]:not(:has(input:checked)) '
+                                 '[data-testid="stRadioOption"]')
+            if open_.count() == 0:
+                break
+            open_.first.locator("div").last.click()
+            settled(page, timeout_s)
         if STEPS[n - 1].text:  # the closing step has no figure
             found["figure"] = wait_for(page, FIGURE, timeout_s)
         found["settled"] = settled(page, timeout_s)

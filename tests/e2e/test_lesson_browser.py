@@ -28,6 +28,7 @@ HEADING = """(n) => [...document.querySelectorAll('[data-testid="stMain"] h4')]
   .some(h => h.innerText.startsWith(`Step ${n} of`))"""
 # A step is drawn when its heading is there and, for a step with a figure, a plotly chart is drawn in the main column.
 FIGURE = "() => document.querySelectorAll('[data-testid=\"stMain\"] .js-plotly-plot .main-svg').length > 0"
+HEADING_TOP = """() => document.querySelector('[data-testid="stMain"] h4').getBoundingClientRect().top"""
 MAIN_TEXT = "() => document.querySelector('[data-testid=\"stMain\"]').innerText"
 SENTENCE_BOX = "() => document.querySelectorAll('textarea[aria-label=\"Sentence\"]').length"
 # "the census's induction head L1 H3", "The census's first token heads are L1 H0, L1 H2 and L1 H3, tied"
@@ -75,14 +76,26 @@ def role_problems(model: str, texts: dict[int, str]) -> list[str]:
     return problems
 
 
+def answer(page) -> None:
+    """Pick the first choice of each prediction the step asks, so it draws its figure and its measured lines."""
+    for _ in range(4):
+        open_ = page.locator('[data-testid="stMain"] [data-testid="stRadio"]:not(:has(input:checked)) '
+                             '[data-testid="stRadioOption"]')
+        if open_.count() == 0:
+            return
+        open_.first.locator("div").last.click()
+        wait_idle(page)
+
+
 def _walk(page, n_steps: int) -> dict[int, str]:
     """From step 1, Next through every step: each step's main-column text once it is drawn."""
     texts = {}
     for n in range(1, n_steps + 1):
         if n > 1:
-            page.get_by_role("button", name="Next →").click()
+            page.get_by_role("button", name="Next →").last.click()
         wait(page, HEADING, f"step {n}'s heading", arg=n)
         wait_idle(page)
+        answer(page)
         texts[n] = page.evaluate(MAIN_TEXT)
     return texts
 
@@ -102,8 +115,12 @@ def test_the_lesson_opens_first_and_every_step_draws_whole(browser, streamlit_ur
         texts = {}
         for n in range(1, N + 1):
             if n > 1:
-                page.get_by_role("button", name="Next →").click()
+                page.get_by_role("button", name="Next →").last.click()
             wait(page, HEADING, f"step {n}'s heading", arg=n)
+            top = page.evaluate(HEADING_TOP)
+            assert 0 <= top < height / 3, f"step {n}'s heading at y={top} after Next, not at the top"
+            wait_idle(page)
+            answer(page)
             if STEPS[n - 1].text:
                 wait(page, FIGURE, f"step {n}'s figure")
             wait_idle(page)

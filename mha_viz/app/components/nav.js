@@ -65,11 +65,17 @@ function viewEvent(view) {
 const HINT_KEY = "mha-viz-hint-dismissed";
 
 function hint(steps, view, s) {
-  if (!steps || !steps.length || document.querySelector(".mhn-hint")) return;
+  // The card's words depend on the view (inside the Lesson it describes the Lesson): a new text replaces it.
+  const text = JSON.stringify([steps, view]);
+  const shown = document.querySelector(".mhn-hint");
+  if (shown && shown.dataset.text === text) return;
+  if (shown) shown.remove();
+  if (!steps || !steps.length) return;
   try { if (window.localStorage.getItem(HINT_KEY)) return; } catch (e) { /* no storage: show it this once */ }
   const side = document.querySelector('[data-testid="stSidebarUserContent"]');
   const card = document.createElement("aside");
   card.className = "mhn-hint";
+  card.dataset.text = text;
   card.setAttribute("aria-label", "First visit");
   const title = document.createElement("strong");
   title.textContent = "New here?";

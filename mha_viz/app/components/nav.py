@@ -24,6 +24,12 @@ FIRST_VISIT = (
     "Switch a head off with the red switch in its corner and watch what changes, above the heads.",
 )
 HINT_VIEW = "Lesson"  # the hint's button opens it
+# The same card seen from inside the Lesson: what the Lesson is and how to go through it (no link to itself).
+IN_THE_LESSON = (
+    "This is the Lesson: seven steps, one claim of multi-head attention each, measured on small live models.",
+    "Each step asks you to predict first; pick an answer and the figure shows what the model measured.",
+    "Replace a step's sentence with your own: every number follows it. Back and Next are at the top and the foot.",
+)
 
 
 def nav(groups: dict[str, list[str]], current: str, key: str, on_view: Callable[[str], None],
@@ -43,5 +49,5 @@ def nav(groups: dict[str, list[str]], current: str, key: str, on_view: Callable[
             on_view(event)
 
     _COMPONENT(data={"groups": [[label, names] for label, names in groups.items()], "current": current,
-                     "hint": list(FIRST_VISIT),
-                     "hint_view": HINT_VIEW}, key=key, on_view_change=_clicked)
+                     "hint": list(IN_THE_LESSON if current == HINT_VIEW else FIRST_VISIT),
+                     "hint_view": "" if current == HINT_VIEW else HINT_VIEW}, key=key, on_view_change=_clicked)

@@ -49,7 +49,24 @@ def _picked_model() -> None:
     st.session_state[state.LESSON_MODEL_KEY] = st.session_state["lesson_model_pick"]
 
 
-_MOVED = "_lesson_moved"  # a Back or Next callback moved the step on this run (see _buttons)
+_MOVED = "_lesson_moved"  # a Back or Next callback moved the step on this run (see _moved)
+LIMIT = 400  # characters of a step's input: longer pastes are cut, and the step says so
+_CUT = "_lesson_cut"  # {step: the length of the paste that was cut}
+# Back and Next bring the new step's heading to the top of the window: a rerun keeps the scroll position, so from the
+# bottom of a long step the next one opened mid-page. Runs in the page (a v2 component, no iframe), once per step.
+_TOP = st.components.v2.component("mha_viz.lesson_top", html="", js="""
+export default function ({ data, parentElement }) {
+  if (parentElement.dataset.step === String(data.step)) return;
+  const first = parentElement.dataset.step === undefined;
+  parentElement.dataset.step = String(data.step);
+  if (first && !data.moved) return;
+  for (const el of [document.querySelector('[data-testid="stMain"]'),
+                    document.querySelector('[data-testid="stAppViewContainer"]'),
+                    document.scrollingElement]) {
+    if (el) el.scrollTop = 0;
+  }
+  window.scrollTo(0, 0);
+}""", isolate_styles=False)
 
 
 def _go(step: int) -> None:
@@ -57,23 +74,63 @@ def _go(step: int) -> None:
     st.session_state[_MOVED] = True
 
 
-def _buttons(n: int, n_steps: int) -> None:
-    """Back and Next. Their callbacks move the step before the run draws it. A click that reaches a session which
-    has not drawn the buttons yet (one rebuilt after its server process died, reconnect.py) has no callback to call:
+def _bar(n: int, n_steps: int, where: str) -> tuple[bool, bool]:
+    """One row of Back, the progress and Next; the same at the top and the foot of a step (keys by `where`), so
+    at 1000x800 the student reaches Next without scrolling past the figure. Returns (back clicked, next clicked)."""
+    back, middle, forward = st.columns([1, 3, 1], vertical_alignment="center")
+    suffix = "" if where == "foot" else f"_{where}"
+    went_back = back.button("← Back", key=f"lesson_back{suffix}", disabled=n == 1, on_click=_go, args=(n - 1,),
+                            width="stretch")
+    went_on = forward.button("Next →", key=f"lesson_next{suffix}", disabled=n == n_steps, on_click=_go,
+                             args=(n + 1,), type="primary", width="stretch")
+    if where == "top":
+        middle.progress(n / n_steps)
+    return went_back, went_on
+
+
+def _moved(n: int, n_steps: int, went_back: bool, went_on: bool) -> None:
+    """Back and Next's callbacks move the step before the run draws it. A click that reaches a session which has
+    not drawn the buttons yet (one rebuilt after its server process died, reconnect.py) has no callback to call:
     Streamlit knows a button's callback only once the button is drawn, and the click arrives before. The button
     still returns True on that run, so the step moves here, once, and the page is drawn again at the new step (the
     URL follows, page.py writes it in its `finally`). After a callback the button returns True too: `_MOVED` says
     the step has moved already."""
-    back, _, forward = st.columns([1, 3, 1])
-    went_back = back.button("← Back", key="lesson_back", disabled=n == 1, on_click=_go, args=(n - 1,),
-                            width="stretch")
-    went_on = forward.button("Next →", key="lesson_next", disabled=n == n_steps, on_click=_go, args=(n + 1,),
-                             type="primary", width="stretch")
     moved = st.session_state.pop(_MOVED, False)
     step = n - 1 if went_back else n + 1
     if (went_back or went_on) and not moved and 1 <= step <= n_steps:
         _go(step)  # its mark stays for the rerun, which pops it: a click the rerun still carries moves nothing
         st.rerun()
+
+
+def _step_input(n: int, step: lesson_steps.Step) -> str:
+    """The step's box, holding what the student typed into it (kept in `lesson_steps.TYPED` across Next/Back, other
+    views and, through the link, a reload); returns the input the step runs. A paste over `LIMIT` characters is
+    cut there with a notice; an empty box runs the prepared sentence and says so."""
+    typed = st.session_state.setdefault(lesson_steps.TYPED, {})
+    key = f"lesson_text_{n}"
+    if key not in st.session_state:  # a widget's state is dropped on runs that do not draw it: put it back
+        st.session_state[key] = typed.get(n, step.text)
+
+    def keep() -> None:
+        value, cut = st.session_state[key], st.session_state.setdefault(_CUT, {})
+        cut.pop(n, None)
+        if len(value) > LIMIT:
+            cut[n] = len(value)
+            value = st.session_state[key] = value[:LIMIT]
+        if value == step.text:
+            typed.pop(n, None)
+        else:
+            typed[n] = value
+
+    st.text_input("Input (replace it with your own)", key=key, on_change=keep,
+                  help=f"Up to {LIMIT} characters; it stays while you move between steps and views, and in the link.")
+    if n in st.session_state.get(_CUT, {}):
+        st.info(f"Your input had {st.session_state[_CUT][n]:,} characters; the lesson keeps the first {LIMIT}, "
+                "shown in the box.", icon="✂️")
+    text = read_text(st.session_state[key])
+    if not text.strip():
+        st.caption(f"The box is empty, so the step shows its prepared sentence: “{md_safe(step.text)}”.")
+    return text or step.text
 
 
 def _unknown_words(name: str, text: str) -> None:
@@ -98,7 +155,8 @@ def render(ctx: ViewContext) -> None:
                    on_change=_picked_model,
                    help="The tiny recipe trained from different seeds: every head a step names is measured on the "
                         "model picked here, so the names follow it.")
-    st.progress(n / len(steps))
+    _TOP(data={"step": n, "moved": bool(st.session_state.get(_MOVED))}, key="lesson_top")
+    top = _bar(n, len(steps), "top")
     st.markdown(f"**{step.claim}**")
     text = step.text
     if step.text:
@@ -106,9 +164,8 @@ def render(ctx: ViewContext) -> None:
         what = "compiled from a RASP program" if step.written else "the tiny recipe, trained here"
         st.caption(f"Model: {lesson_steps.WRITTEN if step.written else learned} ({what}), {model.n_layers} layers x "
                    f"{model.n_heads} heads.")
-        typed = st.text_input("Input (replace it with your own)", value=step.text, key=f"lesson_text_{n}",
-                              max_chars=400)
-        text = read_text(typed) or step.text
+        text = _step_input(n, step)
         _unknown_words(lesson_steps.WRITTEN if step.written else learned, text)
     lesson_steps.run_step(step, learned, text, n)
-    _buttons(n, len(steps))
+    foot = _bar(n, len(steps), "foot")
+    _moved(n, len(steps), top[0] or foot[0], top[1] or foot[1])
