@@ -9,6 +9,7 @@ so heads are switched off at the one place every family shares: the output proje
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -301,6 +302,10 @@ class Seq2SeqModel(Model):
                 value = values[self.n_enc + self.n_dec + layer]
                 replace[(self.n_enc + self.n_dec + layer, head)] = None if value is None else \
                     value[head].to(self._device)
+        return self._run_ids(src, tgt, self_heads, cross_heads, ablation, replace)
+
+    def _run_ids(self, src: list[int], tgt: list[int], self_heads: frozenset, cross_heads: frozenset,
+                 ablation: str, replace: dict) -> Seq2SeqRun:
         out = self._forward(src, tgt, replace)
         stack = lambda maps: torch.stack([a[0] for a in maps]).float().cpu()  # noqa: E731  (L, H, Q, K)
         return Seq2SeqRun(
@@ -310,6 +315,7 @@ class Seq2SeqModel(Model):
             output=out.decoder_hidden_states[-1][0].float().cpu(),  # (T, D)
             logits=out.logits[0].float().cpu(),  # (T, V)
             token_ids=src,
+            special=tuple(i for i, t in enumerate(src) if t in set(self._tokenizer.all_special_ids)),
             ablation=ablation if (self_heads or cross_heads) else "zero",
             decoder_attentions=stack(out.decoder_attentions),  # (L_dec, H, T, T)
             cross_attentions=stack(out.cross_attentions),  # (L_dec, H, T, S)
@@ -345,6 +351,37 @@ class Seq2SeqModel(Model):
 
     def readout(self, *args, **kwargs):
         return None
+
+    def lexicon(self):
+        """English words this tokenizer reads as one token (`models.lexicon.english_lexicon`): the census's inputs,
+        read as sources; the census then measures the encoder's self-attention heads."""
+        from mha_viz.models.lexicon import english_lexicon
+
+        return english_lexicon(self)
+
+    def prediction_position(self, run) -> int | None:
+        """The decoder's next-token prediction after its last target token (the logits are over the target)."""
+        return None if run.logits is None else run.logits.shape[0] - 1
+
+    def head_weights(self, layer: int):
+        raise UnavailableError(_WHY_NOT.format(what="Weights per head (QK/OV circuits)") + " The encoder's "
+                               "heads also add a position term (T5's relative bias) that the weights leave out.")
+
+    def run_many(self, texts, reduce, logits: bool = False, progress=None) -> list:
+        """Each text as a source, its decoder reading only its start token (what a measure over one text reads
+        is the encoder's self-attention, `run.attentions`; a greedy continuation would cost a forward per
+        token). `run.logits`: the prediction after the start token, when `logits` is True."""
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        out = []
+        for i, text in enumerate(texts):
+            enc = self.encode_text(text)
+            run = self._run_ids(enc.ids, [self._start], frozenset(), frozenset(), "zero", {})
+            if not logits:
+                run = dataclasses.replace(run, logits=None)
+            out.append(reduce(i, run))
+            if progress is not None:
+                progress(i + 1)
+        return out
 
     def run_batch_keep(self, *args, **kwargs):
         raise UnavailableError(_WHY_NOT.format(what="Batched head maps (importance, patching)"))

@@ -182,3 +182,26 @@ def test_a_target_or_cross_heads_on_a_one_text_model_say_why():
         tiny.run("the cat sat", target="a dog")
     with pytest.raises(InputError, match="no cross-attention"):
         tiny.run("the cat sat", ablate_cross={(0, 0)})
+
+
+def test_census_reads_the_encoder_heads_and_circuits_say_why(tmp_path):
+    """The census's inputs are read as sources: its scores are the encoder's self-attention heads; the weights per
+    head (circuits) and opening a head are refused with the reason."""
+    from mha_viz.analysis import circuits
+    from mha_viz.analysis.census_run import head_census
+    from tests.models.hf.architectures import word_piece_tokenizer
+
+    torch.manual_seed(0)
+    config = CONFIGS["bart"]()
+    config.vocab_size, config.max_position_embeddings = 4096, 128  # the WordPiece tokenizer's ids; census lengths
+    transformers.BartForConditionalGeneration(config).save_pretrained(tmp_path)
+    word_piece_tokenizer(tmp_path, (SOURCE, TARGET, OTHER))
+    model = load_custom(str(tmp_path))
+    made = head_census(model, texts=[SOURCE, TARGET, OTHER])
+    assert (made.n_layers, made.n_heads) == (L_ENC, H)
+    [encoder] = model.run_many([SOURCE], lambda i, run: run.attentions)
+    assert torch.allclose(encoder, model.run(SOURCE, target=TARGET).attentions, atol=1e-6)
+    with pytest.raises(UnavailableError, match="encoder-decoder"):
+        circuits.head_weights(model)
+    with pytest.raises(UnavailableError, match="encoder-decoder"):
+        model.inside_layer(SOURCE, 0)
