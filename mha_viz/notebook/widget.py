@@ -76,7 +76,9 @@ def effect_readout(model: Model, base: AttentionRun, run: AttentionRun) -> dict:
             probs, ids = analysis.topk_predictions(logits[position], TOP_K)
             return [[model.decode(int(i)), float(p)] for p, i in zip(probs, ids)]
 
-        return {"kind": "lm", "position": int(position), "token": base.tokens[position], "kl": float(kl),
+        # An encoder-decoder run's logits are over its target (the decoder's tokens), not over `tokens`.
+        tokens = getattr(base, "target_tokens", None) or base.tokens
+        return {"kind": "lm", "position": int(position), "token": tokens[position], "kl": float(kl),
                 "before": top(base.logits), "after": top(run.logits), "off": off, "note": note}
     return {"kind": "encoder", "cosine": float(analysis.cosine_change(base.output, run.output)), "off": off,
             "note": ""}

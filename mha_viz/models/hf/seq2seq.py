@@ -104,6 +104,7 @@ class Seq2SeqModel(Model):
         self._start = int(start)
         self._eos = getattr(config, "eos_token_id", None)
         # How many decoder positions the model accepts: learned positions cap it; T5's relative bias does not.
+        self._greedy: dict[tuple, tuple[int, ...]] = {}  # (source ids, n) -> its greedy decoder input
         self.max_target = int(getattr(config, "max_position_embeddings", 0) or settings().max_tokens)
 
     has_cross_attention = True
@@ -136,6 +137,9 @@ class Seq2SeqModel(Model):
     def greedy_target(self, source_ids: list[int], n: int = GREEDY_TOKENS) -> list[int]:
         """The decoder's input for no given target: its start token, then up to `n` tokens the model picks greedily
         (all heads on), stopping after its end-of-sequence token."""
+        key = (tuple(source_ids), n)
+        if key in self._greedy:
+            return list(self._greedy[key])
         ids = [self._start]
         src = torch.tensor([source_ids], device=self._device)
         with torch.no_grad():
@@ -145,6 +149,9 @@ class Seq2SeqModel(Model):
                 ids.append(int(out.logits[0, -1].argmax()))
                 if ids[-1] == self._eos:
                     break
+        if len(self._greedy) >= 64:  # a few recent sources: a page toggling heads reruns the same one
+            self._greedy.pop(next(iter(self._greedy)))
+        self._greedy[key] = tuple(ids)
         return ids
 
     def _labels(self, ids: list[int]) -> list[str]:

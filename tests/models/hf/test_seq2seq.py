@@ -205,3 +205,15 @@ def test_census_reads_the_encoder_heads_and_circuits_say_why(tmp_path):
         circuits.head_weights(model)
     with pytest.raises(UnavailableError, match="encoder-decoder"):
         model.inside_layer(SOURCE, 0)
+
+
+def test_notebook_widget_shows_the_encoder_and_reads_the_decoders_prediction(pair):
+    pytest.importorskip("anywidget")
+    import mha_viz
+
+    model, _ = pair
+    widget = mha_viz.show(model, SOURCE, display=False)
+    assert widget.run.attentions.shape[0] == L_ENC
+    assert widget.readout["token"] == widget.base.target_tokens[-1]  # the decoder's last position, not the source's
+    widget.toggle(0, 1)
+    assert widget.heads_off == frozenset({(0, 1)}) and widget.readout["off"] == 1
