@@ -284,9 +284,10 @@ def ask(key: str, q: Question, label: str = "Predict first") -> bool:
         st.caption("Pick an answer: the figure and the measured answer appear once you have made your prediction.")
         return False
     if pick == q.answer:
-        st.success(f"**Your prediction matches the measurement.** {q.why}", icon="✅")
+        st.success(f"**Your prediction matches the measurement.** {q.why}", icon=":material/check_circle:")
     else:
-        st.info(f"**Measured on this run, the answer is “{q.answer}”, not “{pick}”.** {q.why}", icon="🔎")
+        st.info(f"**Measured on this run, the answer is “{q.answer}”, not “{pick}”.** {q.why}",
+                icon=":material/search:")
     return True
 
 
@@ -625,7 +626,7 @@ def draw_combining(name: str, text: str, n: int) -> None:
     _saw(lines)
 
 
-OUTPUT_CHOICES = ("None of them", "Some, not all", "All of them")
+OUTPUT_CHOICES = ("Not one of them", "Some, not all", "All of them")
 
 
 def _written_prev() -> Head:

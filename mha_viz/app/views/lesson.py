@@ -126,7 +126,7 @@ def _step_input(n: int, step: lesson_steps.Step) -> str:
                   help=f"Up to {LIMIT} characters; it stays while you move between steps and views, and in the link.")
     if n in st.session_state.get(_CUT, {}):
         st.info(f"Your input had {st.session_state[_CUT][n]:,} characters; the lesson keeps the first {LIMIT}, "
-                "shown in the box.", icon="✂️")
+                "shown in the box.", icon=":material/content_cut:")
     text = read_text(st.session_state[key])
     if not text.strip():
         st.caption(f"The box is empty, so the step shows its prepared sentence: “{md_safe(step.text)}”.")
