@@ -42,6 +42,9 @@ def top_predictions(model: Model, logits: torch.Tensor, k: int = 5) -> list[tupl
 
 def where(model: Model, run: AttentionRun, position: int) -> str:
     """Words for a prediction position, e.g. "the last position (the next token)"."""
+    target = getattr(run, "target_tokens", None)  # an encoder-decoder run predicts along its target
+    if target:
+        return f"the decoder's target position {position}, {md_safe(quoted(target[position], 20))} (the next token)"
     token = md_safe(quoted(run.tokens[position], 20))
     if model.info.kind == "masked-lm" and run.tokens[position] == model.mask_token:
         return f"the masked position {position}"

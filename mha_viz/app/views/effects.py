@@ -34,10 +34,12 @@ def render(ctx: ViewContext) -> None:
         if model.info.kind == "masked-lm":
             st.caption(f"Masked LM: put {model.mask_token or 'the mask token'} in the sentence to predict that "
                        "word; its predictions before and after ablation are compared.")
-        positions = list(range(len(base.tokens)))
+        # An encoder-decoder run predicts along its target (the decoder's tokens), not along the source.
+        along = getattr(base, "target_tokens", None) or base.tokens
+        positions = list(range(len(along)))
         position = st.selectbox(
             "Prediction at position", positions, index=len(positions) - 1 if default is None else default,
-            format_func=lambda i: f"{i}: {visible(base.tokens[i], 24)}", key="pred_pos",
+            format_func=lambda i: f"{i}: {visible(along[i], 24)}", key="pred_pos",
             help="For a causal LM, position i predicts token i+1; the last position predicts what comes next.",
         )
     # With every head on, "before" and "after" are the same run: a KL of 0 and two equal top-5 lists say nothing.
