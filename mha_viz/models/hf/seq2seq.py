@@ -240,14 +240,11 @@ class Seq2SeqModel(Model):
         return [x[0].float().view(x.shape[1], self.n_heads, self.dh).transpose(0, 1).cpu() for x in record]
 
     def _reference(self, reference: Iterable[str] | None, source: str) -> list[str]:
-        if reference is None:
-            return [source]
-        if isinstance(reference, str):
-            raise InputError("reference must be a list of source texts, not one text: wrap it as [text]")
-        texts = [t for t in reference]
-        if not texts or not all(isinstance(t, str) and t.strip() for t in texts):
-            raise InputError("reference must hold at least one non-empty source text")
-        return texts
+        """The source texts mean and resample ablation read: `reference` checked, or the model's example sentences
+        (None), as `contract.ablation.reference_texts` picks them."""
+        from mha_viz.contract.ablation import reference_texts
+
+        return list(reference_texts(self, reference))
 
     def _replacements(self, ablation: str, reference, source: str, n_target: int, n_source: int) -> list:
         """Per output projection, the (H, P, dh) or (H, dh) value a switched-off head takes; None for zero."""
@@ -286,8 +283,8 @@ class Seq2SeqModel(Model):
         GREEDY_TOKENS tokens (all heads on). Heads in `ablate` (encoder then decoder layers, see the class) and
         `ablate_cross` are switched off: their slice of the output projection's input is set to 0 ("zero"), to its
         mean over `reference` ("mean"; see `_replacements`), or to its output on another reference source
-        ("resample"). `reference`: source texts; None means this run's own source. `text` is the source (the
-        encoder's input); patching (`patch`, `source`) is not available here yet, and `logits_at` is ignored
+        ("resample"). `reference`: source texts; None means the example sentences (`examples()`). `text` is the
+        source (the encoder's input); patching (`patch`, `source`) is not available here yet, and `logits_at` is ignored
         (every target position's logits are computed)."""
         if patch or source is not None:
             raise UnavailableError(_WHY_NOT.format(what="Activation patching"))

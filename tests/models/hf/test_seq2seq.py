@@ -217,3 +217,15 @@ def test_notebook_widget_shows_the_encoder_and_reads_the_decoders_prediction(pai
     assert widget.readout["token"] == widget.base.target_tokens[-1]  # the decoder's last position, not the source's
     widget.toggle(0, 1)
     assert widget.heads_off == frozenset({(0, 1)}) and widget.readout["off"] == 1
+
+
+def test_mean_with_no_reference_reads_the_example_sentences(pair):
+    model, _ = pair
+    texts = [text for _, text, _ in model.examples()]
+    assert texts
+    cross = model.n_enc + model.n_dec + 1
+    mean = torch.cat([model.head_outputs_all(t)[cross][0] for t in texts]).mean(0)  # (dh,)
+    run = model.run(SOURCE, target=TARGET, ablate_cross={(1, 0)}, ablation="mean")
+    _, theirs = pair
+    out = _theirs(theirs, run, [(_cross_o(theirs, 1), _set_slice(0, model.dh, mean))])
+    assert float((run.output - out.decoder_hidden_states[-1][0]).abs().max()) < 1e-4
