@@ -32,11 +32,14 @@ N_STEPS = len(lesson_steps.STEPS)
 ROLES = ("previous", "induction", "first")  # the roles the lesson names heads for
 
 
-def _lesson(params: dict) -> AppTest:
+def _lesson(params: dict, answer: bool = True) -> AppTest:
+    """The Lesson opened by its link; with `answer`, the step's prediction made (first choice), so it draws."""
     at = AppTest.from_file(APP, default_timeout=240)
     at.query_params.update({"model": "tiny", "view": "Lesson", **params})
     at.run()
     assert not at.exception, at.exception
+    if answer:
+        _answer(at)
     return at
 
 
@@ -102,7 +105,7 @@ def test_a_step_asks_first_and_its_question_and_answer_follow_the_model():
     """Step 1 asks before it draws; on tiny#seed2 the census's previous token head of layer 0 is another head, and
     the question and the measured answer name it."""
     for model in ("tiny", "tiny#seed2"):
-        at = _lesson({"lesson": "1", "lesson_model": model})
+        at = _lesson({"lesson": "1", "lesson_model": model}, answer=False)
         prev = next(h for h in _named(model, "previous") if h[0] == 0)
         question = next(r for r in at.radio if r.key == "lesson_q_1")
         assert f"switch off {head_name(prev)}" in question.label
@@ -233,10 +236,13 @@ def test_step4_the_heads_shares_add_up_to_the_layer_output(every_step):
     combo = combine_heads(torch.stack([h.contribution[-1] for h in inside]), inside[0].bias)
     biggest = (layer, int(combo.along.argmax()))
     assert f"the total's length is {combo.total_norm:.3f}" in texts[4]
-    assert f"{head_name(biggest)} adds the most along the total: {float(combo.along[biggest[1]]):.3f}" in texts[4]
+    assert (f"{head_name(biggest)} adds the most along the total with every head on: "
+            f"{float(combo.along[biggest[1]]):.3f}") in texts[4]
     after = model.inside_layer(text, layer, {biggest})
     total = torch.stack([h.contribution[-1] for h in after]).sum(0) + after[0].bias
     assert f"has length {float(total.norm()):.3f}" in tried[4]
+    # The lines follow the figure shown: with the head off, the sum is the new total's, not the old one's.
+    assert f"the total's length is {float(total.norm()):.3f}: the layer's output is the heads' outputs" in tried[4]
 
 
 def test_step5_the_written_heads_measure_as_written_and_the_output_changes(every_step):
@@ -446,7 +452,7 @@ def test_the_other_views_keep_the_pages_sentence_box_and_its_sentence():
 @pytest.mark.parametrize("params, notice", [({"lesson": "99"}, "does not exist"), ({"lesson": "two"}, "not a step"),
                                             ({"lesson_model": "gpt5"}, "is not one of")])
 def test_a_bad_lesson_link_says_so_and_opens_step_1(params, notice):
-    at = _lesson(params)
+    at = _lesson(params, answer=False)  # the link's notice is said on the first run
     assert f"Step 1 of {N_STEPS}" in _text(at)
     assert any(notice in w.value for w in at.warning), [w.value for w in at.warning]
 
