@@ -819,7 +819,7 @@ def draw_closing(name: str, text: str, n: int) -> None:
     st.markdown("Every number in these steps was measured on the run in front of you; change the lesson's model "
                 "above to another seed and the heads named follow it. Go on with the views:")
     for view, what in NEXT_VIEWS.items():
-        left, right = st.columns([1, 4], vertical_alignment="center")
+        left, right = st.columns([2, 3], vertical_alignment="center")
         left.button(view, key=f"lesson_open_{view}", type="tertiary", on_click=state.set_view, args=(view,),
                     icon=":material/arrow_forward:")
         right.caption(what)

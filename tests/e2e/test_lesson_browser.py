@@ -112,6 +112,12 @@ def test_the_lesson_opens_first_and_every_step_draws_whole(browser, streamlit_ur
         assert page.locator(".mhn .mhn-view").first.inner_text() == "Lesson"
         assert page.locator('[data-testid="stAppDeployButton"]').count() == 0, "visitors must not see Deploy"
         page.locator(".mhn-hint a", has_text="Lesson").click()  # the first-visit hint's link
+        wait(page, HEADING, "step 1's heading", arg=1)
+        wait_idle(page)
+        side = page.evaluate("() => document.querySelector('[data-testid=\"stSidebarUserContent\"]').innerText")
+        for other in ("Heatmaps per row", "Colour scale", "Hide special tokens", "Sets the head's output to",
+                      "Open the Lesson"):
+            assert other not in side, f"the sidebar on the Lesson shows {other!r}: {side[:600]}"
         texts = {}
         for n in range(1, N + 1):
             if n > 1:
