@@ -4,7 +4,7 @@ which end is notable, and its words (a short label, one sentence of meaning, the
 differs). Everything that shows a per-head score reads it from here, so one name is one computation.
 
     from mha_viz import measures
-    m = measures["previous"]                      # or measures()["previous"]; `for name in measures` walks them
+    m = measures.get("previous")                  # or measures.REGISTRY["previous"]; iterate REGISTRY to walk them
     value, uniform = m.measure(att, Positions.of(tokens, token_ids, added, causal))   # (L, H), float
 
 Adding a measure is one `_register(Measure(...))` below plus its test: the census map, the badges (`badge=True`),
@@ -18,7 +18,6 @@ Axis letters: L layer, H head, Q query, K key, T token. Attention is (L, H, Q, K
 from __future__ import annotations
 
 import math
-import sys
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -649,36 +648,3 @@ def markdown_table() -> str:
     rows.append(f"| {', '.join(f'`{n}`' for n in relations)} | the relation | how often the most-attended word is the "
                 f"gold word of that dependency relation, on the census's template sentences | {first.citation} |")
     return "\n".join(rows).replace("<", "&lt;").replace(">", "&gt;")  # "<bos>" would vanish as an HTML tag
-
-
-class _RegistryModule(types.ModuleType):
-    """`mha_viz.measures` is this module and the registry at once: `measures["previous"]`, `measures()`,
-    `for name in measures` and `len(measures)` read the registry, while `from mha_viz.measures import Measure` still
-    imports from the module."""
-
-    def __getitem__(self, name: str) -> Measure:
-        return get(name)
-
-    def __iter__(self):
-        return iter(REGISTRY)
-
-    def __len__(self) -> int:
-        return len(REGISTRY)
-
-    def __contains__(self, name) -> bool:
-        return name in REGISTRY
-
-    def __call__(self) -> Mapping[str, Measure]:
-        return REGISTRY
-
-    def keys(self):
-        return REGISTRY.keys()
-
-    def values(self):
-        return REGISTRY.values()
-
-    def items(self):
-        return REGISTRY.items()
-
-
-sys.modules[__name__].__class__ = _RegistryModule

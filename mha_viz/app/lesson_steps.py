@@ -49,6 +49,12 @@ FLOOR = measures.SUPPORT_FLOOR
 
 
 # -- measurements, shared by the sessions through the run cache -------------------------------------------------
+
+def _meaning(measure: str) -> str:
+    """A measure's meaning inside a sentence: lower-case first letter, no closing full stop."""
+    meaning = measures.get(measure).meaning
+    return meaning[0].lower() + meaning[1:].rstrip(".")
+
 def lesson_run(name: str, text: str, off: frozenset[Head] = frozenset()) -> AttentionRun:
     """`name` (a lesson model, loaded beside the page's own) on `text` with `off` zeroed."""
     key = ("lesson-run", text, tuple(sorted(off)))
@@ -151,7 +157,7 @@ def role_heads(name: str, role: str) -> list[Head]:
 def census_role(name: str, role: str, verb: bool = False) -> str:
     """"the census's induction head L1 H3"; a tie, "the census's induction heads L1 H0 and L1 H2, tied"; with
     `verb`, "... head is L1 H3" / "... heads are ..."; none named, "no head: the census names none for induction"."""
-    heads, label = role_heads(name, role), measures[role].label
+    heads, label = role_heads(name, role), measures.get(role).label
     if not heads:
         return f"no head: the census names none for {label}"
     if len(heads) == 1:
@@ -164,7 +170,7 @@ def queries(n: int) -> str:
 
 
 def too_few(role: str, n: int) -> str:
-    return f"{measures[role].label}: {measures.TOO_FEW} ({queries(n)}; a reading needs at least {FLOOR})"
+    return f"{measures.get(role).label}: {measures.TOO_FEW} ({queries(n)}; a reading needs at least {FLOOR})"
 
 
 def role_reading(name: str, role: str, r: Reading) -> str:
@@ -173,7 +179,7 @@ def role_reading(name: str, role: str, r: Reading) -> str:
     names no head, the input's best head, read over `FLOOR` queries or more."""
     if role_heads(name, role):
         return agreement(lesson_census(name), role, r.scores, r.support)
-    label, n = measures[role].label, r.support[role]
+    label, n = measures.get(role).label, r.support[role]
     if n < FLOOR:
         return f"The census names no {label} head; {too_few(role, n)}."
     best = argmax_head(r.scores[role])
@@ -189,7 +195,7 @@ def reading_line(name: str, r: Reading, head: Head) -> str:
         return (f"{head_name(head)}: no measured pattern 10 points above uniform attention over {FLOOR} queries or "
                 "more" + "".join(f"; {too_few(m, r.support[m])}" for m in few))
     m, value = top
-    line = (f"{head_name(head)}: {measures[m].label} {pct(value)} over {queries(r.support[m])} (uniform attention: "
+    line = (f"{head_name(head)}: {measures.get(m).label} {pct(value)} over {queries(r.support[m])} (uniform attention: "
             f"{pct(r.base[m])})")
     if m in ROLES:
         line += f"; {census_role(name, m, verb=True)}" + ("" if head in role_heads(name, m) else
@@ -203,7 +209,7 @@ def layer_previous(name: str, r: Reading, layer: int) -> tuple[Head, str]:
     named = [h for h in role_heads(name, "previous") if h[0] == layer]
     if named:
         return named[0], census_role(name, "previous", verb=True)
-    label, n = measures["previous"].label, r.support["previous"]
+    label, n = measures.get("previous").label, r.support["previous"]
     head = (layer, argmax_head(r.scores["previous"][layer:layer + 1])[1])
     if n < FLOOR:
         return head, (f"the census names no {label} head in layer {layer}; {too_few('previous', n)}: the step "
@@ -388,7 +394,7 @@ def draw_parallel(name: str, text: str, n: int) -> None:
     off = {prev} if switch else set()
     shown = lesson_run(name, text, frozenset(off)) if switch else run
     # The head the step names carries its role in its title: the one to look at.
-    _heads_row(shown, heads, [head_name(h) + (f" · {measures['previous'].label}" if h == prev else "")
+    _heads_row(shown, heads, [head_name(h) + (f" · {measures.get('previous').label}" if h == prev else "")
                               for h in heads], off, key=f"lesson_fig_{n}")
     _look(f"the {model.n_heads} heads of layer 0 read the same {len(run.tokens)} tokens at once, and each puts its "
           f"weight elsewhere. {head_name(prev)} carries a role in its title: {source}.")
@@ -523,12 +529,11 @@ def draw_patterns(name: str, text: str, n: int) -> None:
     heads = list(dict.fromkeys(h for m in ROLES for h in named[m]))
     shared = {h: [m for m in ROLES if h in named[m]] for h in heads}
     if heads:
-        titles = [" · ".join([head_name(h)] + [measures[m].label for m in shared[h]]) for h in heads]
+        titles = [" · ".join([head_name(h)] + [measures.get(m).label for m in shared[h]]) for h in heads]
         _heads_row(run, heads, titles, key=f"lesson_fig_{n}")
     _look(f"{len(heads)} heads of one model on one input, each named by the model's census, which measured every "
           "head on many inputs made for the question: "
-          + "; ".join(f"{census_role(name, m)} ({measures[m].meaning[0].lower()}{measures[m].meaning[1:].rstrip('.')})"
-                      for m in ROLES) + ".")
+          + "; ".join(f"{census_role(name, m)} ({_meaning(m)})" for m in ROLES) + ".")
     st.caption("Try: type a sentence in the box above where no word comes back: induction then has no query to "
                "average over. Then one where a name comes back twice, and see whether this input agrees with the "
                "census.")
@@ -536,9 +541,9 @@ def draw_patterns(name: str, text: str, n: int) -> None:
     lines += [census.naming_words(m) for m in ROLES if len(named[m]) > 1]  # a tie, in the census's own words
     for h, roles in shared.items():
         if len(roles) > 1:
-            both = listed([measures[m].label for m in roles])
+            both = listed([measures.get(m).label for m in roles])
             lines.append(f"{head_name(h)} is named for both {both}: the census reads each on its own inputs ("
-                         + "; ".join(f"{measures[m].label} on {_census_inputs(m)}" for m in roles)
+                         + "; ".join(f"{measures.get(m).label} on {_census_inputs(m)}" for m in roles)
                          + f"), and {head_name(h)} scores high on each.")
     if text != TEXT_REPEAT:
         p = read(name, lesson_run(name, TEXT_REPEAT))
@@ -548,7 +553,7 @@ def draw_patterns(name: str, text: str, n: int) -> None:
 
 def _census_inputs(measure: str) -> str:
     """Which of the census's inputs a measure is read on, in words ("repeated random sequences")."""
-    return " and ".join(measures.INPUTS[kind] for kind in measures[measure].census)
+    return " and ".join(measures.INPUTS[kind] for kind in measures.get(measure).census)
 
 
 LENGTH_CHOICES = ("It gets shorter", "It stays about the same", "It gets longer")
@@ -666,7 +671,7 @@ def draw_written(name: str, text: str, n: int) -> None:
                   expect=f"a table of the program's output before and after; {changed} of {total} positions differ.")
     off = {prev} if switch else set()
     shown = lesson_run(WRITTEN, text, frozenset(off)) if switch else run
-    _heads_row(shown, heads, [f"{head_name(h)} · " + (measures[written[h].pattern].label if written[h].pattern
+    _heads_row(shown, heads, [f"{head_name(h)} · " + (measures.get(written[h].pattern).label if written[h].pattern
                                                        else "no measured pattern") for h in heads], off,
                key=f"lesson_fig_{n}")
     _look(f"{len(heads)} heads that a program wrote; each selects what its line of the program says.")
@@ -680,7 +685,7 @@ def draw_written(name: str, text: str, n: int) -> None:
                          f"{too_few(m, r.support[m])}. The label is true by construction all the same.")
         elif m:
             lines.append(f"{head_name(h)}: the program wrote that {written[h].selects}; its "
-                         f"{measures[m].label} score on this input is {float(r.scores[m][h]):.2f} over "
+                         f"{measures.get(m).label} score on this input is {float(r.scores[m][h]):.2f} over "
                          f"{queries(r.support[m])} (uniform attention: {r.base[m]:.2f}). Here the label is true.")
         else:
             lines.append(f"{head_name(h)}: the program wrote that {written[h].selects}. A true role need not be "
@@ -699,7 +704,7 @@ def draw_written(name: str, text: str, n: int) -> None:
 def _tie(name: str, role: str) -> str:
     """" L1 H0 and L1 H2 tie on induction in the census." where it names several heads for `role`, else ""."""
     heads = role_heads(name, role)
-    return f" {heads_words(heads)} tie on {measures[role].label} in the census." if len(heads) > 1 else ""
+    return f" {heads_words(heads)} tie on {measures.get(role).label} in the census." if len(heads) > 1 else ""
 
 
 SEED_CHOICES = ("Yes, the same head in every seed", "No, another head in at least one seed")
@@ -733,7 +738,7 @@ def draw_learned(name: str, text: str, n: int) -> None:
     family = seeds(name) or [name]
     readings = {seed: read(seed, lesson_run(seed, text)) for seed in family}
     maps, titles = [readings[seed].scores["previous"] for seed in family], list(family)
-    label, support = measures["previous"].label, r.support["previous"]
+    label, support = measures.get("previous").label, r.support["previous"]
     st.caption(f"The {label} score of every head (rows: layers, columns: heads) in each model the recipe trained, "
                + (f"on this input, over {queries(support)}." if support >= FLOOR else
                   f"on this input: {too_few('previous', support)}, so the maps say little."))
@@ -752,7 +757,7 @@ def draw_learned(name: str, text: str, n: int) -> None:
                                     for m in ("previous", "induction")) for seed in family]
     what = "its strongest measured pattern"
     if top:
-        what = f"{measures[top[0]].label} {pct(top[1])} over {queries(r.support[top[0]])} on this input"
+        what = f"{measures.get(top[0]).label} {pct(top[1])} over {queries(r.support[top[0]])} on this input"
         if top[0] in ROLES:
             what += f"; {census_role(name, top[0], verb=True)}"
     lines.append(f"{head_name(quiet)} of {name} has a strong pattern ({what}); switching it off alone changes the "

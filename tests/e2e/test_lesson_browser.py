@@ -45,7 +45,7 @@ def role_problems(model: str, texts: dict[int, str]) -> list[str]:
     the old wording ("is highest at")."""
     others = tuple(f"{m}: " for m in seeds("tiny") if m != model)  # step 6 gives each seed's roles a line
     text = "\n".join(line for t in texts.values() for line in t.splitlines() if not line.startswith(others))
-    labels = {measures[r].label for r in ROLES}
+    labels = {measures.get(r).label for r in ROLES}
     found: dict[str, set[frozenset[str]]] = {}
     where: dict[tuple[str, frozenset[str]], str] = {}  # the first line that gives a role each head set
     for line in text.splitlines():

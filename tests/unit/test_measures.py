@@ -18,6 +18,9 @@ PKG = Path(__file__).resolve().parents[2] / "mha_viz"
 
 def test_the_registry_is_read_through_plain_names():
     """`measures.REGISTRY` and `measures.get(name)`: a plain module, with no class swapped in behind it."""
+    import types
+
+    assert type(M) is types.ModuleType
     assert M.get("previous") is M.REGISTRY["previous"] and M.get("previous (text)") is M.REGISTRY["previous"]
     assert "induction" in M.REGISTRY
     with pytest.raises(KeyError, match="registered measure"):

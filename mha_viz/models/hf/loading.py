@@ -62,7 +62,7 @@ def build_hf_model(name: str, title: str, source: str, *, gguf_file: str | None 
         else:
             config = transformers.AutoConfig.from_pretrained(source, trust_remote_code=False)
     except (OSError, ValueError) as err:
-        raise ModelLoadError(_explain_load_failure(name, err)) from None
+        raise ModelLoadError(policy.explain_load_failure(name, err)) from None
     if getattr(config, "is_encoder_decoder", False) and not gguf_file:
         from mha_viz.models.hf.seq2seq import build_seq2seq_model
 
@@ -86,7 +86,7 @@ def build_hf_model(name: str, title: str, source: str, *, gguf_file: str | None 
         tokenizer = transformers.AutoTokenizer.from_pretrained(source, trust_remote_code=False, **gguf)
         model = _auto_class(kind).from_pretrained(source, **load_args)
     except (OSError, ValueError, EnvironmentError) as err:
-        raise ModelLoadError(_explain_load_failure(name, err)) from None
+        raise ModelLoadError(policy.explain_load_failure(name, err)) from None
     model.set_attn_implementation(ATTN_IMPL)
     model.eval()
     device = model.device  # where the inputs go: the first device when accelerate split the model
@@ -134,18 +134,6 @@ def check_attention_interface(config, kind: str, name: str) -> None:
         "switch off its heads. Try a model of an architecture that does, e.g. GPT-2, Llama, Qwen, Gemma, Mistral, "
         "GPT-NeoX (Pythia), BERT or RoBERTa."
     )
-
-
-def _explain_load_failure(name: str, err: Exception) -> str:
-    text = str(err)
-    if "use_safetensors" in text or "safetensors" in text.lower() and "not found" in text.lower():
-        return (f"'{name}' has no safetensors weights. mha-viz refuses pickle checkpoints (.bin/.pt) because "
-                "loading them can run arbitrary code; convert the model to safetensors first.")
-    if "offline" in text.lower() or "connect" in text.lower() or "resolve" in text.lower() or "network" in text.lower():
-        return (f"Could not load '{name}': the Hugging Face hub cannot be reached from here (no network?). "
-                "Use a built-in model or a local folder that holds config.json and *.safetensors.")
-    return (f"Could not load '{name}': it is neither a built-in model, a folder holding a model "
-            f"(config.json + *.safetensors), nor a model id the hub knows. Details: {text.splitlines()[0][:300]}")
 
 
 def load_custom(name: str) -> HFModel:

@@ -147,3 +147,16 @@ def _refuse_over_cap(estimate: int, name: str) -> None:
 def check_size(config, name: str) -> None:
     """Refuse a model over MHA_VIZ_MAX_PARAMS, estimated from its config before any weights are fetched."""
     _refuse_over_cap(estimate_params(config), name)
+
+
+def explain_load_failure(name: str, err: Exception) -> str:
+    """One line for a failed load: no safetensors, no network, or not a model at all (loading and seq2seq share it)."""
+    text = str(err)
+    if "use_safetensors" in text or "safetensors" in text.lower() and "not found" in text.lower():
+        return (f"'{name}' has no safetensors weights. mha-viz refuses pickle checkpoints (.bin/.pt) because "
+                "loading them can run arbitrary code; convert the model to safetensors first.")
+    if "offline" in text.lower() or "connect" in text.lower() or "resolve" in text.lower() or "network" in text.lower():
+        return (f"Could not load '{name}': the Hugging Face hub cannot be reached from here (no network?). "
+                "Use a built-in model or a local folder that holds config.json and *.safetensors.")
+    return (f"Could not load '{name}': it is neither a built-in model, a folder holding a model "
+            f"(config.json + *.safetensors), nor a model id the hub knows. Details: {text.splitlines()[0][:300]}")

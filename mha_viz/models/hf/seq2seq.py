@@ -398,7 +398,7 @@ def build_seq2seq_model(name: str, title: str, source: str, config) -> Seq2SeqMo
     """Load an encoder-decoder `source` (folder or hub id) with eager attention, safetensors only, no remote code."""
     import transformers
 
-    from mha_viz.models.hf.loading import _explain_load_failure
+    from mha_viz.models.hf import policy
 
     n_heads = getattr(config, "num_attention_heads", None) or getattr(config, "num_heads", None) or \
         getattr(config, "encoder_attention_heads", None)
@@ -411,7 +411,7 @@ def build_seq2seq_model(name: str, title: str, source: str, config) -> Seq2SeqMo
             source, attn_implementation="eager", trust_remote_code=False, use_safetensors=True,
             dtype=torch.float32).to(device)
     except (OSError, ValueError, EnvironmentError) as err:
-        raise ModelLoadError(_explain_load_failure(name, err)) from None
+        raise ModelLoadError(policy.explain_load_failure(name, err)) from None
     model.eval()
     max_pos = int(getattr(config, "max_position_embeddings", 0) or 10**9)
     enc, dec, _ = _out_projections(model)
