@@ -197,11 +197,11 @@ def test_the_lesson_step_survives_a_kill(browser, deployment):
     try:
         wait(page, HEADING, "the Lesson's step 2", arg=2)
         wait(page, IDLE, "idle on step 2")
-        page.get_by_role("button", name="Next →").click()
+        page.get_by_role("button", name="Next →").last.click()
         wait(page, HEADING, "step 3 after Next", arg=3)
         wait(page, IDLE, "idle on step 3")
         assert "lesson=3" in page.url, page.url
-        own = page.get_by_label("Input (replace it with your own)")
+        own = page.get_by_label("Input (replace it with your own)", exact=True)
         own.fill(LESSON_INPUT)
         own.press("Enter")
         wait(page, IDLE, "idle after the student's own input")
@@ -215,7 +215,7 @@ def test_the_lesson_step_survives_a_kill(browser, deployment):
         assert "lesson=3" in page.url and "view=Lesson" in page.url, page.url
         assert own.input_value() == LESSON_INPUT, f"the student's own input is gone: {own.input_value()!r}"
         assert page.evaluate(f"() => !({BOX_THERE})()"), "the page's sentence box is drawn above the Lesson"
-        page.get_by_role("button", name="Next →").click()  # the rebuilt session's buttons: one step, not two
+        page.get_by_role("button", name="Next →").last.click()  # the rebuilt session's buttons: one step, not two
         wait(page, HEADING, "step 4 after Next on the rebuilt session", arg=4)
         wait(page, IDLE, "idle on step 4")
         assert page.evaluate(HEADING, 4) and "lesson=4" in page.url, page.url
