@@ -127,3 +127,19 @@ GRID_TOKENS = "() => [...document.querySelectorAll('.mhv-strip .mhv-tok')].map(t
 def grid_switch(page, name: str):
     """The on/off switch in the corner of head `name` ("L0 H3") in the browser-drawn grid."""
     return page.locator(f'.mhv-grid .mhv-switch[aria-label="{name}"]')
+
+
+# A Lesson step's prediction not yet answered: its choices, in the main column.
+OPEN_PREDICTION = ('[data-testid="stMain"] [data-testid="stRadio"]:not(:has(input:checked)) '
+                   '[data-testid="stRadioOption"]')
+
+
+def answer_predictions(page, then) -> None:
+    """Pick the first choice of each prediction a Lesson step asks (at most 4), calling `then(page)` after each, so
+    the step draws its figure and its measured lines."""
+    for _ in range(4):
+        choices = page.locator(OPEN_PREDICTION)
+        if choices.count() == 0:
+            return
+        choices.first.locator("div").last.click()
+        then(page)

@@ -29,7 +29,7 @@ from screenshot_matrix import settled  # noqa: E402  (idle, and the main column 
 
 from mha_viz.app.lesson_steps import STEPS  # noqa: E402
 
-from harness import Server, chromium, new_page, settle  # noqa: E402
+from harness import Server, answer_predictions, chromium, new_page, settle  # noqa: E402
 
 HEADING = """(n) => [...document.querySelectorAll('[data-testid="stMain"] h4')]
   .some(h => h.innerText.startsWith(`Step ${n} of`))"""
@@ -107,13 +107,7 @@ def shoot(browser, url: str, out: Path, n: int, lesson_model: str, size: tuple[i
         found = {"heading": wait_for(page, HEADING, timeout_s, arg=n)}
         settled(page, timeout_s)
         # Each step asks first: the picture shows the step after the student's prediction (the first choice).
-        for _ in range(4):
-            open_ = page.locator('[data-testid="stMain"] [data-testid="stRadio"]:not(:has(input:checked)) '
-                                 '[data-testid="stRadioOption"]')
-            if open_.count() == 0:
-                break
-            open_.first.locator("div").last.click()
-            settled(page, timeout_s)
+        answer_predictions(page, lambda p: settled(p, timeout_s))
         if STEPS[n - 1].text:  # the closing step has no figure
             found["figure"] = wait_for(page, FIGURE, timeout_s)
         found["settled"] = settled(page, timeout_s)

@@ -21,7 +21,7 @@ from test_nothing_cut_browser import CUT
 from mha_viz import measures, seeds
 from mha_viz.app.lesson_steps import ROLES, STEPS
 
-from harness import new_page, settle, wait, wait_idle
+from harness import answer_predictions, new_page, settle, wait, wait_idle
 
 N = len(STEPS)
 HEADING = """(n) => [...document.querySelectorAll('[data-testid="stMain"] h4')]
@@ -78,13 +78,7 @@ def role_problems(model: str, texts: dict[int, str]) -> list[str]:
 
 def answer(page) -> None:
     """Pick the first choice of each prediction the step asks, so it draws its figure and its measured lines."""
-    for _ in range(4):
-        open_ = page.locator('[data-testid="stMain"] [data-testid="stRadio"]:not(:has(input:checked)) '
-                             '[data-testid="stRadioOption"]')
-        if open_.count() == 0:
-            return
-        open_.first.locator("div").last.click()
-        wait_idle(page)
+    answer_predictions(page, wait_idle)
 
 
 def _walk(page, n_steps: int) -> dict[int, str]:
