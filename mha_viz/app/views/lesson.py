@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from mha_viz.app import lesson_steps, state
+from mha_viz.app import lesson_steps, reconnect, state
 from mha_viz.app.common import md_safe
 from mha_viz.app.context import ViewContext
 from mha_viz.app.text import read_text
@@ -52,6 +52,7 @@ def _picked_model() -> None:
 _MOVED = "_lesson_moved"  # a Back or Next callback moved the step on this run (see _moved)
 LIMIT = 400  # characters of a step's input: longer pastes are cut, and the step says so
 _CUT = "_lesson_cut"  # {step: the length of the paste that was cut}
+_DRAWN = "_lesson_boxes_drawn"  # the steps whose box this session has drawn: their value is the session's own
 # Back and Next bring the new step's heading to the top of the window: a rerun keeps the scroll position, so from the
 # bottom of a long step the next one opened mid-page. Runs in the page (a v2 component, no iframe), once per step.
 _TOP = st.components.v2.component("mha_viz.lesson_top", html="", js="""
@@ -108,8 +109,14 @@ def _step_input(n: int, step: lesson_steps.Step) -> str:
     cut there with a notice; an empty box runs the prepared sentence and says so."""
     typed = st.session_state.setdefault(lesson_steps.TYPED, {})
     key = f"lesson_text_{n}"
-    if key not in st.session_state:  # a widget's state is dropped on runs that do not draw it: put it back
+    drawn = st.session_state.setdefault(_DRAWN, set())
+    # The box's first draw in a session rebuilt after its server process died (reconnect.py): the browser resends
+    # the box's value, which may be newer than the link's (typed as the process died, never run). The box is left
+    # to take it, with the link's value only as its default; as text.text_input does for the page's box.
+    resent = reconnect.rebuilt() and n not in drawn
+    if not resent and key not in st.session_state:  # a widget's state is dropped on runs that do not draw it
         st.session_state[key] = typed.get(n, step.text)
+    default = typed.get(n, step.text) if resent and key not in st.session_state else ""
 
     def keep() -> None:
         value, cut = st.session_state[key], st.session_state.setdefault(_CUT, {})
@@ -122,8 +129,11 @@ def _step_input(n: int, step: lesson_steps.Step) -> str:
         else:
             typed[n] = value
 
-    st.text_input("Input (replace it with your own)", key=key, on_change=keep,
+    st.text_input("Input (replace it with your own)", value=default, key=key, on_change=keep,
                   help=f"Up to {LIMIT} characters; it stays while you move between steps and views, and in the link.")
+    if n not in drawn:  # a resent value reaches no callback (the widget was not drawn yet): keep it here
+        drawn.add(n)
+        keep()
     if n in st.session_state.get(_CUT, {}):
         st.info(f"Your input had {st.session_state[_CUT][n]:,} characters; the lesson keeps the first {LIMIT}, "
                 "shown in the box.", icon=":material/content_cut:")
