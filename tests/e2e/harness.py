@@ -129,17 +129,31 @@ def grid_switch(page, name: str):
     return page.locator(f'.mhv-grid .mhv-switch[aria-label="{name}"]')
 
 
+# A Lesson step is drawn to its foot: the Back/Next bar under its figure is there beside the one at its top. A page
+# opened by its link can be idle for a moment before its first run has drawn the step (its question among it).
+STEP_DRAWN = """() => [...document.querySelectorAll('[data-testid="stMain"] button')]
+  .filter(b => b.innerText.includes('Next') && !b.closest('[data-stale="true"]')).length >= 2"""
 # A Lesson step's prediction not yet answered: its choices, in the main column.
 OPEN_PREDICTION = ('[data-testid="stMain"] [data-testid="stRadio"]:not(:has(input:checked)) '
                    '[data-testid="stRadioOption"]')
+# (the unanswered questions' "Pick an answer" notes, the questions) in the main column: a pick's run has ended when
+# the first falls or the second grows (a step that asks on). Idle alone is no proof: right after a click the page
+# is idle for a moment before its run starts, and the radio shows the pick before the server has it.
+_PENDING = """() => {
+  const main = document.querySelector('[data-testid="stMain"]');
+  return [main.innerText.split('Pick an answer:').length - 1, main.querySelectorAll('[data-testid="stRadio"]').length];
+}"""
 
 
 def answer_predictions(page, then) -> None:
-    """Pick the first choice of each prediction a Lesson step asks (at most 4), calling `then(page)` after each, so
-    the step draws its figure and its measured lines."""
+    """Pick the first choice of each prediction a Lesson step asks (at most 4), waiting for the step to have drawn
+    what the pick reveals, then calling `then(page)`, so the step draws its figure and its measured lines."""
     for _ in range(4):
         choices = page.locator(OPEN_PREDICTION)
         if choices.count() == 0:
             return
+        notes, asked = page.evaluate(_PENDING)
         choices.first.locator("div").last.click()
+        page.wait_for_function(f"() => {{ const [n, q] = ({_PENDING})(); return n < {notes} || q > {asked}; }}",
+                               polling=100)
         then(page)

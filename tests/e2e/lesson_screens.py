@@ -29,7 +29,7 @@ from screenshot_matrix import settled  # noqa: E402  (idle, and the main column 
 
 from mha_viz.app.lesson_steps import STEPS  # noqa: E402
 
-from harness import Server, answer_predictions, chromium, new_page, settle  # noqa: E402
+from harness import STEP_DRAWN, Server, answer_predictions, chromium, new_page, settle  # noqa: E402
 
 HEADING = """(n) => [...document.querySelectorAll('[data-testid="stMain"] h4')]
   .some(h => h.innerText.startsWith(`Step ${n} of`))"""
@@ -104,7 +104,7 @@ def shoot(browser, url: str, out: Path, n: int, lesson_model: str, size: tuple[i
     path = out / f"step-{n}.png"
     try:
         page.goto(f"{url}/?{query}", wait_until="domcontentloaded")
-        found = {"heading": wait_for(page, HEADING, timeout_s, arg=n)}
+        found = {"heading": wait_for(page, HEADING, timeout_s, arg=n), "drawn": wait_for(page, STEP_DRAWN, timeout_s)}
         settled(page, timeout_s)
         # Each step asks first: the picture shows the step after the student's prediction (the first choice).
         answer_predictions(page, lambda p: settled(p, timeout_s))

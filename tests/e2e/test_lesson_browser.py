@@ -21,7 +21,7 @@ from test_nothing_cut_browser import CUT
 from mha_viz import measures, seeds
 from mha_viz.app.lesson_steps import ROLES, STEPS
 
-from harness import answer_predictions, new_page, settle, wait, wait_idle
+from harness import STEP_DRAWN, answer_predictions, new_page, settle, wait, wait_idle
 
 N = len(STEPS)
 HEADING = """(n) => [...document.querySelectorAll('[data-testid="stMain"] h4')]
@@ -88,6 +88,7 @@ def _walk(page, n_steps: int) -> dict[int, str]:
         if n > 1:
             page.get_by_role("button", name="Next →").last.click()
         wait(page, HEADING, f"step {n}'s heading", arg=n)
+        wait(page, STEP_DRAWN, f"step {n} drawn to its foot")
         wait_idle(page)
         answer(page)
         texts[n] = page.evaluate(MAIN_TEXT)
@@ -117,6 +118,7 @@ def test_the_lesson_opens_first_and_every_step_draws_whole(browser, streamlit_ur
             if n > 1:
                 page.get_by_role("button", name="Next →").last.click()
             wait(page, HEADING, f"step {n}'s heading", arg=n)
+            wait(page, STEP_DRAWN, f"step {n} drawn to its foot")
             top = page.evaluate(HEADING_TOP)
             assert 0 <= top < height / 3, f"step {n}'s heading at y={top} after Next, not at the top"
             wait_idle(page)
@@ -147,9 +149,6 @@ def test_the_lesson_opens_first_and_every_step_draws_whole(browser, streamlit_ur
         context.close()
 
 
-@pytest.mark.xfail(reason="on tiny#seed1 the step texts name the census's induction head but no sentence of the form "
-                   "'the census's previous token head ...' since the predict-then-see rewrite; not yet traced",
-                   strict=False)
 def test_each_seed_names_one_head_per_role(browser, streamlit_url):
     """tiny's seeds (tiny itself is read above): each step's text on one page, opened once per seed by its link."""
     context, page = new_page(browser, 1600, 1000)
