@@ -1,0 +1,122 @@
+"""How a Lesson step asks and shows: a step's record, the prediction it asks before its figure (`Question`, `ask`),
+the input each step runs, and the pieces every step draws with (a row of heads, "Look at", a try-switch, "What you
+just saw")."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import streamlit as st
+import torch
+
+from mha_viz import plotting
+from mha_viz.app import state
+from mha_viz.app.common import chart_config
+from mha_viz.app.lesson.readings import lesson_run, plain
+from mha_viz.app.names import marked_tokens
+from mha_viz.contract import AttentionRun, Head
+
+# -- predict, then see: a step asks first, and its figure answers -----------------------------------------------
+ANSWERS = "_lesson_answers"  # {question key: the choice picked}, a plain session key: kept across steps and views
+TYPED = state.LESSON_TYPED_KEY  # {step number: what the student typed into its box} (views/lesson.py keeps it)
+
+
+@dataclass(frozen=True)
+class Question:
+    """One question a step asks before it shows its figure. `answer` is one of `choices`, read off the run (never
+    typed); `why` says the measurement behind it in words."""
+    ask: str
+    choices: tuple[str, ...]
+    answer: str
+    why: str
+
+
+def ask(key: str, q: Question, label: str = "Predict first") -> bool:
+    """Draw `q` as a choice with none picked; once the student picks one, say whether the measured answer agrees
+    and why. True once answered. The pick is kept under `key` across steps and views (a widget's own state is
+    dropped on a run that does not draw it)."""
+    saved = st.session_state.setdefault(ANSWERS, {})
+    widget = f"lesson_q_{key}"
+    if st.session_state.get(widget) not in q.choices:
+        st.session_state.pop(widget, None)
+    if widget not in st.session_state and saved.get(key) in q.choices:
+        st.session_state[widget] = saved[key]
+
+    def keep() -> None:
+        saved[key] = st.session_state[widget]
+
+    pick = st.radio(f"**{label}:** {q.ask}", q.choices, index=None, key=widget, on_change=keep)
+    if pick is None:
+        st.caption("Pick an answer: the figure and the measured answer appear once you have made your prediction.")
+        return False
+    if pick == q.answer:
+        st.success(f"**Your prediction matches the measurement.** {q.why}", icon=":material/check_circle:")
+    else:
+        st.info(f"**Measured on this run, the answer is “{q.answer}”, not “{pick}”.** {q.why}",
+                icon=":material/search:")
+    return True
+
+
+def step_text(n: int) -> str:
+    """The input step `n` (1-based) runs: what the student typed into its box, else its prepared sentence."""
+    from mha_viz.app.lesson_steps import STEPS  # the list of steps imports every step's module, this one included
+    typed = st.session_state.get(TYPED, {}).get(n, "")
+    return typed.rstrip() or STEPS[n - 1].text
+
+
+MOVED = 0.01  # a pattern weight that moved less than this did not change (numerical noise is ~1e-7)
+
+
+@dataclass(frozen=True)
+class Step:
+    title: str
+    claim: str
+    text: str  # the prepared input; the student may replace it
+    draw: Callable[[str, str, int], None]  # (learned model, input, step number) -> draws the step
+    written: bool = False  # runs on the written model, not the lesson's learned one
+    # (learned model, input) -> what the step asks before it draws, answered by the run; None: it asks nothing
+    question: Callable[[str, str], Question] | None = None
+
+
+def heads_row(run: AttentionRun, heads: list[Head], titles: list[str], off: set[Head] = frozenset(),
+               key: str = "") -> None:
+    patterns = torch.stack([run.attentions[h] for h in heads])  # (N, Q, K)
+    fig = plotting.heads_row_figure(patterns, marked_tokens(run.tokens, run.unknown), titles,
+                                    [h in off for h in heads], height=int(720 / max(len(heads), 3)), contrast="sqrt")
+    st.plotly_chart(fig, width="stretch", key=key, config=figure_config())
+
+
+def figure_config() -> dict:
+    """The Lesson's figures' config: no plotly toolbar, which covered the heads' titles on hover (the Lesson's
+    figures are to look at; the other views keep their Save button)."""
+    return {**chart_config(), "displayModeBar": False}
+
+
+def look(text: str) -> None:
+    st.markdown(f"**Look at:** {text}", help=plain(text))
+
+
+def saw(lines: list[str]) -> None:
+    """The step's measured lines, with a help icon that explains, in one sentence each, the technical words used."""
+    body = "\n".join(f"- {line}" for line in lines)
+    st.markdown("**What you just saw** (measured on this run)\n\n" + body, help=plain(body))
+
+
+def try_switch(label: str, key: str, help: str = "", expect: str = "") -> bool:
+    """A try-switch, with what to expect said under it before it is flipped (the step says what happened after)."""
+    on = st.toggle(f"Try: {label}", key=key, help=help or None)
+    if expect and not on:
+        st.caption(f"What to expect: {expect}")
+    return on
+
+
+def off_moves(name: str, text: str, head: Head) -> tuple[float, float]:
+    """With `head` off: the largest change of any attention weight among the other heads of its layer, and among
+    the heads of the later layers."""
+    run, off = lesson_run(name, text), lesson_run(name, text, frozenset({head}))
+    layer, n_layers = head[0], run.attentions.shape[0]
+    others = [h for h in range(run.attentions.shape[1]) if h != head[1]]
+    same = float((off.attentions[layer, others] - run.attentions[layer, others]).abs().max())
+    later = float((off.attentions[layer + 1:] - run.attentions[layer + 1:]).abs().max()) \
+        if layer + 1 < n_layers else 0.0
+    return same, later

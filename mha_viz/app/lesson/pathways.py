@@ -1,0 +1,185 @@
+"""Lesson steps 5 and 6: a head a program wrote is a labeled module (switch it off and the program's output
+changes where that line decides); learned heads are pathways (the same recipe puts a role on different heads in
+each seed, and a strongly patterned head can matter little)."""
+from __future__ import annotations
+
+import streamlit as st
+
+from mha_viz import measures, plotting
+from mha_viz.analysis import next_token_kl
+from mha_viz.app.cache import side_model
+from mha_viz.app.common import head_name, top_predictions, visible
+from mha_viz.app.lesson.frame import (
+    Question,
+    figure_config,
+    heads_row,
+    look,
+    saw,
+    try_switch,
+)
+from mha_viz.app.lesson.readings import (
+    FLOOR,
+    PATTERNED,
+    ROLES,
+    WRITTEN,
+    argmax_head,
+    census_role,
+    heads_words,
+    lesson_importance,
+    lesson_run,
+    pattern_excess,
+    pct,
+    queries,
+    read,
+    role_heads,
+    role_reading,
+    strongest_pattern,
+    tok,
+    too_few,
+)
+from mha_viz.contract import Head
+from mha_viz.models import seeds
+
+OUTPUT_CHOICES = ("Not one of them", "Some, not all", "All of them")
+
+
+def _written_prev() -> Head:
+    written = side_model(WRITTEN).written_heads()
+    heads = sorted(written)
+    return next((h for h in heads if written[h].pattern == "previous"), heads[0])
+
+
+def _written_changes(text: str) -> tuple[int, int]:
+    """(positions whose program output changes with the written previous-token head off, positions)."""
+    model, prev = side_model(WRITTEN), _written_prev()
+    before = model.program_output(lesson_run(WRITTEN, text))
+    after = model.program_output(lesson_run(WRITTEN, text, frozenset({prev})))
+    return sum(x != y for x, y in zip(before, after)), len(before)
+
+
+def question_written(name: str, text: str) -> Question:
+    prev = _written_prev()
+    changed, total = _written_changes(text)
+    answer = OUTPUT_CHOICES[0] if changed == 0 else OUTPUT_CHOICES[2] if changed == total else OUTPUT_CHOICES[1]
+    why = (f"With {head_name(prev)} off, the program's output changed at {changed} of {total} positions: where the "
+           "line that reads the previous token decides the output. A position whose answer does not depend on the "
+           "token before it (the first one, for a start) keeps its output.")
+    return Question(f"A program wrote {head_name(prev)} to read the previous token. Switch it off: how many of the "
+                    f"program's {total} outputs on this input will change?", OUTPUT_CHOICES, answer, why)
+
+
+def draw_written(name: str, text: str, n: int) -> None:
+    model, run = side_model(WRITTEN), lesson_run(WRITTEN, text)
+    written = model.written_heads()
+    r = read(WRITTEN, run)
+    heads = sorted(written)
+    prev = next((h for h in heads if written[h].pattern == "previous"), heads[0])
+    changed, total = _written_changes(text)
+    switch = try_switch(f"switch {head_name(prev)} off", f"lesson_try_{n}",
+                  "Its output becomes 0: the program's line that reads it gets nothing.",
+                  expect=f"a table of the program's output before and after; {changed} of {total} positions differ.")
+    off = {prev} if switch else set()
+    shown = lesson_run(WRITTEN, text, frozenset(off)) if switch else run
+    heads_row(shown, heads, [f"{head_name(h)} · " + (measures.get(written[h].pattern).label if written[h].pattern
+                                                       else "no measured pattern") for h in heads], off,
+               key=f"lesson_fig_{n}")
+    look(f"{len(heads)} heads that a program wrote; each selects what its line of the program says.")
+    st.table({"head": [head_name(h) for h in heads], "the program wrote": [written[h].source_line for h in heads],
+              "it selects": [written[h].selects for h in heads]})
+    lines = []
+    for h in heads:
+        m = written[h].pattern
+        if m and r.support[m] < FLOOR:
+            lines.append(f"{head_name(h)}: the program wrote that {written[h].selects}; on this input "
+                         f"{too_few(m, r.support[m])}. The label is true by construction all the same.")
+        elif m:
+            lines.append(f"{head_name(h)}: the program wrote that {written[h].selects}; its "
+                         f"{measures.get(m).label} score on this input is {float(r.scores[m][h]):.2f} over "
+                         f"{queries(r.support[m])} (uniform attention: {r.base[m]:.2f}). Here the label is true.")
+        else:
+            lines.append(f"{head_name(h)}: the program wrote that {written[h].selects}. A true role need not be "
+                         "one a measure names.")
+    before = model.program_output(run)
+    if switch:
+        after = model.program_output(shown)
+        changed = [i for i, (x, y) in enumerate(zip(before, after)) if x != y]
+        st.table({"position": list(range(len(run.tokens))), "token": [visible(t) for t in run.tokens],
+                  "output, all heads on": [str(x) for x in before], f"{head_name(prev)} off": [str(x) for x in after]})
+        lines.append(f"With {head_name(prev)} off the program's output changed at {len(changed)} of "
+                     f"{len(before)} positions.")
+    saw(lines)
+
+
+def _tie(name: str, role: str) -> str:
+    """" L1 H0 and L1 H2 tie on induction in the census." where it names several heads for `role`, else ""."""
+    heads = role_heads(name, role)
+    return f" {heads_words(heads)} tie on {measures.get(role).label} in the census." if len(heads) > 1 else ""
+
+
+SEED_CHOICES = ("Yes, the same head in every seed", "No, another head in at least one seed")
+
+
+def question_learned(name: str, text: str) -> Question:
+    family = seeds(name) or [name]
+    named = {seed: tuple(role_heads(seed, "previous")) for seed in family}
+    answer = SEED_CHOICES[0] if len(set(named.values())) == 1 else SEED_CHOICES[1]
+    why = ("The census of each model names its previous token head: "
+           + "; ".join(f"{seed}: {heads_words(list(h)) if h else 'none'}" for seed, h in named.items())
+           + ". Nothing in the recipe says which head takes the role: where it lands depends on the seed.")
+    return Question(f"The same recipe trained {len(family)} models from different random seeds. Will their "
+                    "previous token head be the same head (the same layer and number) in every one?",
+                    SEED_CHOICES, answer, why)
+
+
+def quiet_and_loud(name: str, text: str) -> tuple[Head, Head]:
+    """(the strongly patterned head whose removal changes the prediction least, the head whose removal changes it
+    most). With no strongly patterned head, the most patterned one stands in."""
+    importance = lesson_importance(name, text)  # (L, H)
+    excess = pattern_excess(read(name, lesson_run(name, text)))  # (L, H)
+    patterned = excess >= PATTERNED
+    pool = importance.masked_fill(~patterned, float("inf")) if bool(patterned.any()) else -excess
+    return argmax_head(-pool), argmax_head(importance)
+
+
+def draw_learned(name: str, text: str, n: int) -> None:
+    model, run = side_model(name), lesson_run(name, text)
+    r = read(name, run)
+    family = seeds(name) or [name]
+    readings = {seed: read(seed, lesson_run(seed, text)) for seed in family}
+    maps, titles = [readings[seed].scores["previous"] for seed in family], list(family)
+    label, support = measures.get("previous").label, r.support["previous"]
+    st.caption(f"The {label} score of every head (rows: layers, columns: heads) in each model the recipe trained, "
+               + (f"on this input, over {queries(support)}." if support >= FLOOR else
+                  f"on this input: {too_few('previous', support)}, so the maps say little."))
+    st.plotly_chart(plotting.census_maps_side_by_side(maps, titles), width="stretch", key=f"lesson_fig_{n}",
+                    config=figure_config())
+    importance = lesson_importance(name, text)  # (L, H)
+    quiet, loudest = quiet_and_loud(name, text)
+    top = strongest_pattern(r, quiet)
+    look(f"the {label} score of every head in {len(family)} models trained by the same recipe from different seeds, "
+          f"and {head_name(quiet)} of {name}, a strongly patterned head.")
+    switch = try_switch(f"switch {head_name(quiet)} of {name} off", f"lesson_try_{n}",
+                  expect=f"the next-word prediction after {tok(run.tokens[-1])} moves by KL "
+                         f"{float(importance[quiet]):.3f} (0: not at all); a chart shows it before and after.")
+    # Each seed's roles from its own census: the heads step 3 names, checked against this input.
+    lines = [f"{seed}: " + " ".join(role_reading(seed, m, readings[seed]) + _tie(seed, m)
+                                    for m in ("previous", "induction")) for seed in family]
+    what = "its strongest measured pattern"
+    if top:
+        what = f"{measures.get(top[0]).label} {pct(top[1])} over {queries(r.support[top[0]])} on this input"
+        if top[0] in ROLES:
+            what += f"; {census_role(name, top[0], verb=True)}"
+    lines.append(f"{head_name(quiet)} of {name} has a strong pattern ({what}); switching it off alone changes the "
+                 f"prediction after {tok(run.tokens[-1])} by KL {float(importance[quiet]):.3f}, against "
+                 f"{float(importance[loudest]):.3f} for {head_name(loudest)}, the head whose removal matters most. "
+                 "Attention is not importance.")
+    if switch and run.logits is not None:
+        off_run = lesson_run(name, text, frozenset({quiet}))
+        before = top_predictions(model, run.logits[-1])
+        after = top_predictions(model, off_run.logits[-1])
+        st.plotly_chart(plotting.predictions_figure(before, after, "Next token, before and after",
+                                                    f"{head_name(quiet)} off"),
+                        width="stretch", key=f"lesson_pred_{n}", config=figure_config())
+        lines.append(f"Switched off here: the top prediction was {tok(before[0][0])} at {pct(before[0][1])} and is "
+                     f"{tok(after[0][0])} at {pct(after[0][1])} (KL {next_token_kl(run.logits, off_run.logits):.3f}).")
+    saw(lines)
