@@ -22,6 +22,15 @@ class Capabilities:
     """Optional capabilities several model families have; `info` is the model's (see `Model`)."""
 
     info: ModelInfo
+    # Whether the model reads two texts, a source (its encoder's) and a target (its decoder's), with cross-attention
+    # heads between them: `run(source, target=..., ablate_cross=...)` and a run's `decoder_attentions` and
+    # `cross_attentions` (models/hf/seq2seq.py). False: one self-attention stack over one text.
+    has_cross_attention: bool = False
+
+    def decoder_layers(self) -> int:
+        """How many decoder layers a model with cross-attention has (each with a self-attention and a
+        cross-attention block; `info.n_layers` counts the encoder's); 0 for one stack."""
+        return 0
 
     @property
     def mask_token(self) -> str | None:

@@ -22,7 +22,8 @@ __all__ = ["show", "show_census", "show_circuits", "show_twins"]
 
 
 def show(model_or_run, text: str | None = None, layer: int = 0, *, heads_off=(), model: Model | None = None,
-         cols: int = 4, ablation: str = "zero", shared_scale: bool = False, display: bool = True) -> "HeadGrid":
+         cols: int = 4, ablation: str = "zero", shared_scale: bool = False, display: bool = True,
+         target: str | None = None, kind: str | None = None, cross_off=()) -> "HeadGrid":
     """Every attention head of `layer` as its own heatmap, in the notebook, with the app's layer tabs, hover,
     enlarged head and on/off switches; a switch reruns the model and updates the grid and the effect readout.
 
@@ -31,6 +32,12 @@ def show(model_or_run, text: str | None = None, layer: int = 0, *, heads_off=(),
                                             # show(run, model=m, text=t))
         w.heads_off = {(0, 1)}; w.run       # switch heads from code; the run now drawn
         w.save_svg("layer1.svg")
+
+    An encoder-decoder model (BART, Marian, T5) reads `text` as its source and `target` as the decoder's text
+    (None: its own greedy continuation); the page has a switch between its Encoder, Decoder and Cross attention
+    (`kind`, settable from code), and `cross_off` switches cross-attention heads off:
+
+        w = mha_viz.show(m, "The house is small.", target="Das Haus ist klein.", kind="Cross")
 
     In IPython the widget is displayed here (once per cell, even if it is also the cell's last value) and
     returned; `display=False` only returns it.
@@ -46,6 +53,9 @@ def show(model_or_run, text: str | None = None, layer: int = 0, *, heads_off=(),
                           "kernel") from err
 
     if isinstance(model_or_run, AttentionRun):
+        if target is not None or kind is not None or cross_off:
+            raise InputError("show(run) draws the run as it is; for target=, kind= or cross_off= pass the model: "
+                             "show(model, source, target=...)")
         if heads_off:
             raise InputError("show(run) draws the run as it is; to switch heads off, pass the model and the text: "
                              "show(model, text, heads_off=...)")
@@ -64,11 +74,15 @@ def show(model_or_run, text: str | None = None, layer: int = 0, *, heads_off=(),
         if not text:
             raise InputError("show(model, text): give the sentence to run, e.g. show(model, 'The cat sat on the mat.')")
         m = model_or_run
-        base = m.run(text)
+        if (target is not None or kind is not None or cross_off) and not m.has_cross_attention:
+            what = "target=" if target is not None else "kind=" if kind is not None else "cross_off="
+            raise InputError(f"{m.info.name} is a {m.info.kind} model with one text and no cross-attention, so "
+                             f"{what} does not apply; show(model, text) draws its heads.")
+        base = m.run(text, target=target) if m.has_cross_attention else m.run(text)
         widget = HeadGrid(base, model=m, text=text, layer=layer, cols=cols, ablation=ablation,
-                          shared_scale=shared_scale, base=base)
-        if heads_off:
-            widget.set_heads_off(heads_off)
+                          shared_scale=shared_scale, base=base, target=target, kind=kind)
+        if heads_off or cross_off:
+            widget.set_heads_off(heads_off, cross=cross_off if m.has_cross_attention else None)
     widget.t_show = t_show  # the time this call began: the browser tests and benchmarks measure show() -> drawn
     if display:
         widget.display_once()

@@ -50,9 +50,36 @@ function drawReadout(box, r) {
       table.append(row);
     });
     box.append(table);
+    if (r.along && r.along.length) {  // an encoder-decoder run: the decoder's prediction at every target position
+      box.append(node("div", "mhw-metric", "The decoder's next-token prediction along the target"));
+      const along = node("table", "mhw-top mhw-along");
+      const top = node("tr");
+      top.append(node("th", "", "#"), node("th", "", "reads"), node("th", "", "all heads on"),
+                 node("th", "", r.off ? "now (" + r.off + " off)" : "now"), node("th", "", "KL"));
+      along.append(top);
+      for (const p of r.along) {
+        const row = node("tr");
+        row.append(node("td", "", String(p.position)), node("td", "", JSON.stringify(p.token)),
+                   node("td", "", `${JSON.stringify(p.before[0])} ${fmt(p.before[1])}`),
+                   node("td", "", `${JSON.stringify(p.after[0])} ${fmt(p.after[1])}`), node("td", "", p.kl.toFixed(4)));
+        along.append(row);
+      }
+      box.append(along);
+    }
   } else if (r.kind === "encoder") {
     box.append(node("div", "mhw-metric",
       `Sentence embedding, cosine(all on, now): ${r.cosine.toFixed(5)}` + (r.off ? ` (${r.off} heads off)` : "")));
+  }
+}
+
+function drawKinds(model, box, grid) {
+  box.replaceChildren();
+  for (const kind of grid.kinds || []) {
+    const b = node("button", "mhv-btn mhw-kind", kind);
+    b.setAttribute("aria-pressed", String(kind === grid.kind));
+    b.title = `Show the ${kind.toLowerCase()} attention's heads`;
+    b.addEventListener("click", () => { model.set("kind", kind); model.save_changes(); });
+    box.append(b);
   }
 }
 
@@ -64,12 +91,15 @@ function build(model) {
   reset.addEventListener("click", () => model.send({ type: "reset" }));
   const status = node("span", "mhw-status");
   status.setAttribute("data-testid", "mhw-status");
-  bar.append(reset, status);
+  // An encoder-decoder model's grid: which attention it shows (Python's `kind`, which reruns nothing).
+  const kinds = node("span", "mhw-kinds");
+  kinds.setAttribute("data-testid", "mhw-kinds");
+  bar.append(reset, kinds, status);
   const grid = node("div", "mhw-grid");
   const readout = node("div", "mhw-readout");
   readout.setAttribute("data-testid", "mhw-readout");
   box.append(bar, grid, readout);
-  const parts = { box, grid, readout, status, draws: 0 };
+  const parts = { box, grid, readout, status, kinds, draws: 0 };
   // Every time the grid draws a layer it writes the grid's data-layer: the time of the last draw is kept on
   // the widget's box (data-drawn-at, ms since the epoch), which is how show()-to-drawn is measured in a browser.
   new MutationObserver(() => {
@@ -102,6 +132,7 @@ async function refresh(model, parts) {
       model.send({ type: name, ...value });
     },
   });
+  drawKinds(model, parts.kinds, grid);
   drawReadout(parts.readout, model.get("readout"));
   parts.status.textContent = model.get("status") || "";
 }

@@ -24,6 +24,7 @@ from mha_viz.names import head_names
 from mha_viz.notebook import svg as _svg
 from mha_viz.notebook.display import FallbackDisplay, esm
 from mha_viz.web import grid_css, grid_js
+from mha_viz.web import kinds as _kinds
 from mha_viz.web.payload import deflate, grid_data, layer_codes
 
 TOP_K = 5
@@ -78,8 +79,10 @@ def effect_readout(model: Model, base: AttentionRun, run: AttentionRun) -> dict:
 
         # An encoder-decoder run's logits are over its target (the decoder's tokens), not over `tokens`.
         tokens = getattr(base, "target_tokens", None) or base.tokens
+        off += len(getattr(run, "ablated_cross", ()))
         return {"kind": "lm", "position": int(position), "token": tokens[position], "kl": float(kl),
-                "before": top(base.logits), "after": top(run.logits), "off": off, "note": note}
+                "before": top(base.logits), "after": top(run.logits), "off": off, "note": note,
+                "along": _kinds.along_target(model, base, run)}
     return {"kind": "encoder", "cosine": float(analysis.cosine_change(base.output, run.output)), "off": off,
             "note": ""}
 
@@ -91,6 +94,11 @@ class HeadGrid(FallbackDisplay, anywidget.AnyWidget):
     with those heads off), `base` (all heads on), `readout` (what changed), `layer` (the layer shown, following the
     tabs clicked in the page). `to_svg()` / `save_svg(path)` export the shown layer from Python; the grid's own
     Save SVG / PNG buttons export it in the page.
+
+    A model with cross-attention (`show(model, source, target=...)`): `kind` ("Encoder", "Decoder" or "Cross",
+    settable, and a switch in the page) picks the attention the grid shows, its layers numbered from 0; `heads_off`
+    holds self-attention heads as `Model.run`'s `ablate` numbers them (decoder layers after the encoder's) and
+    `cross_off` the cross-attention heads (`ablate_cross`). A switch clicked in the grid switches that kind's head.
     """
 
     _esm = esm("widget.js")
@@ -100,12 +108,25 @@ class HeadGrid(FallbackDisplay, anywidget.AnyWidget):
     att = traitlets.Bytes().tag(sync=True)  # every layer's (H, T, T) uint8 codes, deflated, one after another
     # (grid["parts"]: [[layer, bytes], ...]); all of them each time, so a view opened later draws from the traits
     layer = traitlets.Int(0).tag(sync=True)
+    kind = traitlets.Unicode("").tag(sync=True)  # the attention kind shown, "" for a model with one stack
     readout = traitlets.Dict().tag(sync=True)
     status = traitlets.Unicode("").tag(sync=True)
 
     def __init__(self, run: AttentionRun, model: Model | None = None, text: str | None = None, layer: int = 0,
-                 cols: int = 4, ablation: str = "zero", shared_scale: bool = False, base: AttentionRun | None = None):
-        L = int(run.attentions.shape[0])
+                 cols: int = 4, ablation: str = "zero", shared_scale: bool = False, base: AttentionRun | None = None,
+                 target: str | None = None, kind: str | None = None):
+        if target is not None and (model is None or not model.has_cross_attention):
+            raise InputError("target= is the decoder's text of an encoder-decoder model (BART, Marian, T5); this "
+                             "model reads one text: leave target out.")
+        self._target = target
+        if model is not None and model.has_cross_attention:
+            kind = _kinds.check_kind(model, kind or _kinds.ENCODER)
+            L = _kinds.n_layers(model, kind)
+        elif kind is not None:
+            raise InputError("kind= picks one of an encoder-decoder model's attention kinds (Encoder, Decoder, "
+                             "Cross); this model has one stack: leave kind out.")
+        else:
+            L = int(run.attentions.shape[0])
         if not 0 <= layer < L:
             raise InputError(f"layer {layer} does not exist: this model has layers 0 to {L - 1}")
         if model is not None:
@@ -115,7 +136,7 @@ class HeadGrid(FallbackDisplay, anywidget.AnyWidget):
         self._cols, self._shared = int(cols), bool(shared_scale)
         self._run, self._base = run, base if base is not None else (run if not run.ablated else None)
         self._handles, self._shown_at = [], None
-        super().__init__(layer=layer)
+        super().__init__(layer=layer, kind=kind or "")
         self.on_msg(self._on_msg)
         self._send_run()
 
@@ -145,27 +166,48 @@ class HeadGrid(FallbackDisplay, anywidget.AnyWidget):
     def heads_off(self, heads: Iterable[Head]) -> None:
         self.set_heads_off(heads)
 
+    @property
+    def cross_off(self) -> frozenset[Head]:
+        """The cross-attention heads off, (decoder layer, head); empty for a model with one stack."""
+        return frozenset(getattr(self._run, "ablated_cross", ()))
+
+    @cross_off.setter
+    def cross_off(self, heads: Iterable[Head]) -> None:
+        self.set_heads_off(self.heads_off, cross=heads)
+
     # -- switching heads --------------------------------------------------------------------------------------
-    def set_heads_off(self, heads: Iterable[Head]) -> AttentionRun:
-        """Rerun the model with exactly `heads` off; the grid and the readout follow. -> the new run."""
+    def set_heads_off(self, heads: Iterable[Head], cross: Iterable[Head] | None = None) -> AttentionRun:
+        """Rerun the model with exactly `heads` off (and, for a model with cross-attention, the cross-attention
+        heads `cross`; None keeps those off now); the grid and the readout follow. -> the new run."""
         if self._model is None or self._text is None:
             raise InputError("this widget shows a run without its model, so it cannot rerun: use "
                              "mha_viz.show(model, text) (or show(run, model=model, text=text)) to switch heads")
-        L, H = self._run.attentions.shape[:2]
-        off = check_ablate(heads, int(L), int(H))
+        two = self._model.has_cross_attention
+        if not two and cross:
+            raise InputError(f"{self._model.info.name} has no cross-attention, so there are no cross heads to "
+                             "switch off; give heads_off only.")
+        L = int(self._run.attentions.shape[0]) + (self._model.decoder_layers() if two else 0)
+        off = check_ablate(heads, L, int(self._model.n_heads))
+        cross = self.cross_off if cross is None or not two else \
+            check_ablate(cross, self._model.decoder_layers(), int(self._model.n_heads))
+        extra = {"target": self._target, "ablate_cross": cross} if two else {}
         if self._base is None:
-            self._base = self._model.run(self._text)
-        self._run = self._base if not off else self._model.run(self._text, ablate=off, ablation=self._ablation)
+            self._base = self._model.run(self._text, **{**extra, "ablate_cross": ()})
+        self._run = self._base if not (off or cross) else \
+            self._model.run(self._text, ablate=off, ablation=self._ablation, **extra)
         self._send_run()
         return self._run
 
     def toggle(self, layer: int, head: int, on: bool | None = None) -> AttentionRun:
-        """Switch one head on (on=True), off (on=False) or over (None), as its switch in the page does."""
-        key = (int(layer), int(head))
-        off = set(self.heads_off)
+        """Switch one head on (on=True), off (on=False) or over (None), as its switch in the page does; `layer`
+        counts within the kind shown (`kind`) for a model with cross-attention."""
+        is_cross, key = (False, (int(layer), int(head))) if not self.kind else \
+            _kinds.model_head(self._model, self.kind, layer, head)
+        off = set(self.cross_off if is_cross else self.heads_off)
         turn_on = (key in off) if on is None else bool(on)
         (off.discard if turn_on else off.add)(key)
-        return self.set_heads_off(off)
+        return self.set_heads_off(self.heads_off, cross=off) if is_cross else \
+            self.set_heads_off(off, cross=self.cross_off if self.kind else None)
 
     def _on_msg(self, _widget, content, _buffers) -> None:
         kind = content.get("type") if isinstance(content, dict) else None
@@ -184,9 +226,19 @@ class HeadGrid(FallbackDisplay, anywidget.AnyWidget):
     def _send_run(self) -> None:
         run = self._run
         causal = bool(self._model.causal) if self._model is not None else run.logits is not None
-        self._badges = badge_labels(run, causal)
-        data, codes = grid_data(token_labels(run.tokens), run.attentions, self.layer, run.ablated, self._cols,
-                                self._shared, self._badges, run.unknown)
+        if self.kind:  # one kind of an encoder-decoder run; the census's scores are defined on the encoder's
+            shown = _kinds.view(run, self.kind)
+            self._badges = badge_labels(run, causal) if self.kind == _kinds.ENCODER else {}
+            off = _kinds.grid_heads(self._model, self.kind, run.ablated, getattr(run, "ablated_cross", ()))
+            data, codes = grid_data(token_labels(shown.keys), shown.att, min(self.layer, shown.att.shape[0] - 1),
+                                    off, self._cols, self._shared, self._badges,
+                                    run.unknown if self.kind == _kinds.ENCODER else (),
+                                    query_tokens=None if shown.queries is None else token_labels(shown.queries))
+            data["kinds"], data["kind"] = list(_kinds.KINDS), self.kind
+        else:
+            self._badges = badge_labels(run, causal)
+            data, codes = grid_data(token_labels(run.tokens), run.attentions, self.layer, run.ablated, self._cols,
+                                    self._shared, self._badges, run.unknown)
         self._codes = codes
         readout = {}
         if self._model is not None and self._base is not None:
@@ -205,26 +257,49 @@ class HeadGrid(FallbackDisplay, anywidget.AnyWidget):
 
     def _layer_codes(self, layer: int) -> np.ndarray:
         L, H, T = self.grid["L"], self.grid["H"], self.grid["T"]
+        Q = self.grid.get("Q", T)
         if not 0 <= layer < L:
             raise InputError(f"layer {layer} does not exist: this model has layers 0 to {L - 1}")
-        return np.frombuffer(self._codes, np.uint8).reshape(L, H, T, T)[layer]  # (H, T, T)
+        return np.frombuffer(self._codes, np.uint8).reshape(L, H, Q, T)[layer]  # (H, Q, T)
 
     def _title(self, layer: int) -> str:
         name = self._model.info.name if self._model is not None else "a run"
         off = sorted(self.heads_off)
-        return f"{name}, layer {layer}" + (f", off: {head_names(off)}" if off else "")
+        cross = sorted(self.cross_off)
+        return (f"{name}, {self.kind.lower() + ' ' if self.kind else ''}layer {layer}"
+                + (f", off: {head_names(off)}" if off else "") + (f", cross off: {head_names(cross)}" if cross else ""))
 
     def to_svg(self, layer: int | None = None) -> str:
         """The shown layer (or `layer`) as an SVG document: every head's heatmap in the grid's colours, its name,
         whether it is off and its measured score."""
         layer = self.layer if layer is None else int(layer)
-        return _svg.layer_svg(self._layer_codes(layer), token_labels(self._run.tokens), layer, set(self.heads_off),
+        codes = self._layer_codes(layer)
+        if codes.shape[1] != codes.shape[2]:
+            raise InputError("to_svg draws self-attention (queries and keys of one text); for cross-attention use "
+                             "the grid's own Save SVG button in the page.")
+        off = {(int(l), int(h)) for l, h in self.grid.get("off", [])}  # the grid's numbering, as its badges
+        return _svg.layer_svg(codes, self.grid["tokens"], layer, off,
                               self._badges, self._cols, self._title(layer))
 
     def save_svg(self, path, layer: int | None = None) -> Path:
         path = Path(path)
         path.write_text(self.to_svg(layer), encoding="utf-8")
         return path
+
+    @traitlets.observe("kind")
+    def _kind_changed(self, change) -> None:
+        if not self.grid or change["new"] == change["old"]:
+            return
+        if self._model is None or not self._model.has_cross_attention:
+            self.kind = change["old"]
+            raise InputError("kind applies to an encoder-decoder model's grid (Encoder, Decoder, Cross).")
+        try:
+            _kinds.check_kind(self._model, change["new"])
+        except InputError:
+            self.kind = change["old"]
+            raise
+        self.layer = min(self.layer, _kinds.n_layers(self._model, change["new"]) - 1)
+        self._send_run()
 
     @traitlets.observe("layer")
     def _layer_changed(self, change) -> None:

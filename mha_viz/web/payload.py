@@ -27,11 +27,12 @@ LINES_UP_TO = 40  # tokens: up to this many, the grid can also draw a layer as l
 
 def encode(att: torch.Tensor, shared_scale: bool) -> tuple[bytes, list[float]]:
     """(L, H, Q, K) weights -> one byte per cell and each head's scale: weight = code / 255 * scale[l * H + h].
+    Q and K differ for cross-attention (target positions reading source positions).
 
     Each head is scaled to its own maximum unless `shared_scale` (then every head is on 0-1), so a faint head
     keeps all 256 levels. A quarter of float32's bytes; the browser needs nothing finer for 9 colour stops."""
     a = att.detach().float().cpu() if isinstance(att, torch.Tensor) else torch.from_numpy(np.asarray(att, np.float32))
-    if a.ndim != 4 or a.shape[-1] != a.shape[-2]:
+    if a.ndim != 4:
         raise ValueError(f"the head grid wants (layer, head, query, key) attention; got shape {tuple(a.shape)}")
     L, H = a.shape[:2]
     if shared_scale:
@@ -49,30 +50,39 @@ def deflate(codes: bytes) -> bytes:
 
 
 def layer_codes(codes: bytes, data: dict, layer: int) -> bytes:
-    """Layer `layer`'s (H, T, T) codes out of all of them, (L, H, T, T)."""
-    size = data["H"] * data["T"] * data["T"]
+    """Layer `layer`'s (H, Q, T) codes out of all of them, (L, H, Q, T); Q is T but for cross-attention."""
+    size = data["H"] * data.get("Q", data["T"]) * data["T"]
     return codes[layer * size:(layer + 1) * size]
 
 
-def layer_digests(codes: bytes, scale: list[float], L: int, H: int, T: int) -> list[str]:
+def layer_digests(codes: bytes, scale: list[float], L: int, H: int, T: int, Q: int | None = None) -> list[str]:
     """One name per layer for what the browser draws it from, its codes and its heads' scales: equal digests,
-    equal pictures, whichever run or sentence they came from."""
-    size = H * T * T
+    equal pictures, whichever run or sentence they came from. Q: the query rows, where they are not the T keys."""
+    Q = T if Q is None else Q
+    size = H * Q * T
     scales = np.asarray(scale, np.float32).reshape(L, H)
-    return [hashlib.blake2b(codes[l * size:(l + 1) * size] + scales[l].tobytes() + f"{H},{T}".encode(),
+    shape = f"{H},{T}" if Q == T else f"{H},{Q},{T}"
+    return [hashlib.blake2b(codes[l * size:(l + 1) * size] + scales[l].tobytes() + shape.encode(),
                             digest_size=12).hexdigest() for l in range(L)]
 
 
 def grid_data(tokens: list[str], att: torch.Tensor, layer: int, heads_off, n_cols: int, shared_scale: bool,
-              badges: dict[Head, str], unknown=()) -> tuple[dict, bytes]:
+              badges: dict[Head, str], unknown=(), query_tokens: list[str] | None = None) -> tuple[dict, bytes]:
     """Everything the browser draws from (see the header of web/grid/main.js) but the weights, and the weights'
-    codes (not yet deflated), for the host to send its own way: -> (data without "att", codes)."""
+    codes (not yet deflated), for the host to send its own way: -> (data without "att", codes).
+
+    query_tokens: the rows' labels where the queries are other tokens than the keys (cross-attention: the target's
+    tokens reading the source's `tokens`); the data then carries "Q" and "qtokens"."""
     codes, scale = encode(att, shared_scale)
-    L, H, T = int(att.shape[0]), int(att.shape[1]), int(att.shape[-1])
+    L, H, Q, T = int(att.shape[0]), int(att.shape[1]), int(att.shape[-2]), int(att.shape[-1])
     if len(tokens) != T:
         raise ValueError(f"{len(tokens)} token labels for attention over {T} positions")
-    digests = layer_digests(codes, scale, L, H, T)
-    text = hashlib.blake2b("\x00".join(tokens).encode() + f"|{L},{H},{T}".encode(), digest_size=12).hexdigest()
+    rows = list(tokens) if query_tokens is None else list(query_tokens)
+    if len(rows) != Q:
+        raise ValueError(f"{len(rows)} query labels for attention with {Q} query rows")
+    digests = layer_digests(codes, scale, L, H, T, Q)
+    shape = f"|{L},{H},{T}" if query_tokens is None else f"|{L},{H},{Q},{T}|" + "\x00".join(rows)
+    text = hashlib.blake2b("\x00".join(tokens).encode() + shape.encode(), digest_size=12).hexdigest()
     digest = hashlib.blake2b((text + "".join(digests)).encode(), digest_size=12).hexdigest()
     data = {
         "digest": digest, "text": text, "digests": digests, "tokens": list(tokens), "L": L, "H": H, "T": T,
@@ -83,4 +93,6 @@ def grid_data(tokens: list[str], att: torch.Tensor, layer: int, heads_off, n_col
         "colours": grid_colours(),
         "lines_up_to": LINES_UP_TO,
     }
+    if query_tokens is not None:
+        data.update(Q=Q, qtokens=rows)
     return data, codes

@@ -109,6 +109,9 @@ class Seq2SeqModel(Model):
 
     has_cross_attention = True
 
+    def decoder_layers(self) -> int:
+        return self.n_dec
+
     def examples(self) -> list[tuple[str, str, str]]:
         from mha_viz.models.examples import shipped_examples
 

@@ -40,9 +40,9 @@ function remap(name) {  // 256 codes -> 256 colour indices under a contrast
 
 // The colours a head is drawn with: code -> RGBA index, under the contrast (row: each row to its own maximum).
 // `codes`: its layer's (layers.js), the head's T x T from `base`.
-export function paint(s, codes, px, base, T, off) {
+export function paint(s, codes, px, base, T, off, Q = T) {  // Q rows of T keys (Q != T: cross-attention)
   const lutc = off ? s.offLut : s.on, map = remap(s.contrast === "row" ? "linear" : s.contrast);
-  for (let q = 0; q < T; q++) {
+  for (let q = 0; q < Q; q++) {
     let top = 255;
     if (s.contrast === "row") {
       top = 1;

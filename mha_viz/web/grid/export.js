@@ -15,8 +15,9 @@ const FIG_LABEL_MIN = 8;
 const FIG_GUTTER_MAX = 70;
 
 function figure(s) {
-  const d = s.d, T = d.T, l = s.layer, cols = s.cols || Math.min(d.cols, d.H);
-  const tile = Math.max(160, Math.min(320, T * 12)), cell = tile / T;
+  const d = s.d, T = d.T, Q = d.Q, l = s.layer, cols = s.cols || Math.min(d.cols, d.H);
+  // tile: the heads' width (T keys); tileH their height, Q query rows of square cells.
+  const tile = Math.max(160, Math.min(320, T * 12)), cell = tile / T, tileH = cell * Q;
   // Every figure is labelled: every token when a row holds a 9 px label, else every k-th (8-9 px, never overlapping).
   const plan = labelPlan(cell, T, FIG_LABEL_MAX, FIG_LABEL_MIN);
   const probe = document.createElement("canvas").getContext("2d");
@@ -24,10 +25,13 @@ function figure(s) {
   let longest = 0;
   const shown = [];
   for (let i = 0; i < T; i += plan.step) shown.push(i);
+  const shownQ = [];
+  for (let i = 0; i < Q; i += plan.step) shownQ.push(i);
   for (const i of shown) longest = Math.max(longest, probe.measureText(d.tokens[i]).width);
+  for (const i of shownQ) longest = Math.max(longest, probe.measureText(d.qtokens[i]).width);
   const gutter = Math.min(FIG_GUTTER_MAX, Math.ceil(longest) + 8), top = 58, titleH = 18, pad = 16;
   const width = pad * 2 + cols * (gutter + tile + pad), rows = Math.ceil(d.H / cols);
-  const height = top + rows * (titleH + gutter + tile + pad) + 20;
+  const height = top + rows * (titleH + gutter + tileH + pad) + 20;
   const ops = [{ rect: [0, 0, width, height, d.colours.paper] }];
   const offNames = [];
   for (let h = 0; h < d.H; h++) if (s.off.has(l + "," + h)) offNames.push(headName(s, l, h));
@@ -44,23 +48,26 @@ function figure(s) {
   ops.push({ end: true });
   for (let h = 0; h < d.H; h++) {
     const r = Math.floor(h / cols), c = h % cols;
-    const x0 = pad + c * (gutter + tile + pad) + gutter, y0 = top + r * (titleH + gutter + tile + pad);
+    const x0 = pad + c * (gutter + tile + pad) + gutter, y0 = top + r * (titleH + gutter + tileH + pad);
     const off = s.off.has(l + "," + h), gy = y0 + titleH + gutter;
     ops.push({ text: [x0, y0 + 13, headName(s, l, h) + (off ? " (off)" : ""), 12, "start", off ? "head-name off" : "head-name"] });
     ops.push({ head: [h, off, x0, gy, tile] });
-    ops.push({ stroke: [x0, gy, tile, tile] });
+    ops.push({ stroke: [x0, gy, tile, tileH] });
+    for (const i of shownQ) {
+      const t = fitText(probe, d.qtokens[i], gutter - 6);
+      ops.push({ text: [x0 - 3, gy + (i + 0.5) * cell + plan.font * 0.35, t, plan.font, "end", "token query"] });
+    }
     for (const i of shown) {
       const t = fitText(probe, d.tokens[i], gutter - 6);
-      ops.push({ text: [x0 - 3, gy + (i + 0.5) * cell + plan.font * 0.35, t, plan.font, "end", "token query"] });
       ops.push({ text: [x0 + (i + 0.5) * cell + plan.font * 0.35, gy - 3, t, plan.font, "start", "token key", -90] });
     }
   }
-  return { ops, width, height, T, step: plan.step, offNames };
+  return { ops, width, height, T, Q, step: plan.step, offNames };
 }
 
 function headPixels(s, h, off) {
-  const T = s.d.T, img = new ImageData(T, T);
-  paint(s, s.codes[s.layer], img.data, h * T * T, T, off);
+  const T = s.d.T, Q = s.d.Q, img = new ImageData(T, Q);
+  paint(s, s.codes[s.layer], img.data, h * Q * T, T, off, Q);
   return img;
 }
 
@@ -95,11 +102,11 @@ function toSVG(s, f) {
         + (rot ? ` transform="rotate(${rot} ${x.toFixed(2)} ${y.toFixed(2)})"` : "") + `>${esc(t)}</text>`);
     }
     if (op.head) {
-      const [h, off, x, y, tile] = op.head, img = headPixels(s, h, off), T = f.T, cell = tile / T;
+      const [h, off, x, y, tile] = op.head, img = headPixels(s, h, off), T = f.T, Q = f.Q, cell = tile / T;
       const attrs = `class="head" data-head="${esc(headName(s, s.layer, h))}" data-off="${off}"`;
       if (T <= SAVE_VECTOR_UP_TO) {
         out.push(`<g ${attrs}>`);
-        for (let i = 0; i < T * T; i++) {
+        for (let i = 0; i < Q * T; i++) {
           const p = img.data.subarray(i * 4, i * 4 + 3);
           if (p[0] === 255 && p[1] === 255 && p[2] === 255) continue;  // the white background shows through
           const hex = "#" + [...p].map(v => v.toString(16).padStart(2, "0")).join("");
@@ -108,9 +115,9 @@ function toSVG(s, f) {
         out.push("</g>");
       } else {
         const c = document.createElement("canvas");
-        c.width = T; c.height = T;
+        c.width = T; c.height = Q;
         c.getContext("2d").putImageData(img, 0, 0);
-        out.push(`<image ${attrs} x="${x}" y="${y}" width="${tile}" height="${tile}" style="image-rendering:pixelated" href="${c.toDataURL("image/png")}"/>`);
+        out.push(`<image ${attrs} x="${x}" y="${y}" width="${tile}" height="${cell * Q}" style="image-rendering:pixelated" href="${c.toDataURL("image/png")}"/>`);
       }
     }
   }
@@ -153,10 +160,10 @@ function toCanvas(s, f, zoom, family) {
     }
     if (op.head) {
       const [h, off, x, y, tile] = op.head, tmp = document.createElement("canvas");
-      tmp.width = f.T; tmp.height = f.T;
+      tmp.width = f.T; tmp.height = f.Q;
       tmp.getContext("2d").putImageData(headPixels(s, h, off), 0, 0);
       ctx.imageSmoothingEnabled = false;
-      ctx.drawImage(tmp, x, y, tile, tile);
+      ctx.drawImage(tmp, x, y, tile, tile / f.T * f.Q);
     }
   }
   return c;

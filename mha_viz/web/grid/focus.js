@@ -35,7 +35,7 @@ export function openFocus(s, l, h) {
       const g = s.focusGeom, r = s.focusCanvas.getBoundingClientRect();
       if (!g) return;
       const k = Math.floor((e.clientX - r.left - g.lw) / g.cell), q = Math.floor((e.clientY - r.top - g.lh) / g.cell);
-      if (q >= 0 && q < s.d.T && k >= 0 && k < s.d.T) hover(s, q, k, s.focus[1]);
+      if (q >= 0 && q < s.d.Q && k >= 0 && k < s.d.T) hover(s, q, k, s.focus[1]);
     });
     s.focusScroll.addEventListener("mouseleave", () => hover(s, null, null, null));
   }
@@ -44,31 +44,31 @@ export function openFocus(s, l, h) {
 }
 
 export function drawFocus(s) {
-  const d = s.d, [l, h] = s.focus, T = d.T, off = s.off.has(l + "," + h);
+  const d = s.d, [l, h] = s.focus, T = d.T, Q = d.Q, off = s.off.has(l + "," + h);
   s.focusTitle.textContent = headName(s, l, h) + (off ? " (off)" : "");
   const c = s.focusCanvas, ctx = c.getContext("2d");
   ctx.font = LABEL_FONT;
   let longest = 0;
-  for (const t of d.tokens) longest = Math.max(longest, ctx.measureText(t).width);
+  for (const t of [...d.tokens, ...(Q !== T ? d.qtokens : [])]) longest = Math.max(longest, ctx.measureText(t).width);
   const room = Math.ceil(Math.min(longest, 160)) + 8;
   const avail = Math.max(200, (s.box.clientWidth || 800) - room - 24);
   // Fit the width, but no larger than FOCUS_MAX_CELL (a short sentence need not fill the screen) and never
   // smaller than LABEL_CELL (a long one scrolls instead: drag or scroll to pan, + and − to zoom).
   const cell = Math.max(4, Math.round(Math.max(LABEL_CELL, Math.min(FOCUS_MAX_CELL, Math.floor(avail / T))) * s.zoom));
   c.width = room + T * cell;
-  c.height = room + T * cell;
+  c.height = room + Q * cell;
   s.focusGeom = { lw: room, lh: room, cell };
   c.dataset.cell = cell;
-  const img = new ImageData(T, T);
-  if (s.codes[l]) paint(s, s.codes[l], img.data, h * T * T, T, off);
+  const img = new ImageData(T, Q);
+  if (s.codes[l]) paint(s, s.codes[l], img.data, h * Q * T, T, off, Q);
   else img.data.fill(255);  // its layer is still on its way: drawn when it comes
   const tmp = document.createElement("canvas");
-  tmp.width = T; tmp.height = T;
+  tmp.width = T; tmp.height = Q;
   tmp.getContext("2d").putImageData(img, 0, 0);
   ctx.fillStyle = d.colours.paper;
   ctx.fillRect(0, 0, c.width, c.height);
   ctx.imageSmoothingEnabled = false;
-  ctx.drawImage(tmp, room, room, T * cell, T * cell);
+  ctx.drawImage(tmp, room, room, T * cell, Q * cell);
   // Always labelled: every token from 12 px rows up, else every k-th at 8-11 px (zoom in to read them all).
   const plan = labelPlan(cell, T);
   ctx.font = `${plan.font}px monospace`;
@@ -76,10 +76,12 @@ export function drawFocus(s) {
   ctx.textBaseline = "middle";
   c.dataset.labelStep = plan.step;
   c.dataset.labelFont = plan.font;
+  for (let i = 0; i < Q; i += plan.step) {
+    ctx.textAlign = "right";
+    ctx.fillText(fitText(ctx, d.qtokens[i], room - 6), room - 4, room + (i + 0.5) * cell, room - 6);  // queries, left
+  }
   for (let i = 0; i < T; i += plan.step) {
     const t = fitText(ctx, d.tokens[i], room - 6);
-    ctx.textAlign = "right";
-    ctx.fillText(t, room - 4, room + (i + 0.5) * cell, room - 6);  // queries, left
     ctx.save();
     ctx.translate(room + (i + 0.5) * cell, room - 4);
     ctx.rotate(-Math.PI / 2);

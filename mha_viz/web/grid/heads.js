@@ -13,8 +13,8 @@ const MIN_CELL = 3;       // px per token in a grid tile: below this the columns
 export function buildStrip(s) {
   const d = s.d;
   s.strip.replaceChildren();
-  d.tokens.forEach((t, i) => {
-    const chip = el("span", "mhv-tok" + (d.unknown.includes(i) ? " mhv-tok-unk" : ""), t);
+  d.qtokens.forEach((t, i) => {  // the queries: a row of every head
+    const chip = el("span", "mhv-tok" + (d.unknown.includes(i) && d.Q === d.T ? " mhv-tok-unk" : ""), t);
     chip.dataset.q = i;
     chip.title = "position " + i + ": hover to light this query's row in every head, click to keep it";
     chip.addEventListener("mouseenter", () => hover(s, i, null, null));
@@ -26,10 +26,11 @@ export function buildStrip(s) {
 
 export function buildHeads(s) {
   const d = s.d;
-  if (!s.heads || s.heads.length !== d.H || s.headsT !== d.T) {
+  if (!s.heads || s.heads.length !== d.H || s.headsT !== d.T || s.headsQ !== d.Q) {
     s.grid.replaceChildren();
     s.heads = [];
     s.headsT = d.T;
+    s.headsQ = d.Q;
     for (let h = 0; h < d.H; h++) {
       const cell = el("div", "mhv-head");
       const top = el("div", "mhv-top");
@@ -44,7 +45,8 @@ export function buildHeads(s) {
       const heat = el("div", "mhv-heat");
       const canvas = el("canvas", "mhv-canvas");
       canvas.width = d.T;
-      canvas.height = d.T;
+      canvas.height = d.Q;
+      canvas.style.aspectRatio = `${d.T} / ${d.Q}`;  // square cells: Q rows (queries) of T keys
       const row = el("div", "mhv-row");
       row.hidden = true;
       heat.append(canvas, row);
@@ -58,13 +60,13 @@ export function buildHeads(s) {
       s.grid.append(cell);
       wrap.addEventListener("mousemove", (ev) => {
         const r = canvas.getBoundingClientRect();
-        const q = Math.floor((ev.clientY - r.top) / r.height * d.T), k = Math.floor((ev.clientX - r.left) / r.width * d.T);
-        if (q >= 0 && q < d.T && k >= 0 && k < d.T) hover(s, q, k, h);
+        const q = Math.floor((ev.clientY - r.top) / r.height * d.Q), k = Math.floor((ev.clientX - r.left) / r.width * d.T);
+        if (q >= 0 && q < d.Q && k >= 0 && k < d.T) hover(s, q, k, h);
       });
       wrap.addEventListener("mouseleave", () => hover(s, null, null, null));
       wrap.addEventListener("click", () => openFocus(s, s.layer, h));
       s.heads.push({ cell, title, sw, canvas, ctx: canvas.getContext("2d"), row, badge, wrap, qLabels, kLabels,
-                     img: new ImageData(d.T, d.T) });
+                     img: new ImageData(d.T, d.Q) });
     }
     s.labelsFor = null;
   }
@@ -90,13 +92,13 @@ export function layoutGrid(s) {
 }
 
 export function drawLayer(s) {
-  const d = s.d, T = d.T, l = s.layer, n = T * T, codes = s.codes[l];
+  const d = s.d, T = d.T, Q = d.Q, l = s.layer, n = Q * T, codes = s.codes[l];
   // A layer still on its way (a new sentence's other layers, behind the one on screen) is drawn blank and pending,
   // and drawn again when it comes (main.js, arrived).
   s.grid.dataset.waiting = codes ? "" : "1";
   for (let h = 0; h < d.H; h++) {
     const head = s.heads[h], off = s.off.has(l + "," + h);
-    if (codes) paint(s, codes, head.img.data, h * n, T, off);
+    if (codes) paint(s, codes, head.img.data, h * n, T, off, Q);
     else head.img.data.fill(255);
     head.ctx.putImageData(head.img, 0, 0);
     const name = headName(s, l, h);

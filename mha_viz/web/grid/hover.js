@@ -9,12 +9,12 @@ export function hover(s, q, k, h) {
   s.hoverQ = q;
   const d = s.d;
   if (q === null) {
-    s.info.textContent = s.pinQ !== null ? `query ${JSON.stringify(d.tokens[s.pinQ])} (${s.pinQ}) kept: click it again to let go`
+    s.info.textContent = s.pinQ !== null ? `query ${JSON.stringify(d.qtokens[s.pinQ])} (${s.pinQ}) kept: click it again to let go`
                                          : HINT;
   } else if (k === null) {
-    s.info.textContent = `query ${JSON.stringify(d.tokens[q])} (${q}): its row is outlined in every head of ${d.names.layers[s.layer]}`;
+    s.info.textContent = `query ${JSON.stringify(d.qtokens[q])} (${q}): its row is outlined in every head of ${d.names.layers[s.layer]}`;
   } else {
-    s.info.textContent = `${headName(s, s.layer, h)} · query ${JSON.stringify(d.tokens[q])} (${q}) → key ` +
+    s.info.textContent = `${headName(s, s.layer, h)} · query ${JSON.stringify(d.qtokens[q])} (${q}) → key ` +
                          `${JSON.stringify(d.tokens[k])} (${k}): ` +
                          (s.codes[s.layer] ? weight(s, s.layer, h, q, k).toFixed(3) : "on its way");
   }
@@ -26,8 +26,8 @@ export function paintRows(s) {
   for (const head of s.heads) {
     if (q === null) { head.row.hidden = true; continue; }
     head.row.hidden = false;
-    head.row.style.top = (q / d.T * 100) + "%";
-    head.row.style.height = Math.max(100 / d.T, 0.8) + "%";
+    head.row.style.top = (q / d.Q * 100) + "%";
+    head.row.style.height = Math.max(100 / d.Q, 0.8) + "%";
   }
   s.grid.dataset.row = q === null ? "" : String(q);
   for (const chip of s.strip.children) chip.classList.toggle("mhv-tok-on", Number(chip.dataset.q) === q);

@@ -38,12 +38,12 @@ export function tileLabels(s) {
   for (let pass = 0; pass < 2; pass++) {  // the font depends on the gutter, the gutter on the font's widest label
     probe.font = `${plan.font}px monospace`;
     longest = 0;
-    for (const t of d.tokens) longest = Math.max(longest, probe.measureText(t).width);
+    for (const t of [...d.tokens, ...(d.Q !== d.T ? d.qtokens : [])]) longest = Math.max(longest, probe.measureText(t).width);
     gutter = Math.min(cap, Math.ceil(longest) + 8);
     plan = labelPlan((tile - gutter) / d.T, d.T);
   }
   const show = gutter >= TILE_GUTTER_MIN || longest + 4 <= gutter;
-  const key = [tile, d.text, show].join();
+  const key = [tile, d.text, d.Q, show].join();
   if (s.labelsFor === key) return;
   s.labelsFor = key;
   const heat = tile - (show ? gutter : 0), cell = heat / d.T, dpr = window.devicePixelRatio || 1;
@@ -54,7 +54,9 @@ export function tileLabels(s) {
   const pictures = {};
   if (show) {
     for (const side of ["q", "k"]) {
-      const w = side === "q" ? gutter : heat, h = side === "q" ? heat : gutter;
+      // Square cells: the queries' strip is as tall as Q rows (the keys' as wide as the T columns).
+      const n = side === "q" ? d.Q : d.T, names = side === "q" ? d.qtokens : d.tokens, span = n * cell;
+      const w = side === "q" ? gutter : heat, h = side === "q" ? span : gutter;
       const c = document.createElement("canvas");
       c.width = Math.round(w * dpr); c.height = Math.round(h * dpr);
       const ctx = c.getContext("2d");
@@ -68,10 +70,10 @@ export function tileLabels(s) {
       const at = (i, text) => {
         const m = ctx.measureText(text);
         const up = m.actualBoundingBoxAscent + 1, down = m.actualBoundingBoxDescent + 1;
-        return Math.min(heat - down, Math.max(up, (i + 0.5) * cell));
+        return Math.min(span - down, Math.max(up, (i + 0.5) * cell));
       };
-      for (let i = 0; i < d.T; i += plan.step) {
-        const text = fitText(ctx, d.tokens[i], gutter - 5);
+      for (let i = 0; i < n; i += plan.step) {
+        const text = fitText(ctx, names[i], gutter - 5);
         if (side === "q") {
           ctx.textAlign = "right";
           ctx.fillText(text, gutter - 2, at(i, text));

@@ -104,5 +104,5 @@ export function waitFor(s, waiting) {
 
 export function weight(s, l, h, q, k) {
   const d = s.d;
-  return s.codes[l][(h * d.T + q) * d.T + k] / 255 * d.scale[l * d.H + h];
+  return s.codes[l][(h * d.Q + q) * d.T + k] / 255 * d.scale[l * d.H + h];
 }

@@ -9,9 +9,11 @@ import { weight } from "./layers.js";
 const LINE_ROW = 20;
 
 export function showDraw(s) {
-  const d = s.d, fits = d.T <= d.lines_up_to;
+  // Lines join a token to tokens of the same text; cross-attention's rows are another text's (the target's).
+  const d = s.d, fits = d.T <= d.lines_up_to && d.Q === d.T;
   s.drawPick.disabled = !fits;
-  s.drawPick.title = fits ? "" : `Lines are drawn for texts of up to ${d.lines_up_to} tokens`;
+  s.drawPick.title = fits ? "" : d.Q !== d.T ? "Lines are drawn for self-attention (queries and keys of one text)"
+                                            : `Lines are drawn for texts of up to ${d.lines_up_to} tokens`;
   const lines = s.draw === "lines" && fits;
   s.grid.hidden = lines;
   s.lines.hidden = !lines;

@@ -38,6 +38,13 @@ function drawnAs(d) {  // everything of an update the grid draws from, but the w
   return JSON.stringify(drawn);
 }
 
+// The rows: Q queries labelled qtokens, where they are not the T keys (cross-attention: the target's tokens reading
+// the source's); by default the keys themselves.
+function withRows(d) {
+  if (!d.Q) { d.Q = d.T; d.qtokens = d.tokens; }
+  return d;
+}
+
 const STATES = new WeakMap();  // parentElement -> this instance's state, kept across reruns
 
 export default function (component) {
@@ -50,7 +57,7 @@ export default function (component) {
   s.setTrigger = setTriggerValue;
   // Updates apply in arrival order; one that a newer update overtook while its bytes were inflating is skipped
   // (its layers are kept all the same: the next message does not carry them again).
-  s.latest = data;
+  s.latest = withRows(data);
   const received = receive(data);
   s.chain = s.chain.then(() => update(s, data, received)).catch(err => failed(s, err));
 }
@@ -189,7 +196,7 @@ async function update(s, d, received) {
   }
   if (newText) {
     s.text = d.text;
-    s.pinQ = s.pinQ !== null && s.pinQ < d.T ? s.pinQ : null;
+    s.pinQ = s.pinQ !== null && s.pinQ < s.d.Q ? s.pinQ : null;
     buildStrip(s);
   }
   s.layer = layer;

@@ -1,0 +1,96 @@
+"""The three kinds of attention of a model with cross-attention, as both hosts' grids show them: the encoder's
+self-attention over the source, the decoder's self-attention over the target, and cross-attention (target tokens
+as rows reading source tokens as columns). No streamlit, no Jupyter here.
+
+A grid shows one kind; its layers are numbered from 0 within the kind. The run's heads switched off are numbered
+as the model takes them (`Model.run`'s `ablate`: encoder layers 0 .. L_enc - 1, decoder layers after them;
+`ablate_cross`: decoder layers from 0); `grid_heads` and `model_head` translate between the two.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from mha_viz.contract import AttentionRun, Head, InputError, Model
+
+ENCODER, DECODER, CROSS = "Encoder", "Decoder", "Cross"
+KINDS = (ENCODER, DECODER, CROSS)
+ABOUT = {
+    ENCODER: "the encoder's self-attention: source tokens reading source tokens",
+    DECODER: "the decoder's self-attention: target tokens reading earlier target tokens",
+    CROSS: "cross-attention: target tokens (rows) reading source tokens (columns)",
+}
+
+
+def kinds(model: Model) -> tuple[str, ...]:
+    """The kinds a grid can switch between: all three for a model with cross-attention, none (one stack) else."""
+    return KINDS if model.has_cross_attention else ()
+
+
+def check_kind(model: Model, kind: str) -> str:
+    if kind not in kinds(model):
+        allowed = ", ".join(kinds(model)) or "none: it has one self-attention stack"
+        raise InputError(f"kind {kind!r} does not apply to {model.info.name}; its kinds are {allowed}.")
+    return kind
+
+
+@dataclass(frozen=True)
+class KindView:
+    """One kind of a run: `att` (L, H, Q, K), the keys' labels `keys` (len K) and the queries' `queries` (len Q,
+    None where they are the keys)."""
+
+    att: torch.Tensor
+    keys: list[str]
+    queries: list[str] | None
+
+
+def view(run: AttentionRun, kind: str) -> KindView:
+    """The attention of `kind` in an encoder-decoder run, its raw tokens as labels."""
+    if kind == ENCODER:
+        return KindView(run.attentions, list(run.tokens), None)  # (L_enc, H, S, S)
+    if kind == DECODER:
+        return KindView(run.decoder_attentions, list(run.target_tokens), None)  # (L_dec, H, T, T)
+    if kind == CROSS:
+        return KindView(run.cross_attentions, list(run.tokens), list(run.target_tokens))  # (L_dec, H, T, S)
+    raise InputError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}.")
+
+
+def offset(model: Model, kind: str) -> int:
+    """Where `kind`'s layer 0 is in the model's `ablate` numbering (cross heads: in `ablate_cross`'s)."""
+    return model.info.n_layers if kind == DECODER else 0
+
+
+def n_layers(model: Model, kind: str) -> int:
+    return model.info.n_layers if kind == ENCODER else model.decoder_layers()
+
+
+def grid_heads(model: Model, kind: str, ablated, ablated_cross) -> frozenset[Head]:
+    """The heads of `kind` among those off, in the grid's numbering (layers from 0 within the kind)."""
+    if kind == CROSS:
+        return frozenset((int(l), int(h)) for l, h in ablated_cross)
+    start, stop = offset(model, kind), offset(model, kind) + n_layers(model, kind)
+    return frozenset((int(l) - start, int(h)) for l, h in ablated if start <= l < stop)
+
+
+def model_head(model: Model, kind: str, layer: int, head: int) -> tuple[bool, Head]:
+    """A grid's head as the model takes it: (whether it is a cross-attention head, (layer, head))."""
+    return kind == CROSS, (offset(model, kind) + int(layer), int(head))
+
+
+def along_target(model: Model, base: AttentionRun, run: AttentionRun) -> list[dict]:
+    """The decoder's next-token prediction at every target position, with all heads on (`base`) and now (`run`):
+    [{"position", "token" (the decoder's input there), "before", "after" (the top token and its probability),
+    "kl" (KL(all on || now), nats)}]; [] for a run without a target or logits."""
+    if base.logits is None or run.logits is None or not getattr(base, "target_tokens", None):
+        return []
+    p = torch.log_softmax(base.logits.float(), -1)  # (T, V)
+    q = torch.log_softmax(run.logits.float(), -1)  # (T, V)
+    kl = (p.exp() * (p - q)).sum(-1)  # (T,)
+    out = []
+    for i, token in enumerate(base.target_tokens):
+        b, a = int(p[i].argmax()), int(q[i].argmax())
+        out.append({"position": i, "token": token, "kl": float(kl[i]),
+                    "before": [model.decode(b), float(p[i, b].exp())],
+                    "after": [model.decode(a), float(q[i, a].exp())]})
+    return out
