@@ -16,6 +16,7 @@ Model" drive a model they are handed (`mha_viz.contract.Model`), never loading o
     census         the head census's pure scorers and statistics (baselines, bootstrap intervals)
     census_inputs  the census's generated inputs, from word lists and a seed
     census_run     `head_census(model)`: the census run through a Model
+    census_result  what a census is once made (`HeadCensus`, its config) and what is read from it (`seed_roles`)
     agreement      one input against the census: whether a head's reading here agrees with its census name
     written        a census set against the heads a program wrote
     twins          a written model and a learned twin of it, head by head

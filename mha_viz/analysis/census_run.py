@@ -17,13 +17,15 @@ Scores (each an (L, H) tensor in `HeadCensus.scores`, with its uniform baseline,
 and for causal LMs `HeadCensus.in_context`: the loss on a repeated sequence's second copy against its first, and how
 much of that drop is lost with the top-k induction heads switched off, under every meaning of "off" the model can
 give (`Ablation.kinds()`), against k other heads.
+
+The records it returns (`HeadCensus`, `InContext`, `CensusConfig`) and what is read from a census once made
+(`holders`, `seed_roles`) are `analysis.census_result`.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -31,224 +33,16 @@ import torch
 from mha_viz import measures
 from mha_viz.analysis import census
 from mha_viz.analysis import census_inputs as input_sets
+from mha_viz.analysis.census_result import CensusConfig, HeadCensus, InContext
 from mha_viz.contract import Ablation, Head, InputError, Model, check_text, reference_texts
-from mha_viz.names import head_name, head_names
+from mha_viz.names import head_names
 
 Progress = Callable[[float, str], None]
 MASS = "mass:"  # internal prefix: a relation's mean attention on the gold word, kept beside its accuracy
 AT = "at:"  # internal prefix: per input, the offset each head's fixed-offset score was read at
-# How far past the stronger baseline a head's score must lie, in its notable direction, to be named for it
-# (`HeadCensus.named`): the excess `holders` and the Lesson already ask of a pattern.
-NAMING_EXCESS = 0.2
-# Intervals this close still overlap: heads whose every input scores the same have a point interval, and two written
-# heads that both read their key exactly differ by float error (1e-7), never by what the page shows (two decimals).
-TIE = 0.005
 MAX_TEXTS = 200  # the most natural texts one census takes
 MAX_TEXT_CHARS = 2000  # per text
 TEMPLATE_TOKENS = 16  # the longest template sentence (12 words) with room for the tokenizer's special tokens
-
-
-@dataclass(frozen=True)
-class CensusConfig:
-    """How many inputs of each kind, and their sizes. `for_model` scales them down for models with many heads."""
-    n_random: int = 24
-    random_length: int = 24
-    n_repeated: int = 24
-    repeated_lengths: tuple[int, int] = (6, 16)
-    n_templates: int = 48
-    n_loss: int = 8  # repeated inputs for the in-context loss and its ablation check (causal LMs)
-    k: int | None = None  # induction heads switched off together; None: as many as hold the pattern (see _in_context)
-    n_other_sets: int = 4  # sets of k other heads to compare with
-    n_boot: int = 200  # bootstrap resamples
-
-    @classmethod
-    def for_model(cls, model: Model) -> "CensusConfig":
-        n = model.n_layers * model.n_heads
-        if n <= 100:
-            return cls()
-        # SmolLM2's 270 heads: a forward costs 30x tiny's; half the inputs keep the default census bounded.
-        return cls(n_random=12, n_repeated=12, n_templates=24, n_loss=4, n_other_sets=3)
-
-
-@dataclass(frozen=True)
-class InContext:
-    """Olsson et al. 2022's in-context check on repeated random sequences (causal LMs): mean next-token loss
-    (nats) on the first copy and on the second, and the share of that drop lost when heads are switched off."""
-    loss_first: float
-    loss_second: float
-    k: int
-    top_heads: tuple[Head, ...]
-    partners: tuple[Head, ...]  # the previous-token heads, switched off on their own
-    other_sets: tuple[tuple[Head, ...], ...]
-    # "top k induction, <off>", "previous-token heads ..., <off>", "other k, <off>" (mean over the sets), one of each
-    # per meaning of "off" measured (<off>: an `Ablation.kinds()` key)
-    lost: dict[str, float]
-    others_lost: dict[str, tuple[float, ...]]  # meaning of "off" -> the share lost with each other set
-    n_inputs: int
-    mean_over: str  # the reference texts the meanings that take outputs from texts (mean, resample) read
-    unavailable: dict[str, str] = field(default_factory=dict)  # meaning of "off" -> why it was not measured
-
-    @property
-    def drop(self) -> float:
-        return self.loss_first - self.loss_second
-
-
-@dataclass(frozen=True)
-class HeadCensus:
-    """One census of one model. `scores[name]` is (L, H); `uniform[name]` what uniform attention over the allowed
-    keys scores on the same positions; `low`/`high` the bootstrap interval over inputs; `control[name]` the same
-    score on the control (`control_kind`; `no_control[name]` says why a score has none); `offset[relation]` the
-    best fixed-offset baseline (offset, accuracy) of a dependency relation."""
-    model: str
-    seed: int
-    n_layers: int
-    n_heads: int
-    causal: bool
-    scores: dict[str, torch.Tensor]
-    uniform: dict[str, float]
-    low: dict[str, torch.Tensor]
-    high: dict[str, torch.Tensor]
-    n_inputs: dict[str, int]
-    inputs: dict[str, str]
-    offset: dict[str, tuple[int, float]]
-    control: dict[str, torch.Tensor]
-    control_kind: str
-    no_control: dict[str, str]
-    in_context: InContext | None
-    texts: tuple[str, ...]
-    text_values: dict[str, torch.Tensor]  # (N, L, H): the per-text values of the text scores, for top examples
-    lexicon_source: str
-    mass: dict[str, torch.Tensor] = field(default_factory=dict)  # relations: mean attention on the gold word (L, H)
-    skipped: int = 0  # generated inputs dropped because the tokenizer did not read each word as one token
-    notes: tuple[str, ...] = field(default_factory=tuple)
-    # (L, H) int: the offset (key - query; -3 = 3 back) each head's fixed-offset score is read at: where its mean
-    # attention over the random inputs is highest (`measures.offset_table`); None for a census made without it
-    offset_at: torch.Tensor | None = None
-
-    @property
-    def names(self) -> list[str]:
-        return list(self.scores)
-
-    @staticmethod
-    def lower_is_notable(name: str) -> bool:
-        """Scores whose notable heads are the lowest, as their registered measure says (distance, entropy)."""
-        return measures.get(name).lower_is_notable
-
-    def baseline(self, name: str) -> float:
-        """The stronger of the uniform and fixed-offset baselines: what a head must beat."""
-        base = self.uniform[name]
-        if name in self.offset and not math.isnan(self.offset[name][1]):
-            base = max(base, self.offset[name][1])
-        return base
-
-    def top(self, name: str, n: int = 3) -> list[tuple[Head, float]]:
-        """The n heads with the highest score (the lowest for `lower_is_notable` scores; NaN last); ties (a
-        relation's accuracy saturates at 1) go to the head with more attention on the gold word, then to the lower
-        (layer, head)."""
-        s = -self.scores[name] if self.lower_is_notable(name) else self.scores[name]
-        tie = self.mass.get(name, torch.zeros_like(s))
-        heads = [(l, h) for l in range(self.n_layers) for h in range(self.n_heads)]
-
-        def key(lh):
-            v = float(s[lh])
-            return (math.isnan(v), 0.0 if math.isnan(v) else -v, -float(tie[lh]), lh)
-
-        return [(lh, float(self.scores[name][lh])) for lh in sorted(heads, key=key)[:n]]
-
-    def named(self, name: str, level: float | None = None) -> list[tuple[Head, float]]:
-        """The heads this census names for score `name`, in (layer, head) order: every head whose value reaches the
-        naming level (`level`; default the stronger baseline + `NAMING_EXCESS`, below it for a score whose low end
-        is notable) and whose bootstrap interval overlaps the best head's. Heads tied at the top are all named, and
-        the list does not depend on the order heads are listed in; [] when no head reaches the level."""
-        s, low, high = self.scores[name], self.low[name], self.high[name]
-        flip = self.lower_is_notable(name)
-        base = self.baseline(name)
-        level = (base - NAMING_EXCESS if flip else base + NAMING_EXCESS) if level is None else level
-        v = -s if flip else s  # (L, H): higher is more notable
-        lo, hi = (-high, -low) if flip else (low, high)  # the interval in the same direction
-        reach = ~torch.isnan(v) & (v >= (-level if flip else level))  # (L, H)
-        if not reach.any():
-            return []
-        best = divmod(int(v.nan_to_num(float("-inf")).flatten().argmax()), self.n_heads)
-        overlap = hi >= lo[best] - TIE  # (L, H): the interval reaches the best head's
-        heads = (reach & overlap).nonzero().tolist()
-        return [((int(lh[0]), int(lh[1])), float(s[lh[0], lh[1]])) for lh in heads]
-
-    def head_label(self, name: str, head: Head) -> str:
-        """A score's label for one head: the fixed offset says which ("fixed offset, 3 back")."""
-        label = measures.score_label(name)
-        if measures.of_score(name)[0].name == "offset" and self.offset_at is not None:
-            label += ", " + measures.offset_words(int(self.offset_at[head]))
-        return label
-
-    def naming_words(self, name: str) -> str:
-        """One sentence: which heads the census names for `name`, ties said as ties ("L0 H1 and L0 H2 both read a
-        fixed offset: L0 H1 1 back, L0 H2 3 back"), or that none reaches the level."""
-        named = self.named(name)
-        label = measures.score_label(name)
-        if not named:
-            return (f"No head is named for {label}: none lies {NAMING_EXCESS} past the baseline "
-                    f"({self.baseline(name):.2f}).")
-        if len(named) == 1:
-            (lh, v), = named
-            return f"{head_name(lh)} is named for {self.head_label(name, lh)} ({v:.2f})."
-        heads = ", ".join(head_name(lh) for lh, _ in named[:-1]) + f" and {head_name(named[-1][0])}"
-        each = "; ".join(f"{head_name(lh)} {self.head_label(name, lh).removeprefix(label + ', ')} {v:.2f}"
-                         for lh, v in named)
-        return (f"{heads} tie on {label}: their intervals overlap the best head's, so each is named ({each}).")
-
-    def rows(self) -> list[dict]:
-        """One row per head with every score, its interval and its control: for the CSV download."""
-        out = []
-        for layer in range(self.n_layers):
-            for head in range(self.n_heads):
-                row: dict = {"layer": layer, "head": head}
-                for name, s in self.scores.items():
-                    row[name] = _num(s[layer, head])
-                    row[f"{name} low"] = _num(self.low[name][layer, head])
-                    row[f"{name} high"] = _num(self.high[name][layer, head])
-                    if name in self.control:
-                        row[f"{name} control"] = _num(self.control[name][layer, head])
-                    if name in self.mass:
-                        row[f"{name} mass"] = _num(self.mass[name][layer, head])
-                    if name == "offset" and self.offset_at is not None:
-                        row["offset at"] = int(self.offset_at[layer, head])
-                out.append(row)
-        return out
-
-    def to_json(self) -> dict:
-        """Everything measured, as plain lists and numbers."""
-        lists = lambda d: {k: [[_num(v) for v in row] for row in t.tolist()] for k, t in d.items()}  # noqa: E731
-        ic = None
-        if self.in_context is not None:
-            c = self.in_context
-            ic = {"loss_first": c.loss_first, "loss_second": c.loss_second, "drop": c.drop, "k": c.k,
-                  "top_heads": [list(h) for h in c.top_heads], "partners": [list(h) for h in c.partners],
-                  "other_sets": [[list(h) for h in s] for s in c.other_sets], "lost": c.lost,
-                  "others_lost": {k: list(v) for k, v in c.others_lost.items()}, "n_inputs": c.n_inputs,
-                  "mean_over": c.mean_over, "unavailable": c.unavailable}
-        return {"model": self.model, "seed": self.seed, "layers": self.n_layers, "heads": self.n_heads,
-                "causal": self.causal, "scores": lists(self.scores), "uniform": self.uniform, "low": lists(self.low),
-                "high": lists(self.high), "mass": lists(self.mass), "n_inputs": self.n_inputs, "inputs": self.inputs,
-                "offset": {k: list(v) for k, v in self.offset.items()}, "control_kind": self.control_kind,
-                "control": lists(self.control), "no_control": self.no_control, "in_context": ic,
-                "texts": list(self.texts), "lexicon": self.lexicon_source, "skipped": self.skipped,
-                "notes": list(self.notes), "measures": {n: _words(n) for n in self.scores},
-                "offset_at": None if self.offset_at is None else self.offset_at.tolist(),
-                "named": {n: [list(lh) for lh, _ in self.named(n)] for n in self.scores}}
-
-
-def _words(score: str) -> dict:
-    """What an export says about one score: its registered measure's words (`mha_viz.measures`)."""
-    m, inputs = measures.of_score(score)
-    return {"measure": m.name, "label": measures.score_label(score), "meaning": m.meaning,
-            "inputs": measures.INPUTS[inputs], "citation": m.citation, "notable": m.notable}
-
-
-def _num(x) -> float | None:
-    v = float(x)
-    return None if math.isnan(v) else round(v, 4)
-
 
 # -- reading the inputs ----------------------------------------------------------------------------------------------
 MAIN = ("random", "texts", "repeated", "templates")  # the input sets every census reads, in this order
@@ -295,8 +89,8 @@ def _scores(kind: str, item: input_sets.WordInput | None, att: torch.Tensor, pos
 def _read(model: Model, sets: dict, kinds: tuple[str, ...], cfg: CensusConfig,
           tick: Callable[[int, str], None], what: str) -> dict[str, list[_InputScores]]:
     """Every input of the sets `kinds` run through `model.run_many` (padded batches) and reduced at once to its
-    scores -> per kind, one `_Read` per input in the set's order. A generated input counts only where each word is
-    one token, the same token wherever it stands (checked against `token_id`)."""
+    scores -> per kind, one `_InputScores` per input in the set's order. A generated input counts only where each word
+    is one token, the same token wherever it stands (checked against `token_id`)."""
     # (kind, the generated input or None for a natural text, its text), in the order of `kinds` and of each set
     jobs = [(kind, None, item) if kind == "texts" else (kind, item, item.text) for kind in kinds for item in sets[kind]]
     piece_ids: dict[str, int | None] = {}
@@ -603,66 +397,3 @@ def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | 
         texts=tuple(sets["texts"]), text_values={n: torch.stack(acc.values[n]) for n in text_names if n in acc.values},
         lexicon_source=sets["lexicon"], mass=mass, skipped=_skipped(reads), offset_at=offset_at,
     )
-
-
-def _role_scores(causal: bool) -> dict[str, str]:
-    return {"previous token": "previous", "induction": "induction",
-            "subject": "pre-verb→subject" if causal else "verb→subject"}
-
-
-def holders(made: HeadCensus, score: str, share: float = 0.5, min_excess: float = 0.2) -> list[tuple[Head, float]]:
-    """The heads that hold a pattern in the census `made`: the leader and every head with at least `share` of the
-    leader's excess over the stronger baseline (`HeadCensus.baseline`), when the leader beats it by `min_excess`;
-    [] when none does."""
-    base = made.baseline(score)
-    ranked = made.top(score, made.n_layers * made.n_heads)
-    if not ranked or math.isnan(ranked[0][1]) or ranked[0][1] - base < min_excess:
-        return []
-    lead = ranked[0][1] - base
-    return [(lh, v) for lh, v in ranked if not math.isnan(v) and v - base >= share * lead]
-
-
-def seed_roles(censuses: list[HeadCensus]) -> dict:
-    """Which head holds the previous-token, induction and subject patterns in each census (e.g. one per training
-    seed of the same recipe), worded from the measurement: {"scores": role -> score name, "rows": one table row per
-    census, "sentences": what is true across them (a role on the same or another head index, split over heads, a
-    head holding two roles)}."""
-    if not censuses:
-        return {"scores": {}, "rows": [], "sentences": []}
-    # A census without a role's inputs (a program's vocabulary has no template sentences for the subject) has no row
-    # for it: only the roles every census measured.
-    scores = {role: s for role, s in _role_scores(censuses[0].causal).items() if all(s in c.scores for c in censuses)}
-    rows, sentences, leaders = [], [], {role: [] for role in scores}
-    for c in censuses:
-        row = {"model": c.model}
-        held: dict[Head, list[str]] = {}
-        for role, score in scores.items():
-            hs = holders(c, score)
-            leaders[role].append(hs[0][0] if hs else None)
-            row[role] = (", ".join(f"{head_name(lh)} {v:.2f}" for lh, v in hs)
-                         or f"none above {c.baseline(score):.2f} + 0.2")
-            for lh, _ in hs:
-                held.setdefault(lh, []).append(role)
-            if len(hs) > 1:
-                sentences.append(f"{c.model}: the {role} pattern is split over {len(hs)} heads "
-                                 f"({head_names(lh for lh, _ in hs)}), each with at least half the leader's "
-                                 f"excess over its baseline ({c.baseline(score):.2f}).")
-        for lh, roles in held.items():
-            if len(roles) > 1:
-                sentences.append(f"{c.model}: {head_name(lh)} holds more than one pattern ({', '.join(roles)}).")
-        rows.append(row)
-    for role, heads in leaders.items():
-        found = [(c.model, h) for c, h in zip(censuses, heads) if h is not None]
-        if not found:
-            sentences.insert(0, f"No census has a head holding the {role} pattern.")
-            continue
-        where = "; ".join(f"{m}: {head_name(h)}" for m, h in found)
-        same = len({h for _, h in found}) == 1
-        same_layer = len({h[0] for _, h in found}) == 1
-        sentences.insert(0, f"The {role} pattern leads on "
-                         + ("the same head index in every census" if same else
-                            "another head index from census to census" + (", always in the same layer" if same_layer
-                                                                          else ""))
-                         + f" ({where})" + ("" if len(found) == len(censuses) else
-                                             f"; {len(censuses) - len(found)} census(es) have no such head") + ".")
-    return {"scores": scores, "rows": rows, "sentences": sentences}

@@ -19,7 +19,7 @@ from mha_viz.analysis.scores import previous_pairs
 from mha_viz.contract import Head
 
 Pair = tuple[int, int]  # (query position, key position)
-SUBJECT = "pre-verb→subject"  # the registered relation a causal model's subject score reads (census_run._role_scores)
+SUBJECT = "pre-verb→subject"  # the registered relation a causal model's subject score reads (census_result.role_scores)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from mha_viz import CensusConfig, head_census, load_model
-from mha_viz.analysis.census_run import census_inputs, seed_roles
+from mha_viz.analysis.census_result import seed_roles
+from mha_viz.analysis.census_run import census_inputs
 from mha_viz.settings import ASSETS
 from tests.helpers import loaded
 

@@ -14,15 +14,8 @@ import math
 import streamlit as st
 
 from mha_viz import measures, plotting, seeds
-from mha_viz.analysis.census_run import (
-    MAX_TEXT_CHARS,
-    MAX_TEXTS,
-    NAMING_EXCESS,
-    CensusConfig,
-    HeadCensus,
-    head_census,
-    seed_roles,
-)
+from mha_viz.analysis.census_result import NAMING_EXCESS, CensusConfig, HeadCensus, seed_roles
+from mha_viz.analysis.census_run import MAX_TEXT_CHARS, MAX_TEXTS, head_census
 from mha_viz.analysis.written import NAMED_AT, summary, written_vs_census
 from mha_viz.app.cache import CENSUSES, RunCache, census_control, get_model, side_model
 from mha_viz.app.common import clicked_head, head_name, md_safe, pick_clicked_head

@@ -7,7 +7,7 @@ from mha_viz.training_record import StepScores, TrainingEvidence
 
 EVIDENCE = "probes.json"  # in the tiny model's folder; written by `python -m mha_viz.tiny_probes`
 # The probes' scores, each under the registered measure it is (mha_viz.measures), as the census names them
-# (census_run._role_scores): the previous token, induction and the duplicate token on the census's own generated
+# (census_result.role_scores): the previous token, induction and the duplicate token on the census's own generated
 # inputs, and the subject from where the verb is predicted (tiny is causal: pre-verb→subject; the file keeps the mean
 # attention on the subject, the census's "mass" of that relation, beside which the census keeps its accuracy).
 SUBJECT = "pre-verb→subject"

@@ -210,17 +210,17 @@ def test_scores_on_hand_made_patterns():
 
 def test_the_probes_report_under_registered_names_on_the_censuss_inputs():
     """One vocabulary: each probe score is named by the registered measure it is, the one the census names that role
-    by (census_run._role_scores for a causal model), and the random and repeated probe sets are the census's own
+    by (census_result.role_scores for a causal model), and the random and repeated probe sets are the census's own
     generators (census_inputs) over the corpus's vocabulary. The probes used to file "previous_token" and "subject"
     and to draw those sets from the corpus's generators of their own."""
     from mha_viz import measures
     from mha_viz.analysis import census_inputs
-    from mha_viz.analysis.census_run import _role_scores
+    from mha_viz.analysis.census_result import role_scores
     from mha_viz.analysis.pairs import SUBJECT as PAIRS_SUBJECT
     from mha_viz.models.tiny.evidence import CONTEXT_RELATIONS, RELATION_WORDS, RELATIONS, SUBJECT, load_evidence
     from mha_viz.tiny_probes import ProbeConfig, ProbeSets, census_examples
 
-    roles = _role_scores(True)
+    roles = role_scores(True)
     assert set(roles.values()) <= set(RELATIONS) and SUBJECT == roles["subject"] == PAIRS_SUBJECT
     assert all(name in measures.REGISTRY for name in RELATIONS) and set(RELATION_WORDS) == set(RELATIONS)
     assert set(CONTEXT_RELATIONS) <= set(RELATIONS)
