@@ -20,7 +20,7 @@ from mha_viz.app.cache import side_model
 from mha_viz.app.common import md_safe
 from mha_viz.app.lesson.closing import draw_closing
 from mha_viz.app.lesson.combining import draw_combining, question_combining
-from mha_viz.app.lesson.frame import ANSWERS, TYPED, Question, Step, ask, step_text  # noqa: F401  (read by the page)
+from mha_viz.app.lesson.frame import ANSWERS, TYPED, Question, Step, ask, hover_hook, step_text  # noqa: F401  (read by the page)
 from mha_viz.app.lesson.heads import (
     draw_parallel,
     draw_patterns,
@@ -67,6 +67,7 @@ STEPS: list[Step] = [
 
 def run_step(step: Step, learned: str, text: str, n: int) -> None:
     """Draw one step, or say why its input cannot be run (a word the written program does not know, too long)."""
+    hover_hook()
     try:
         if step.question is not None and not ask(str(n), step.question(learned, text)):
             return

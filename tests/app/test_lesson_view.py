@@ -13,6 +13,7 @@ import json
 import os
 import re
 
+import numpy as np
 import pytest
 import torch
 from streamlit.testing.v1 import AppTest
@@ -26,7 +27,7 @@ from mha_viz.app import lesson_steps
 from mha_viz.app.names import UNKNOWN_MARK
 from mha_viz.names import head_name
 
-from helpers import APP, REPO
+from helpers import APP, REPO, heatmap_z
 
 N_STEPS = len(lesson_steps.STEPS)
 ROLES = ("previous", "induction", "first")  # the roles the lesson names heads for
@@ -186,6 +187,46 @@ def test_step2_compares_one_token_in_two_heads(every_step):
     assert f"weight {float(row[top]):.2f}" in texts[2]
 
 
+def _figures(at) -> list[dict]:
+    """Every plotly figure of the page as sent to the browser."""
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart") if c.proto.spec]
+
+
+def _trace(at, name: str) -> dict:
+    return next(t for f in _figures(at) for t in f["data"] if t.get("name") == name)
+
+
+def test_step2_draws_each_heads_queries_keys_scores_and_softmax_from_the_run():
+    """Step 2's mechanism: for the census's previous token head of layer 0 (marked) and the head reading the last
+    token most differently, the drawn Q, K, scaled scores (masked keys left blank) and softmax are the run's own,
+    and the drawn softmax is the run's attention for that head; every token is labelled."""
+    at = _lesson({"lesson": "2"})
+    model, text = load_model("tiny"), lesson_steps.TEXT_PARALLEL
+    run, inside = model.run(text), model.inside_layer(text, 0)
+    a = next(h for h in _named("tiny", "previous") if h[0] == 0)
+    query = len(run.tokens) - 1
+    rows = [h.weights[query] for h in inside]
+    b = max((h for h in range(len(inside)) if h != a[1]), key=lambda h: float((rows[h] - rows[a[1]]).abs().sum()))
+    for head in (a[1], b):
+        name = head_name((0, head))
+        soft = heatmap_z(_trace(at, f"{name}: softmax = attention"))
+        assert np.allclose(soft, run.attentions[0, head].numpy(), atol=1e-6), name
+        scores = heatmap_z(_trace(at, f"{name}: q·k, scaled"))
+        finite = torch.isfinite(inside[head].scores).numpy()
+        assert np.isnan(scores[~finite]).all() and (~finite).any()  # the causal mask, drawn as blank cells
+        assert np.allclose(scores[finite], inside[head].scores.numpy()[finite], atol=1e-5)
+        assert np.allclose(torch.softmax(torch.tensor(np.nan_to_num(scores, nan=-np.inf)), -1).numpy(), soft,
+                           atol=1e-5)  # the softmax of the drawn scores is the drawn pattern
+        assert np.allclose(heatmap_z(_trace(at, f"{name}: keys K")), inside[head].k.numpy(), atol=1e-6)
+    q_a = next(t for f in _figures(at) for t in f["data"] if t.get("name", "").startswith(f"{head_name(a)} · "))
+    assert np.allclose(heatmap_z(q_a), inside[a[1]].q.numpy(), atol=1e-6)
+    mech = next(f for f in _figures(at) if any(t.get("name") == f"{head_name(a)}: keys K" for t in f["data"]))
+    marked = [x["text"] for x in mech["layout"]["annotations"] if x["text"].startswith("<b>▶")]
+    assert marked and all(head_name(a) in x for x in marked)
+    assert len(mech["layout"]["yaxis"]["tickvals"]) == len(run.tokens)  # every token labelled
+    assert "The scores are q·k times " in _saw(at)
+
+
 def test_step2_picking_another_token_names_that_tokens_keys():
     at = _lesson({"lesson": "2"})
     model, run, scores, _ = _scores("tiny", lesson_steps.TEXT_PARALLEL)
@@ -323,7 +364,7 @@ def _captions(at) -> str:
 
 
 def _tick_labels(at) -> list[str]:
-    """The x-axis categories of the step's first figure (a heads row: the keys, left to right)."""
+    """The x-axis categories of the step's first figure (a heads row: the keys, left to right, "3 the")."""
     spec = json.loads(next(c.proto.spec for c in at.get("plotly_chart") if c.proto.spec))
     return list(spec["data"][0]["x"])
 
@@ -358,7 +399,7 @@ def test_unknown_words_are_counted_marked_and_make_no_role_in_step3():
     labels = _tick_labels(at)
     assert [i for i, label in enumerate(labels) if label.rstrip("\u200b").endswith(UNKNOWN_MARK)] == \
         list(load_model("tiny").run(text).unknown)
-    assert f"fox{UNKNOWN_MARK}" in labels and "the" in labels
+    assert f"4 fox{UNKNOWN_MARK}" in labels and "1 the" in labels  # each key labelled with its position
 
 
 def test_the_default_input_counts_its_unknown_word():

@@ -3,18 +3,20 @@ the input each step runs, and the pieces every step draws with (a row of heads, 
 just saw")."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable
 
 import streamlit as st
 import torch
 
-from mha_viz import plotting
 from mha_viz.app import state
-from mha_viz.app.common import chart_config
+from mha_viz.app.common import chart_config, head_name
 from mha_viz.app.lesson.readings import lesson_run, plain
 from mha_viz.app.names import marked_tokens
 from mha_viz.contract import AttentionRun, Head
+from mha_viz.plotting import lesson as lesson_figures
+from mha_viz.plotting.lesson import MARK
 
 # -- predict, then see: a step asks first, and its figure answers -----------------------------------------------
 ANSWERS = "_lesson_answers"  # {question key: the choice picked}, a plain session key: kept across steps and views
@@ -79,11 +81,59 @@ class Step:
 
 
 def heads_row(run: AttentionRun, heads: list[Head], titles: list[str], off: set[Head] = frozenset(),
-               key: str = "") -> None:
+              key: str = "", marked: Head | None = None) -> None:
+    """The heads' patterns on the run's tokens, as many a row as the column holds with every token labelled, the
+    head the step names (`marked`) outlined."""
     patterns = torch.stack([run.attentions[h] for h in heads])  # (N, Q, K)
-    fig = plotting.heads_row_figure(patterns, marked_tokens(run.tokens, run.unknown), titles,
-                                    [h in off for h in heads], height=int(720 / max(len(heads), 3)), contrast="sqrt")
-    st.plotly_chart(fig, width="stretch", key=key, config=figure_config())
+    fig = lesson_figures.heads_grid(patterns, marked_tokens(run.tokens, run.unknown), titles,
+                                    [h in off for h in heads], [h == marked for h in heads],
+                                    [head_name(h) for h in heads])
+    show(fig, key)
+
+
+def show(fig, key: str) -> None:
+    """A Lesson figure at the width it was planned for (its cells square at every window: a wider column leaves it
+    as it is, a narrower one shrinks it), with a note under it where it leaves token labels out."""
+    st.plotly_chart(fig, width="content", key=key, config=figure_config())
+    note = lesson_figures.labels_note(fig)
+    if note:
+        st.caption(note)
+
+
+# Hovering a head's name in a step's text (a `named` span) highlights that head's titles in the step's figures:
+# their text turns the marked colour, bold and underlined. One listener on the document, installed once per page.
+_HOVER = st.components.v2.component("mha_viz.lesson_hover", html="", js="""
+export default function () {
+  if (window.__lessonHover) return;
+  window.__lessonHover = true;
+  const mark = (head, on) => {
+    for (const t of document.querySelectorAll('[data-testid="stPlotlyChart"] .annotation-text')) {
+      if (!t.textContent.includes(head)) continue;
+      t.style.fill = on ? '#e6550d' : '';
+      t.style.fontWeight = on ? 'bold' : '';
+      t.style.textDecoration = on ? 'underline' : '';
+      t.classList.toggle('lesson-lit', on);
+    }
+  };
+  document.addEventListener('mouseover', (e) => {
+    const span = e.target.closest && e.target.closest('.lesson-head');
+    if (span) mark(span.dataset.head, true);
+  });
+  document.addEventListener('mouseout', (e) => {
+    const span = e.target.closest && e.target.closest('.lesson-head');
+    if (span) mark(span.dataset.head, false);
+  });
+}""", isolate_styles=False)
+
+
+def hover_hook() -> None:
+    _HOVER(key="lesson_hover")
+
+
+def named(head: Head) -> str:
+    """A head's name in a step's text, as a span the hover hook knows (the text is drawn with HTML allowed)."""
+    return f'<span class="lesson-head" data-head="{head_name(head)}" style="border-bottom:1px dotted {MARK}">' \
+           f"{head_name(head)}</span>"
 
 
 def figure_config() -> dict:
@@ -92,8 +142,9 @@ def figure_config() -> dict:
     return {**chart_config(), "displayModeBar": False}
 
 
-def look(text: str) -> None:
-    st.markdown(f"**Look at:** {text}", help=plain(text))
+def look(text: str, html: bool = False) -> None:
+    """ "Look at: ...": with `html`, the text holds `named` spans (everything else in it escaped by the caller)."""
+    st.markdown(f"**Look at:** {text}", help=plain(re.sub(r"<[^>]+>", "", text)), unsafe_allow_html=html)
 
 
 def saw(lines: list[str]) -> None:

@@ -15,8 +15,10 @@ from mha_viz.app.lesson.frame import (
     figure_config,
     heads_row,
     look,
+    named,
     off_moves,
     saw,
+    show,
     try_switch,
 )
 from mha_viz.app.lesson.readings import (
@@ -38,7 +40,8 @@ from mha_viz.app.lesson.readings import (
     tok,
 )
 from mha_viz.app.names import marked_tokens
-from mha_viz.contract import AttentionRun
+from mha_viz.contract import AttentionRun, Head, HeadInside
+from mha_viz.plotting import lesson as lesson_figures
 
 PARALLEL_CHOICES = ("Only the other heads of layer 0", "Only the heads of the later layers", "Both", "Neither")
 
@@ -73,9 +76,9 @@ def draw_parallel(name: str, text: str, n: int) -> None:
     shown = lesson_run(name, text, frozenset(off)) if switch else run
     # The head the step names carries its role in its title: the one to look at.
     heads_row(shown, heads, [head_name(h) + (f" · {measures.get('previous').label}" if h == prev else "")
-                              for h in heads], off, key=f"lesson_fig_{n}")
+                             for h in heads], off, key=f"lesson_fig_{n}", marked=prev)
     look(f"the {model.n_heads} heads of layer 0 read the same {len(run.tokens)} tokens at once, and each puts its "
-          f"weight elsewhere. {head_name(prev)} carries a role in its title: {source}.")
+         f"weight elsewhere. {named(prev)} (▶, outlined) carries a role in its title: {source}.", html=True)
     lines = [reading_line(name, r, h) for h in heads]
     lines.append(role_reading(name, "previous", r))
     if switch:
@@ -120,6 +123,31 @@ def question_projections(name: str, text: str) -> Question:
                     KEY_CHOICES, answer, why)
 
 
+def pick_b(inside: list[HeadInside], a: Head, query: int) -> Head:
+    """The head of `a`'s layer that reads token `query` most differently from `a`: the largest total variation
+    between their rows of weights."""
+    rows = [h.weights[query] for h in inside]  # (K,) each
+    others = [h for h in range(len(inside)) if h != a[1]]
+    return a[0], max(others, key=lambda h: float((rows[h] - rows[a[1]]).abs().sum()))
+
+
+def mechanism(inside: list[HeadInside], tokens: list[str], a: Head, b: Head, role: str) -> go.Figure:
+    """Heads `a` (the step's named head, marked; `role` in its title) and `b` on the same tokens: their queries and
+    keys, the scaled scores with the causal mask, the softmax, read off the run's inside."""
+    heads = [dict(name=head_name(h), title=head_name(h) + (f" · {role}" if h == a else ""), q=inside[h[1]].q,
+                  k=inside[h[1]].k, scores=inside[h[1]].scores, weights=inside[h[1]].weights, marked=h == a)
+             for h in (a, b)]
+    return lesson_figures.mechanism_figure(tokens, heads)
+
+
+def _scale(head: HeadInside, query: int) -> float:
+    """The factor this model multiplies q·k by for `query` (the scores over the raw dot products, at the key
+    where the dot product is largest in size): 1/√dh, times a length factor where the model has one."""
+    dots = head.k[: query + 1] @ head.q[query]  # (K,)
+    key = int(dots.abs().argmax())
+    return float(head.scores[query, key] / dots[key])
+
+
 def draw_projections(name: str, text: str, n: int) -> None:
     run = lesson_run(name, text)
     layer = 0
@@ -130,30 +158,41 @@ def draw_projections(name: str, text: str, n: int) -> None:
     query = st.selectbox("Try: pick another query token", content, index=len(content) - 1,
                          format_func=lambda i: f"{i}: {visible(marked[i])}", key=f"lesson_try_{n}")
     rows = {h: inside[h].weights[query] for h in range(len(inside))}  # (K,) each
-    # The head that reads this token most differently from A: the largest total variation between the two rows.
-    others = [h for h in rows if h != a[1]]
-    b = (layer, max(others, key=lambda h: float((rows[h] - rows[a[1]]).abs().sum())))
+    b = pick_b(inside, a, query)
+    dh = inside[a[1]].q.shape[-1]
+    st.caption(f"How {head_name(a)} and {head_name(b)} make their patterns from the same {len(run.tokens)} tokens. "
+               f"Rows: tokens. Queries Q and keys K: each token's {dh} numbers in this head (red +, blue −). "
+               "q·k, scaled: each query row against every key (grey: a later key, which the causal mask hides). "
+               "Softmax: each row of scores made into weights that sum to 1, the attention pattern.")
+    show(mechanism(inside, marked, a, b, measures.get("previous").label), f"lesson_mech_{n}")
     fig = go.Figure()
     labels = [f"{i}:{visible(t)}" for i, t in enumerate(marked)]
     for head, colour in ((a, "#08519c"), (b, "#c44e52")):
         fig.add_trace(go.Bar(x=labels, y=rows[head[1]].numpy(), name=head_name(head), marker_color=colour))
     fig.update_layout(template="none", barmode="group", height=300, margin=dict(l=50, r=10, t=40, b=80),
-                      title=dict(text=f"Query {query}: attention weight on each key, two heads", font=dict(size=13)),
-                      yaxis=dict(title="weight", range=[0, 1]), legend=dict(orientation="h", y=1.12))
+                      title=dict(text=f"Query {query}: row {query} of each softmax, side by side",
+                                 font=dict(size=13)),
+                      yaxis=dict(title="weight", range=[0, 1]), legend=dict(orientation="h", y=1.12),
+                      xaxis=dict(tickmode="array", tickvals=labels, tickfont=dict(size=9)))
     st.plotly_chart(fig, width="stretch", key=f"lesson_fig_{n}", config=figure_config())
     qa, qb = inside[a[1]].q[query], inside[b[1]].q[query]  # (dh,) each
     top_a, top_b = int(rows[a[1]].argmax()), int(rows[b[1]].argmax())
-    look(f"token {query}, {tok(run.tokens[query])}, enters {head_name(a)} and {head_name(b)} as the same vector "
-          f"({source}); each head multiplies it by its own query matrix and compares it with keys made by its own "
-          "key matrix.")
+    scale = _scale(inside[a[1]], query)
+    look(f"token {query}, {tok(run.tokens[query])}, enters {named(a)} and {named(b)} as the same vector "
+         f"({source}); each head multiplies it by its own query matrix (row {query} of its Q) and compares "
+         f"it with keys made by its own key matrix (K): row {query} of q·k, then of the softmax.", html=True)
     saw([f"{head_name(a)}'s query for {tok(run.tokens[query])} scores key {top_a}, {tok(run.tokens[top_a])}, "
-          f"highest: weight {rows[a[1]][top_a]:.2f}.",
-          f"{head_name(b)}'s query for the same token scores key {top_b}, {tok(run.tokens[top_b])}, highest: "
-          f"weight {rows[b[1]][top_b]:.2f}.",
-          f"Made from the same input vector by two matrices, the two queries ({qa.shape[-1]} numbers each) have "
-          f"lengths {float(qa.norm()):.2f} and {float(qb.norm()):.2f}; the two rows of weights differ by "
-          f"{float((rows[a[1]] - rows[b[1]]).abs().sum()) / 2:.2f} "
-          "(total variation: 0 = the same, 1 = no overlap)."])
+         f"highest: weight {rows[a[1]][top_a]:.2f}.",
+         f"{head_name(b)}'s query for the same token scores key {top_b}, {tok(run.tokens[top_b])}, highest: "
+         f"weight {rows[b[1]][top_b]:.2f}.",
+         f"The scores are q·k times {scale:.3f} for this query (1/√{dh} = {dh ** -0.5:.3f}"
+         + ("" if abs(scale - dh ** -0.5) < 1e-4 else ", times the model's factor for a query that sees "
+            f"{query + 1} keys") + "); the keys after the query are masked, so each softmax row spreads its weight "
+         "over the query and the tokens before it.",
+         f"Made from the same input vector by two matrices, the two queries ({qa.shape[-1]} numbers each) have "
+         f"lengths {float(qa.norm()):.2f} and {float(qb.norm()):.2f}; the two rows of weights differ by "
+         f"{float((rows[a[1]] - rows[b[1]]).abs().sum()) / 2:.2f} "
+         "(total variation: 0 = the same, 1 = no overlap)."])
 
 
 INDUCTION_CHOICES = ("The word that came after it the first time", "Its first appearance", "The token just before it",
@@ -203,20 +242,22 @@ def draw_patterns(name: str, text: str, n: int) -> None:
     run = lesson_run(name, text)
     r = read(name, run)
     census = lesson_census(name)
-    named = {m: role_heads(name, m) for m in ROLES}
-    heads = list(dict.fromkeys(h for m in ROLES for h in named[m]))
-    shared = {h: [m for m in ROLES if h in named[m]] for h in heads}
+    by_role = {m: role_heads(name, m) for m in ROLES}
+    asked = by_role["induction"][0] if by_role["induction"] else None  # the head the question asks about
+    heads = list(dict.fromkeys(h for m in ROLES for h in by_role[m]))
+    shared = {h: [m for m in ROLES if h in by_role[m]] for h in heads}
     if heads:
         titles = [" · ".join([head_name(h)] + [measures.get(m).label for m in shared[h]]) for h in heads]
-        heads_row(run, heads, titles, key=f"lesson_fig_{n}")
-    look(f"{len(heads)} heads of one model on one input, each named by the model's census, which measured every "
-          "head on many inputs made for the question: "
-          + "; ".join(f"{census_role(name, m)} ({meaning(m)})" for m in ROLES) + ".")
+        heads_row(run, heads, titles, key=f"lesson_fig_{n}", marked=asked)
+    look((f"{named(asked)} (▶, outlined) is the head the question asked about. " if asked else "")
+         + f"{len(heads)} heads of one model on one input, each named by the model's census, which measured every "
+         "head on many inputs made for the question: "
+         + "; ".join(f"{census_role(name, m)} ({meaning(m)})" for m in ROLES) + ".", html=True)
     st.caption("Try: type a sentence in the box above where no word comes back: induction then has no query to "
                "average over. Then one where a name comes back twice, and see whether this input agrees with the "
                "census.")
     lines = [role_reading(name, m, r) for m in ROLES]
-    lines += [census.naming_words(m) for m in ROLES if len(named[m]) > 1]  # a tie, in the census's own words
+    lines += [census.naming_words(m) for m in ROLES if len(by_role[m]) > 1]  # a tie, in the census's own words
     for h, roles in shared.items():
         if len(roles) > 1:
             both = listed([measures.get(m).label for m in roles])

@@ -14,6 +14,7 @@ from mha_viz.app.lesson.frame import (
     figure_config,
     heads_row,
     look,
+    named,
     saw,
     try_switch,
 )
@@ -82,8 +83,9 @@ def draw_written(name: str, text: str, n: int) -> None:
     shown = lesson_run(WRITTEN, text, frozenset(off)) if switch else run
     heads_row(shown, heads, [f"{head_name(h)} · " + (measures.get(written[h].pattern).label if written[h].pattern
                                                        else "no measured pattern") for h in heads], off,
-               key=f"lesson_fig_{n}")
-    look(f"{len(heads)} heads that a program wrote; each selects what its line of the program says.")
+              key=f"lesson_fig_{n}", marked=prev)
+    look(f"{len(heads)} heads that a program wrote; each selects what its line of the program says. {named(prev)} "
+         "(▶, outlined) reads the previous token: the head the question switches off.", html=True)
     st.table({"head": [head_name(h) for h in heads], "the program wrote": [written[h].source_line for h in heads],
               "it selects": [written[h].selects for h in heads]})
     lines = []
