@@ -1,4 +1,4 @@
-"""Circuits read from the weights (analysis/circuits.py): composition maps between heads, one head's QK and OV
+"""Circuits read from the weights (analysis/circuits/): composition maps between heads, one head's QK and OV
 maps, the tokens an OV row raises, singular values, and a causal check of a score with one head off.
 """
 from __future__ import annotations

@@ -10,6 +10,7 @@ import torch
 
 from mha_viz import measures
 from mha_viz.analysis import circuits as C
+from mha_viz.analysis.circuits import weights as W  # what the tests below patch: the module that reads it
 
 
 def _random(L=3, H=4, D=24, dh=6, seed=0):
@@ -35,9 +36,9 @@ def _plain(w_q, w_k, w_v, w_o):
     return out
 
 
-@pytest.mark.parametrize("gram_bytes", [C._GRAM_BYTES, 0], ids=["gram-route", "direct-route"])
+@pytest.mark.parametrize("gram_bytes", [W._GRAM_BYTES, 0], ids=["gram-route", "direct-route"])
 def test_composition_scores_equal_the_definition(monkeypatch, gram_bytes):
-    monkeypatch.setattr(C, "_GRAM_BYTES", gram_bytes)
+    monkeypatch.setattr(W, "_GRAM_BYTES", gram_bytes)
     weights = _random()
     ours, plain = C.composition_scores(*weights), _plain(*weights)
     for m in C.MODES:
@@ -139,8 +140,8 @@ def test_r_factor_gives_the_gram_matrix_also_for_rank_deficient_weights():
 def test_composition_scores_do_not_depend_on_the_strip_width(monkeypatch, strip):
     weights = _random(L=3, H=4, D=24, dh=6, seed=8)
     plain = _plain(*weights)
-    monkeypatch.setattr(C, "GRAM_STRIP", strip)
-    monkeypatch.setattr(C, "PAIR_COLUMNS", 4)  # one later layer per product: several column blocks
+    monkeypatch.setattr(W, "GRAM_STRIP", strip)
+    monkeypatch.setattr(W, "PAIR_COLUMNS", 4)  # one later layer per product: several column blocks
     ours = C.composition_scores(*weights)
     for m in C.MODES:
         assert torch.allclose(ours[m].nan_to_num(), plain[m].float().nan_to_num(), atol=1e-6)

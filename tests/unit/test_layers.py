@@ -279,11 +279,13 @@ def test_the_registry_asks_a_spec_not_a_family_name():
 
 
 def test_the_analysis_package_lists_every_module_it_holds():
-    """analysis/__init__.py's docstring names every module of the folder, each once, and nothing that is not there."""
+    """analysis/__init__.py's docstring names every module of the folder (a .py file, or a package: a folder with
+    an __init__.py), each once, and nothing that is not there."""
     import mha_viz.analysis as analysis
 
     listed = re.findall(r"^    (\w+)\s{2,}", analysis.__doc__, re.MULTILINE)
     files = {p.stem for p in (PKG / "analysis").glob("*.py") if p.stem != "__init__"}
+    files |= {p.parent.name for p in (PKG / "analysis").glob("*/__init__.py")}
     assert sorted(listed) == sorted(set(listed)), "a module listed twice"
     assert set(listed) == files, f"listed, not there: {set(listed) - files}; there, not listed: {files - set(listed)}"
 

@@ -2,7 +2,7 @@
 from (composition scores, against random matrices), whether that reading is used (switch the earlier head off and
 measure the later one), how it forms over training, and two steps or models side by side. After Elhage et al.
 2021, "A Mathematical Framework for Transformer Circuits"; the formulas and what they leave out are in
-mha_viz/analysis/circuits.py."""
+mha_viz/analysis/circuits/."""
 from __future__ import annotations
 
 import numpy as np

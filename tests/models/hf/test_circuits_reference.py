@@ -1,7 +1,7 @@
 """The Circuits view's weights and maps against an independent reference: TransformerLens (test-only dependency,
 requirements-test.txt), its TransformerBridge over the same transformers model, with no weight processing on
 either side (the bridge's default: no fold_ln, no centring of writing weights, no folded value biases; ours never
-folds, see mha_viz/analysis/circuits.py; were the bridge to fold, its W_Q would differ, as these models' norm gains
+folds, see mha_viz/analysis/circuits/; were the bridge to fold, its W_Q would differ, as these models' norm gains
 are moved off 1). TransformerLens splits fused projections with its own code (GPT-NeoX's
 per-head interleaved [q | k | v] in `NeoxArchitectureAdapter.split_qkv_matrix`, GPT-2's Conv1D thirds) and
 repeats grouped key/value heads over their query heads (`_expand_kv_heads`), so a wrong split on our side shows.
