@@ -286,6 +286,48 @@ def test_step4_the_heads_shares_add_up_to_the_layer_output(every_step):
     assert f"the total's length is {float(total.norm()):.3f}: the layer's output is the heads' outputs" in tried[4]
 
 
+def _bars(at) -> dict[str, float]:
+    """Step 4's bar figure: the dark bars by label (each head, "bias", "total")."""
+    trace = _trace(at, "its share along the total")
+    ys = trace["y"] if isinstance(trace["y"], list) else heatmap_z({"z": trace["y"]}).tolist()
+    return dict(zip(trace["x"], ys))
+
+
+def test_step4_draws_the_concatenation_projected_and_summed_and_its_words_follow_the_figure():
+    """Step 4 draws each head's output in the concatenation, its contribution, the bias and their sum, on one
+    colour range and one y axis with the head off; the numbers in its lines are the figure's."""
+    at = _lesson({"lesson": "4"})
+    model, text = load_model("tiny"), lesson_steps.TEXT_PARALLEL
+    layer = model.n_layers // 2
+    states = {}
+    for switch in (False, True):
+        if switch:
+            at.toggle(key="lesson_try_4").set_value(True).run()
+            assert not at.exception, at.exception
+        concat, projected = _trace(at, "concatenation"), _trace(at, "projected")
+        rows = heatmap_z(projected)  # (H + 2, D): the contributions, the bias, their sum
+        assert np.allclose(rows[:-2].sum(0) + rows[-2], rows[-1], atol=1e-5)  # the sum row is their sum
+        bars = _bars(at)
+        total = float(np.linalg.norm(rows[-1]))
+        assert abs(bars["total"] - total) < 1e-4  # the bar is the sum row's length
+        saw = _saw(at)
+        assert f"the total's length is {total:.3f}" in saw  # the words read the figure shown
+        summed = sum(v for k, v in bars.items() if k != "total")
+        assert f"sum to {summed:.3f}" in saw
+        fig = next(f for f in _figures(at) if any(t.get("name") == "its share along the total" for t in f["data"]))
+        states[switch] = (concat["zmin"], concat["zmax"], projected["zmin"], projected["zmax"],
+                          tuple(fig["layout"]["yaxis"]["range"]), heatmap_z(concat), rows)
+    inside = model.inside_layer(text, layer)
+    position = len(inside[0].tokens) - 1
+    outputs = np.concatenate([(h.weights[position] @ h.v).numpy() for h in inside])
+    assert np.allclose(states[False][5].ravel(), outputs, atol=1e-5)  # the concatenation is the heads' outputs
+    assert np.allclose(states[False][6][:-2], torch.stack([h.contribution[position] for h in inside]).numpy(),
+                       atol=1e-5)
+    assert states[False][:5] == states[True][:5]  # one colour range and one axis before and after the switch
+    off = np.abs(states[True][5].reshape(len(inside), -1)).sum(1) == 0
+    assert off.sum() == 1 and np.abs(states[True][6][int(off.argmax())]).sum() == 0  # the head off adds nothing
+
+
 def test_step5_the_written_heads_measure_as_written_and_the_output_changes(every_step):
     _, texts, tried, _ = every_step
     model = load_model(lesson_steps.WRITTEN)

@@ -13,7 +13,9 @@ from mha_viz.app.lesson.frame import (
     Question,
     figure_config,
     look,
+    named,
     saw,
+    show,
     try_switch,
 )
 from mha_viz.app.lesson.readings import (
@@ -22,6 +24,7 @@ from mha_viz.app.lesson.readings import (
     tok,
 )
 from mha_viz.contract import Head
+from mha_viz.plotting import lesson as lesson_figures
 
 LENGTH_CHOICES = ("It gets shorter", "It stays about the same", "It gets longer")
 
@@ -34,6 +37,21 @@ def _combined(name: str, text: str, off: frozenset[Head] = frozenset()):
     inside = lesson_inside(name, text, layer, off)
     contributions = torch.stack([h.contribution[position] for h in inside])  # (H, D)
     return layer, position, combine_heads(contributions, inside[0].bias)
+
+
+def _parts(name: str, text: str, layer: int, position: int, off: frozenset[Head]):
+    """(the heads' outputs (H, dh), their contributions (H, D), the bias (D,) or None) for one token: a head
+    switched off outputs 0, as the model's zero ablation does before the output projection."""
+    inside = lesson_inside(name, text, layer, off)
+    outputs = torch.stack([torch.zeros_like(h.v[0]) if (layer, h.head) in off else h.weights[position] @ h.v
+                           for h in inside])  # (H, dh)
+    return outputs, torch.stack([h.contribution[position] for h in inside]), inside[0].bias  # (H, D)
+
+
+def _largest(contributions: torch.Tensor, bias: torch.Tensor | None) -> float:
+    """The largest size of any number in the projected rows: the contributions (H, D), the bias and their sum."""
+    bias = torch.zeros_like(contributions[0]) if bias is None else bias  # (D,)
+    return float(torch.cat([contributions, bias[None], (contributions.sum(0) + bias)[None]]).abs().max())
 
 
 def _biggest(name: str, text: str) -> Head:
@@ -78,9 +96,23 @@ def draw_combining(name: str, text: str, n: int) -> None:
     pad = 0.08 * (max(values) - min(0.0, min(values)))
     fig.update_yaxes(range=[min(0.0, min(values)) - pad, max(values) + pad], title="length")
     fig.data[0].name, fig.data[1].name = "size of each contribution", "its share along the total"
+    parts = {state: _parts(name, text, layer, position, frozenset({biggest}) if state else frozenset())
+             for state in (False, True)}
+    bound_z = max(float(z.abs().max()) for z, _, _ in parts.values())
+    bound_c = max(_largest(c, b) for _, c, b in parts.values())
+    z, c, b = parts[switch]
+    st.caption(f"Token {position}, {tok(run.tokens[position])}, through layer {layer}'s combination (red +, blue −, "
+               "one colour range with and without the head off). Top: each head's output, its weighted sum of "
+               f"values ({z.shape[1]} numbers each), placed side by side: the concatenation. Below: each part "
+               "times its slice of the output projection, the head's contribution; the bias; and their sum, the "
+               "layer's output.")
+    show(lesson_figures.concat_figure(names, z, c, b, [(layer, h) in off for h in range(model.n_heads)], biggest[1],
+                                      bound_z, bound_c, f"Layer {layer}, token {position}: concatenate, project, add"
+                                      + (f" ({head_name(biggest)} off)" if switch else "")), f"lesson_concat_{n}")
     st.plotly_chart(fig, width="stretch", key=f"lesson_fig_{n}", config=figure_config())
-    look(f"the dark bars: each head's share of what layer {layer} writes for the last token, "
-          f"{tok(run.tokens[position])}. They add up, with the bias, to the total.")
+    look(f"{named(biggest)} (▶, outlined): its part of the concatenation, its contribution, and its dark bar, its "
+         f"share of what layer {layer} writes for the last token, {tok(run.tokens[position])}. The bars add up, with "
+         "the bias, to the total.", html=True)
     summed = float(shown.along.sum()) + shown.bias_along
     lines = [f"The heads' shares along the total, plus the bias, sum to {summed:.3f}; the total's length is "
              f"{shown.total_norm:.3f}: the layer's output is the heads' outputs added."
