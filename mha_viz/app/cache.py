@@ -30,6 +30,7 @@ from mha_viz.models import load_model, registry
 from mha_viz.models.interventions import reuse_bytes, reuse_clear
 from mha_viz.settings import settings
 from mha_viz.training_record import TrainingEvidence
+from mha_viz.web import kinds
 
 
 def set_threads() -> None:
@@ -451,10 +452,26 @@ def memory_scope(page_function):
     return scoped
 
 
+TARGET = "target"  # the session's target text, sent from the target box (text.py)
+
+
+def current_target(model) -> str | None:
+    """The target the page runs a model with cross-attention on: the target box's last sent text, None when it was
+    empty (the model's own greedy continuation, `Model.run`'s target=None) or the model reads one text."""
+    if not model.has_cross_attention:
+        return None
+    target = str(st.session_state.get(TARGET, "") or "").rstrip()  # trimmed as text.read_text trims the source
+    return target if target.strip() else None
+
+
 def get_run(name: str, text: str, off: tuple[Head, ...] | frozenset[Head] = (), ablation: str = "zero",
             patch: tuple[Head, ...] | frozenset[Head] = (), source: str | None = None) -> AttentionRun:
     """A run keyed by everything that shapes it: model, text, heads off and what "off" means, heads patched and
-    the text they are patched from. Mean ablation averages over the model's example sentences."""
+    the text they are patched from. Mean ablation averages over the model's example sentences.
+
+    A model with cross-attention: `text` is its source, the target is the page's target box (current_target),
+    and `off` is the page's one set of heads (web/kinds.py: cross-attention layers after the decoder's), split
+    into `ablate` and `ablate_cross`."""
     off, patch = tuple(sorted(off)), tuple(sorted(patch))
     if not off:
         ablation = "zero"  # nothing is off: both meanings give the same run, so share it
@@ -462,8 +479,14 @@ def get_run(name: str, text: str, off: tuple[Head, ...] | frozenset[Head] = (), 
         source = None
     model = get_model(name)
     read = model.encode_text(text)  # checked and encoded once: the size estimate and the run both read it
-    return runs().get((name, text, off, ablation, patch, source),
-                      lambda: model.run(read, ablate=off, ablation=ablation, patch=patch, source=source),
+    if not model.has_cross_attention:
+        return runs().get((name, text, off, ablation, patch, source),
+                          lambda: model.run(read, ablate=off, ablation=ablation, patch=patch, source=source),
+                          need=work_bytes(model, read), on_wait=_queued, scope_key=(name, text))
+    target, (ablate, cross) = current_target(model), kinds.split(model, off)
+    return runs().get((name, text, off, ablation, patch, source, target),
+                      lambda: model.run(read, ablate=ablate, ablation=ablation, patch=patch, source=source,
+                                        target=target, ablate_cross=cross),
                       need=work_bytes(model, read), on_wait=_queued, scope_key=(name, text))
 
 

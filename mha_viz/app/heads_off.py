@@ -64,7 +64,7 @@ def summary(ctx: ViewContext, first=None, switches_here: bool = False) -> None:
 def effect_panel(ctx: ViewContext) -> None:
     """What the heads that are off changed: predictions for language models, the embedding for encoders."""
     model, base, run = ctx.model, ctx.base, ctx.run
-    if not run.ablated:
+    if not run.ablated and not getattr(run, "ablated_cross", None):  # cross-attention heads count as off too
         return
     st.subheader(f"What changed with these heads off ({ABLATION_SHORT[run.ablation]})")
     if len(run.ablated) == model.n_layers * model.n_heads:

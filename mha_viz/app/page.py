@@ -20,6 +20,7 @@ from mha_viz.app.views import NOT_ABOUT_THIS_RUN, VIEWS, navigation
 from mha_viz.contract import InputError, Model
 from mha_viz.models import BUILTIN
 from mha_viz.settings import SettingsError, settings
+from mha_viz.web.kinds import all_layers
 
 __all__ = ["DEFAULT_TEXT", "main", "warm_up"]
 # Streamlit's main column starts 6rem down (room for its toolbar): 2.5rem keeps the toolbar clear and gives the
@@ -97,7 +98,8 @@ def main() -> None:
     model = load_or_explain(name)
     if model is None:
         return
-    for notice in state.apply_pending(name, model.n_layers, model.n_heads):
+    # Links name heads of every kind an encoder-decoder model has (web/kinds.py's one set).
+    for notice in state.apply_pending(name, all_layers(model), model.n_heads):
         st.warning(f"Link: {notice}")
     n_cols, shared_scale, hide_special, merge = sidebar.display_options(model)
     ablation = sidebar.ablation()
@@ -125,7 +127,7 @@ def heads_and_views(model: Model, name: str, text: str, n_cols: int, shared_scal
     not the whole page. `boxed`: whether the page's run drew the sentence box (the open view has no input of its
     own)."""
     heads_off = frozenset(state.off_set(name))
-    layer = state.current_layer(name, model.n_layers)
+    layer = state.current_layer(name, max(model.n_layers, model.decoder_layers()))  # within the grid's kind
     view = state.current_view(list(VIEWS))
     if boxed == (view in OWN_INPUT):  # the navigation crossed into or out of a view with its own input
         st.rerun(scope="app")  # the box is outside this fragment: only the whole page can draw or drop it

@@ -1,5 +1,7 @@
 """The sentence: the text box with its examples, and the tokens the model made of it (a strip of chips, drawn by the
-views that do not draw their own: the Layer grid has its strip, with the same chips)."""
+views that do not draw their own: the Layer grid has its strip, with the same chips). A model with cross-attention
+reads two texts: the box is its source, and a second box beside it holds the target (the decoder's text; empty:
+the model's own greedy continuation)."""
 from __future__ import annotations
 
 import html
@@ -7,6 +9,7 @@ import html
 import streamlit as st
 
 from mha_viz.app import reconnect
+from mha_viz.app.cache import TARGET
 from mha_viz.app.common import md_safe, visible
 from mha_viz.app.names import UNKNOWN_MARK, unknown_words
 from mha_viz.contract import AttentionRun, Model
@@ -24,6 +27,11 @@ def _set_text(text: str) -> None:
 
 def _submit_text() -> None:
     st.session_state["text"] = st.session_state.get("text_box", "")
+    if TARGET_BOX in st.session_state:
+        st.session_state[TARGET] = st.session_state[TARGET_BOX]  # what cache.get_run runs
+
+
+TARGET_BOX = "target_box"  # the target box's value; the target sent is cache.TARGET (kept per session, not linked)
 
 
 def text_input(model: Model) -> str:
@@ -41,8 +49,17 @@ def text_input(model: Model) -> str:
     # the form; each sets the text in its callback).
     with st.form("text_form", border=False):
         box, buttons = st.columns([3.2, 1])
-        sent = box.text_area("Sentence", value=default, key="text_box", height=96, max_chars=None,
-                             label_visibility="collapsed", placeholder="Type a sentence, then Show attention",
+        two = model.has_cross_attention
+        if two:  # the source and the target side by side, each labelled: which box feeds which stack
+            box, target_box = box.columns(2)
+            st.session_state.setdefault(TARGET_BOX, st.session_state.get(TARGET, ""))
+            target_box.text_area("Target (the decoder's text)", key=TARGET_BOX, height=96,
+                                 placeholder="Empty: the model's own greedy continuation",
+                                 help="The decoder reads its start token, then this text's tokens (teacher-forced); "
+                                      "left empty, the model continues the source greedily itself.")
+        sent = box.text_area("Source (the encoder's text)" if two else "Sentence", value=default, key="text_box",
+                             height=96, max_chars=None, label_visibility="visible" if two else "collapsed",
+                             placeholder="Type a sentence, then Show attention",
                              help="Any text; it is cut at the model's token limit and the page says how much was "
                                   "dropped.")
         buttons.form_submit_button("Show attention", type="primary", on_click=_submit_text, width="stretch")

@@ -94,3 +94,36 @@ def along_target(model: Model, base: AttentionRun, run: AttentionRun) -> list[di
                     "before": [model.decode(b), float(p[i, b].exp())],
                     "after": [model.decode(a), float(q[i, a].exp())]})
     return out
+
+
+# -- one set of heads for every kind: the app's page keeps the heads off in one set (its link, its heads-off panel),
+# self-attention heads numbered as `ablate` and then each cross-attention layer after the decoder's, at
+# L_enc + L_dec + l.
+def all_layers(model: Model) -> int:
+    """How many layers the one set numbers: L_enc + 2 L_dec with cross-attention, n_layers without."""
+    return model.info.n_layers + 2 * model.decoder_layers()
+
+
+def set_offset(model: Model, kind: str) -> int:
+    """Where `kind`'s layer 0 is in the one set."""
+    return model.info.n_layers + model.decoder_layers() if kind == CROSS else offset(model, kind)
+
+
+def split(model: Model, heads) -> tuple[frozenset[Head], frozenset[Head]]:
+    """The one set as `Model.run` takes it: (ablate, ablate_cross)."""
+    cut = model.info.n_layers + model.decoder_layers()
+    heads = [(int(l), int(h)) for l, h in heads]
+    return (frozenset(x for x in heads if x[0] < cut),
+            frozenset((l - cut, h) for l, h in heads if l >= cut) if model.has_cross_attention else frozenset())
+
+
+def kind_of(model: Model, layer: int) -> tuple[str, int]:
+    """A layer of the one set -> (its kind, its layer within the kind); ("", layer) for a model with one stack."""
+    if not model.has_cross_attention:
+        return "", layer
+    n_enc, n_dec = model.info.n_layers, model.decoder_layers()
+    if layer < n_enc:
+        return ENCODER, layer
+    if layer < n_enc + n_dec:
+        return DECODER, layer - n_enc
+    return CROSS, layer - n_enc - n_dec

@@ -33,7 +33,11 @@ def grid(ctx: ViewContext) -> None:
     the page lacks follow at the end of the view); under it the same switches for that layer as Streamlit
     toggles. Heatmaps show the display transform (`ctx.att`); scores are always measured on the run itself. A
     layer tab clicked in the grid comes back as the page's layer (the heading, the bulk switches, the views and the
-    URL follow it)."""
+    URL follow it). A model with cross-attention: layer_kinds.grid (Encoder, Decoder and Cross)."""
+    if ctx.model.has_cross_attention:
+        from mha_viz.app import layer_kinds
+
+        return layer_kinds.grid(ctx, labels_for)
     tokens = [token_label(t) for t in ctx.tokens]
     codes = encode_soon(tokens, ctx.att, ctx.shared_scale)  # beside the badges' measuring, not after it
     labels = labels_for(ctx.model, ctx.run)

@@ -1,0 +1,123 @@
+"""An encoder-decoder folder's Layer view: a source box and a target box, and a switch between the grids of its
+Encoder, Decoder and Cross attention, each drawn from the run's own attention (cross-attention: target tokens as
+rows, source tokens as columns); a cross head switched off in its grid is switched off with ablate_cross, and the
+decoder's prediction along the target follows. Bad input is a message, never a traceback."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from helpers import app_at, grid_data, grid_layers
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+SOURCE = "the cat sat on the mat"
+TARGET = "a dog ran"  # shorter than the source: the cross grid is not square
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    from tests.models.hf.test_seq2seq import CONFIGS, _tokenizer
+
+    path = tmp_path_factory.mktemp("bart")
+    torch.manual_seed(0)
+    transformers.BartForConditionalGeneration(CONFIGS["bart"]()).save_pretrained(path)
+    _tokenizer(path)
+    return path
+
+
+def _page(folder: Path, target: str = TARGET):
+    at = app_at()
+    at.sidebar.selectbox(key="model_choice").set_value("custom").run()
+    at.sidebar.text_input(key="custom_id").input(str(folder)).run()
+    assert not at.exception, at.exception
+    at.text_area(key="text_box").input(SOURCE)
+    at.text_area(key="target_box").input(target)
+    at.button[0].click().run()  # the form's submit button, Show attention
+    assert not at.exception, at.exception
+    return at
+
+
+def _weights(data: dict, held: dict) -> torch.Tensor:
+    """(L, H, Q, T) weights as the browser decodes them, from the layers this run sent and those `held` from earlier
+    ones (updated); Q = T but for cross-attention."""
+    held.update(grid_layers(data))
+    layers = held
+    Q = data.get("Q", data["T"])
+    codes = torch.frombuffer(bytearray(b"".join(layers[l] for l in range(data["L"]))), dtype=torch.uint8)
+    codes = codes.view(data["L"], data["H"], Q, data["T"]).float()  # (L, H, Q, T)
+    return codes / 255 * torch.tensor(data["scale"]).view(data["L"], data["H"], 1, 1)
+
+
+def _along(at):
+    """The table of the decoder's predictions along the target."""
+    tables = [d.value for d in at.dataframe if "reads" in d.value.columns]
+    assert len(tables) == 1, len(tables)
+    return tables[0]
+
+
+def test_three_grids_each_draw_their_kind_of_attention(folder):
+    from mha_viz.models.hf.loading import load_custom
+
+    at = _page(folder)
+    held = {"Encoder": grid_layers(grid_data(at)), "Decoder": {}, "Cross": {}}  # what the page holds, per grid
+    run = load_custom(str(folder)).run(SOURCE, target=TARGET)
+    source = [t.strip() or t for t in run.tokens]
+    expected = {"Encoder": (run.attentions, len(run.tokens), None),
+                "Decoder": (run.decoder_attentions, len(run.target_tokens), None),
+                "Cross": (run.cross_attentions, len(run.tokens), len(run.target_tokens))}
+    for kind, (att, T, Q) in expected.items():
+        at.session_state["grid_kind"] = kind
+        at.run()
+        assert not at.exception, (kind, at.exception)
+        data = grid_data(at)
+        assert (data["L"], data["T"], data.get("Q")) == (att.shape[0], T, Q), kind
+        got = _weights(data, held[kind])
+        assert torch.allclose(got, att, atol=att.amax() / 255 + 1e-6), kind
+    assert len(data["qtokens"]) == len(run.target_tokens) and len(source) == data["T"]  # Cross: rows, columns
+
+
+def test_a_cross_switch_ablates_that_cross_head_and_the_readout_follows(folder):
+    from mha_viz.models.hf.loading import load_custom
+
+    at = _page(folder)
+    at.session_state["grid_kind"] = "Cross"
+    at.run()
+    held = grid_layers(grid_data(at))
+    before = _along(at)
+    switches = [t for t in at.toggle if t.label.startswith("Cross ")]
+    assert len(switches) == 4
+    switches[2].set_value(False).run()  # Cross layer 0, head 2
+    assert not at.exception, at.exception
+    data = grid_data(at)
+    assert data["off"] == [[0, 2]]
+    model = load_custom(str(folder))
+    want = model.run(SOURCE, target=TARGET, ablate_cross={(0, 2)})
+    assert torch.allclose(_weights(data, held), want.cross_attentions, atol=want.cross_attentions.amax() / 255)
+    after = _along(at)
+    assert list(after["reads"]) == list(before["reads"])  # one row per target position
+    assert (after["KL (nats)"] > 0).any() and (before["KL (nats)"] == 0).all()
+    at.session_state["grid_kind"] = "Encoder"
+    at.run()
+    assert grid_data(at)["off"] == []  # a cross head is not an encoder head
+
+
+def test_an_empty_target_runs_the_greedy_continuation_and_a_long_one_says_why(folder):
+    at = _page(folder, target="")
+    assert not at.exception and not at.warning
+    at.session_state["grid_kind"] = "Decoder"
+    at.run()
+    assert grid_data(at)["L"] == 3
+    at.text_area(key="target_box").input(" ".join([TARGET] * 12))
+    at.button[0].click().run()
+    assert not at.exception, at.exception
+    assert any("decoder accepts at most" in w.value for w in at.warning), [w.value for w in at.warning]
+
+
+def test_a_one_text_model_draws_no_kind_switch_and_no_target_box():
+    at = app_at("tiny")
+    assert not at.exception
+    assert "target_box" not in [t.key for t in at.text_area]
+    assert not [s for s in at.get("button_group")]  # the segmented control (kind switch) is a button group
