@@ -23,15 +23,19 @@ from mha_viz.models.interventions import EditableModel, Encoded, FinalParts, For
 from mha_viz.models.placement import module_device, place
 from mha_viz.models.special import added_positions
 from mha_viz.models.tiny.architecture import TinyConfig, TinyLM, build_model
-from mha_viz.models.tiny.corpus import (
+from mha_viz.models.tiny.vocabulary import (
+    ADJECTIVES,
     BOS,
     FIRST_NAMES,
     LAST_NAMES,
+    NOUNS,
+    PREPOSITIONS,
     Vocab,
     build_vocab,
     example_sentences,
     ground_truth,
     tokenize,
+    vocabulary_words,
 )
 from mha_viz.settings import ASSETS
 from mha_viz.training_record import TrainingEvidence
@@ -116,7 +120,7 @@ class TinyModel(EditableModel):
         return training_record(self.folder)
 
     def ground_truth(self, tokens: list[str]):
-        """The corpus grammar's subject-verb pairs and repeated words in this text (see `corpus.ground_truth`)."""
+        """The corpus grammar's subject-verb pairs and repeated words in this text (see `vocabulary.ground_truth`)."""
         return ground_truth(tokens)
 
     def name_words(self) -> frozenset[str]:
@@ -128,11 +132,9 @@ class TinyModel(EditableModel):
     def lexicon(self) -> Lexicon:
         """The corpus's own words (nouns with their plurals, adjectives, prepositions, the agreeing verb forms):
         the only words this model was trained on, each one token."""
-        from mha_viz.models.tiny import corpus
-
-        return Lexicon(words=corpus.vocabulary_words(), nouns=corpus.NOUNS, adjectives=corpus.ADJECTIVES,
-                       prepositions=corpus.PREPOSITIONS, verbs=(("has", "have"),), determiner="the",
-                       object_determiner="a", period=".", source="the tiny model's corpus vocabulary")
+        return Lexicon(words=vocabulary_words(), nouns=NOUNS, adjectives=ADJECTIVES, prepositions=PREPOSITIONS,
+                       verbs=(("has", "have"),), determiner="the", object_determiner="a", period=".",
+                       source="the tiny model's corpus vocabulary")
 
     def token_id(self, piece: str) -> int:
         words = tokenize(piece)

@@ -24,7 +24,8 @@ import torch
 from safetensors.torch import save_file
 
 from mha_viz.models.tiny.architecture import TinyConfig, build_model
-from mha_viz.models.tiny.corpus import build_vocab, training_texts
+from mha_viz.models.tiny.corpus import training_texts
+from mha_viz.models.tiny.vocabulary import build_vocab
 from mha_viz.settings import ASSETS
 
 TINY_ASSETS = ASSETS / "tiny"

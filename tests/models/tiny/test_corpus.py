@@ -1,20 +1,11 @@
-"""The generator is seeded, and its ground truth points at the right words."""
+"""The generator is seeded, and its ground truth points at the right words (corpus and vocabulary)."""
 import random
 
 import pytest
 
-from mha_viz.models.tiny import corpus
-from mha_viz.models.tiny.corpus import (
-    BOS,
-    UNK,
-    agreement_examples,
-    build_vocab,
-    example_sentences,
-    nearby_examples,
-    repeat_examples,
-    tokenize,
-    training_texts,
-)
+from mha_viz.models.tiny import corpus, vocabulary
+from mha_viz.models.tiny.corpus import agreement_examples, nearby_examples, repeat_examples, training_texts
+from mha_viz.models.tiny.vocabulary import BOS, UNK, build_vocab, example_sentences, tokenize
 
 SG = {s for s, _ in corpus.NOUNS}
 PL = {p for _, p in corpus.NOUNS}
@@ -112,7 +103,7 @@ def test_tokenizer_and_vocab():
 def test_vocab_roundtrip(tmp_path):
     v = build_vocab()
     v.save(tmp_path / "vocab.json")
-    assert corpus.Vocab.load(tmp_path / "vocab.json").words == v.words
+    assert vocabulary.Vocab.load(tmp_path / "vocab.json").words == v.words
 
 
 def test_every_generated_word_is_in_the_vocabulary():
@@ -131,7 +122,7 @@ def test_example_sentences_cover_each_relation_and_are_known_words():
 
 
 def test_ground_truth_reads_back_what_the_generator_wrote():
-    from mha_viz.models.tiny.corpus import agreement_examples, ground_truth, repeat_examples
+    from mha_viz.models.tiny.vocabulary import ground_truth
 
     for example in agreement_examples(100, seed=11):
         assert (example.subject_pos, example.verb_pos) in ground_truth(list(example.tokens)).subjects
@@ -143,7 +134,7 @@ def test_ground_truth_reads_back_what_the_generator_wrote():
 
 def test_random_repeats_ground_truth_and_share():
     words = set(corpus.vocabulary_words())
-    assert len(words) > 150 and not words & {*corpus.SPECIALS, ".", ",", ":"}
+    assert len(words) > 150 and not words & {*vocabulary.SPECIALS, ".", ",", ":"}
     texts = training_texts(400, 9, 64, random_share=0.5)
     rand = [ex for ex in texts if ex.relation == "random-repeat"]
     assert 0.4 < len(rand) / len(texts) < 0.6
