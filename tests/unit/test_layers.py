@@ -218,6 +218,31 @@ def test_the_contract_is_split_by_what_it_holds_and_no_room_is_over_500_lines():
     assert not defined, "mha_viz/contract/__init__.py only re-exports; define things in a room"
 
 
+MAX_LINES = 500  # past this a module holds more than one thing: split it by what it holds, as contract/ is
+
+
+def _too_long(root: Path) -> list[str]:
+    """Every Python or JavaScript module under `root` longer than MAX_LINES, with its count."""
+    files = sorted([*root.rglob("*.py"), *root.rglob("*.js")])
+    return [f"{f.relative_to(root.parent)}: {n} lines" for f in files
+            if (n := len(f.read_text().splitlines())) > MAX_LINES]
+
+
+def test_no_module_is_over_500_lines():
+    """Every module of the package, Python or the grid's JavaScript, stays within MAX_LINES."""
+    bad = _too_long(PKG)
+    assert not bad, f"modules over {MAX_LINES} lines (split each by what it holds):\n" + "\n".join(bad)
+
+
+def test_the_size_check_finds_what_it_looks_for(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "short.py").write_text("x = 1\n" * MAX_LINES)
+    (pkg / "sub" / "long.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    (pkg / "sub" / "long.js").write_text("let x;\n" * (MAX_LINES + 1))
+    assert _too_long(pkg) == [f"pkg/sub/long.js: {MAX_LINES + 1} lines", f"pkg/sub/long.py: {MAX_LINES + 1} lines"]
+
+
 def test_family_specific_abilities_are_capabilities_not_core():
     """The Model interface's abstract methods are what every model answers; a compiled program's output, its
     written heads and a training record are optional capabilities with a 'not available' answer."""
