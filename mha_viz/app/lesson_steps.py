@@ -29,7 +29,7 @@ from mha_viz.app.lesson.heads import (
     question_patterns,
     question_projections,
 )
-from mha_viz.app.lesson.pathways import draw_learned, draw_written, question_learned, question_written
+from mha_viz.app.lesson.pathways import draw_learned, draw_written, question_learned, question_written, written_input
 from mha_viz.app.lesson.readings import (  # noqa: F401
     GLOSSARY,
     PATTERNED,
@@ -69,6 +69,8 @@ def run_step(step: Step, learned: str, text: str, n: int) -> None:
     """Draw one step, or say why its input cannot be run (a word the written program does not know, too long)."""
     hover_hook()
     try:
+        if step.written and step.text:
+            text = written_input(text, n, step.text)
         if step.question is not None and not ask(str(n), step.question(learned, text)):
             return
         step.draw(learned, text, n)

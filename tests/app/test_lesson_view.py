@@ -345,6 +345,27 @@ def test_step5_the_written_heads_measure_as_written_and_the_output_changes(every
     assert changed > 0 and f"changed at {changed} of {len(before)} positions" in tried[5]
 
 
+def test_step5_keeps_its_figure_when_a_word_is_out_of_vocabulary_and_puts_the_prepared_input_back():
+    """A word the program does not know is marked, the step runs on the input without it (its figure stays), and
+    a button puts the prepared input back."""
+    at = _lesson({"lesson": "5"})
+    at.text_input(key="lesson_text_5").set_value("b x a b").run()
+    _answer(at)
+    assert not at.exception, at.exception
+    warning = " ".join(w.value for w in at.warning)
+    assert "**x** ⚠" in warning and "The step runs on “b a b”" in warning
+    model = load_model(lesson_steps.WRITTEN)
+    run = model.run("b a b")
+    prev = next(h for h, w in model.written_heads().items() if w.pattern == "previous")
+    drawn = heatmap_z(_trace(at, f"{head_name(prev)} · {measures.get('previous').label}"))
+    assert np.allclose(drawn, run.attentions[prev].numpy(), atol=1e-6)  # the figure, on the input without "x"
+    at.button(key="lesson_restore_5").click().run()
+    _answer(at)
+    assert not at.exception, at.exception
+    assert at.text_input(key="lesson_text_5").value == lesson_steps.TEXT_WRITTEN and not at.warning
+    assert "lesson_text_5" not in at.query_params  # the link no longer carries the typed input
+
+
 def _quiet_and_loud(name: str, text: str):
     model, run, scores, base = _scores(name, text)
     importance = head_importance(model, text)
@@ -372,6 +393,26 @@ def test_step6_seeds_place_roles_apart_and_a_patterned_head_matters_little(every
             and f"KL {float(importance[quiet]):.3f}, against {float(importance[loud]):.3f} for {head_name(loud)}"
             in texts[6])
     assert "Switched off here" in tried[6]
+
+
+def test_step6_contrasts_a_written_model_with_its_learned_twin_measured(every_step):
+    """Step 6 sets written-induction beside learned-induction: for each written head the learned head(s) that took
+    its role and what switching each side off does, the numbers of `compare_twins` on the same held-out inputs."""
+    from mha_viz.analysis.twins import compare_twins
+    from mha_viz.models.twins.train import held_out_texts
+
+    _, texts, _, _ = every_step
+    written, learned = load_model("written-induction"), load_model("learned-induction")
+    cmp = compare_twins(written, learned, held_out_texts(written, 100, 0), head_census(written),
+                        head_census(learned))
+    assert "Written and learned, the same task" in texts[6]
+    for row in cmp.heads:
+        heads = _heads([h for h, _ in row.matches])
+        took = f"in the twin {heads} took the role" if row.matched else "no learned head took the role"
+        assert f"The program wrote {head_name(row.written)} as its" in texts[6] and took in texts[6]
+        assert f"({row.matches[0][1]:.3f} bits)" in texts[6]
+        assert (f"takes the program from {cmp.accuracy_written:.0%} to {row.written_off:.0%}; switching {heads} off "
+                f"takes the twin from {cmp.accuracy_learned:.0%} to {row.learned_off:.0%}") in texts[6]
 
 
 def test_the_named_heads_follow_the_lessons_model():

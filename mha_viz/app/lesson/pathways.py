@@ -7,9 +7,11 @@ import streamlit as st
 
 from mha_viz import measures, plotting
 from mha_viz.analysis import next_token_kl
-from mha_viz.app.cache import side_model
-from mha_viz.app.common import head_name, top_predictions, visible
+from mha_viz.analysis.twins import BROKEN_AT, DISTANCE, TwinComparison, compare_twins
+from mha_viz.app.cache import side_model, side_result
+from mha_viz.app.common import head_name, md_safe, top_predictions, visible
 from mha_viz.app.lesson.frame import (
+    TYPED,
     Question,
     figure_config,
     heads_row,
@@ -26,8 +28,10 @@ from mha_viz.app.lesson.readings import (
     argmax_head,
     census_role,
     heads_words,
+    lesson_census,
     lesson_importance,
     lesson_run,
+    listed,
     pattern_excess,
     pct,
     queries,
@@ -40,8 +44,38 @@ from mha_viz.app.lesson.readings import (
 )
 from mha_viz.contract import Head
 from mha_viz.models import seeds
+from mha_viz.models.twins.train import held_out_texts
+from mha_viz.plotting.lesson import MARK
 
 OUTPUT_CHOICES = ("Not one of them", "Some, not all", "All of them")
+
+
+def written_input(text: str, n: int, prepared: str) -> str:
+    """The input step `n` runs on the written model: `text` with the words outside the program's vocabulary (and
+    any past its length) left out, which a warning marks, with a button that puts the prepared input back; the
+    prepared input where nothing is left. So the step keeps its figure when a word is out of vocabulary."""
+    config = side_model(WRITTEN).config
+    items = text.split()
+    unknown = [i for i, t in enumerate(items) if t not in config.vocab]
+    kept = [t for i, t in enumerate(items) if i not in set(unknown)][:config.max_seq_len]
+    if not unknown and len(items) <= config.max_seq_len:
+        return text
+    shown = " ".join(f"**{md_safe(t)}** ⚠" if i in set(unknown) else md_safe(t) for i, t in enumerate(items))
+    over = max(0, len(items) - len(unknown) - config.max_seq_len)
+    runs = " ".join(kept) if kept else prepared
+    st.warning(f"The program knows only {' '.join(config.vocab)}: your input reads {shown}. "
+               + (f"{len(unknown)} of its words (marked ⚠) left out" if unknown else "")
+               + (f"{'; ' if unknown else ''}{over} past its {config.max_seq_len} positions left out" if over else "")
+               + f". The step runs on “{md_safe(runs)}”" + ("" if kept else ", the prepared input") + ".",
+               icon=":material/warning:")
+
+    def restore() -> None:
+        st.session_state[f"lesson_text_{n}"] = prepared
+        st.session_state.get(TYPED, {}).pop(n, None)
+
+    st.button("Put the prepared input back", key=f"lesson_restore_{n}", on_click=restore,
+              icon=":material/undo:")
+    return runs
 
 
 def _written_prev() -> Head:
@@ -153,13 +187,20 @@ def draw_learned(name: str, text: str, n: int) -> None:
     st.caption(f"The {label} score of every head (rows: layers, columns: heads) in each model the recipe trained, "
                + (f"on this input, over {queries(support)}." if support >= FLOOR else
                   f"on this input: {too_few('previous', support)}, so the maps say little."))
-    st.plotly_chart(plotting.census_maps_side_by_side(maps, titles), width="stretch", key=f"lesson_fig_{n}",
-                    config=figure_config())
     importance = lesson_importance(name, text)  # (L, H)
     quiet, loudest = quiet_and_loud(name, text)
     top = strongest_pattern(r, quiet)
+    fig = plotting.census_maps_side_by_side(maps, titles)
+    i = family.index(name) if name in family else 0
+    xa, ya = ("x", "y") if i == 0 else (f"x{i + 1}", f"y{i + 1}")
+    # The head the text names, outlined on its model's map; its name over the map, for the hover hook.
+    fig.add_shape(type="rect", xref=xa, yref=ya, x0=quiet[1] - 0.5, x1=quiet[1] + 0.5, y0=quiet[0] - 0.5,
+                  y1=quiet[0] + 0.5, line=dict(color=MARK, width=3))
+    fig.add_annotation(text=f"<b>▶ {head_name(quiet)}</b>", xref=xa, yref=ya, x=quiet[1], y=quiet[0],
+                       showarrow=False, font=dict(size=10, color=MARK), bgcolor="rgba(255,255,255,0.7)")
+    st.plotly_chart(fig, width="stretch", key=f"lesson_fig_{n}", config=figure_config())
     look(f"the {label} score of every head in {len(family)} models trained by the same recipe from different seeds, "
-          f"and {head_name(quiet)} of {name}, a strongly patterned head.")
+         f"and {named(quiet)} of {name} (▶, outlined), a strongly patterned head.", html=True)
     switch = try_switch(f"switch {head_name(quiet)} of {name} off", f"lesson_try_{n}",
                   expect=f"the next-word prediction after {tok(run.tokens[-1])} moves by KL "
                          f"{float(importance[quiet]):.3f} (0: not at all); a chart shows it before and after.")
@@ -184,4 +225,65 @@ def draw_learned(name: str, text: str, n: int) -> None:
                         width="stretch", key=f"lesson_pred_{n}", config=figure_config())
         lines.append(f"Switched off here: the top prediction was {tok(before[0][0])} at {pct(before[0][1])} and is "
                      f"{tok(after[0][0])} at {pct(after[0][1])} (KL {next_token_kl(run.logits, off_run.logits):.3f}).")
+    saw(lines)
+    twins_contrast()
+
+
+TWIN_WRITTEN, TWIN_LEARNED = "written-induction", "learned-induction"  # a program and the stack trained on it
+TWIN_TEXTS = 100  # held-out inputs the contrast measures on (never trained on), seed 0
+
+
+def lesson_twins() -> TwinComparison:
+    """`TWIN_WRITTEN` beside `TWIN_LEARNED` (`analysis.twins.compare_twins`) on `TWIN_TEXTS` held-out inputs, with
+    both models' censuses as the lesson makes them; kept in the run cache beside the learned model."""
+    def make() -> TwinComparison:
+        written, learned = side_model(TWIN_WRITTEN), side_model(TWIN_LEARNED)
+        texts = held_out_texts(written, TWIN_TEXTS, 0)
+        return compare_twins(written, learned, texts, lesson_census(TWIN_WRITTEN), lesson_census(TWIN_LEARNED))
+    return side_result(("lesson-twins", TWIN_WRITTEN), TWIN_LEARNED, make)
+
+
+def twins_contrast() -> None:
+    """The same task written and learned: for each head the program wrote, the learned head(s) that attend like
+    it, and how much switching each side off breaks its model's output, measured on held-out inputs."""
+    cmp = lesson_twins()
+    st.markdown("##### Written and learned, the same task")
+    st.caption(f"{TWIN_WRITTEN} is compiled from a program that copies the token after the earlier copy of the "
+               f"current one; {TWIN_LEARNED} is the in-repo stack trained from scratch on that program's output, with "
+               f"the same layers x heads. Measured on {cmp.n_texts} held-out inputs: which learned head attends most "
+               f"like each written head ({DISTANCE}), and each model's accuracy with that head switched off.")
+    rows = []
+    for row in cmp.heads:
+        rows.append({"written head": head_name(row.written),
+                     "its role": measures.get(row.role).label if row.role else row.selects,
+                     "learned head(s) in its place": ", ".join(f"{head_name(h)} ({d:.3f} bits)"
+                                                               for h, d in row.matches)
+                     + ("" if row.matched else " (nearest; none attends like it)"),
+                     "written off: program accuracy": f"{pct(cmp.accuracy_written)} → {pct(row.written_off)}",
+                     "learned off: twin accuracy": f"{pct(cmp.accuracy_learned)} → {pct(row.learned_off)}"})
+    st.table(rows)
+    lines = [f"On these inputs the program scores {pct(cmp.accuracy_written)}, its twin {pct(cmp.accuracy_learned)}."]
+    for row in cmp.heads:
+        heads = [h for h, _ in row.matches]
+        role = measures.get(row.role).label if row.role else "its"
+        took = (f"{heads_words(heads)} took the role" if row.matched else
+                f"no learned head took the role; the nearest is {heads_words(heads)}")
+        lines.append(f"The program wrote {head_name(row.written)} as its {role} head; in the twin {took} "
+                     f"({row.matches[0][1]:.3f} bits). Switching the written head off takes the program from "
+                     f"{pct(cmp.accuracy_written)} to {pct(row.written_off)}; switching "
+                     f"{heads_words(heads)} off takes the twin from {pct(cmp.accuracy_learned)} to "
+                     f"{pct(row.learned_off)}.")
+    spread = [(divmod(i, cmp.single_off.shape[1]), float(v)) for i, v in enumerate(cmp.single_off.flatten().tolist())
+              if cmp.accuracy_learned - v >= BROKEN_AT]
+    lines.append("In the twin, switching off one head alone breaks the output (a drop of "
+                 f"{BROKEN_AT:.0%} or more) for " + (listed([f"{head_name(h)} (to {pct(v)})" for h, v in spread])
+                                                     if spread else "no head") + ".")
+    softer = [row for row in cmp.heads if row.learned_off > row.written_off + 0.05]
+    if softer:
+        lines.append(f"Switching off {heads_words([h for r in softer for h, _ in r.matches])} breaks the twin less "
+                     f"than switching off {heads_words([r.written for r in softer])} breaks the program: in the twin "
+                     "the role is not held by one head alone, other heads still carry part of it.")
+    else:
+        lines.append("Each learned counterpart, switched off, breaks the twin about as much as its written head "
+                     "breaks the program: on this seed the twin holds each role in one head.")
     saw(lines)
