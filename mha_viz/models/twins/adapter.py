@@ -1,7 +1,7 @@
 """A learned twin behind the data contract: the written model's tokenizer (whitespace-separated items of the
-program's vocabulary, BOS first) in front of a `TwinLM`; its readout is the program's output value per position
-(`program_output`), as the written model's is, so every view reads the two alike. It has no LM head: `run.logits`
-is None, and the views that read next-token predictions say so.
+program's vocabulary, BOS first: `models.items`, shared with the written model) in front of a `TwinLM`; its readout
+is the program's output value per position (`program_output`), as the written model's is, so every view reads the
+two alike. It has no LM head: `run.logits` is None, and the views that read next-token predictions say so.
 
 A twin's folder (written by `train.py`):
     config.json        the stack's `TinyConfig`
@@ -12,38 +12,36 @@ A twin's folder (written by `train.py`):
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
 
-from mha_viz.contract import Embeddings, HeadWeights, InputError, Lexicon, ModelInfo, ModelLoadError, check_index
-from mha_viz.models.interventions import EditableModel, Encoded, Forward, HeadEdit
+from mha_viz.contract import Embeddings, HeadWeights, ModelInfo, ModelLoadError, check_index
+from mha_viz.models.interventions import Forward, HeadEdit
+from mha_viz.models.items import ItemsModel, ItemText
 from mha_viz.models.placement import module_device, place
-from mha_viz.models.special import added_positions
 from mha_viz.models.tiny.architecture import TinyConfig
 from mha_viz.models.twins.architecture import TwinLM, build_twin
 
 FORMAT = "mha-viz learned twin 1"
 CONFIG_FILE, TWIN_FILE, WEIGHTS_FILE = "config.json", "twin.json", "model.safetensors"
-N_EXAMPLES = 4
 
 
-class TwinModel(EditableModel):
+class TwinModel(ItemsModel):
     """A TwinLM behind the contract. Read-only after construction, so one instance serves every session."""
 
     def __init__(self, lm: TwinLM, twin: dict, name: str, folder: str | Path | None = None):
         self.lm = lm.eval()
         self._device = module_device(lm)
+        self.blocks = lm.blocks
         self.twin = twin
         self.config = lm.cfg
         self.folder = None if folder is None else Path(folder)
-        self.vocab: tuple[str, ...] = tuple(twin["vocab"])
-        self.encoding_of: dict[str, int] = dict(twin["encoding"])
-        self._decode_ids = {i: t for t, i in self.encoding_of.items()}
         self.decoding: tuple = tuple(twin["decoding"])
         self.max_seq_len = int(twin["max_seq_len"])
+        self.items = ItemText(name, tuple(twin["vocab"]), dict(twin["encoding"]), twin["bos"], self.max_seq_len,
+                              f"was trained for (at most {self.max_seq_len})", f"the vocabulary of {twin['written']}")
         acc = twin.get("held_out", {}).get("accuracy")
         self.info = ModelInfo(
             name=name, title=f"{name}: the in-repo stack trained on what {twin['written']} computes"
@@ -61,48 +59,15 @@ class TwinModel(EditableModel):
         """The share of held-out positions (where the program has a value) whose readout equals the program's."""
         return self.twin.get("held_out", {}).get("accuracy")
 
-    # -- tokenising: the written model's -----------------------------------------------------------------------
-    def encoding(self, text: str) -> Encoded:
-        items = text.split()
-        unknown = sorted({t for t in items if t not in self.vocab}, key=items.index)
-        if unknown or not items:
-            raise InputError(f"{self.name} reads whitespace-separated items of its program's vocabulary "
-                             f"({' '.join(self.vocab)}), at most {self.max_seq_len} of them; "
-                             + (f"not in it: {', '.join(repr(u) for u in unknown[:5])}" if unknown
-                                else "the text has none"))
-        if len(items) > self.max_seq_len:
-            raise InputError(f"{len(items)} items is more than {self.name} was trained for (at most "
-                             f"{self.max_seq_len}); shorten the text to at most {self.max_seq_len} items of: "
-                             f"{' '.join(self.vocab)}")
-        bos = self.twin["bos"]
-        ids = [self.encoding_of[bos]] + [self.encoding_of[t] for t in items]
-        return Encoded(ids=ids, labels=[bos] + items, dropped=0, special=added_positions([1] + [0] * len(items)),
-                       unknown=())
-
-    def decode(self, token_id: int) -> str:
-        return self._decode_ids[int(token_id)]
-
-    def token_id(self, piece: str) -> int:
-        piece = piece.strip()
-        if piece not in self.vocab:
-            raise InputError(f"{piece!r} is not in {self.name}'s vocabulary: {' '.join(self.vocab)}")
-        return self.encoding_of[piece]
-
     # -- one forward ---------------------------------------------------------------------------------------
     can_resume = True  # TinyLM.forward resumes at edit.start
     pads = True  # causal: no position sees the padding to its right
     grows = True
 
     def forward(self, ids: torch.Tensor, edit: HeadEdit, attentions: bool = False, lengths=None) -> Forward:
-        ids = ids.to(self._device)  # (B, T)
-        if lengths is not None:  # padding: any id of the vocabulary (its rows are discarded)
-            ids = ids.clamp(0, len(self.encoding_of) - 1)  # (B, T)
+        ids, _ = self.batch(ids, lengths)  # (B, T); causal: no key mask
         _, hidden, att = self.lm(ids, None, edit, patterns=attentions)  # (B, T, O), (B, T, D), (B, L, H, T, T)
         return Forward(hidden=hidden, logits=None, attentions=att)
-
-    def output_projection(self, layer: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        out = self.lm.blocks[layer].attn.out
-        return out.weight.detach().float().cpu(), out.bias.detach().float().cpu()  # (D, H * dh), (D,)
 
     def head_weights(self, layer: int) -> HeadWeights:
         """Layer `layer`'s per-head maps, sliced from the fused qkv projection (rows [q; k; v])."""
@@ -114,7 +79,7 @@ class TwinModel(EditableModel):
     def embeddings(self) -> Embeddings:
         served = self.lm.pos.weight[: self.config.max_len]  # (max_len, D)
         return Embeddings(tokens=self.lm.tok.weight.detach().float().cpu(), positions=served.detach().float().cpu(),
-                          unembed=None, labels=[self._decode_ids[i] for i in range(len(self._decode_ids))])
+                          unembed=None, labels=list(self.items.labels))
 
     # -- what it shares with the written model ------------------------------------------------------------------
     def readout_scores(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -127,22 +92,6 @@ class TwinModel(EditableModel):
         always names a value: it was trained only where the program has one."""
         best = self.readout_scores(run.output).argmax(-1)  # (T,)
         return [self.twin["bos"]] + [self.decoding[int(i)] for i in best[1:]]
-
-    def examples(self) -> list[tuple[str, str, str]]:
-        """Random texts of the vocabulary, each said twice, seeded (as the written model's examples)."""
-        rng = random.Random(0)
-        vocab, n = list(self.vocab), self.max_seq_len
-        out = []
-        for i in range(N_EXAMPLES):
-            half = [rng.choice(vocab) for _ in range(max(1, min(n // 2, 3 + i)))]
-            text = " ".join((half + half)[:n])
-            out.append((f"items {i + 1}: {text}"[:48], text, "a text of the vocabulary said twice"))
-        return out
-
-    def lexicon(self) -> Lexicon:
-        """The program's vocabulary, every item one token (the census generates sequences of these items)."""
-        return Lexicon(words=self.vocab, nouns=(), adjectives=(), prepositions=(), verbs=(), determiner="",
-                       object_determiner="", period="", source=f"the vocabulary of {self.twin['written']}")
 
 
 def read_twin(folder: str | Path) -> dict:
