@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import math
+from typing import Callable
 
 import streamlit as st
 
@@ -252,6 +253,37 @@ def _seed_model(name: str, seed_name: str) -> Model:
     return get_model(seed_name) if seed_name == name else side_model(seed_name)
 
 
+def _model_census(name: str, model: Model, seed: int, progress=None) -> HeadCensus:
+    """The census of one seed or twin with its own shipped texts and control, made once for every visitor."""
+    return _CENSUS.get((name, seed, None), lambda: head_census(
+        model, texts=census_texts(model), seed=seed, control=census_control(model), progress=progress))
+
+
+def _for_each_model(base: str, names: list[str], done: list, button: str, key: str,
+                    measure: Callable[[int, str, Model, object], object]) -> list | None:
+    """What `measure(i, name, model, bar)` gives for each of `names` (seeds or twins of `base`, loaded as
+    `_seed_model` does), in order. `done` holds what the caches have already (None where not): when any is
+    missing, nothing runs until the user clicks `button`, then each missing one is measured with a progress bar.
+    None while the button waits, or when a model cannot load (its error is shown)."""
+    if all(d is not None for d in done):
+        return done
+    if not st.button(button, key=key):
+        return None
+    bar = st.progress(0.0, text="Measuring...")
+    for i, name in enumerate(names):
+        if done[i] is not None:
+            continue
+        try:
+            model = _seed_model(base, name)
+        except ModelLoadError as err:
+            bar.empty()
+            st.error(str(err))
+            return None
+        done[i] = measure(i, name, model, bar)
+    bar.empty()
+    return done
+
+
 def _written(model: Model, c: HeadCensus, seed: int) -> None:
     """A compiled program's heads: what the program wrote into each, beside what the census measured, and the
     learned contrast (the tiny recipe's seeds) on request."""
@@ -311,23 +343,18 @@ def _twins(model: Model, c: HeadCensus, seed: int) -> None:
                       "and the in-repo stack is, so a twin could not see what the program reads") + ".")
         return
     texts = tuple(held_out_texts(model, TWIN_TEXTS, seed))
-    done = [_TWINS.peek((model.name, n, seed, c.texts)) for n in names]
-    if any(d is None for d in done):
-        if not st.button(f"Compare with the {len(names)} learned twins ({', '.join(names)})", key="census_twins"):
-            return
-        bar = st.progress(0.0, text="Twins...")
-        for i, n in enumerate(names):
-            try:
-                learned = _seed_model(model.name, n)
-            except ModelLoadError as err:
-                st.error(str(err))
-                return
-            bar.progress(i / len(names), text=f"{n}: its census, then {TWIN_TEXTS} held-out inputs")
-            lc = _CENSUS.get((n, seed, None), lambda m=learned: head_census(
-                m, texts=census_texts(m), seed=seed, control=census_control(m)))
-            done[i] = _TWINS.get((model.name, n, seed, c.texts),
-                                 lambda m=learned, lc=lc: compare_twins(model, m, list(texts), c, lc))
-        bar.empty()
+
+    def compare(i: int, name: str, learned: Model, bar) -> object:
+        bar.progress(i / len(names), text=f"{name}: its census, then {TWIN_TEXTS} held-out inputs")
+        census = _model_census(name, learned, seed)
+        return _TWINS.get((model.name, name, seed, c.texts),
+                          lambda: compare_twins(model, learned, list(texts), c, census))
+
+    done = _for_each_model(model.name, names, [_TWINS.peek((model.name, n, seed, c.texts)) for n in names],
+                           f"Compare with the {len(names)} learned twins ({', '.join(names)})", "census_twins",
+                           compare)
+    if done is None:
+        return
     st.caption(f"Distance: {DISTANCE}; a learned head under {MATCH_AT} bits attends like the written one (others "
                f"within {MATCH_TIE} bits of the best are listed with it), else the nearest is named as the nearest. "
                "Census names: what each model's own census names the head for (ties included). Off: switched off "
@@ -349,21 +376,12 @@ def _seeds(name: str, seed: int) -> None:
     st.markdown("### Same recipe, different seeds")
     st.caption(f"The same training recipe run from {len(names)} seeds ({', '.join(names)}): the same data, another "
                "initialisation and data order. Which head takes which role is not fixed by the architecture.")
-    done = [_CENSUS.peek((n, seed, None)) for n in names]
-    if any(d is None for d in done):
-        if not st.button(f"Run the census of all {len(names)} seeds", key="census_seeds"):
-            return
-        bar = st.progress(0.0, text="Seeds...")
-        for i, n in enumerate(names):
-            try:
-                model = _seed_model(name, n)
-            except ModelLoadError as err:
-                st.error(str(err))
-                return
-            done[i] = _CENSUS.get((n, seed, None), lambda m=model: head_census(
-                m, texts=census_texts(m), seed=seed, control=census_control(m),
-                progress=lambda f, msg, i=i: bar.progress((i + f) / len(names), text=msg)))
-        bar.empty()
+    done = _for_each_model(
+        name, names, [_CENSUS.peek((n, seed, None)) for n in names], f"Run the census of all {len(names)} seeds",
+        "census_seeds", lambda i, n, model, bar: _model_census(
+            n, model, seed, progress=lambda f, msg: bar.progress((i + f) / len(names), text=msg)))
+    if done is None:
+        return
     roles = seed_roles(done)
     for role, score in roles["scores"].items():
         st.plotly_chart(plotting.census_maps_side_by_side([c.scores[score] for c in done], names),
