@@ -28,6 +28,9 @@ class Arch:
     model: str
     args: dict = field(default_factory=dict)
     out_proj: str = ""  # a module name with {l}; "" where the model has none to hook (it does not load)
+    # An encoder-decoder row: its key in tests/models/hf/test_seq2seq.py's CONFIGS (2 encoder and 3 decoder layers,
+    # 4 heads, d_model 32), checked by matrix_seq2seq.py; "" for one stack.
+    seq2seq: str = ""
 
 
 def _llama(**extra) -> dict:
@@ -124,6 +127,9 @@ ARCHS = [
          "mpnet.encoder.layer.{l}.attention.attn.o"),
     Arch("ALBERT", "AlbertConfig", "AlbertForMaskedLM", _bert(embedding_size=32),
          "albert.encoder.albert_layer_groups.0.albert_layers.0.attention.dense"),
+    Arch("T5", "T5Config", "T5ForConditionalGeneration", seq2seq="t5"),
+    Arch("BART", "BartConfig", "BartForConditionalGeneration", seq2seq="bart"),
+    Arch("Marian", "MarianConfig", "MarianMTModel", seq2seq="marian"),
 ]
 BY_NAME = {a.name: a for a in ARCHS}
 # Architectures mha-viz refuses from their config, before any weights load (test_architectures.py checks it): not
@@ -138,7 +144,15 @@ def build(arch: Arch, folder: Path, texts: tuple[str, ...] = (), seed: int = 0) 
     a tokenizer that reads `texts` and the census's words (see OWN_TOKENIZER)."""
     import transformers
 
-    config = getattr(transformers, arch.config)(vocab_size=VOCAB, **arch.args)
+    if arch.seq2seq:  # test_seq2seq.py's config, with the WordPiece tokenizer's ids and the census's lengths
+        from tests.models.hf.test_seq2seq import CONFIGS
+
+        config = CONFIGS[arch.seq2seq]()
+        config.vocab_size = VOCAB
+        if hasattr(config, "max_position_embeddings"):
+            config.max_position_embeddings = 128
+    else:
+        config = getattr(transformers, arch.config)(vocab_size=VOCAB, **arch.args)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = getattr(transformers, arch.model)(config).eval()

@@ -32,7 +32,11 @@ def render() -> str:
         "transformers' (attention, logits, a head switched off or patched, batched rows against single runs, inside "
         "a head's parts against the layer's output; 2e-5); runs: circuits (finite scores, and each head's W_V and "
         "W_O equal to what the forward computes) and the census complete; refused: loading stops before any "
-        "weights load, with the reason in notes.",
+        "weights load, with the reason in notes. Encoder-decoder rows (T5, BART, Marian: hidden 32, 2 encoder and 3 "
+        "decoder layers, 4 heads) read a source and a target: attention is all three kinds (encoder, decoder, "
+        "cross), and the edits switch off an encoder, a decoder and a cross-attention head "
+        "(`tests/models/hf/matrix_seq2seq.py`); refused (two texts): the engine says the check is defined on one "
+        "self-attention stack over one text.",
         "",
         "| " + " | ".join(head) + " |",
         "| " + " | ".join("---" for _ in head) + " |",

@@ -95,6 +95,11 @@ class Loaded:
 def load(arch: Arch, folder: Path) -> Loaded:
     import transformers
 
+    if arch.seq2seq:
+        from tests.models.hf import matrix_seq2seq
+
+        return matrix_seq2seq.load(arch, folder)
+
     model = mha_viz.load_model(str(folder))
     ref = getattr(transformers, arch.model).from_pretrained(folder, attn_implementation="eager").eval()
     return Loaded(arch, folder, model, ref)
@@ -211,6 +216,11 @@ def check_census(m: Loaded) -> None:
 
 
 def run_check(m: Loaded, check: str) -> None:
+    if m.arch.seq2seq:  # an encoder-decoder row: the same checks over a source and a target
+        from tests.models.hf import matrix_seq2seq
+
+        getattr(matrix_seq2seq, f"check_{check}")(m)
+        return
     globals()[f"check_{check}"](m)
 
 
