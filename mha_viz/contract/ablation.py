@@ -111,13 +111,14 @@ class ResampleAblation(Ablation):
 
     - the candidates are the reference texts in their order: `reference` as given (each checked with
       `check_text`), or, when `reference` is None, the sentences of `model.examples()` in the order the model
-      lists them;
+      lists them (`reference_texts`);
     - a candidate is the same as the text being run when the two are equal after `str.strip()` (stripped-string
-      equality: no case folding, no comparison of tokens), and the same ones are left out; if every candidate is
-      the run's text, the pick fails with an InputError asking for other texts;
+      equality on the texts as `check_text` leaves them: no case folding, no comparison of tokens); every such
+      candidate is left out, however often the run's text is listed, and the rest keep their order; if no
+      candidate is left, the pick fails with an InputError asking for other texts;
     - the pick is `random.Random(seed).choice(others)`, a generator of its own seeded with `ResampleAblation.seed`
       (0) for each pick, so every run with the same reference set and text takes the same text, on every page
-      load and in every process;
+      load and in every process; reordering the reference set can change the pick;
     - duplicates are kept: a text listed twice among the others is twice as likely to be picked.
 
     Position i of the run takes position i of that text (`line_up`); where the text is shorter, the positions

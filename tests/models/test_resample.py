@@ -150,3 +150,33 @@ def test_a_link_with_resample_reaches_the_picker_the_effects_and_patchings_basel
     assert any("resample" in c.value for c in at.caption), "the importance map says what off means"
     open_view(at, "Patching")
     assert any(m.label == "Baseline: the same head(s) resample-ablated" for m in at.metric)
+
+
+def test_the_pick_is_what_the_class_docstring_says():
+    """ResampleAblation's pick, claim by claim (its docstring): the reference's order, the run's text left out by
+    stripped-string equality however often it is listed, duplicates weighing the pick, random.Random(seed).choice
+    over what is left, and the model's example sentences in their order when reference is None. Random(0).choice
+    takes index 1 of two or three candidates, so each claim changes which text is picked."""
+    model = load_model("tiny")
+    run_text = "anna berg went to the market ."
+    a, b = "tom lind saw anna berg .", "the keys to the cabinet are on the table ."
+
+    def pick(reference):
+        return ResampleAblation().chosen(model, reference, run_text)
+
+    def choice(others):
+        return random.Random(ResampleAblation.seed).choice(others)
+
+    assert pick([a, b]) == choice([a, b]) == b and pick([b, a]) == a, "the reference's order"
+    assert pick([run_text, a, b]) == b and pick([a, f"  {run_text}\n", run_text, b]) == b, "the run's text left out"
+    assert pick([a, run_text.upper()]) == run_text.upper(), "no case folding: another case is another text"
+    assert pick([a, a, b]) == a and pick([a, b]) == b, "a text listed twice weighs twice"
+    with pytest.raises(InputError, match="other texts"):
+        pick([run_text, f" {run_text} "])
+    examples = [t for _, t, _ in model.examples()]
+    others = [t for t in examples if t.strip() != examples[0].strip()]
+    assert ResampleAblation().chosen(model, None, examples[0]) == choice(others), "the examples, in their order"
+    # The page's path: a run with the reference set takes the picked text's outputs.
+    heads = {(0, 0), (1, 1)}
+    one = model.run(run_text, ablate=heads, ablation="resample", reference=[a, run_text, a, b])
+    assert torch.equal(one.output, model.run(run_text, ablate=heads, ablation="resample", reference=[a]).output)
