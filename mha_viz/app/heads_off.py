@@ -16,8 +16,9 @@ from mha_viz.app.common import (
     top_predictions,
 )
 from mha_viz.app.context import ViewContext
-from mha_viz.app.names import head_name, token_label
+from mha_viz.app.names import token_label
 from mha_viz.app.text import chip
+from mha_viz.web.kinds import set_head_name
 
 SUMMARY_PX = 92  # the summary's reserved height: the same with no head off, one, or many
 
@@ -55,7 +56,7 @@ def summary(ctx: ViewContext, first=None, switches_here: bool = False) -> None:
                          f"{md_safe(quoted(after, 16))}")
         elif not model.causal:
             parts.append(f"embedding cosine {analysis.cosine_change(base.output, run.output):.5f}")
-        names = ", ".join(f"`{head_name(h)}`" for h in sorted(ctx.heads_off)[:12])
+        names = ", ".join(f"`{set_head_name(model, h)}`" for h in sorted(ctx.heads_off)[:12])  # kind named
         more = f" and {len(ctx.heads_off) - 12} more" if len(ctx.heads_off) > 12 else ""
         st.markdown(f"**Heads off:** {names}{more}")
         st.caption(off_means + " · ".join(parts + ["in full below the view"]))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from mha_viz.contract import AttentionRun, Head, InputError, Model
+from mha_viz.names import head_name
 
 ENCODER, DECODER, CROSS = "Encoder", "Decoder", "Cross"
 KINDS = (ENCODER, DECODER, CROSS)
@@ -127,3 +128,11 @@ def kind_of(model: Model, layer: int) -> tuple[str, int]:
     if layer < n_enc + n_dec:
         return DECODER, layer - n_enc
     return CROSS, layer - n_enc - n_dec
+
+
+def set_head_name(model: Model, head: Head) -> str:
+    """A head of the one set by name: "L1 H2" for a model with one stack, "Cross L1 H2" (its kind, its layer
+    within the kind) with cross-attention."""
+    kind, layer = kind_of(model, int(head[0]))
+    name = head_name((layer, int(head[1])))
+    return f"{kind} {name}" if kind else name

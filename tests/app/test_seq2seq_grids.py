@@ -121,3 +121,23 @@ def test_a_one_text_model_draws_no_kind_switch_and_no_target_box():
     assert not at.exception
     assert "target_box" not in [t.key for t in at.text_area]
     assert not [s for s in at.get("button_group")]  # the segmented control (kind switch) is a button group
+
+
+def test_every_view_opens_with_heads_of_every_kind_off(folder):
+    """Decoder and cross heads are in the page's one set beyond the encoder's layers: no view may read them as
+    encoder heads (an index past its layers) or fail."""
+    from test_seq2seq_page import VIEWS
+
+    at = _page(folder)
+    for kind, head in (("Decoder", 1), ("Cross", 3)):
+        at.session_state["grid_kind"] = kind
+        at.run()
+        [t for t in at.toggle if t.label.startswith(f"{kind} ")][head].set_value(False).run()
+        assert not at.exception, (kind, at.exception)
+    assert grid_data(at)["off"] == [[0, 3]]
+    summary = [m.value for m in at.markdown if m.value.startswith("**Heads off:**")]
+    assert summary == ["**Heads off:** `Decoder L0 H1`, `Cross L0 H3`"], summary  # named by kind, not as L2, L5
+    for view in VIEWS:
+        at.session_state["view"] = view
+        at.run()
+        assert not at.exception, (view, at.exception)

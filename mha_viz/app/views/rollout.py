@@ -14,7 +14,10 @@ from mha_viz.contract import Ablation, head_keep_mask
 def render(ctx: ViewContext) -> None:
     model, run = ctx.model, ctx.run
     layer = layer_picker(model, ctx.name, ctx.layer, st.columns([1, 5])[0])
-    keep = head_keep_mask(ctx.heads_off, model.n_layers, model.n_heads)  # (L, H)
+    # Rollout runs through run.attentions' layers; an encoder-decoder model's set also holds its decoder and
+    # cross-attention heads, numbered past them (web/kinds.py).
+    own = [h for h in ctx.heads_off if h[0] < model.n_layers]
+    keep = head_keep_mask(own, model.n_layers, model.n_heads)  # (L, H)
     rolled = analysis.rollout(run.attentions, keep)  # (L, Q, K)
     on = keep[layer].bool()  # (H,)
     st.markdown(f"**Attention rollout through layer {layer}** (Abnar & Zuidema 2020)")
