@@ -49,6 +49,7 @@ class Panel:
     hover: str = "weight"
     marked: bool = False
     name: str = ""
+    mask: np.ndarray | None = None  # (rows, columns) bool: cells drawn grey under the values (a causal mask)
 
 
 def _cell(widest: int, rows: int, n_tokens: int) -> tuple[float, int]:
@@ -92,6 +93,10 @@ def panel_grid(rows: list[list[Panel]], title: str = "") -> go.Figure:
             dom_x = [x_at / plot_w, (x_at + w) / plot_w]
             dom_y = [1 - (y_at + p.z.shape[0] * cell) / plot_h, 1 - y_at / plot_h]
             x = p.x if p.x is not None else list(range(p.z.shape[1]))
+            if p.mask is not None:  # grey where masked, under the values (NaN there leaves it showing)
+                data.append(dict(type="heatmap", z=np.where(p.mask, 1.0, np.nan).astype(np.float32), x=x, y=p.y,
+                                 xaxis=xa, yaxis=ya, zmin=0.0, zmax=1.0, colorscale=[[0, "#bdbdbd"], [1, "#bdbdbd"]],
+                                 showscale=False, hoverinfo="skip", name=f"{p.title} (masked)"))
             data.append(dict(type="heatmap", z=p.z, x=x, y=p.y, xaxis=xa, yaxis=ya, zmin=p.zmin, zmax=p.zmax,
                              colorscale=p.colorscale or ATTN_SCALE, showscale=False, name=p.title,
                              xgap=0, ygap=0,
@@ -153,7 +158,7 @@ def mechanism_figure(tokens: list[str], heads: list[dict]) -> go.Figure:
     """Two (or more) heads of one layer on the same tokens, one head a block of two rows: its queries and keys
     (tokens x the head's dimensions, one red-blue scale for both), then its scores q·k as the model scales them
     (grey where the causal mask forbids the key) and their softmax, the attention pattern. Each entry of `heads`:
-    name, title, q (T, dh), k (T, dh), scores (Q, K) with -inf where masked, weights (Q, K), marked."""
+    name, q (T, dh), k (T, dh), scores (Q, K) with -inf where masked, weights (Q, K), marked."""
     labels = positions(tokens)
     rows = []
     for h in heads:
@@ -163,17 +168,15 @@ def mechanism_figure(tokens: list[str], heads: list[dict]) -> go.Figure:
         s = _bound(scores)
         shown = scores.masked_fill(masked, float("nan"))  # NaN: drawn as the grey background, the mask
         mark = dict(marked=h["marked"], name=h["name"])
-        rows.append([Panel(_as_np(h["q"]), f"{h['title']}: queries Q", labels, None, DIFF_SCALE, -qk, qk,
+        rows.append([Panel(_as_np(h["q"]), f"{h['name']}: queries Q", labels, None, DIFF_SCALE, -qk, qk,
                            "value", **mark),
                      Panel(_as_np(h["k"]), f"{h['name']}: keys K", labels, None, DIFF_SCALE, -qk, qk, "value",
                            **mark)])
-        rows.append([Panel(_as_np(shown), f"{h['name']}: q·k, scaled", labels, labels, DIFF_SCALE, -s, s,
-                           "score", **mark),
-                     Panel(_as_np(h["weights"]), f"{h['name']}: softmax = attention", labels, labels, ATTN_SCALE,
+        rows.append([Panel(_as_np(shown), f"{h['name']}: q·k scaled", labels, labels, DIFF_SCALE, -s, s,
+                           "score", mask=masked.numpy(), **mark),
+                     Panel(_as_np(h["weights"]), f"{h['name']}: softmax", labels, labels, ATTN_SCALE,
                            0.0, 1.0, "weight", **mark)])
-    fig = panel_grid(rows)
-    fig.layout.plot_bgcolor = "#bdbdbd"  # the masked scores (NaN) show the background: grey
-    return fig
+    return panel_grid(rows)
 
 
 def concat_figure(names: list[str], outputs: torch.Tensor, contributions: torch.Tensor, bias: torch.Tensor | None,
@@ -188,7 +191,7 @@ def concat_figure(names: list[str], outputs: torch.Tensor, contributions: torch.
     b = np.zeros(d, dtype=np.float32) if bias is None else _as_np(bias)
     total = con.sum(0) + b  # (D,)
     cell = min(CELL_MAX, (COLUMN_PX - 130) / max(d, n_heads * dh))
-    row_h = 16
+    row_h = 18  # px a row of the projected picture: its label's line
     rows_c = [f"{'▶ ' if marked == h else ''}{names[h]}{' (off)' if off[h] else ''}" for h in range(n_heads)]
     y_c = rows_c + ["bias", "sum = output"]
     z_c = np.vstack([con, b[None], total[None]])  # (H + 2, D)
@@ -221,7 +224,7 @@ def concat_figure(names: list[str], outputs: torch.Tensor, contributions: torch.
         shapes.append(dict(type="rect", xref="x2", yref="y2", x0=-0.5, x1=d - 0.5, y0=marked - 0.5,
                            y1=marked + 0.5, line=dict(color=MARK, width=3)))
     layout = dict(template=NO_TEMPLATE, font=FONT, showlegend=False, width=int(plot_w + 130),
-                  height=int(plot_h + head + 10), margin=dict(l=110, r=10, t=head, b=10),
+                  height=int(plot_h + head + 50), margin=dict(l=110, r=10, t=head, b=50),  # b: the dims axis
                   title=dict(text=html.escape(title, quote=False), font=dict(size=12), x=0, xanchor="left",
                              y=1, yref="container", yanchor="top", pad=dict(t=4)),
                   xaxis=dict(domain=[0, n_heads * dh * cell / plot_w], anchor="y", showticklabels=False,

@@ -209,17 +209,16 @@ def test_step2_draws_each_heads_queries_keys_scores_and_softmax_from_the_run():
     b = max((h for h in range(len(inside)) if h != a[1]), key=lambda h: float((rows[h] - rows[a[1]]).abs().sum()))
     for head in (a[1], b):
         name = head_name((0, head))
-        soft = heatmap_z(_trace(at, f"{name}: softmax = attention"))
+        soft = heatmap_z(_trace(at, f"{name}: softmax"))
         assert np.allclose(soft, run.attentions[0, head].numpy(), atol=1e-6), name
-        scores = heatmap_z(_trace(at, f"{name}: q·k, scaled"))
+        scores = heatmap_z(_trace(at, f"{name}: q·k scaled"))
         finite = torch.isfinite(inside[head].scores).numpy()
         assert np.isnan(scores[~finite]).all() and (~finite).any()  # the causal mask, drawn as blank cells
         assert np.allclose(scores[finite], inside[head].scores.numpy()[finite], atol=1e-5)
         assert np.allclose(torch.softmax(torch.tensor(np.nan_to_num(scores, nan=-np.inf)), -1).numpy(), soft,
                            atol=1e-5)  # the softmax of the drawn scores is the drawn pattern
         assert np.allclose(heatmap_z(_trace(at, f"{name}: keys K")), inside[head].k.numpy(), atol=1e-6)
-    q_a = next(t for f in _figures(at) for t in f["data"] if t.get("name", "").startswith(f"{head_name(a)} · "))
-    assert np.allclose(heatmap_z(q_a), inside[a[1]].q.numpy(), atol=1e-6)
+    assert np.allclose(heatmap_z(_trace(at, f"{head_name(a)}: queries Q")), inside[a[1]].q.numpy(), atol=1e-6)
     mech = next(f for f in _figures(at) if any(t.get("name") == f"{head_name(a)}: keys K" for t in f["data"]))
     marked = [x["text"] for x in mech["layout"]["annotations"] if x["text"].startswith("<b>▶")]
     assert marked and all(head_name(a) in x for x in marked)

@@ -163,3 +163,83 @@ def test_each_seed_names_one_head_per_role(browser, streamlit_url):
         assert not page.js_errors, page.js_errors
     finally:
         context.close()
+
+
+# Every Lesson figure in the main column with a token axis: its first y axis's tick labels shown, how many rows it
+# has, each label's box (top, bottom), the size of a cell across and down, and the marked (▶) titles.
+FIGURES = """() => [...document.querySelectorAll('[data-testid="stMain"] .js-plotly-plot')].map(gd => {
+  const fl = gd._fullLayout, d = gd.data[0];
+  const ticks = [...gd.querySelectorAll('.ytick text')].filter(t => t.textContent.trim());
+  const rows = Array.isArray(d.y) ? d.y.length : 0, cols = Array.isArray(d.x) ? d.x.length : 0;
+  return {name: d.name || '', rows, cols, shown: ticks.length,
+          boxes: ticks.map(t => { const r = t.getBoundingClientRect(); return [r.top, r.bottom]; }),
+          cellW: fl.xaxis ? fl.xaxis._length / Math.max(cols, 1) : 0,
+          cellH: fl.yaxis ? fl.yaxis._length / Math.max(rows, 1) : 0,
+          marked: [...gd.querySelectorAll('.annotation-text')].map(t => t.textContent).filter(t => t.includes('▶'))};
+})"""
+LIT = """() => [...document.querySelectorAll('[data-testid="stMain"] .annotation-text.lesson-lit')]
+  .map(t => t.textContent)"""
+
+
+def _open_step(page, url: str, n: int, **params) -> None:
+    query = urlencode({"model": "tiny", "view": "Lesson", "lesson": n, **params})
+    page.goto(f"{url}/?{query}", wait_until="domcontentloaded")
+    wait(page, HEADING, f"step {n}'s heading", arg=n)
+    wait(page, STEP_DRAWN, f"step {n} drawn to its foot")
+    wait_idle(page)
+    answer(page)
+    wait(page, FIGURE, f"step {n}'s figure")
+    wait_idle(page)
+    page.wait_for_timeout(400)  # plotly's relayout once the chart box settles
+    settle(page)
+
+
+@pytest.mark.parametrize("width, height", [(1000, 800), (1600, 1000)])
+def test_token_figures_label_every_token_in_square_cells_and_the_named_head_lights_on_hover(
+        browser, streamlit_url, width, height):
+    """Steps 1 and 2 (a row of heads, the mechanism): every token labelled, no two labels overlapping, cells about
+    square; the head the text names is marked (▶) on its figure, and hovering its name in the text lights it."""
+    context, page = new_page(browser, width, height)
+    try:
+        for n, figure in ((1, "L0 H"), (2, ": queries Q")):
+            _open_step(page, streamlit_url, n)
+            figures = [f for f in page.evaluate(FIGURES) if figure in f["name"]]
+            assert figures, (n, [f["name"] for f in page.evaluate(FIGURES)])
+            fig = figures[0]
+            assert fig["shown"] == fig["rows"] > 10, (n, width, fig["shown"], fig["rows"])  # every token labelled
+            assert all(b[0] >= a[1] - 1 for a, b in zip(fig["boxes"], fig["boxes"][1:])), (n, width, "overlap")
+            if fig["cols"] == fig["rows"]:  # a pattern (the mechanism's first panel is a head's dimensions)
+                assert 0.75 <= fig["cellW"] / fig["cellH"] <= 1.33, (n, width, fig["cellW"], fig["cellH"])
+            assert fig["marked"], (n, "no head marked")
+            head = HEAD.search(fig["marked"][0]).group(0)
+            name = page.locator(f'[data-testid="stMain"] .lesson-head[data-head="{head}"]').first
+            assert page.evaluate(LIT) == []
+            name.hover()
+            wait(page, f"() => ({LIT})().length > 0", f"step {n}: {head} lit on hover")
+            assert all(head in t for t in page.evaluate(LIT)), page.evaluate(LIT)
+            page.mouse.move(5, height - 5)
+            wait(page, f"() => ({LIT})().length === 0", f"step {n}: {head} unlit")
+            _assert_no_exception(page, f"step {n} at {width}x{height}")
+        assert not page.js_errors, page.js_errors
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("width, height", [(1000, 800), (1600, 1000)])
+def test_step5_keeps_its_figure_for_a_word_out_of_vocabulary_and_puts_the_prepared_input_back(
+        browser, streamlit_url, width, height):
+    context, page = new_page(browser, width, height)
+    try:
+        _open_step(page, streamlit_url, 5, lesson_text_5="b x a b")
+        main = page.evaluate(MAIN_TEXT)
+        assert "x ⚠" in main and "The step runs on “b a b”" in main, main[:1500]
+        assert page.evaluate(FIGURES), "step 5 lost its figure"
+        page.get_by_role("button", name="Put the prepared input back").click()
+        box = page.get_by_label("Input (replace it with your own)", exact=True)
+        wait(page, "() => !document.querySelector('[data-testid=\"stMain\"]').innerText.includes('⚠')",
+             "the warning gone")
+        assert box.input_value() == STEPS[4].text
+        assert "lesson_text_5" not in page.url, page.url
+        _assert_no_exception(page, f"step 5 at {width}x{height}")
+    finally:
+        context.close()

@@ -131,10 +131,10 @@ def pick_b(inside: list[HeadInside], a: Head, query: int) -> Head:
     return a[0], max(others, key=lambda h: float((rows[h] - rows[a[1]]).abs().sum()))
 
 
-def mechanism(inside: list[HeadInside], tokens: list[str], a: Head, b: Head, role: str) -> go.Figure:
-    """Heads `a` (the step's named head, marked; `role` in its title) and `b` on the same tokens: their queries and
+def mechanism(inside: list[HeadInside], tokens: list[str], a: Head, b: Head) -> go.Figure:
+    """Heads `a` (the step's named head, marked) and `b` on the same tokens: their queries and
     keys, the scaled scores with the causal mask, the softmax, read off the run's inside."""
-    heads = [dict(name=head_name(h), title=head_name(h) + (f" · {role}" if h == a else ""), q=inside[h[1]].q,
+    heads = [dict(name=head_name(h), q=inside[h[1]].q,
                   k=inside[h[1]].k, scores=inside[h[1]].scores, weights=inside[h[1]].weights, marked=h == a)
              for h in (a, b)]
     return lesson_figures.mechanism_figure(tokens, heads)
@@ -160,11 +160,12 @@ def draw_projections(name: str, text: str, n: int) -> None:
     rows = {h: inside[h].weights[query] for h in range(len(inside))}  # (K,) each
     b = pick_b(inside, a, query)
     dh = inside[a[1]].q.shape[-1]
-    st.caption(f"How {head_name(a)} and {head_name(b)} make their patterns from the same {len(run.tokens)} tokens. "
+    st.caption(f"How {head_name(a)} (▶, the {measures.get('previous').label} head) and {head_name(b)} make their "
+               f"patterns from the same {len(run.tokens)} tokens. "
                f"Rows: tokens. Queries Q and keys K: each token's {dh} numbers in this head (red +, blue −). "
                "q·k, scaled: each query row against every key (grey: a later key, which the causal mask hides). "
                "Softmax: each row of scores made into weights that sum to 1, the attention pattern.")
-    show(mechanism(inside, marked, a, b, measures.get("previous").label), f"lesson_mech_{n}")
+    show(mechanism(inside, marked, a, b), f"lesson_mech_{n}")
     fig = go.Figure()
     labels = [f"{i}:{visible(t)}" for i, t in enumerate(marked)]
     for head, colour in ((a, "#08519c"), (b, "#c44e52")):
