@@ -73,20 +73,28 @@ def _wrap(words: list[str], width: int) -> list[str]:
 
 
 def layer_svg(codes: np.ndarray, tokens: list[str], layer: int, off: set, badges: dict, cols: int,
-              title: str = "") -> str:
+              title: str = "", query_tokens: list[str] | None = None) -> str:
     """codes: (H, T, T) uint8 of one layer, as the grid receives them (code / 255 of each head's own maximum, or
-    of 1 on a shared scale); off: {(layer, head)}; badges: {(layer, head): text}. -> the SVG document."""
-    if codes.ndim != 3 or codes.shape[1] != codes.shape[2]:
-        raise ValueError(f"layer_svg wants one layer's (head, query, key) codes; got shape {codes.shape}")
+    of 1 on a shared scale); off: {(layer, head)}; badges: {(layer, head): text}. -> the SVG document.
+    query_tokens: the rows' tokens where they are not `tokens` (cross-attention: codes (H, Q, T), target rows
+    reading source columns; each heatmap is then Q / T as tall as wide)."""
+    Q = codes.shape[1] if codes.ndim == 3 else -1
+    if codes.ndim != 3 or codes.shape[2] != len(tokens) or Q != len(query_tokens or tokens):
+        raise ValueError(f"layer_svg wants one layer's (head, query, key) codes for {len(query_tokens or tokens)} "
+                         f"queries and {len(tokens)} keys; got shape {codes.shape}")
     H = codes.shape[0]
+    tile_h = round(TILE * Q / len(tokens)) if query_tokens is not None else TILE
     on_lut, off_lut = (lut(c) for c in colour_stops())
     remap = contrast_map()  # (256,)
     cols = max(1, min(cols, H))
     rows = -(-H // cols)
     width = cols * TILE + (cols + 1) * GAP
     token_lines = _wrap([f"{i}:{t}" for i, t in enumerate(tokens)], max(20, width // 7))
+    if query_tokens is not None:  # columns first, then the rows, each set named
+        token_lines = (["columns (keys):"] + token_lines + ["rows (queries):"]
+                       + _wrap([f"{i}:{t}" for i, t in enumerate(query_tokens)], max(20, width // 7)))
     top = GAP + 18 * bool(title) + 14 * len(token_lines) + 6
-    cell_h = TITLE_H + TILE + BADGE_H + GAP
+    cell_h = TITLE_H + tile_h + BADGE_H + GAP
     height = top + rows * cell_h + GAP
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
@@ -108,13 +116,13 @@ def layer_svg(codes: np.ndarray, tokens: list[str], layer: int, off: set, badges
         name = head_name((layer, h)) + (" (off)" if is_off else "")
         fill = PICTURE["ink_off"] if is_off else PICTURE["ink"]
         out.append(f'<g data-head="{head_name((layer, h))}"><text x="{x0}" y="{y0 + 13}" fill="{fill}">{name}</text>')
-        out.append(f'<image x="{x0}" y="{y0 + TITLE_H}" width="{TILE}" height="{TILE}" preserveAspectRatio="none" '
+        out.append(f'<image x="{x0}" y="{y0 + TITLE_H}" width="{TILE}" height="{tile_h}" preserveAspectRatio="none" '
                    f'style="image-rendering: pixelated" href="{href}"/>')
-        out.append(f'<rect x="{x0}" y="{y0 + TITLE_H}" width="{TILE}" height="{TILE}" fill="none" '
+        out.append(f'<rect x="{x0}" y="{y0 + TITLE_H}" width="{TILE}" height="{tile_h}" fill="none" '
                    f'stroke="{PICTURE["frame"]}"/>')
         badge = badges.get((layer, h), "")
         if badge:
-            out.append(f'<text x="{x0}" y="{y0 + TITLE_H + TILE + 12}" font-size="10" fill="{PICTURE["note"]}">'
+            out.append(f'<text x="{x0}" y="{y0 + TITLE_H + tile_h + 12}" font-size="10" fill="{PICTURE["note"]}">'
                        f'{html.escape(badge)}</text>')
         out.append("</g>")
     out.append("</svg>")

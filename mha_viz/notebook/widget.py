@@ -273,13 +273,9 @@ class HeadGrid(FallbackDisplay, anywidget.AnyWidget):
         """The shown layer (or `layer`) as an SVG document: every head's heatmap in the grid's colours, its name,
         whether it is off and its measured score."""
         layer = self.layer if layer is None else int(layer)
-        codes = self._layer_codes(layer)
-        if codes.shape[1] != codes.shape[2]:
-            raise InputError("to_svg draws self-attention (queries and keys of one text); for cross-attention use "
-                             "the grid's own Save SVG button in the page.")
         off = {(int(l), int(h)) for l, h in self.grid.get("off", [])}  # the grid's numbering, as its badges
-        return _svg.layer_svg(codes, self.grid["tokens"], layer, off,
-                              self._badges, self._cols, self._title(layer))
+        return _svg.layer_svg(self._layer_codes(layer), self.grid["tokens"], layer, off, self._badges, self._cols,
+                              self._title(layer), query_tokens=self.grid.get("qtokens"))
 
     def save_svg(self, path, layer: int | None = None) -> Path:
         path = Path(path)

@@ -83,3 +83,20 @@ def test_misuse_says_why(model):
     for kwargs in ({"target": TARGET}, {"kind": "Cross"}, {"cross_off": {(0, 0)}}):
         with pytest.raises(InputError, match="no cross-attention"):
             mha_viz.show(tiny, "the cat sat on the mat", display=False, **kwargs)
+
+
+def test_the_saved_picture_of_each_kind(model):
+    """to_svg (also the picture a notebook saved without its kernel shows) draws the kind shown; a cross heatmap
+    is as much taller than wide as the target has fewer tokens than the source."""
+    import re
+
+    w = mha_viz.show(model, SOURCE, target=TARGET, display=False)
+    S, T = len(w.run.tokens), len(w.run.target_tokens)
+    for kind, (height, title) in {"Encoder": (160, "encoder layer 0"), "Decoder": (160, "decoder layer 0"),
+                                  "Cross": (round(160 * T / S), "cross layer 0")}.items():
+        w.kind = kind
+        svg = w.to_svg()
+        assert title in svg
+        heights = {int(h) for h in re.findall(r'<image [^>]*height="(\d+)"', svg)}
+        assert heights == {height}, (kind, heights)
+    assert "rows (queries):" in svg
