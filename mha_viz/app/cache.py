@@ -299,10 +299,21 @@ class RunCache:
             self._flight.pop(key, None)
             self._changed.notify_all()
 
-    def get(self, key: tuple, make, need: int = 0, on_wait=None, scope_key=None):
+    def find(self, answers):
+        """The most recently used entry whose key `answers(key)` accepts, or None."""
+        with self._changed:
+            for key in reversed(self._runs):
+                if answers(key):
+                    self._runs.move_to_end(key)
+                    return self._runs[key]
+        return None
+
+    def get(self, key: tuple, make, need: int = 0, on_wait=None, scope_key=None, answers=None):
         """The entry for `key`, made by `make()` if missing. `need` (bytes) is reserved while it is made; inside a
         `memory_scope` it is instead held by the scope, once per `scope_key` (a page's text), until the scope
-        ends, whether the run is found or made: the page's copies of a found run need the memory too."""
+        ends, whether the run is found or made: the page's copies of a found run need the memory too.
+        `answers(kept key)`: whether another kept entry answers the request as well (a run holding more logits
+        than asked for); `key` itself always does."""
         scope = getattr(_SCOPE, "open", None)
         if getattr(self._local, "covered", False):
             need = 0  # reserved with the page's work
@@ -311,7 +322,7 @@ class RunCache:
                 scope.held.append((self, self.hold(need, on_wait)))
                 scope.texts.add((self, scope_key))
             need = 0
-        found = self.peek(key)
+        found = self.peek(key) if answers is None else self.find(lambda k: k == key or answers(k))
         if found is not None:
             return found
         if need:
@@ -321,7 +332,7 @@ class RunCache:
                 found = self.peek(key)
                 if found is not None:
                     return found
-                return self.get(key, make, need, on_wait)  # it failed or was dropped at once: make it here
+                return self.get(key, make, need, on_wait, answers=answers)  # failed or dropped at once: make it
         try:
             run = make()  # outside the lock: sessions run their forwards in parallel
         finally:
@@ -465,13 +476,20 @@ def current_target(model) -> str | None:
 
 
 def get_run(name: str, text: str, off: tuple[Head, ...] | frozenset[Head] = (), ablation: str = "zero",
-            patch: tuple[Head, ...] | frozenset[Head] = (), source: str | None = None) -> AttentionRun:
+            patch: tuple[Head, ...] | frozenset[Head] = (), source: str | None = None,
+            logits_at=None) -> AttentionRun:
     """A run keyed by everything that shapes it: model, text, heads off and what "off" means, heads patched and
-    the text they are patched from. Mean ablation averages over the model's example sentences.
+    the text they are patched from, and the positions whose logits it holds. Mean ablation averages over the
+    model's example sentences.
+
+    logits_at: the positions whose logits the caller reads (negative ones count from the end); None, the default,
+    every position. The LM head then runs at those positions only (`Model.run`'s logits_at), and `logit_row`
+    reads a row by its position. A kept run of the same request holding every position, or a superset of
+    these, answers it instead of a new run; a position no kept run holds makes a new one.
 
     A model with cross-attention: `text` is its source, the target is the page's target box (current_target),
     and `off` is the page's one set of heads (web/kinds.py: cross-attention layers after the decoder's), split
-    into `ablate` and `ablate_cross`."""
+    into `ablate` and `ablate_cross`. Its logits are over the target, always every position."""
     off, patch = tuple(sorted(off)), tuple(sorted(patch))
     if not off:
         ablation = "zero"  # nothing is off: both meanings give the same run, so share it
@@ -479,15 +497,40 @@ def get_run(name: str, text: str, off: tuple[Head, ...] | frozenset[Head] = (), 
         source = None
     model = get_model(name)
     read = model.encode_text(text)  # checked and encoded once: the size estimate and the run both read it
-    if not model.has_cross_attention:
-        return runs().get((name, text, off, ablation, patch, source),
-                          lambda: model.run(read, ablate=off, ablation=ablation, patch=patch, source=source),
-                          need=work_bytes(model, read), on_wait=_queued, scope_key=(name, text))
-    target, (ablate, cross) = current_target(model), kinds.split(model, off)
-    return runs().get((name, text, off, ablation, patch, source, target),
-                      lambda: model.run(read, ablate=ablate, ablation=ablation, patch=patch, source=source,
-                                        target=target, ablate_cross=cross),
-                      need=work_bytes(model, read), on_wait=_queued, scope_key=(name, text))
+    need, scope = work_bytes(model, read), (name, text)
+    if model.has_cross_attention:
+        target, (ablate, cross) = current_target(model), kinds.split(model, off)
+        return runs().get((name, text, off, ablation, patch, source, target, None),
+                          lambda: model.run(read, ablate=ablate, ablation=ablation, patch=patch, source=source,
+                                            target=target, ablate_cross=cross),
+                          need=need, on_wait=_queued, scope_key=scope)
+    at = None if logits_at is None else tuple(sorted({p % read.n_tokens for p in logits_at}))
+    request = (name, text, off, ablation, patch, source)
+    return runs().get(request + (at,),
+                      lambda: model.run(read, ablate=off, ablation=ablation, patch=patch, source=source,
+                                        logits_at=None if at is None else list(at)),
+                      need=need, on_wait=_queued, scope_key=scope,
+                      answers=None if at is None else lambda k: _holds(k, request, at))
+
+
+def _holds(key: tuple, request: tuple, at: tuple[int, ...]) -> bool:
+    """Whether the kept run under `key` answers `request` at positions `at`: the same request, holding every
+    position's logits or at least these."""
+    return (len(key) == len(request) + 1 and key[:-1] == request
+            and (key[-1] is None or set(at) <= set(key[-1])))
+
+
+def logit_row(run: AttentionRun, position: int) -> torch.Tensor:
+    """The logits (V,) of `run` at `position` (from the end when negative), whether the run holds every position's
+    or only some (`run.logits_at`); a position it does not hold is a LookupError naming the fix."""
+    if run.logits_at is None:
+        return run.logits[position]
+    n = len(run.tokens)
+    wanted = position % n if -n <= position < 0 else position
+    if wanted not in run.logits_at:
+        raise LookupError(f"this run holds the logits of positions {list(run.logits_at)} only, not {position}: "
+                          "ask get_run for the run with logits_at naming every position the view reads")
+    return run.logits[run.logits_at.index(wanted)]
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
@@ -549,7 +592,7 @@ def checkpoint_run(name: str, step: int, text: str) -> AttentionRun:
     """`name` at training step `step` on `text`, all heads on; shared by every session like `get_run`."""
     # The key has get_run's shape, so get_run(f"{name}@{step}", text) finds this run instead of making it again.
     model = side_model(f"{name}@{step}")
-    return runs().get((f"{name}@{step}", text, (), "zero", (), None), lambda: model.run(text),
+    return runs().get((f"{name}@{step}", text, (), "zero", (), None, None), lambda: model.run(text),
                       need=work_bytes(model, text), on_wait=_queued, scope_key=(f"{name}@{step}", text))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from mha_viz import analysis
+from mha_viz.app.cache import logit_row
 from mha_viz.app.common import (
     ABLATION_LABELS,
     ABLATION_SHORT,
@@ -18,7 +19,37 @@ from mha_viz.app.common import (
 from mha_viz.app.context import ViewContext
 from mha_viz.app.names import token_label
 from mha_viz.app.text import chip
+from mha_viz.contract import Model
 from mha_viz.web.kinds import set_head_name
+
+# Views that read no logits of the page's runs beyond this panel's, at the prediction position: their runs compute
+# the LM head there only (`logits_at`). A view not named here gets every position's (the Ablation effects view
+# predicts at any position, Patching measures at any), so a new view is right before it is fast.
+PREDICTION_ONLY = {"Layer", "All layers", "Compare", "Inside a head", "Follow a token", "Similarity & scores",
+                   "Rollout & norms"}
+
+
+def logits_at(model: Model, text: str, view: str) -> tuple[int, ...] | None:
+    """The positions whose logits the page's runs need for `view`: the prediction position this panel reads
+    (`Model.prediction_position`, read off the text's tokens before any run; none when there is none, such as a
+    masked LM's text without a mask), or None (every position) for a view outside PREDICTION_ONLY and for a
+    model with cross-attention (its logits are over the target, which the run makes)."""
+    if view not in PREDICTION_ONLY or model.has_cross_attention:
+        return None
+    tokens = model.encode_text(text).encoded.labels
+    # prediction_position reads a run's tokens, and whether it has logits at all (a placeholder here: the run's
+    # logits are what this decides), so it answers before the run as it will after it
+    position = model.prediction_position(_Tokens(tokens))
+    return () if position is None else (position,)
+
+
+class _Tokens:
+    """What `Model.prediction_position` reads of a run, before the run exists."""
+    logits = ()
+
+    def __init__(self, tokens):
+        self.tokens = tokens
+
 
 SUMMARY_PX = 92  # the summary's reserved height: the same with no head off, one, or many
 
@@ -38,7 +69,7 @@ def summary(ctx: ViewContext, first=None, switches_here: bool = False) -> None:
             where = "in its corner" if switches_here else "in the Layer view"
             st.markdown(f"**All heads are on.** Switch one off {where} to see what it changes.")
             if position is not None:
-                now, p = top_predictions(model, base.logits[position], 1)[0]
+                now, p = top_predictions(model, logit_row(base, position), 1)[0]
                 measure = (f"top prediction now {md_safe(quoted(now, 16))} ({p:.0%}) · a head off shows the KL "
                            "from it and the new top prediction here")
             elif not model.causal:
@@ -49,9 +80,9 @@ def summary(ctx: ViewContext, first=None, switches_here: bool = False) -> None:
             return
         parts = []
         if position is not None:
-            kl = analysis.next_token_kl(base.logits, run.logits, position)
-            before = top_predictions(model, base.logits[position], 1)[0][0]
-            after = top_predictions(model, run.logits[position], 1)[0][0]
+            a, b = logit_row(base, position), logit_row(run, position)  # (V,) each
+            kl = analysis.next_token_kl(a, b)
+            before, after = top_predictions(model, a, 1)[0][0], top_predictions(model, b, 1)[0][0]
             parts.append(f"KL {kl:.4f} nats · top prediction {md_safe(quoted(before, 16))} → "
                          f"{md_safe(quoted(after, 16))}")
         elif not model.causal:
