@@ -9,6 +9,7 @@ import torch
 
 from mha_viz import analysis, plotting
 from mha_viz.app import state
+from mha_viz.app.cache import logit_row
 from mha_viz.app.markdown import md_safe  # the views' one import of it (state.py imports markdown)
 from mha_viz.app.names import distinct_labels, head_name, layer_name, marked_tokens, parse_head, quoted, token_label
 from mha_viz.contract import Ablation, AttentionRun, Model
@@ -78,8 +79,9 @@ def predictions_panel(model: Model, base: AttentionRun, run: AttentionRun, posit
                       table: bool = False, chart: bool = True, changed: str = "with heads off") -> None:
     """KL between the two runs' predictions at `position` and their top-5 side by side: a plotly chart, or
     (chart=False, the panel every toggle reruns) HTML bars, which need no plotly.js in the browser."""
-    kl = analysis.next_token_kl(base.logits, run.logits, position)
-    before, after = top_predictions(model, base.logits[position]), top_predictions(model, run.logits[position])
+    a, b = logit_row(base, position), logit_row(run, position)  # (V,) each: runs may hold only some positions
+    kl = analysis.next_token_kl(a, b)
+    before, after = top_predictions(model, a), top_predictions(model, b)
     label = where(model, base, position)
     # As the bars and token strips label tokens: a space-only token reads ␣, a newline ↵ (not a quoted blank).
     metric_row(f"kl_{key}", [("KL(before ‖ after) of the prediction, nats", f"{kl:.4f}"),

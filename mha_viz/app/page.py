@@ -9,7 +9,7 @@ import streamlit as st
 
 from mha_viz.app import heads_off as off_panel
 from mha_viz.app import reconnect, sidebar, state
-from mha_viz.app.cache import get_run, memory_scope, set_threads
+from mha_viz.app.cache import get_model, get_run, memory_scope, set_threads
 from mha_viz.app.common import METRIC_ROOM, display, display_notes, md_safe
 from mha_viz.app.components import figure_font
 from mha_viz.app.components.nav import nav
@@ -66,7 +66,7 @@ def warm_up() -> None:
     name = next(iter(BUILTIN))  # the sidebar's first choice
     try:
         set_threads()
-        get_run(name, DEFAULT_TEXT)
+        get_run(name, DEFAULT_TEXT, logits_at=off_panel.logits_at(get_model(name), DEFAULT_TEXT, "Layer"))
     except Exception as err:  # the page shows the same error, with its advice, to the first visitor
         print(f"mha-viz: warming up {name!r} failed ({type(err).__name__}: {err}); the page will say why",
               file=sys.stderr)
@@ -111,8 +111,8 @@ def main() -> None:
                            "each Lesson step names the model it runs.")
     text = text_input(model) if boxed else kept_text()
     try:
-        with st.spinner("Running the model..."):
-            get_run(name, text)
+        with st.spinner("Running the model..."):  # the LM head where the open view reads it, as the views ask
+            get_run(name, text, logits_at=off_panel.logits_at(model, text, state.current_view(list(VIEWS))))
     except InputError as err:
         st.warning(md_safe(str(err)))
         return
@@ -135,8 +135,9 @@ def heads_and_views(model: Model, name: str, text: str, n_cols: int, shared_scal
         on_layer=lambda l: state.set_layer(name, l) if 0 <= l < model.n_layers else None)
     try:
         with st.spinner("Running the model with these heads off..."):
-            base = get_run(name, text)
-            run = get_run(name, text, heads_off, ablation) if heads_off else base
+            at = off_panel.logits_at(model, text, view)  # the positions this view reads the logits of
+            base = get_run(name, text, logits_at=at)
+            run = get_run(name, text, heads_off, ablation, logits_at=at) if heads_off else base
     except InputError as err:  # e.g. mean ablation for a model with no example sentences
         st.warning(md_safe(str(err)))
         return

@@ -10,8 +10,9 @@ import torch
 from mha_viz import analysis
 from mha_viz.app import cache
 from mha_viz.app.common import top_predictions
+from mha_viz.app.heads_off import logits_at
 
-from helpers import open_link
+from helpers import app_at, open_link, tiny_masked_lm
 from page_steps import open_view
 
 # In tiny's vocabulary; each test runs its own text, so the page computes its runs here instead of finding them kept.
@@ -83,3 +84,29 @@ def test_a_kept_superset_answers_and_a_missing_position_makes_a_new_run(head_row
         assert torch.allclose(cache.logit_row(held, position), fresh.logits[position], atol=1e-6)
     with pytest.raises(LookupError, match="logits_at"):
         cache.logit_row(off, 0)
+
+
+@pytest.fixture(scope="module")
+def masked_lm(tmp_path_factory):
+    return str(tiny_masked_lm(tmp_path_factory.mktemp("masked_lm_logits")))
+
+
+def test_a_masked_lm_reads_its_mask_and_nothing_without_one(masked_lm):
+    """Where the mask is the prediction position (not the last), the page's run holds that row; a text with no
+    mask reads no prediction, and its run computes no logits; the summary's numbers equal a full run's."""
+    model = cache.get_model(masked_lm)
+    text = "The capital of France is [MASK] , they say ."
+    mask = model.run(text).tokens.index(model.mask_token)
+    assert logits_at(model, text, "Layer") == (mask,) and logits_at(model, text, "Ablation effects") is None
+    assert logits_at(model, "The capital of France .", "Layer") == ()
+    empty = cache.get_run(masked_lm, "The capital of France .", logits_at=())
+    assert empty.logits_at == () and model.prediction_position(empty) is None
+    at = app_at()
+    at.sidebar.selectbox(key="model_choice").set_value("custom").run()
+    at.sidebar.text_input(key="custom_id").input(masked_lm).run()
+    at.text_area(key="text_box").input(text)
+    at.button[0].click().run()  # the form's "Show attention"
+    assert not at.exception, at.exception
+    full = model.run(text)
+    now, p = top_predictions(model, full.logits[mask], 1)[0]
+    assert f"top prediction now “{now}” ({p:.0%})" in _caption(at), _caption(at)
