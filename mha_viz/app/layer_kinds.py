@@ -17,13 +17,17 @@ from mha_viz.app.names import token_label
 from mha_viz.names import head_name
 from mha_viz.web import kinds
 
-KIND_KEY = "grid_kind"  # the kind shown, per session: the same for every model with cross-attention
+KIND_KEY = "grid_kind"  # the switch's key: the kind shown, the same for every model with cross-attention
+# The kind kept while the switch is not drawn (another view): Streamlit drops a widget's state on a run without it.
+KEPT = "grid_kind_kept"
 
 
 def current_kind() -> str:
+    """The kind to show; call before the switch is drawn (a switch clicked off again, None, keeps the last kind)."""
     kind = st.session_state.get(KIND_KEY)
     if kind not in kinds.KINDS:
-        kind = st.session_state[KIND_KEY] = kinds.ENCODER
+        kind = st.session_state.get(KEPT) if st.session_state.get(KEPT) in kinds.KINDS else kinds.ENCODER
+    st.session_state[KIND_KEY] = st.session_state[KEPT] = kind
     return kind
 
 
@@ -32,10 +36,10 @@ def grid(ctx: ViewContext, labels_for) -> None:
     the encoder's self-attention; the other kinds' heads show none), its switches, and the decoder's predictions
     along the target."""
     model, name, n_heads = ctx.model, ctx.name, ctx.model.n_heads
-    st.segmented_control("Attention", kinds.KINDS, key=KIND_KEY, default=kinds.ENCODER,
+    kind = current_kind()
+    st.segmented_control("Attention", kinds.KINDS, key=KIND_KEY,
                          help="Encoder: the source reading itself. Decoder: the target reading its earlier tokens. "
                               "Cross: each target token (row) reading the source (columns).")
-    kind = current_kind()
     n_layers, start = kinds.n_layers(model, kind), kinds.set_offset(model, kind)
     layer = min(ctx.layer, n_layers - 1)
     if kind == kinds.ENCODER:  # the page's display (special tokens hidden, word pieces merged) applies
@@ -47,8 +51,7 @@ def grid(ctx: ViewContext, labels_for) -> None:
     st.caption(f"{kind}: {kinds.ABOUT[kind]}." + ("" if kind == kinds.ENCODER else
                " Every token is shown (the sidebar's hiding and merging apply to the encoder's grid)."))
     off = {(l - start, h) for l, h in ctx.heads_off if start <= l < start + n_layers}
-    codes = encode_soon(tokens, att, ctx.shared_scale) if queries is None else \
-        encode_soon_rows(tokens, att, ctx.shared_scale, queries)
+    codes = encode_soon(tokens, att, ctx.shared_scale, queries)
     key = f"grid|{name}|{kind}"
     unknown = list(ctx.run.unknown) if kind == kinds.ENCODER and len(ctx.tokens) == len(ctx.run.tokens) else []
     data = payload(tokens, att, layer, off, ctx.n_cols, ctx.shared_scale, badges, unknown=unknown, controls=True,
@@ -62,18 +65,6 @@ def grid(ctx: ViewContext, labels_for) -> None:
             _switch(name, kind, start, layer, head)
     along_target(ctx)
     grid_rest(data, codes, key)
-
-
-def encode_soon_rows(tokens, att, shared_scale, queries):
-    """`encode_soon` for attention whose rows are other tokens than its columns (cross-attention)."""
-    from mha_viz.app.components import head_grid as hg
-    from mha_viz.web.payload import grid_data
-
-    def encoded():
-        data, codes = grid_data(list(tokens), att, 0, (), 1, shared_scale, {}, (), query_tokens=list(queries))
-        return hg.Encoded(data, codes)
-
-    return hg._ENCODER.submit(encoded)
 
 
 def _toggled(name: str, start: int, layer: int, head: int, on: bool) -> None:

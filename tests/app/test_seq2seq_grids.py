@@ -141,3 +141,16 @@ def test_every_view_opens_with_heads_of_every_kind_off(folder):
         at.session_state["view"] = view
         at.run()
         assert not at.exception, (view, at.exception)
+
+
+def test_the_kind_is_kept_across_other_views(folder):
+    at = _page(folder)
+    at.get("button_group")[0]  # the switch is drawn
+    at.session_state["grid_kind"] = "Decoder"
+    at.run()
+    at.session_state["view"] = "Rollout & norms"
+    at.run()
+    at.session_state["view"] = "Layer"
+    at.run()
+    assert not at.exception and not at.warning, [w.value for w in at.warning]
+    assert grid_data(at)["L"] == 3 and "Q" not in grid_data(at)  # still the decoder's grid

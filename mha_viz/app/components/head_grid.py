@@ -165,19 +165,23 @@ _ENCODED_LOCK = threading.Lock()
 _ENCODER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="mha-viz-grid-codes")
 
 
-def encode_soon(tokens: list[str], att: torch.Tensor, shared_scale: bool) -> Future:
-    """`payload`'s codes for this run, started now on a worker thread; pass the result as payload(encoded=...)."""
-    return _ENCODER.submit(_encoded, list(tokens), att, shared_scale)
+def encode_soon(tokens: list[str], att: torch.Tensor, shared_scale: bool,
+                query_tokens: list[str] | None = None) -> Future:
+    """`payload`'s codes for this run, started now on a worker thread; pass the result as payload(encoded=...).
+    query_tokens: the rows' labels where they are not `tokens` (cross-attention, web/payload.grid_data)."""
+    return _ENCODER.submit(_encoded, list(tokens), att, shared_scale,
+                           None if query_tokens is None else list(query_tokens))
 
 
-def _encoded(tokens: list[str], att: torch.Tensor, shared_scale: bool) -> Encoded:
-    key = (id(att), tuple(tokens), bool(shared_scale))
+def _encoded(tokens: list[str], att: torch.Tensor, shared_scale: bool,
+             query_tokens: list[str] | None = None) -> Encoded:
+    key = (id(att), tuple(tokens), bool(shared_scale), None if query_tokens is None else tuple(query_tokens))
     with _ENCODED_LOCK:
         hit = _ENCODED.get(key)
         if hit is not None and hit[0] is att:
             _ENCODED.move_to_end(key)
             return hit[1]
-    data, codes = grid_data(tokens, att, 0, (), 1, shared_scale, {}, ())
+    data, codes = grid_data(tokens, att, 0, (), 1, shared_scale, {}, (), query_tokens=query_tokens)
     enc = Encoded(data, codes)
     with _ENCODED_LOCK:
         _ENCODED[key] = (att, enc)
