@@ -3,7 +3,8 @@ UnavailableError that says why), which an adapter that can overrides. `Model` de
 view asks any model and reads the answer, never the model's name or family.
 
     Capabilities         what several families may have: a mask token, names, weights per head, embeddings,
-                         example sentences, a lexicon, the corpus's ground truth
+                         example sentences, a lexicon, the corpus's ground truth, cross-attention (a source and a
+                         target, encoder-decoder models)
     ProgramCapabilities  a model compiled from a program (or a twin trained on its output): the program's output
                          and the heads the program wrote
     TrainingCapability   a model trained in this repository: its training record
