@@ -17,6 +17,7 @@ from mha_viz.app.context import ViewContext
 from mha_viz.app.link import load_or_explain
 from mha_viz.app.text import DEFAULT_TEXT, kept_text, text_input, token_strip
 from mha_viz.app.views import NOT_ABOUT_THIS_RUN, VIEWS, navigation
+from mha_viz.app.views.layer import FIRST_GRID
 from mha_viz.contract import InputError, Model
 from mha_viz.models import BUILTIN
 from mha_viz.settings import SettingsError, settings
@@ -59,6 +60,9 @@ _OWN_INPUT_SIDEBAR = (
     "{display:none}</style>")
 
 
+FONT_AFTER_S = 30.0  # warm_up makes the font this long after the model, when no page has drawn a grid by then
+
+
 def warm_up() -> None:
     """Load the default model and run the default sentence before any visitor asks (app.py calls this in a thread
     when the server starts). Goes through the same caches the page uses, whose locks make a visitor who arrives
@@ -70,8 +74,10 @@ def warm_up() -> None:
     except Exception as err:  # the page shows the same error, with its advice, to the first visitor
         print(f"mha-viz: warming up {name!r} failed ({type(err).__name__}: {err}); the page will say why",
               file=sys.stderr)
-    # The saved figures' font after the model, not beside its imports: subsetting is a second of pure Python that
-    # held the GIL against torch's import (a page that comes first starts it itself: figure_font.font_for).
+    # The saved figures' font after the first page's grid is sent, or a while with no visitor: subsetting is a
+    # second of pure Python that held the GIL against torch's import, then against the first page's badges and
+    # encoding (a page that comes first starts it itself: figure_font.font_for).
+    FIRST_GRID.wait(timeout=FONT_AFTER_S)
     figure_font.warm()
 
 

@@ -10,6 +10,8 @@ JavaScript), their label and bulk buttons. A switch or bulk switch clicked befor
 navigation sends the link's."""
 from __future__ import annotations
 
+import threading
+
 import streamlit as st
 
 from mha_viz import analysis, measures
@@ -21,6 +23,10 @@ from mha_viz.app.names import column_names, head_name, layer_name, token_label
 from mha_viz.contract import AttentionRun, Model
 
 ONLY_PROMPT = "Only one on…"
+# Set once this process has sent a page its first grid (the first heatmaps drawn): the server's warm-up waits for
+# it before work no first page needs (the saved figures' font, page.warm_up), which would otherwise hold the GIL
+# while that page measures its badges and encodes its grid.
+FIRST_GRID = threading.Event()
 BADGES = 2  # scores named under each head, strongest first
 
 
@@ -59,6 +65,7 @@ def grid(ctx: ViewContext) -> None:
     written(ctx)
     against_census(ctx)
     grid_rest(data, codes, key)  # the layers not on screen, after everything above has gone to the page
+    FIRST_GRID.set()
 
 
 def against_census(ctx: ViewContext) -> None:
