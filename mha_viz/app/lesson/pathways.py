@@ -280,9 +280,10 @@ def twins_contrast() -> None:
                                                      if spread else "no head") + ".")
     softer = [row for row in cmp.heads if row.learned_off > row.written_off + 0.05]
     if softer:
-        lines.append(f"Switching off {heads_words([h for r in softer for h, _ in r.matches])} breaks the twin less "
-                     f"than switching off {heads_words([r.written for r in softer])} breaks the program: in the twin "
-                     "the role is not held by one head alone, other heads still carry part of it.")
+        lines.append("Each learned counterpart switched off breaks the twin less (to "
+                     + ", ".join(pct(r.learned_off) for r in softer) + ") than its written head breaks the program (to "
+                     + ", ".join(pct(r.written_off) for r in softer) + "): in the twin the role is not held by one "
+                     "head alone; other heads still carry part of it.")
     else:
         lines.append("Each learned counterpart, switched off, breaks the twin about as much as its written head "
                      "breaks the program: on this seed the twin holds each role in one head.")
