@@ -132,7 +132,8 @@ def labels_note(fig: go.Figure) -> str:
     if labelled >= tokens:
         return ""
     step = math.ceil(tokens / max(labelled, 1))
-    return (f"{tokens} tokens: every {step}th is labelled on the axes (from position 0), the rest left out to fit "
+    nth = {2: "2nd", 3: "3rd"}.get(step, f"{step}th")
+    return (f"{tokens} tokens: every {nth} is labelled on the axes (from position 0), the rest left out to fit "
             "the column; hover a cell for its token.")
 
 

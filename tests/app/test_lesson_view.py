@@ -285,6 +285,22 @@ def test_step4_the_heads_shares_add_up_to_the_layer_output(every_step):
     assert f"the total's length is {float(total.norm()):.3f}: the layer's output is the heads' outputs" in tried[4]
 
 
+def test_a_long_input_labels_every_kth_token_and_the_step_says_which():
+    """Where the column cannot hold every token's label (here 80 tokens), the figure labels every k-th, from
+    position 0, and the caption under it says so."""
+    text = " ".join(["the keys to the old cabinet are on the table"] * 8)
+    at = _lesson({"lesson": "2"})
+    at.text_input(key="lesson_text_2").set_value(text).run()
+    _answer(at)
+    assert not at.exception, at.exception
+    mech = next(f for f in _figures(at) if any(t.get("name", "").endswith(": keys K") for t in f["data"]))
+    labels, shown = mech["data"][0]["y"], mech["layout"]["yaxis"]["tickvals"]
+    step = -(-len(labels) // len(shown))
+    assert len(labels) > 60 and shown == labels[::step] and step > 1
+    nth = {2: "2nd", 3: "3rd"}.get(step, f"{step}th")
+    assert f"{len(labels)} tokens: every {nth} is labelled on the axes (from position 0)" in _captions(at)
+
+
 def _bars(at) -> dict[str, float]:
     """Step 4's bar figure: the dark bars by label (each head, "bias", "total")."""
     trace = _trace(at, "its share along the total")
