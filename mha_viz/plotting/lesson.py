@@ -164,8 +164,8 @@ def mechanism_figure(tokens: list[str], heads: list[dict]) -> go.Figure:
     rows = []
     for h in heads:
         qk = _bound(h["q"], h["k"])
-        scores = h["scores"].clone()
-        masked = ~torch.isfinite(scores)
+        scores = h["scores"].clone()  # (Q, K), -inf where masked
+        masked = ~torch.isfinite(scores)  # (Q, K)
         s = _bound(scores)
         shown = scores.masked_fill(masked, float("nan"))  # NaN: drawn as the grey background, the mask
         mark = dict(marked=h["marked"], name=h["name"])
