@@ -20,7 +20,7 @@ from mha_viz.app.cache import side_model
 from mha_viz.app.common import md_safe
 from mha_viz.app.lesson.closing import draw_closing
 from mha_viz.app.lesson.combining import draw_combining, question_combining
-from mha_viz.app.lesson.frame import ANSWERS, TYPED, Question, Step, ask, hover_hook, step_text  # noqa: F401  (read by the page)
+from mha_viz.app.lesson.frame import ALL_STEPS, ANSWERS, TYPED, Question, Step, ask, hover_hook, step_text  # noqa: F401  (read by the page)
 from mha_viz.app.lesson.heads import (
     draw_parallel,
     draw_patterns,
@@ -63,6 +63,7 @@ STEPS: list[Step] = [
     Step("What to take away", "Multi-head attention is several learned pathways side by side; measure what a head "
          "does before naming it.", "", draw_closing),
 ]
+ALL_STEPS[:] = STEPS
 
 
 def run_step(step: Step, learned: str, text: str, n: int) -> None:

@@ -7,6 +7,7 @@ import streamlit as st
 from mha_viz.app import state
 from mha_viz.app.common import head_name
 from mha_viz.app.lesson.frame import (
+    ALL_STEPS,
     MOVED,
     Question,
     ask,
@@ -62,8 +63,7 @@ def check_questions(name: str) -> list[Question]:
 
 
 def draw_closing(name: str, text: str, n: int) -> None:
-    from mha_viz.app.lesson_steps import STEPS  # the list of steps holds this step
-    st.markdown("\n".join(f"{i}. **{s.title}.** {s.claim}" for i, s in enumerate(STEPS[:-1], 1)))
+    st.markdown("\n".join(f"{i}. **{s.title}.** {s.claim}" for i, s in enumerate(ALL_STEPS[:-1], 1)))
     st.markdown("##### Check yourself")
     st.caption("Three questions from the steps. Each answer is measured on the inputs you gave those steps; "
                "nothing is kept beyond this session and its link.")

@@ -59,11 +59,15 @@ def ask(key: str, q: Question, label: str = "Predict first") -> bool:
     return True
 
 
+# The Lesson's steps in order: filled by lesson_steps as it lists them, so a step (the closing one) reads the
+# others' titles and inputs without importing the list that imports it.
+ALL_STEPS: list = []
+
+
 def step_text(n: int) -> str:
     """The input step `n` (1-based) runs: what the student typed into its box, else its prepared sentence."""
-    from mha_viz.app.lesson_steps import STEPS  # the list of steps imports every step's module, this one included
     typed = st.session_state.get(TYPED, {}).get(n, "")
-    return typed.rstrip() or STEPS[n - 1].text
+    return typed.rstrip() or ALL_STEPS[n - 1].text
 
 
 MOVED = 0.01  # a pattern weight that moved less than this did not change (numerical noise is ~1e-7)
