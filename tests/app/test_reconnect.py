@@ -20,6 +20,8 @@ def _page() -> None:
     from mha_viz.app import reconnect, state, text
 
     class Model:  # what text_input asks of a model
+        has_cross_attention = False  # one text: the box alone, no target box
+
         def examples(self):
             return []
 
