@@ -22,6 +22,7 @@ REBUILT = ("This page's server process restarted (or its visitors were moved to 
            "the view and the Lesson's step are as the link has them; the sentence is the last one you sent from the "
            "box (even one sent as the process stopped), and the sidebar's display options are as you left them.")
 _KEY = "_rebuilt"  # decided on the session's first run, kept for its life
+DRAWN = "_boxes_drawn"  # the keys of the input boxes this session has drawn: from then on their value is its own
 _WATCH = "reconnect_watch"  # the hidden container of the fragment below
 # A style only (Streamlit gives it no room): the container and its layout wrapper take no room either, so the page
 # below does not move by a gap.
@@ -45,6 +46,23 @@ def rebuilt() -> bool:
     if _KEY not in st.session_state:
         st.session_state[_KEY] = previous_session() is not None
     return st.session_state[_KEY]
+
+
+def resends(box: str) -> bool:
+    """Whether input box `box` (its widget key) takes the browser's value on this run: its first draw in a session
+    rebuilt after its process died. The browser resends the box's value, which may be newer than the link's (sent
+    or typed as the process died, never run); the box is then left to take it, with the link's value only as its
+    default. Its caller marks the box `drawn` once it has drawn it."""
+    return rebuilt() and box not in st.session_state.get(DRAWN, ())
+
+
+def drawn(box: str) -> bool:
+    """Input box `box` has been drawn in this session: its value is the session's own from now on. True when this
+    was its first draw."""
+    boxes = st.session_state.setdefault(DRAWN, set())
+    first = box not in boxes
+    boxes.add(box)
+    return first
 
 
 def say_if_rebuilt() -> None:

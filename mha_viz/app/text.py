@@ -16,7 +16,6 @@ from mha_viz.contract import AttentionRun, Model
 
 DEFAULT_TEXT = "The keys to the old cabinet are on the table, so Anna gave the keys to Ben."
 MAX_TEXT_CHARS = 200_000  # longer text is cut before tokenizing, and the page says so
-BOX_DRAWN = "_text_box_drawn"  # the box was drawn in this session: its value is the session's own from then on
 LONG_STRIP = 80  # a strip of more tokens folds into an expander, so it does not push the heatmaps off screen
 
 
@@ -37,10 +36,9 @@ TARGET_BOX = "target_box"  # the target box's value; the target sent is cache.TA
 def text_input(model: Model) -> str:
     """The text box, its submit button and the model's examples on one row; returns the text to run."""
     st.session_state.setdefault("text", DEFAULT_TEXT)
-    # The box's first draw in a session rebuilt after its server process died (reconnect.py): the browser resends
-    # the box's value, the last sentence the visitor sent from it, which may be newer than the link's (sent as the
-    # process died, never run). The box is left to take it, with the link's text only as its default.
-    resent = reconnect.rebuilt() and not st.session_state.get(BOX_DRAWN)
+    # The box's first draw in a session rebuilt after its server process died takes the browser's resent value: the
+    # last sentence the visitor sent from it (reconnect.resends).
+    resent = reconnect.resends("text_box")
     if not resent:
         st.session_state.setdefault("text_box", st.session_state["text"])
     default = st.session_state["text"] if resent and "text_box" not in st.session_state else ""
@@ -67,7 +65,7 @@ def text_input(model: Model) -> str:
             for i, (label, text, hint) in enumerate(examples[:8]):
                 st.form_submit_button(label, key=f"ex{i}", on_click=_set_text, args=(text,),
                                       help=f"{hint} — “{text}”", width="stretch")
-    st.session_state[BOX_DRAWN] = True
+    reconnect.drawn("text_box")
     if resent and sent and sent.strip() and sent != st.session_state["text"]:
         st.session_state["text"] = sent  # run the sentence the visitor sent as the old process died
     text = st.session_state["text"]

@@ -3,12 +3,12 @@ box, not the link's older one (state.read_url_once, text.text_input), through Ap
 
 A rebuilt session is one whose `reconnect.rebuilt()` answer is True: the test sets that answer in the session, as
 the first run would from the websocket handshake. The browser's resent box value is the box's widget value on the
-session's first draw of the box (text.BOX_DRAWN not yet set), set here through the session."""
+session's first draw of the box (not yet in reconnect.DRAWN), set here through the session."""
 from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest
 
-from mha_viz.app import reconnect, text
+from mha_viz.app import reconnect
 
 LINK = "The keys to the old cabinet are on the table."
 SENT = "Anna gave the keys to Ben before the train left."  # sent from the box as the old process died
@@ -49,7 +49,7 @@ def _ran(at: AppTest) -> str:
 def _resend(at: AppTest, value: str) -> AppTest:
     """The box's first draw again, with `value` in it as the browser's resent value would be (AppTest sends a form's
     values only with its submit button, whose callback would run the value itself: so set in the session)."""
-    at.session_state[text.BOX_DRAWN] = False
+    at.session_state[reconnect.DRAWN] = set()
     at.session_state["text_box"] = value
     at.run()
     assert not at.exception, at.exception
@@ -110,7 +110,8 @@ def test_a_rebuilt_lesson_has_no_sentence_box_and_the_layer_view_gets_it_back_wi
     assert not at.exception, at.exception
     assert reconnect.REBUILT in [i.value for i in at.info]
     assert "text_box" not in [w.key for w in at.main.text_area]
-    assert text.BOX_DRAWN not in at.session_state  # so the box's first draw, later, is the rebuilt one
+    assert reconnect.DRAWN not in at.session_state or "text_box" not in at.session_state[reconnect.DRAWN]  # so the
+    # box's first draw, later, is the rebuilt one
     open_view(at, "Layer")
     assert at.text_area(key="text_box").value == sentence and at.query_params["text"] in (sentence, [sentence])
     assert not at.warning, [w.value for w in at.warning]

@@ -52,7 +52,6 @@ def _picked_model() -> None:
 _MOVED = "_lesson_moved"  # a Back or Next callback moved the step on this run (see _moved)
 LIMIT = 400  # characters of a step's input: longer pastes are cut, and the step says so
 _CUT = "_lesson_cut"  # {step: the length of the paste that was cut}
-_DRAWN = "_lesson_boxes_drawn"  # the steps whose box this session has drawn: their value is the session's own
 # Back and Next bring the new step's heading to the top of the window: a rerun keeps the scroll position, so from the
 # bottom of a long step the next one opened mid-page. Runs in the page (a v2 component, no iframe), once per step.
 _TOP = st.components.v2.component("mha_viz.lesson_top", html="", js="""
@@ -109,11 +108,9 @@ def _step_input(n: int, step: lesson_steps.Step) -> str:
     cut there with a notice; an empty box runs the prepared sentence and says so."""
     typed = st.session_state.setdefault(lesson_steps.TYPED, {})
     key = f"lesson_text_{n}"
-    drawn = st.session_state.setdefault(_DRAWN, set())
-    # The box's first draw in a session rebuilt after its server process died (reconnect.py): the browser resends
-    # the box's value, which may be newer than the link's (typed as the process died, never run). The box is left
-    # to take it, with the link's value only as its default; as text.text_input does for the page's box.
-    resent = reconnect.rebuilt() and n not in drawn
+    # The box's first draw in a session rebuilt after its server process died takes the browser's resent value
+    # (reconnect.resends), typed as the process died, never run; the link's value is then only its default.
+    resent = reconnect.resends(key)
     if not resent and key not in st.session_state:  # a widget's state is dropped on runs that do not draw it
         st.session_state[key] = typed.get(n, step.text)
     default = typed.get(n, step.text) if resent and key not in st.session_state else ""
@@ -131,8 +128,7 @@ def _step_input(n: int, step: lesson_steps.Step) -> str:
 
     st.text_input("Input (replace it with your own)", value=default, key=key, on_change=keep,
                   help=f"Up to {LIMIT} characters; it stays while you move between steps and views, and in the link.")
-    if n not in drawn:  # a resent value reaches no callback (the widget was not drawn yet): keep it here
-        drawn.add(n)
+    if reconnect.drawn(key):  # its first draw: a resent value reached no callback (the box was not drawn yet)
         keep()
     if n in st.session_state.get(_CUT, {}):
         st.info(f"Your input had {st.session_state[_CUT][n]:,} characters; the lesson keeps the first {LIMIT}, "
