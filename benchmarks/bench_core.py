@@ -58,6 +58,18 @@ TAB = """async ([layer, quiet]) => {
   return [drawn, Math.max(drawn, last - t0)]; }"""
 
 
+
+def bare_forward_ms(model, ref, text: str) -> float:
+    """One eager forward of the transformers model `ref` on `text` as mha-viz's adapter `model` encodes it, with
+    attentions out, no hooks: the floor a page's run is read against (ms)."""
+    import torch  # here, as in the parts that load a model: the other parts run without it
+
+    enc = model._encode(text)[0]
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        ref(**enc, output_attentions=True)
+    return (time.perf_counter() - t0) * 1e3
+
 def playwright_timed(pg: A.Page, layer: int) -> tuple[float, float]:
     """The same click driven and timed from Playwright, as bench_bertviz's "switch layer" does (each wait is a
     round trip to the page): (ms until the heads are drawn, ms until drawn, idle and painted)."""
@@ -177,7 +189,6 @@ def floor_cold_start(browser, times: dict) -> None:
 
 def smollm2(browser, reps: int, times: dict) -> None:
     """Part 4: SmolLM2 at 128 tokens on our page, each step beside the bare forward of its text, interleaved."""
-    import torch
     from bench_compute import reference
 
     from mha_viz import load_model
@@ -195,11 +206,7 @@ def smollm2(browser, reps: int, times: dict) -> None:
         app.type(sized_sentence(model, "pocket", 128), "pocket", model.n_heads)  # warm, untimed
 
         def bare(text: str) -> float:
-            enc = model._encode(text)[0]
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                ref(**enc, output_attentions=True)
-            return (time.perf_counter() - t0) * 1e3
+            return bare_forward_ms(model, ref, text)
 
         for rep in range(reps):
             word = A.MARKERS[(rep + 3) % len(A.MARKERS)]

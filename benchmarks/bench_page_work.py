@@ -19,7 +19,7 @@ import argparse
 import time
 
 from bench_browser import cold_start
-from bench_core import FLOOR_APP, App
+from bench_core import FLOOR_APP, App, bare_forward_ms
 
 import _app as A
 from _common import OUT, load_avg, machine, median, table
@@ -87,7 +87,6 @@ def cold(browser, before: str, reps: int, times: dict) -> None:
 
 
 def smollm2(browser, before: str, reps: int, times: dict) -> None:
-    import torch
     from bench_compute import reference
 
     from mha_viz import load_model
@@ -112,11 +111,7 @@ def smollm2(browser, before: str, reps: int, times: dict) -> None:
             app.type(sized_sentence(model, "pocket", TOKENS), "pocket", n)  # warm, untimed
 
         def bare(text: str) -> float:
-            enc = model._encode(text)[0]
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                ref(**enc, output_attentions=True)
-            return (time.perf_counter() - t0) * 1e3
+            return bare_forward_ms(model, ref, text)
 
         for rep in range(reps):
             word = A.MARKERS[(rep + 5) % len(A.MARKERS)]
