@@ -5,7 +5,6 @@ rerun the model in the kernel, grey that head, change the pattern of the head it
 from __future__ import annotations
 
 import base64
-import os
 import re
 import time
 from pathlib import Path
@@ -15,7 +14,7 @@ import pytest
 
 # Before the harness, which writes notebooks with it.
 nbformat = pytest.importorskip("nbformat", reason="needs nbformat (requirements-test.txt)")
-from jupyter_harness import CHROMIUM, JupyterServer, Page, write_notebook  # noqa: E402
+from jupyter_harness import Page, write_notebook  # noqa: E402
 from test_widget import png_pixels  # noqa: E402
 
 from mha_viz.models.tiny.evidence import context_roles, load_evidence  # noqa: E402
@@ -35,37 +34,6 @@ CELLS = [
     f"kl = analysis.next_token_kl(w.model.run(w.text).logits, w.model.run(w.text, ablate={{{PREV}}}).logits)\n"
     "print('off:', sorted(w.heads_off), 'ablated run:', sorted(w.run.ablated), f'kl: {kl:.4f}', 'layer:', w.layer)",
 ]
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not os.path.exists(CHROMIUM):
-        if _in_ci():
-            pytest.fail(f"{CHROMIUM} is missing; CI is set, so the notebook browser tests must run")
-        pytest.skip(f"{CHROMIUM} is missing (make setup-browser)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-proxy-server"])
-        try:
-            yield b
-        finally:
-            b.close()
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    root = tmp_path_factory.mktemp("nbroot")
-    log = Path(tmp_path_factory.mktemp("nblog")) / "jupyter.log"
-    s = JupyterServer(root, log)
-    try:
-        yield s
-    finally:
-        s.stop()
 
 
 def _pixels(page, head: str) -> list[int]:

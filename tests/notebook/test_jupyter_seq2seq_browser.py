@@ -4,13 +4,12 @@ switch reruns the model with that cross head off, the readout's table along the 
 holds it for the next cell."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 nbformat = pytest.importorskip("nbformat", reason="needs nbformat (requirements-test.txt)")
-from jupyter_harness import CHROMIUM, JupyterServer, Page, write_notebook  # noqa: E402
+from jupyter_harness import Page, write_notebook  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
@@ -28,31 +27,6 @@ CELLS = [
     "print('kind:', w.kind, 'cross off:', sorted(w.cross_off), 'self off:', sorted(w.heads_off))",
 ]
 CANVASES = """() => [...document.querySelectorAll('.mhw .mhv-grid .mhv-head canvas')].map(c => [c.width, c.height])"""
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not os.path.exists(CHROMIUM):
-        if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
-            pytest.fail(f"{CHROMIUM} is missing; CI is set, so the notebook browser tests must run")
-        pytest.skip(f"{CHROMIUM} is missing (make setup-browser)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-proxy-server"])
-        try:
-            yield b
-        finally:
-            b.close()
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    s = JupyterServer(tmp_path_factory.mktemp("nbroot"), Path(tmp_path_factory.mktemp("nblog")) / "jupyter.log")
-    try:
-        yield s
-    finally:
-        s.stop()
 
 
 def test_the_kind_buttons_and_a_cross_switch_in_jupyterlab(browser, server):
