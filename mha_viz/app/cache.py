@@ -23,6 +23,15 @@ from mha_viz.analysis.patching import (
     direct_effects,
     patching_map,
 )
+from mha_viz.app.run_cache import (  # noqa: F401  (the page and tests read them here)
+    _SCOPE,
+    RunBudgetError,
+    RunCache,
+    entry_bytes,
+    model_bytes,
+    run_bytes,
+    tensor_bytes,
+)
 from mha_viz.contract import AttentionRun, EncodedText, Head, InputError, Model, UnavailableError
 from mha_viz.models import load_model, registry
 from mha_viz.models.interventions import reuse_bytes, reuse_clear
@@ -145,17 +154,6 @@ def get_model(name: str) -> Model:
     gc.collect()
     gc.freeze()
     return model
-
-
-from mha_viz.app.run_cache import (  # noqa: E402,F401  (the page and tests read them here)
-    _SCOPE,
-    RunBudgetError,
-    RunCache,
-    entry_bytes,
-    model_bytes,
-    run_bytes,
-    tensor_bytes,
-)
 
 
 @functools.lru_cache(maxsize=1)
