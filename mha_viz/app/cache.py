@@ -279,7 +279,7 @@ def current_target(model) -> str | None:
     return target if target.strip() else None
 
 
-def get_run(name: str, text: str, off: tuple[Head, ...] | frozenset[Head] = (), ablation: str = "zero",
+def get_run(name: str, text: str | EncodedText, off: tuple[Head, ...] | frozenset[Head] = (), ablation: str = "zero",
             patch: tuple[Head, ...] | frozenset[Head] = (), source: str | None = None,
             logits_at=None) -> AttentionRun:
     """A run keyed by everything that shapes it: model, text, heads off and what "off" means, heads patched and
@@ -300,7 +300,10 @@ def get_run(name: str, text: str, off: tuple[Head, ...] | frozenset[Head] = (), 
     if not patch:
         source = None
     model = get_model(name)
-    read = model.encode_text(text)  # checked and encoded once: the size estimate and the run both read it
+    # Checked and encoded once: the size estimate and the run both read it. The page passes the EncodedText it
+    # made for the positions it reads (heads_off.logits_at), taken as it is; runs are keyed by the checked text.
+    read = model.encode_text(text)
+    text = read.text
     need, scope = work_bytes(model, read), (name, text)
     if model.has_cross_attention:
         target, (ablate, cross) = current_target(model), kinds.split(model, off)

@@ -19,7 +19,7 @@ from mha_viz.app.common import (
 from mha_viz.app.context import ViewContext
 from mha_viz.app.names import token_label
 from mha_viz.app.text import chip
-from mha_viz.contract import Model
+from mha_viz.contract import EncodedText, Model
 from mha_viz.web.kinds import set_head_name
 
 # Views that read no logits of the page's runs beyond this panel's, at the prediction position: their runs compute
@@ -29,7 +29,7 @@ PREDICTION_ONLY = {"Layer", "All layers", "Compare", "Inside a head", "Follow a 
                    "Rollout & norms"}
 
 
-def logits_at(model: Model, text: str, view: str) -> tuple[int, ...] | None:
+def logits_at(model: Model, text: str | EncodedText, view: str) -> tuple[int, ...] | None:
     """The positions whose logits the page's runs need for `view`: the prediction position this panel reads
     (`Model.prediction_position`, read off the text's tokens before any run; none when there is none, such as a
     masked LM's text without a mask), or None (every position) for a view outside PREDICTION_ONLY and for a

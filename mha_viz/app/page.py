@@ -70,7 +70,8 @@ def warm_up() -> None:
     name = next(iter(BUILTIN))  # the sidebar's first choice
     try:
         set_threads()
-        get_run(name, DEFAULT_TEXT, logits_at=off_panel.logits_at(get_model(name), DEFAULT_TEXT, "Layer"))
+        read = get_model(name).encode_text(DEFAULT_TEXT)
+        get_run(name, read, logits_at=off_panel.logits_at(get_model(name), read, "Layer"))
     except Exception as err:  # the page shows the same error, with its advice, to the first visitor
         print(f"mha-viz: warming up {name!r} failed ({type(err).__name__}: {err}); the page will say why",
               file=sys.stderr)
@@ -118,7 +119,8 @@ def main() -> None:
     text = text_input(model) if boxed else kept_text()
     try:
         with st.spinner("Running the model..."):  # the LM head where the open view reads it, as the views ask
-            get_run(name, text, logits_at=off_panel.logits_at(model, text, state.current_view(list(VIEWS))))
+            read = model.encode_text(text)  # checked once: the positions and the run read this value
+            get_run(name, read, logits_at=off_panel.logits_at(model, read, state.current_view(list(VIEWS))))
     except InputError as err:
         st.warning(md_safe(str(err)))
         return
@@ -141,9 +143,10 @@ def heads_and_views(model: Model, name: str, text: str, n_cols: int, shared_scal
         on_layer=lambda l: state.set_layer(name, l) if 0 <= l < model.n_layers else None)
     try:
         with st.spinner("Running the model with these heads off..."):
-            at = off_panel.logits_at(model, text, view)  # the positions this view reads the logits of
-            base = get_run(name, text, logits_at=at)
-            run = get_run(name, text, heads_off, ablation, logits_at=at) if heads_off else base
+            read = model.encode_text(text)  # checked once: the positions and both runs read this value
+            at = off_panel.logits_at(model, read, view)  # the positions this view reads the logits of
+            base = get_run(name, read, logits_at=at)
+            run = get_run(name, read, heads_off, ablation, logits_at=at) if heads_off else base
     except InputError as err:  # e.g. mean ablation for a model with no example sentences
         st.warning(md_safe(str(err)))
         return

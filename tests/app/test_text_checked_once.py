@@ -38,3 +38,19 @@ def test_a_patched_run_checks_each_of_its_two_texts_once(checks):
     run = cache.get_run("tiny", TEXT, patch=((1, 0),), source=SOURCE)
     assert run.patched == {(1, 0)}
     assert (checks.count(TEXT), checks.count(SOURCE)) == (1, 1), checks
+
+
+def test_the_page_checks_its_text_once_for_each_of_its_two_parts(checks):
+    """The page's first run asks for the run twice, from its frame and from the fragment under it (page.py), and
+    reads the positions whose logits the view needs from the text's tokens (heads_off.logits_at): each part checks
+    the text once and hands the value on, so the positions and the run do not check it again."""
+    from streamlit.testing.v1 import AppTest
+
+    from helpers import APP
+
+    text = f"{TEXT} on the page"  # a text no other test runs
+    at = AppTest.from_file(APP, default_timeout=240)
+    at.query_params.update({"model": "tiny", "view": "Layer", "text": text})
+    at.run()
+    assert not at.exception, at.exception
+    assert checks.count(text) == 2, f"check_text ran {checks.count(text)} times on the page's text: {checks}"
