@@ -192,7 +192,7 @@ class EditableModel(Batching, Model):
     def run(self, text: str | EncodedText, ablate: Iterable[Head] = (), ablation: str = "zero",
             reference: Iterable[str] | None = None, patch: Iterable[Head] = (),
             source: str | None = None, logits_at: Sequence[int] | None = None, target: str | None = None,
-            ablate_cross: Iterable[Head] = ()) -> AttentionRun:
+            ablate_cross: Iterable[Head] = (), patch_cross: Iterable[Head] = ()) -> AttentionRun:
         """See `Model.run`. Incremental where the adapter resumes (`can_resume`): the layers below the first one
         whose edit differs from a recent run of the same tokens are taken over from it (`_EARLIER`,
         `schedule.EarlierRuns`), equal to computing them again, and only the layers from there on run.
@@ -202,10 +202,11 @@ class EditableModel(Batching, Model):
         position's. The LM head is a large share of a small model's forward (SmolLM2: 49152 x 576 per position),
         and a view that reads one prediction needs one position.
 
-        target, ablate_cross: what an encoder-decoder model takes (hf/seq2seq.py); this model has one stack over
-        one text and no cross-attention, so either one is an InputError saying so."""
-        if target is not None or ablate_cross:
-            what = "a target text" if target is not None else "ablate_cross (cross-attention heads)"
+        target, ablate_cross, patch_cross: what an encoder-decoder model takes (hf/seq2seq.py); this model has one
+        stack over one text and no cross-attention, so any of them is an InputError saying so."""
+        if target is not None or ablate_cross or patch_cross:
+            what = "a target text" if target is not None else "ablate_cross (cross-attention heads)" if ablate_cross \
+                else "patch_cross (cross-attention heads)"
             raise InputError(f"{self.info.name} is a {self.info.kind} model with one text and no cross-attention, so "
                              f"{what} does not apply; give one text, or load an encoder-decoder model (BART, "
                              "Marian, T5) for a source and a target.")

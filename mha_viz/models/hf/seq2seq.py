@@ -28,6 +28,7 @@ from mha_viz.contract import (
     check_text,
 )
 from mha_viz.contract.ablation import line_up
+from mha_viz.models.hf import seq2seq_patch
 from mha_viz.settings import settings, torch_device
 
 # How many tokens the model's own greedy continuation runs to when no target is given (fewer where it ends
@@ -38,7 +39,8 @@ RESAMPLE_SEED = 0  # which reference source resample ablation takes, as Resample
 
 _WHY_NOT = ("{what} is not available for encoder-decoder models yet: it is defined on one self-attention stack "
             "over one text, and here a head reads either the source, the target, or (cross-attention) both. The "
-            "three attention kinds, switching heads off (ablate, ablate_cross) and run.output are available.")
+            "three attention kinds, switching heads off (ablate, ablate_cross), patching them from a second source "
+            "(patch, patch_cross) and run.output are available.")
 
 
 @dataclass(frozen=True)
@@ -52,12 +54,14 @@ class Seq2SeqRun(AttentionRun):
         decoder_attentions  (L_dec, H, T, T)   decoder self-attention (causal)
         cross_attentions    (L_dec, H, T, S)   target positions (rows) reading source positions (columns)
         ablated_cross       cross-attention heads switched off, (decoder layer, head)
+        patched_cross       cross-attention heads patched from a second source, (decoder layer, head)
     """
     decoder_attentions: torch.Tensor | None = None
     cross_attentions: torch.Tensor | None = None
     target_tokens: list[str] = field(default_factory=list)
     target_ids: list[int] = field(default_factory=list)
     ablated_cross: frozenset = frozenset()
+    patched_cross: frozenset = frozenset()
 
 
 def _out_projections(model) -> tuple[list, list, list]:
@@ -280,17 +284,22 @@ class Seq2SeqModel(Model):
     # -- the run -------------------------------------------------------------------------------------------------
     def run(self, text: str | EncodedText, ablate: Iterable = (), ablation: str = "zero",
             reference: Iterable[str] | None = None, patch: Iterable = (), source: str | None = None,
-            logits_at=None, target: str | None = None, ablate_cross: Iterable = ()) -> Seq2SeqRun:
+            logits_at=None, target: str | None = None, ablate_cross: Iterable = (),
+            patch_cross: Iterable = ()) -> Seq2SeqRun:
         """One teacher-forced forward of `target` (the decoder start token, then the tokenizer's ids of `target`
         without special tokens) reading `source`; with `target` None, the model's own greedy continuation of up to
         GREEDY_TOKENS tokens (all heads on). Heads in `ablate` (encoder then decoder layers, see the class) and
         `ablate_cross` are switched off: their slice of the output projection's input is set to 0 ("zero"), to its
         mean over `reference` ("mean"; see `_replacements`), or to its output on another reference source
         ("resample"). `reference`: source texts; None means the example sentences (`examples()`). `text` is the
-        source (the encoder's input); patching (`patch`, `source`) is not available here yet, and `logits_at` is ignored
-        (every target position's logits are computed)."""
-        if patch or source is not None:
-            raise UnavailableError(_WHY_NOT.format(what="Activation patching"))
+        source (the encoder's input); `logits_at` is ignored (every target position's logits are computed).
+
+        Patching: heads in `patch` (numbered as `ablate`) and `patch_cross` (as `ablate_cross`) take their output,
+        position by position, from a run on `source`, a second source text, with all heads on, reading the same
+        decoder input as this run (`target`, or this source's greedy continuation). Encoder heads need the two
+        sources to have one token count; decoder and cross-attention heads line up on the target. A head is
+        ablated or patched, not both (seq2seq_patch.py)."""
+        second = source.text if isinstance(source, EncodedText) else source
         source = text.text if isinstance(text, EncodedText) else text
         ablation = str(getattr(ablation, "key", ablation))
         if ablation not in ABLATIONS:
@@ -299,6 +308,9 @@ class Seq2SeqModel(Model):
         tgt = self.greedy_target(src) if target is None else self._target_ids(target)
         self_heads = self._heads(ablate, self.n_enc + self.n_dec, "ablate")
         cross_heads = self._heads(ablate_cross, self.n_dec, "ablate_cross")
+        patched = self._heads(patch, self.n_enc + self.n_dec, "patch")
+        patched_cross = self._heads(patch_cross, self.n_dec, "patch_cross")
+        seq2seq_patch.check(self_heads, cross_heads, patched, patched_cross, second)
         replace = {}
         if self_heads or cross_heads:
             values = self._replacements(ablation, reference, source, len(tgt), len(src))
@@ -309,10 +321,14 @@ class Seq2SeqModel(Model):
                 value = values[self.n_enc + self.n_dec + layer]
                 replace[(self.n_enc + self.n_dec + layer, head)] = None if value is None else \
                     value[head].to(self._device)
-        return self._run_ids(src, tgt, self_heads, cross_heads, ablation, replace)
+        if patched or patched_cross:
+            replace.update(seq2seq_patch.replacements(self, src, tgt, patched, patched_cross,
+                                                      self._source_ids(second)))
+        return self._run_ids(src, tgt, self_heads, cross_heads, ablation, replace, patched, patched_cross)
 
     def _run_ids(self, src: list[int], tgt: list[int], self_heads: frozenset, cross_heads: frozenset,
-                 ablation: str, replace: dict) -> Seq2SeqRun:
+                 ablation: str, replace: dict, patched: frozenset = frozenset(),
+                 patched_cross: frozenset = frozenset()) -> Seq2SeqRun:
         out = self._forward(src, tgt, replace)
         stack = lambda maps: torch.stack([a[0] for a in maps]).float().cpu()  # noqa: E731  (L, H, Q, K)
         return Seq2SeqRun(
@@ -329,6 +345,8 @@ class Seq2SeqModel(Model):
             target_tokens=self._labels(tgt),
             target_ids=tgt,
             ablated_cross=cross_heads,
+            patched=patched,
+            patched_cross=patched_cross,
         )
 
     # -- what does not hold here ---------------------------------------------------------------------------------
