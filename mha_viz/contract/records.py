@@ -54,7 +54,7 @@ class AttentionRun:
 class HeadInside:
     """One head of one layer opened up on one text: how it arrives at its weights and what it adds.
 
-        tokens        list[str]                    as in `run.tokens`, len T
+        tokens        list[str]                    as in `run.tokens`, len T (the queries'; see `key_tokens`)
         q, k, v       float32 (T, dh)              this head's queries, keys and values; q and k as they enter the
                                                    dot product (after rotary embeddings where the model uses them);
                                                    with grouped-query attention k and v are the shared key/value head's
@@ -92,6 +92,9 @@ class HeadInside:
     # position bias (Bloom, MPT, Falcon with alibi; Press et al. 2022), the model's own numbers, so
     # q . k^T * scale + position_bias is `scores` where the mask allows.
     position_bias: torch.Tensor | None = None
+    # The keys' labels (len K) where they are another text's than the queries' (cross-attention: target tokens
+    # reading source tokens; `tokens` then labels the queries), or None: the keys are `tokens`.
+    key_tokens: list[str] | None = None
 
 
 @dataclass(frozen=True)
