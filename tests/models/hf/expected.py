@@ -10,7 +10,6 @@ FAILING: dict[tuple[str, str], str] = {
     # Encoder-decoder rows: what models/hf/seq2seq.py refuses with UnavailableError, since it is defined on one
     # self-attention stack over one text.
     **{(arch, check): why for arch in ("T5", "BART", "Marian") for check, why in {
-        "patch": "refused (two texts)",
         "batched": "refused (two texts)",
         "inside": "refused (two texts)",
         "circuits": "refused (two texts)",

@@ -119,7 +119,16 @@ def check_resample(m: Loaded) -> None:
 
 
 def check_patch(m: Loaded) -> None:
-    m.model.run(matrix.TEXT, patch={SELF_HEAD}, source=matrix.SOURCE)
+    # An encoder, a decoder and a cross-attention head take their output from a second source of the same token
+    # count (matrix.SOURCE, also the target here), read on the same target.
+    model, n_enc = m.model, m.model.info.n_layers
+    assert model.token_count(matrix.TEXT) == model.token_count(matrix.SOURCE), "the sources need one token count"
+    run = model.run(matrix.TEXT, target=TARGET, patch={SELF_HEAD, (n_enc + 1, 3)}, patch_cross={CROSS_HEAD},
+                    source=matrix.SOURCE)
+    second = model.run(matrix.SOURCE, target=TARGET).token_ids
+    replace = {key: m.captured(second, run.target_ids, *key)
+               for key in (("encoder", *SELF_HEAD), ("decoder", 1, 3), ("cross", *CROSS_HEAD))}
+    matrix._close(run.logits, m.ref_run(run.token_ids, run.target_ids, replace).logits[0], "patched logits")
 
 
 def check_batched(m: Loaded) -> None:
