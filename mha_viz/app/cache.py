@@ -348,9 +348,16 @@ def norm_inputs(name: str, text: str, heads_off: tuple[Head, ...], ablation: str
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
-def inside_layer(name: str, text: str, layer: int, heads_off: tuple[Head, ...], ablation: str = "zero"):
-    """Every head of `layer` opened up (`Model.inside_layer`), shared by sessions; small (a layer's q, k, v)."""
-    return get_model(name).inside_layer(text, layer, heads_off, ablation)
+def inside_layer(name: str, text: str, layer: int, heads_off: tuple[Head, ...], ablation: str = "zero",
+                 kind: str | None = None, target: str | None = None):
+    """Every head of `layer` opened up (`Model.inside_layer`), shared by sessions; small (a layer's q, k, v).
+    A model with cross-attention: `layer` is within `kind` (web/kinds.py), `text` the source, `target` the
+    page's (`current_target`), and `heads_off` the page's one set, split into `ablate` and `ablate_cross`."""
+    model = get_model(name)
+    if kind is None:
+        return model.inside_layer(text, layer, heads_off, ablation)
+    ablate, cross = kinds.split(model, heads_off)
+    return model.inside_layer(text, layer, ablate, ablation, kind=kind, target=target, ablate_cross=cross)
 
 
 # -- patching view: metrics, maps and direct effects, shared by every session ------------------------------------

@@ -33,9 +33,11 @@ def head_figure(
     size: int = 260,
     colorbar: bool = False,
     contrast: str = "linear",
+    queries: list[str] | None = None,
 ) -> go.Figure:
     """One head's attention: queries on the y axis (top to bottom), keys on the x axis, hover = q, k, weight.
-    contrast "sqrt" draws the colours as `sqrt_scale` says (the values, hover and colour bar stay the weights)."""
+    contrast "sqrt" draws the colours as `sqrt_scale` says (the values, hover and colour bar stay the weights).
+    `queries`: the rows' labels where they are another text's than the keys' `tokens` (cross-attention)."""
     if contrast not in ("linear", "sqrt"):
         raise ValueError(f"contrast is 'linear' or 'sqrt'; got {contrast!r}")
     z = _as_np(pattern)  # (Q, K)
@@ -44,9 +46,12 @@ def head_figure(
     labels = axis_labels(tokens)
     if len(labels) != z.shape[1]:
         raise ValueError(f"{len(labels)} tokens for a pattern with {z.shape[1]} keys")
+    rows = labels if queries is None else axis_labels(queries)
+    if len(rows) != z.shape[0]:
+        raise ValueError(f"{len(rows)} query tokens for a pattern with {z.shape[0]} queries")
     top = float(zmax) if zmax else max(float(np.nanmax(z)) if z.size else 1.0, 1e-6)
     trace = dict(
-        type="heatmap", z=z, x=labels, y=labels, zmin=0.0, zmax=top,
+        type="heatmap", z=z, x=labels, y=rows, zmin=0.0, zmax=top,
         colorscale=(sqrt_scale if contrast == "sqrt" else list)(OFF_SCALE if off else ATTN_SCALE),
         showscale=colorbar, colorbar=_square_colorbar("weight"),
         hovertemplate="query: %{y}<br>key: %{x}<br>weight: %{z:.3f}<extra></extra>",
@@ -142,22 +147,22 @@ CLICKABLE_ROWS_UP_TO = 80  # one transparent click target per cell: 6,400 points
 
 
 def pattern_pick_figure(pattern: torch.Tensor, tokens: list[str], title: str, query: int, *, off: bool = False,
-                        size: int = 360) -> go.Figure:
+                        size: int = 360, queries: list[str] | None = None) -> go.Figure:
     """One head's pattern (Q, K) with the query's row outlined. Plotly reports no clicks on heatmap cells, so for
     up to CLICKABLE_ROWS_UP_TO tokens a transparent scatter point sits on every cell, carrying its query row as
-    customdata: a click on any cell picks that row."""
-    fig = head_figure(pattern, tokens, title, off=off, size=size, colorbar=True)
-    labels = list(fig.data[0].x)
-    n = len(labels)
+    customdata: a click on any cell picks that row. `queries`: as `head_figure`'s."""
+    fig = head_figure(pattern, tokens, title, off=off, size=size, colorbar=True, queries=queries)
+    labels, rows_shown = list(fig.data[0].x), list(fig.data[0].y)
+    n, nq = len(labels), len(rows_shown)
     # On a category axis position i is the i-th category, so the row spans i - 0.5 .. i + 0.5.
     fig.layout.shapes = [dict(type="rect", xref="x", x0=-0.5, x1=n - 0.5, yref="y", y0=query - 0.5, y1=query + 0.5,
                               line=dict(color="#d62728", width=2), layer="above")]
-    if n <= CLICKABLE_ROWS_UP_TO:
+    if max(n, nq) <= CLICKABLE_ROWS_UP_TO:
         # Plotly sends clicks only to points that take hover, so the scatter carries the hover and the heatmap none.
         z = _as_np(pattern)  # (Q, K)
-        rows, keys = np.repeat(np.arange(n), n), np.tile(np.arange(n), n)  # (Q * K,) each
+        rows, keys = np.repeat(np.arange(nq), n), np.tile(np.arange(n), nq)  # (Q * K,) each
         fig.data[0].hoverinfo = "skip"
-        fig.add_trace(dict(type="scatter", x=[labels[k] for k in keys], y=[labels[q] for q in rows],
+        fig.add_trace(dict(type="scatter", x=[labels[k] for k in keys], y=[rows_shown[q] for q in rows],
                            customdata=rows, text=[f"{w:.3f}" for w in z.reshape(-1)], mode="markers",
                            marker=dict(size=max(4, int(size / max(n, 1))), color="rgba(0,0,0,0)", symbol="square"),
                            hovertemplate="query: %{y}<br>key: %{x}<br>weight: %{text}<br>"
@@ -165,7 +170,7 @@ def pattern_pick_figure(pattern: torch.Tensor, tokens: list[str], title: str, qu
         # The click targets' markers would pad the axes' automatic ranges: the cells fill the plot, as without them.
         fig.layout.xaxis.range = [-0.5, n - 0.5]
         fig.layout.yaxis.autorange = False
-        fig.layout.yaxis.range = [n - 0.5, -0.5]
+        fig.layout.yaxis.range = [nq - 0.5, -0.5]
     return fig
 
 

@@ -15,11 +15,12 @@ from mha_viz.plotting.tokens import axis_labels
 
 
 def inside_steps_figure(tokens: list[str], scores: torch.Tensor, weights: torch.Tensor, value_norms: torch.Tensor,
-                        query: int, title: str, bias: torch.Tensor | None = None) -> go.Figure:
+                        query: int | None, title: str, bias: torch.Tensor | None = None) -> go.Figure:
     """One query of one head, step by step, one row of bars per step over the key tokens: the raw scores before
     softmax (masked keys have none), the weights after it, and each key's value vector size ‖v_j‖.
     scores, weights, value_norms: (K,). bias (K,) or None: what the model adds to q·kⱼ·scale to make the scores
-    (ALiBi's position bias, `HeadInside.position_bias`), marked on the scores' row so both terms show."""
+    (ALiBi's position bias, `HeadInside.position_bias`), marked on the scores' row so both terms show.
+    query: the query's own key column, outlined; None where the keys are another text's (cross-attention)."""
     from plotly.subplots import make_subplots  # three axes only: the subplot cost that bites is at 72+ axes
 
     labels = axis_labels(tokens)
@@ -49,7 +50,7 @@ def inside_steps_figure(tokens: list[str], scores: torch.Tensor, weights: torch.
                          hovertemplate="key: %{x}<br>‖v‖: %{y:.3f}<extra></extra>"), row=3, col=1)
     fig.update_yaxes(rangemode="tozero", row=2, col=1)  # not fixed at 0-1: over 20+ keys most weights are small
     # The query's own column, outlined in every row.
-    for row in (1, 2, 3):
+    for row in (1, 2, 3) if query is not None else ():
         fig.add_vrect(x0=query - 0.5, x1=query + 0.5, line_width=1.5, line_color="#222", fillcolor="rgba(0,0,0,0)",
                       row=row, col=1)
     fig.update_layout(template="none", title=dict(text=html.escape(title, quote=False), font=dict(size=13)),

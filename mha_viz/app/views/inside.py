@@ -3,12 +3,14 @@ over, set against the census's name for it where a census was made); its scores,
 for a chosen query token, each step with its formula; then how the heads of the layer add up for that token."""
 from __future__ import annotations
 
+import dataclasses
+
 import streamlit as st
 import torch
 
 from mha_viz import analysis, measures, plotting
 from mha_viz.analysis.agreement import head_agreement
-from mha_viz.app import cache
+from mha_viz.app import cache, state
 from mha_viz.app.common import (
     TOKEN_KEY,
     chart_config,
@@ -22,14 +24,20 @@ from mha_viz.app.common import (
     visible,
 )
 from mha_viz.app.context import ViewContext
+from mha_viz.app.layer_kinds import KIND_KEY, current_kind
 from mha_viz.app.names import UNKNOWN_MARK, marked_tokens, unknown_words
 from mha_viz.contract import Ablation, InputError, UnavailableError
+from mha_viz.names import layer_name
+from mha_viz.web import kinds
 
 OFF_WORDS = {a.key: f", its output {a.describe}: the head is off ({a.adjective})" for a in Ablation.kinds()}
 
 
 def render(ctx: ViewContext) -> None:
     model = ctx.model
+    if model.has_cross_attention:
+        render_kinds(ctx)
+        return
     st.subheader(f"Inside a head of layer {ctx.layer}")
     _apply_row_click()
     # Wide enough for "L29 H8" in a 1000 px window (at [1, 1, 4] the head picker showed "L0 H(").
@@ -55,6 +63,57 @@ def render(ctx: ViewContext) -> None:
     readings(ctx, (layer, head))
     steps(ctx, h, query, token)
     combine(ctx, heads, query, token)
+
+
+# The tokens each kind's queries and keys are, for its caption.
+_READS = {kinds.ENCODER: "queries and keys are the source's tokens",
+          kinds.DECODER: "queries and keys are the target's tokens (each sees itself and the earlier ones)",
+          kinds.CROSS: "queries are the target's tokens, keys and values the source's"}
+
+
+def render_kinds(ctx: ViewContext) -> None:
+    """A model with cross-attention: the same Encoder / Decoder / Cross switch as the Layer view's grid (its state,
+    so this view opens the kind the grid shows), a layer within the kind, and a query token of that kind's queries
+    (the target's for Decoder and Cross)."""
+    model, run = ctx.model, ctx.run
+    kind = current_kind()
+    n_layers = kinds.n_layers(model, kind)
+    st.subheader(f"Inside a head of {kind} layer {min(ctx.layer, n_layers - 1)}")
+    st.segmented_control("Attention", kinds.KINDS, key=KIND_KEY, help=". ".join(
+        f"{k}: {kinds.ABOUT[k]}" for k in kinds.KINDS) + ".")
+    c1, c2, _ = st.columns([1.4, 1.4, 3])
+    key = f"layer_pick|{ctx.name}"
+    st.session_state[key] = min(ctx.layer, n_layers - 1)
+    layer = c1.selectbox(f"{kind} layer", range(n_layers), format_func=layer_name, key=key,
+                         on_change=_layer_picked, args=(ctx.name, key))
+    head = c2.selectbox("Head", range(model.n_heads), format_func=lambda h: head_name((layer, h)), key="inside_head")
+    queries = run.tokens if kind == kinds.ENCODER else list(getattr(run, "target_tokens", []))
+    query_run = run if kind == kinds.ENCODER else dataclasses.replace(run, tokens=queries, special=(), unknown=())
+    query = token_picker(query_run, "Query token (click one)" + ("" if kind == kinds.ENCODER else ", of the target"))
+    try:
+        heads = cache.inside_layer(ctx.name, ctx.text, layer, tuple(sorted(ctx.heads_off)), ctx.ablation,
+                                   kind=kind, target=cache.current_target(model))
+    except UnavailableError as err:
+        st.info(md_safe(str(err)))
+        return
+    except InputError as err:
+        st.warning(md_safe(str(err)))
+        return
+    h = heads[head]
+    token = md_safe(quoted(h.tokens[query], 30))
+    st.caption(f"{kind}: {_READS[kind]}. Positions are the model's own tokens, every one shown: the sidebar's "
+               "hide/merge options do not apply here.")
+    if kind == kinds.ENCODER:
+        readings(ctx, (layer, head))
+    else:
+        st.markdown("The readings and the census measure the encoder's self-attention only (one text read by one "
+                    f"stack), so there is none for a {kind.lower()} head.")
+    steps(ctx, h, query, token, kind=kind)
+    combine(ctx, heads, query, token, kind=kind)
+
+
+def _layer_picked(model_name: str, key: str) -> None:
+    state.set_layer(model_name, st.session_state[key])  # the page's one layer, as the grid's layer tabs set it
 
 
 def readings(ctx: ViewContext, head) -> None:
@@ -99,8 +158,15 @@ def _apply_row_click() -> None:
         st.session_state[TOKEN_KEY] = clicked
 
 
-def steps(ctx: ViewContext, h, query: int, token: str) -> None:
-    name = head_name((h.layer, h.head))
+def steps(ctx: ViewContext, h, query: int, token: str, kind: str = "") -> None:
+    """The steps for one query. `kind`: a model with cross-attention's kind of attention (web/kinds.py), whose
+    keys may be another text's (`h.key_tokens`: the source's, for Cross); "" for a model with one stack."""
+    name = f"{kind} {head_name((h.layer, h.head))}".strip()
+    keys = h.tokens if h.key_tokens is None else h.key_tokens
+    # The run's unknown words are the source's: marked where the source is drawn (every position of a one-stack run).
+    source_unknown = ctx.run.unknown
+    q_unknown = source_unknown if kind in ("", kinds.ENCODER) else ()
+    k_unknown = source_unknown if kind in ("", kinds.ENCODER, kinds.CROSS) else ()
     dh = h.q.shape[1]
     scores, weights = h.scores[query], h.weights[query]  # (K,), (K,)
     norms = analysis.value_norms(h.v)  # (K,)
@@ -109,8 +175,10 @@ def steps(ctx: ViewContext, h, query: int, token: str) -> None:
     masked = int(torch.isneginf(scores).sum())
     left, right = st.columns([2, 3])
     with left:
-        shown = marked_tokens(h.tokens, ctx.run.unknown)
-        fitted_chart(plotting.pattern_pick_figure(h.weights, shown, f"{name} weights", query, off=h.ablated),
+        shown = marked_tokens(keys, k_unknown)
+        rows = None if h.key_tokens is None else marked_tokens(h.tokens, q_unknown)
+        fitted_chart(plotting.pattern_pick_figure(h.weights, shown, f"{name} weights", query, off=h.ablated,
+                                                  queries=rows),
                      "inside_pattern", width="content", on_select="rerun", selection_mode="points")
         if len(h.tokens) <= plotting.CLICKABLE_ROWS_UP_TO:
             st.caption("Click a cell to open its row (query token); the outlined row is the one below.")
@@ -129,7 +197,8 @@ def steps(ctx: ViewContext, h, query: int, token: str) -> None:
         scored += (f" $+\\, b_j$, the model's own position term for this head, added to every score (ALiBi models, "
                    "Press et al. 2022, add a penalty linear in the distance with this head's slope; DeBERTa-v2, He et "
                    "al. 2021, adds its content-to-position and position-to-content terms, and MPNet, Song et al. "
-                   f"2020, a bias per bucket of relative distance); here from {float(seen.min()):.3g} to "
+                   "2020, and T5, Raffel et al. 2020, a bias per bucket of relative distance); here from "
+                   f"{float(seen.min()):.3g} to "
                    f"{float(seen.max()):.3g}, the diamonds in the chart's first row)")
     right.markdown(
         scored
@@ -144,7 +213,8 @@ def steps(ctx: ViewContext, h, query: int, token: str) -> None:
         + (OFF_WORDS.get(ctx.ablation, ", the head is off") if h.ablated else "") + ")."
     )
     bias = None if h.position_bias is None else h.position_bias[query]  # (K,)
-    st.plotly_chart(plotting.inside_steps_figure(shown, scores, weights, norms, query,
+    own = query if h.key_tokens is None else None  # cross-attention: the query is not among the keys
+    st.plotly_chart(plotting.inside_steps_figure(shown, scores, weights, norms, own,
                                                  f"{name}: query {visible(h.tokens[query], 20)}", bias=bias),
                     width="stretch", key="inside_steps", config=chart_config())
     with st.expander(f"{name}'s queries, keys and values: one row per token, the vectors the steps use"):
@@ -152,11 +222,12 @@ def steps(ctx: ViewContext, h, query: int, token: str) -> None:
                    "the weights.")
         for col, (letter, vectors, key) in zip(st.columns(3), (("q", h.q, "inside_q"), ("k", h.k, "inside_k"),
                                                                ("v", h.v, "inside_v"))):
-            col.plotly_chart(plotting.vectors_figure(vectors, h.tokens, f"{letter} ({vectors.shape[0]} x {dh})",
+            col.plotly_chart(plotting.vectors_figure(vectors, h.tokens if letter == "q" else keys,
+                                                     f"{letter} ({vectors.shape[0]} x {dh})",
                                                      row=query if letter == "q" else None),
                              width="stretch", key=key, config=chart_config())
     with st.expander("The weighted sum, row by row (αⱼ vⱼ and their sum z)"):
-        st.plotly_chart(plotting.weighted_sum_figure(h.tokens, weighted, z, f"{name}: αⱼ vⱼ for each key, and z"),
+        st.plotly_chart(plotting.weighted_sum_figure(keys, weighted, z, f"{name}: αⱼ vⱼ for each key, and z"),
                         width="stretch", key="inside_sum", config=chart_config())
     if h.ablated:
         off = Ablation.of(ctx.ablation)
@@ -164,9 +235,10 @@ def steps(ctx: ViewContext, h, query: int, token: str) -> None:
                    f"{off.describe} before the output projection ({off.adjective}). {off.help}")
 
 
-def combine(ctx: ViewContext, heads, query: int, token: str) -> None:
+def combine(ctx: ViewContext, heads, query: int, token: str, kind: str = "") -> None:
     layer = heads[0].layer
-    st.markdown(f"#### How the heads of layer {layer} combine, for token {query}: {token}")
+    st.markdown(f"#### How the heads of {kind + ' ' if kind else ''}layer {layer} combine, for token {query}: "
+                f"{token}")
     contributions = torch.stack([h.contribution[query] for h in heads])  # (H, D)
     combo = analysis.combine_heads(contributions, heads[0].bias)
     st.markdown(
@@ -177,7 +249,8 @@ def combine(ctx: ViewContext, heads, query: int, token: str) -> None:
     )
     names = [head_name((layer, h.head)) for h in heads]
     fig = plotting.heads_combine_figure(names, combo.norms, combo.along, [h.ablated for h in heads],
-                                        combo.bias_along, combo.total_norm, f"Layer {layer}, token {query}")
+                                        combo.bias_along, combo.total_norm,
+                                        f"{kind + ' l' if kind else 'L'}ayer {layer}, token {query}")
     st.plotly_chart(fig, width="stretch", key="inside_combine", config=chart_config())
     sizes = analysis.update_sizes(heads[0].resid[query], combo.total)
     metric_row("inside_sizes", [("‖Σ heads + bias‖ (the update)", f"{sizes['update']:.3f}"),
