@@ -11,6 +11,7 @@ Model" drive a model they are handed (`mha_viz.contract.Model`), never loading o
     pairs          mean attention on ground-truth (query, key) pairs, pooled over texts, against uniform attention
     importance     head importance: each head ablated alone, batched through a Model
     patching       activation and attribution patching and direct effects per head, through a Model
+    patch_kinds    exact patching of every kind of head of an encoder-decoder model, through a Model
     circuits       QK and OV maps, composition and copying scores from the weights; induction and previous-token
                    scores over repeated texts and the causal check, through a Model
     census         the head census's pure scorers and statistics (baselines, bootstrap intervals)

@@ -292,8 +292,9 @@ def get_run(name: str, text: str | EncodedText, off: tuple[Head, ...] | frozense
     these, answers it instead of a new run; a position no kept run holds makes a new one.
 
     A model with cross-attention: `text` is its source, the target is the page's target box (current_target),
-    and `off` is the page's one set of heads (web/kinds.py: cross-attention layers after the decoder's), split
-    into `ablate` and `ablate_cross`. Its logits are over the target, always every position."""
+    and `off` (and `patch`) is the page's one set of heads (web/kinds.py: cross-attention layers after the
+    decoder's), split into `ablate` and `ablate_cross` (`patch` and `patch_cross`). Its logits are over the
+    target, always every position."""
     off, patch = tuple(sorted(off)), tuple(sorted(patch))
     if not off:
         ablation = "zero"  # nothing is off: both meanings give the same run, so share it
@@ -307,9 +308,10 @@ def get_run(name: str, text: str | EncodedText, off: tuple[Head, ...] | frozense
     need, scope = work_bytes(model, read), (name, text)
     if model.has_cross_attention:
         target, (ablate, cross) = current_target(model), kinds.split(model, off)
+        patch_self, patch_cross = kinds.split(model, patch)  # the same one set, patched from a second source
         return runs().get((name, text, off, ablation, patch, source, target, None),
-                          lambda: model.run(read, ablate=ablate, ablation=ablation, patch=patch, source=source,
-                                            target=target, ablate_cross=cross),
+                          lambda: model.run(read, ablate=ablate, ablation=ablation, patch=patch_self, source=source,
+                                            target=target, ablate_cross=cross, patch_cross=patch_cross),
                           need=need, on_wait=_queued, scope_key=scope)
     at = None if logits_at is None else tuple(sorted({p % read.n_tokens for p in logits_at}))
     request = (name, text, off, ablation, patch, source)

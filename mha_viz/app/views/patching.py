@@ -73,6 +73,11 @@ def example_pair(name: str, model: Model) -> tuple[str, str] | None:
 
 def render(ctx: ViewContext) -> None:
     model, base = ctx.model, ctx.base
+    if model.has_cross_attention:  # a second source, read on the same target; every kind of head
+        from mha_viz.app import patching_kinds
+
+        patching_kinds.render(ctx)
+        return
     st.subheader("Patching: which heads carry the difference between two sentences")
     st.caption("Every head's output (its slice of the output projection's input) is taken, one head at a time, "
                "from a run on the second sentence, with every later layer recomputed; the map shows how far that "
