@@ -73,7 +73,7 @@ def render(ctx: ViewContext) -> None:
         st.caption(f"The second source has {len(other.tokens)} tokens and the first {len(base.tokens)}: an encoder "
                    "head's output is taken position by position, so encoder heads are not patched here (their map "
                    "is blank); decoder and cross-attention heads line up on the one target.")
-    moved = exact_maps(ctx, second, metric, text_value, source_value)
+    moved = exact_maps(ctx, second, metric, text_value, source_value, lined_up)
     st.caption(NO_ESTIMATE + " " + NO_DIRECT)
     patch_heads(ctx, second, metric, moved, lined_up)
 
@@ -102,15 +102,16 @@ def _describe(ctx: ViewContext, metric: Metric) -> str:
                    f"{where(ctx.model, ctx.base, metric.position)}")
 
 
-def exact_maps(ctx: ViewContext, second: str, metric: Metric, text_value: float,
-               source_value: float) -> torch.Tensor | None:
+def exact_maps(ctx: ViewContext, second: str, metric: Metric, text_value: float, source_value: float,
+               lined_up: bool) -> torch.Tensor | None:
     """The button (one patched run per head, with progress), then a map per kind of the share of the gap each head
     closes; returns the shares (L_enc + 2 L_dec, H) in the one set's numbering, or None before the map is made."""
     model, target = ctx.model, cache.current_target(ctx.model)
     job = (ctx.name, ctx.text, second, target, metric.position, metric.answer, metric.other)
     result = _MAPS.peek(job)
     if result is None:
-        n = kinds.all_layers(model) * model.n_heads
+        # The heads measured: encoder heads only where the two sources line up.
+        n = (kinds.all_layers(model) - (0 if lined_up else model.n_layers)) * model.n_heads
         result = exact_map_step(
             "patch_exact_btn", job, n, cache.exact_seconds(ctx.name, ctx.text, n, second),
             lambda progress: _MAPS.get(job, lambda: every_kind_patching_map(model, ctx.text, second, target, metric,

@@ -119,6 +119,12 @@ def test_sources_of_other_lengths_patch_decoder_and_cross_heads_only(folder):
     options = at.multiselect(key=key).options
     assert "Decoder L0 H0" in options and "Cross L2 H3" in options
     assert not [o for o in options if o.startswith("Encoder")]
+    button = at.button(key="patch_exact_btn")
+    assert "(24 heads" in button.label  # decoder and cross-attention heads: 2 kinds x 3 layers x 4 heads
+    button.click().run()
+    assert not at.exception, at.exception
+    maps = _maps(at)
+    assert torch.isnan(maps["Encoder"]).all() and not torch.isnan(maps["Cross"]).any()
 
 
 def test_an_empty_target_says_patching_needs_one(folder):
