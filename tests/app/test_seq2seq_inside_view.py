@@ -31,20 +31,6 @@ def folder(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.fixture(autouse=True)
-def wired(monkeypatch):
-    """Seq2SeqModel.inside_layer delegating to models/hf/seq2seq_inside.py, as seq2seq.py is to do it."""
-    from mha_viz.models.hf import seq2seq_inside
-    from mha_viz.models.hf.seq2seq import Seq2SeqModel
-
-    def inside_layer(self, text, layer, ablate=(), ablation="zero", reference=None, kind="Encoder", target=None,
-                     ablate_cross=()):
-        return seq2seq_inside.inside_layer(self, text, layer, kind, target=target, ablate=ablate,
-                                           ablate_cross=ablate_cross, ablation=ablation, reference=reference)
-
-    monkeypatch.setattr(Seq2SeqModel, "inside_layer", inside_layer)
-
-
 def _page(folder: Path):
     at = app_at()
     at.sidebar.selectbox(key="model_choice").set_value("custom").run()

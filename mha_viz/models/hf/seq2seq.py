@@ -28,7 +28,7 @@ from mha_viz.contract import (
     check_text,
 )
 from mha_viz.contract.ablation import line_up
-from mha_viz.models.hf import seq2seq_patch
+from mha_viz.models.hf import seq2seq_inside, seq2seq_patch
 from mha_viz.settings import settings, torch_device
 
 # How many tokens the model's own greedy continuation runs to when no target is given (fewer where it ends
@@ -40,7 +40,7 @@ RESAMPLE_SEED = 0  # which reference source resample ablation takes, as Resample
 _WHY_NOT = ("{what} is not available for encoder-decoder models yet: it is defined on one self-attention stack "
             "over one text, and here a head reads either the source, the target, or (cross-attention) both. The "
             "three attention kinds, switching heads off (ablate, ablate_cross), patching them from a second source "
-            "(patch, patch_cross) and run.output are available.")
+            "(patch, patch_cross), opening a head of any kind (inside, inside_layer) and run.output are available.")
 
 
 @dataclass(frozen=True)
@@ -356,11 +356,19 @@ class Seq2SeqModel(Model):
         source = text.text if isinstance(text, EncodedText) else text
         return torch.stack(self.head_outputs_all(source)[:self.n_enc])
 
-    def inside(self, *args, **kwargs):
-        raise UnavailableError(_WHY_NOT.format(what="Opening a head (q, k, v, scores)"))
+    def inside_layer(self, text, layer: int, ablate: Iterable = (), ablation: str = "zero",
+                     reference: Iterable[str] | None = None, kind: str = "Encoder", target: str | None = None,
+                     ablate_cross: Iterable = ()) -> list:
+        """Every head of `kind`'s layer `layer` (numbered within the kind) opened up on `text` (the source) and
+        `target` (models/hf/seq2seq_inside.py)."""
+        return seq2seq_inside.inside_layer(self, text, layer, kind, target=target, ablate=ablate,
+                                           ablate_cross=ablate_cross, ablation=ablation, reference=reference)
 
-    def inside_layer(self, *args, **kwargs):
-        raise UnavailableError(_WHY_NOT.format(what="Opening a layer"))
+    def inside(self, text, layer: int, head: int, ablate: Iterable = (), ablation: str = "zero",
+               reference: Iterable[str] | None = None, kind: str = "Encoder", target: str | None = None,
+               ablate_cross: Iterable = ()):
+        return seq2seq_inside.inside(self, text, layer, head, kind, target=target, ablate=ablate,
+                                     ablate_cross=ablate_cross, ablation=ablation, reference=reference)
 
     def head_gradients(self, *args, **kwargs):
         return None  # the contract's "unavailable": attribution over one stack over one text

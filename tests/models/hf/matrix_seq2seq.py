@@ -137,7 +137,26 @@ def check_batched(m: Loaded) -> None:
 
 
 def check_inside(m: Loaded) -> None:
-    m.model.inside_layer(matrix.TEXT, 0)
+    """Layer 1 of every kind opened up: its weights are transformers' own, weights @ v is each head's slice of the
+    output projection's input, and the heads' contributions plus the bias are the projection's output."""
+    run = m.model.run(matrix.TEXT, target=TARGET)
+    H, dh = m.model.n_heads, m.model.dh
+    for kind, name, maps in (("encoder", "Encoder", "encoder_attentions"),
+                             ("decoder", "Decoder", "decoder_attentions"), ("cross", "Cross", "cross_attentions")):
+        heads = m.model.inside_layer(matrix.TEXT, 1, kind=name, target=TARGET)
+        seen = {}
+        hooks = [m.projection(kind, 1).register_forward_pre_hook(lambda mod, a: seen.__setitem__("in", a[0][0])),
+                 m.projection(kind, 1).register_forward_hook(lambda mod, a, o: seen.__setitem__("out", o[0]))]
+        try:
+            out = m.ref_run(run.token_ids, run.target_ids)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        matrix._close(torch.stack([h.weights for h in heads]), getattr(out, maps)[1][0], f"{kind} weights")
+        z = seen["in"].view(-1, H, dh).transpose(0, 1)  # (H, Q, dh): each head's output in transformers
+        matrix._close(torch.stack([h.weights @ h.v for h in heads]), z, f"{kind} weights @ v")
+        total = sum(h.contribution for h in heads) + (0.0 if heads[0].bias is None else heads[0].bias)  # (Q, D)
+        matrix._close(total, seen["out"], f"{kind} contributions + bias")
 
 
 def check_circuits(m: Loaded) -> None:

@@ -170,8 +170,8 @@ def test_bad_input_says_why(pair):
         model.run(SOURCE, target=TARGET, ablate_cross={(L_DEC, 0)})
     with pytest.raises(InputError, match="resample"):
         model.run(SOURCE, target=TARGET, ablate_cross={(0, 0)}, ablation="resample", reference=[SOURCE])
-    with pytest.raises(UnavailableError, match="encoder-decoder"):
-        model.inside(SOURCE, 0, 0)
+    with pytest.raises(InputError, match="kind"):
+        model.inside(SOURCE, 0, 0, kind="Sideways")
 
 
 def test_a_target_or_cross_heads_on_a_one_text_model_say_why():
@@ -186,7 +186,7 @@ def test_a_target_or_cross_heads_on_a_one_text_model_say_why():
 
 def test_census_reads_the_encoder_heads_and_circuits_say_why(tmp_path):
     """The census's inputs are read as sources: its scores are the encoder's self-attention heads; the weights per
-    head (circuits) and opening a head are refused with the reason."""
+    head (circuits) are refused with the reason; a head of each kind opens (test_seq2seq_inside.py checks how)."""
     from mha_viz.analysis import circuits
     from mha_viz.analysis.census_run import head_census
     from tests.models.hf.architectures import word_piece_tokenizer
@@ -203,8 +203,7 @@ def test_census_reads_the_encoder_heads_and_circuits_say_why(tmp_path):
     assert torch.allclose(encoder, model.run(SOURCE, target=TARGET).attentions, atol=1e-6)
     with pytest.raises(UnavailableError, match="encoder-decoder"):
         circuits.head_weights(model)
-    with pytest.raises(UnavailableError, match="encoder-decoder"):
-        model.inside_layer(SOURCE, 0)
+    assert len(model.inside_layer(SOURCE, 0)) == H
 
 
 def test_notebook_widget_shows_the_encoder_and_reads_the_decoders_prediction(pair):
