@@ -17,9 +17,8 @@ from mha_viz.app.names import token_label
 from mha_viz.names import head_name
 from mha_viz.web import kinds
 
-KIND_KEY = "grid_kind"  # the switch's key: the kind shown, the same for every model with cross-attention
-# The kind kept while the switch is not drawn (another view): Streamlit drops a widget's state on a run without it.
-KEPT = "grid_kind_kept"
+KIND_KEY = state.KIND_KEY  # the switch's key: the kind shown, the same for every model with cross-attention
+KEPT = state.KIND_KEPT  # the kind kept while the switch is not drawn (another view), as the link carries it
 
 
 def current_kind() -> str:

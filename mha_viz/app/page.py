@@ -135,12 +135,13 @@ def heads_and_views(model: Model, name: str, text: str, n_cols: int, shared_scal
     not the whole page. `boxed`: whether the page's run drew the sentence box (the open view has no input of its
     own)."""
     heads_off = frozenset(state.off_set(name))
-    layer = state.current_layer(name, max(model.n_layers, model.decoder_layers()))  # within the grid's kind
+    n_layers = max(model.n_layers, model.decoder_layers())  # the most any kind has: a layer is within the grid's kind
+    layer = state.current_layer(name, n_layers)
     view = state.current_view(list(VIEWS))
     if boxed == (view in OWN_INPUT):  # the navigation crossed into or out of a view with its own input
         st.rerun(scope="app")  # the box is outside this fragment: only the whole page can draw or drop it
     nav(navigation(), view, key="nav", on_view=state.set_view,
-        on_layer=lambda l: state.set_layer(name, l) if 0 <= l < model.n_layers else None)
+        on_layer=lambda l: state.set_layer(name, l) if 0 <= l < n_layers else None)
     try:
         with st.spinner("Running the model with these heads off..."):
             read = model.encode_text(text)  # checked once: the positions and both runs read this value
@@ -168,4 +169,4 @@ def heads_and_views(model: Model, name: str, text: str, n_cols: int, shared_scal
         if about_run:
             off_panel.effect_panel(ctx)
     finally:  # the URL is written here only, after the view chose its defaults (the selected token)
-        state.write_url(name, text, layer, set(heads_off), view)
+        state.write_url(name, text, layer, set(heads_off), view, two_texts=model.has_cross_attention)

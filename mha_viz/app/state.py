@@ -9,10 +9,12 @@ from __future__ import annotations
 import streamlit as st
 
 from mha_viz.app import reconnect
+from mha_viz.app.cache import TARGET
 from mha_viz.app.markdown import md_safe
 from mha_viz.app.names import head_name, link_heads, parse_link_heads
 from mha_viz.contract import ABLATIONS, Head
 from mha_viz.models import BUILTIN, is_shipped
+from mha_viz.web import kinds
 
 MAX_PARAM_CHARS = 4000  # longer values are ignored: nobody shares a link that long on purpose
 MAX_TEXT_IN_URL = 1500
@@ -22,6 +24,12 @@ LESSON_VIEW = "Lesson"
 LESSON_KEY = "lesson"  # the Lesson's step, 1-based, as `?lesson=` carries it
 LESSON_MODEL_KEY = "lesson_model"  # the learned model the Lesson runs on, as `?lesson_model=` carries it
 LESSON_TYPED_KEY = "lesson_typed"  # {step: what the student typed into its box}, as `?lesson_text_N=` carries it
+# A model with cross-attention: the kind its Layer grid shows (the switch's key, and the kind kept while the switch
+# is not drawn: Streamlit drops a widget's state on a run without it), as `?kind=` carries it, and its target box,
+# as `?target=` carries the target sent from it (cache.TARGET).
+KIND_KEY = "grid_kind"
+KIND_KEPT = "grid_kind_kept"
+TARGET_BOX = "target_box"
 
 
 def _quoted(value: str, limit: int = 30) -> str:
@@ -69,6 +77,16 @@ def read_url_once(views: list[str]) -> list[str]:
         # the link's when it was sent as the old process died (reconnect.py). text.text_input runs that one.
         if not reconnect.rebuilt():
             st.session_state["text_box"] = get["text"]
+    if "target" in get:  # the decoder's text of a model with cross-attention; ignored by a model that reads one text
+        st.session_state[TARGET] = get["target"]
+        if not reconnect.rebuilt():  # as the source's box: a rebuilt session leaves the box to the browser
+            st.session_state[TARGET_BOX] = get["target"]
+    if "kind" in get:  # range-checked here: the kinds are the same for every model with cross-attention
+        if get["kind"] in kinds.KINDS:
+            st.session_state[KIND_KEY] = st.session_state[KIND_KEPT] = get["kind"]
+        else:
+            notices.append(f"kind={_quoted(get['kind'], 20)} in the link is not one of {', '.join(kinds.KINDS)} "
+                           "and was ignored.")
     pending = {}
     if "layer" in get:
         try:
@@ -140,12 +158,21 @@ def apply_pending(model_name: str, n_layers: int, n_heads: int) -> list[str]:
     return notices
 
 
-def write_url(model_name: str, text: str, layer: int, off: set, view: str) -> None:
+def write_url(model_name: str, text: str, layer: int, off: set, view: str, two_texts: bool = False) -> None:
     """The one place the URL is written: once per run of the page, after the view has drawn (so a view's default,
-    such as the selected token, is in it). The browser components never write it themselves."""
+    such as the selected token, is in it). The browser components never write it themselves. `two_texts`: the
+    model has cross-attention, so the link also carries its target and the kind its grid shows (the layer is
+    numbered within that kind)."""
     state = {"model": model_name, "layer": str(layer), "view": view}
     if len(text) <= MAX_TEXT_IN_URL:
         state["text"] = text
+    if two_texts:
+        target = str(st.session_state.get(TARGET, "") or "")
+        if target.strip() and len(target) <= MAX_TEXT_IN_URL:
+            state["target"] = target
+        kind = st.session_state.get(KIND_KEPT)
+        if kind in kinds.KINDS and kind != kinds.ENCODER:  # the Encoder is the default: such links stay as they were
+            state["kind"] = kind
     if off:
         state["off"] = link_heads(off)
     compare = st.session_state.get("compare")

@@ -8,7 +8,7 @@ import html
 
 import streamlit as st
 
-from mha_viz.app import reconnect
+from mha_viz.app import reconnect, state
 from mha_viz.app.cache import TARGET
 from mha_viz.app.common import md_safe, visible
 from mha_viz.app.names import UNKNOWN_MARK, unknown_words
@@ -30,7 +30,7 @@ def _submit_text() -> None:
         st.session_state[TARGET] = st.session_state[TARGET_BOX]  # what cache.get_run runs
 
 
-TARGET_BOX = "target_box"  # the target box's value; the target sent is cache.TARGET (kept per session, not linked)
+TARGET_BOX = state.TARGET_BOX  # the target box's value; the target sent is cache.TARGET, which the link carries
 
 
 def text_input(model: Model) -> str:

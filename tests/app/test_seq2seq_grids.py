@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import app_at, grid_data, grid_layers
+from helpers import app_at, grid_data, grid_layers, open_link
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -154,3 +154,50 @@ def test_the_kind_is_kept_across_other_views(folder):
     at.run()
     assert not at.exception and not at.warning, [w.value for w in at.warning]
     assert grid_data(at)["L"] == 3 and "Q" not in grid_data(at)  # still the decoder's grid
+
+
+@pytest.fixture(scope="module")
+def deep_decoder(tmp_path_factory) -> Path:
+    """A BART folder whose decoder has two more layers than its encoder: its last decoder layers have no encoder
+    layer of the same number."""
+    from tests.models.hf.test_seq2seq import CONFIGS, _tokenizer
+
+    path = tmp_path_factory.mktemp("bart_deep")
+    config = CONFIGS["bart"]()
+    config.decoder_layers = config.encoder_layers + 2
+    torch.manual_seed(1)
+    transformers.BartForConditionalGeneration(config).save_pretrained(path)
+    _tokenizer(path)
+    return path
+
+
+def test_a_link_keeps_the_kind_the_target_and_a_decoder_layer_past_the_encoders(deep_decoder):
+    """The page's link carries the kind its grid shows and the target, and a later decoder layer than the encoder
+    has: opened in a new session, it shows the same grid (kind, layer, target tokens), not the Encoder's layer 0."""
+    from mha_viz.models.hf.loading import load_custom
+
+    model = load_custom(str(deep_decoder))
+    last = model.decoder_layers() - 1
+    assert last >= model.n_layers  # the layer the encoder lacks
+    at = _page(deep_decoder)
+    at.session_state["grid_kind"] = "Cross"
+    at.session_state[f"layer|{deep_decoder}"] = last
+    at.run()
+    assert not at.exception, at.exception
+    link = {key: at.query_params[key] for key in at.query_params}
+    link = {key: value[0] if isinstance(value, list) else value for key, value in link.items()}
+    assert (link.get("kind"), link.get("target"), link.get("layer")) == ("Cross", TARGET, str(last)), link
+
+    again = open_link(link)
+    again.button(key="link_model_load").click().run()  # a link's custom folder loads once the visitor confirms
+    assert not again.exception, again.exception
+    data = grid_data(again)
+    run = model.run(SOURCE, target=TARGET)
+    assert data["layer"] == last and data["L"] == model.decoder_layers()
+    assert len(data["qtokens"]) == len(run.target_tokens) and data["T"] == len(run.tokens)  # Cross: target rows
+    assert again.query_params["kind"] in ("Cross", ["Cross"])
+
+
+def test_a_link_with_an_unknown_kind_says_so(folder):
+    at = open_link({"model": str(folder), "kind": "Sideways"})
+    assert any("kind=" in w.value and "ignored" in w.value for w in at.warning), [w.value for w in at.warning]
