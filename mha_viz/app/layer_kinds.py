@@ -31,9 +31,9 @@ def current_kind() -> str:
 
 
 def grid(ctx: ViewContext, labels_for) -> None:
-    """The kind switch, then the grid of that kind (`labels_for(model, run)`: the Layer view's badges, measured on
-    the encoder's self-attention; the other kinds' heads show none), its switches, and the decoder's predictions
-    along the target."""
+    """The kind switch, then the grid of that kind (`labels_for`: the Layer view's badges, measured on this run's
+    encoder or decoder self-attention; cross-attention heads show none, and the caption says why), its switches,
+    and the decoder's predictions along the target."""
     model, name, n_heads = ctx.model, ctx.name, ctx.model.n_heads
     kind = current_kind()
     st.segmented_control("Attention", kinds.KINDS, key=KIND_KEY,
@@ -45,10 +45,12 @@ def grid(ctx: ViewContext, labels_for) -> None:
         tokens, att, queries, badges = [token_label(t) for t in ctx.tokens], ctx.att, None, labels_for(model, ctx.run)
     else:
         shown = kinds.view(ctx.run, kind)
-        tokens, att, badges = [token_label(t) for t in shown.keys], shown.att, {}
+        tokens, att = [token_label(t) for t in shown.keys], shown.att
         queries = None if shown.queries is None else [token_label(t) for t in shown.queries]
+        badges = _readings(ctx, kind, labels_for)
     st.caption(f"{kind}: {kinds.ABOUT[kind]}." + ("" if kind == kinds.ENCODER else
-               " Every token is shown (the sidebar's hiding and merging apply to the encoder's grid)."))
+               " Every token is shown (the sidebar's hiding and merging apply to the encoder's grid).") +
+               (f" {kinds.NO_READINGS[kind]}" if kind in kinds.NO_READINGS else ""))
     off = {(l - start, h) for l, h in ctx.heads_off if start <= l < start + n_layers}
     codes = encode_soon(tokens, att, ctx.shared_scale, queries)
     key = f"grid|{name}|{kind}"
@@ -64,6 +66,18 @@ def grid(ctx: ViewContext, labels_for) -> None:
             _switch(name, kind, start, layer, head)
     along_target(ctx)
     grid_rest(data, codes, key)
+
+
+def _readings(ctx: ViewContext, kind: str, labels_for) -> dict:
+    """The badges under each head of `kind`, measured on this run: the decoder's self-attention read as a causal
+    run over the target (the measures hold there as over any one text); none for cross-attention (NO_READINGS)."""
+    stack = kinds.one_stack(ctx.run, kind)
+    if stack is None:
+        return {}
+    run, causal = stack
+    # Keyed by what else shapes the decoder's attention: the source it reads and the cross heads off.
+    return labels_for(ctx.model, run, causal=causal, n_layers=kinds.n_layers(ctx.model, kind),
+                      key=(kind, tuple(ctx.run.tokens), tuple(sorted(getattr(ctx.run, "ablated_cross", ())))))
 
 
 def _toggled(name: str, start: int, layer: int, head: int, on: bool) -> None:

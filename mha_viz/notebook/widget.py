@@ -226,9 +226,10 @@ class HeadGrid(FallbackDisplay, anywidget.AnyWidget):
     def _send_run(self) -> None:
         run = self._run
         causal = bool(self._model.causal) if self._model is not None else run.logits is not None
-        if self.kind:  # one kind of an encoder-decoder run; the census's scores are defined on the encoder's
-            shown = _kinds.view(run, self.kind)
-            self._badges = badge_labels(run, causal) if self.kind == _kinds.ENCODER else {}
+        if self.kind:  # one kind of an encoder-decoder run: readings on the encoder's and the decoder's
+            shown = _kinds.view(run, self.kind)  # self-attention (each over its one text), none on cross-attention
+            stack = _kinds.one_stack(run, self.kind)
+            self._badges = {} if stack is None else badge_labels(*stack)
             off = _kinds.grid_heads(self._model, self.kind, run.ablated, getattr(run, "ablated_cross", ()))
             data, codes = grid_data(token_labels(shown.keys), shown.att, min(self.layer, shown.att.shape[0] - 1),
                                     off, self._cols, self._shared, self._badges,

@@ -57,6 +57,30 @@ def view(run: AttentionRun, kind: str) -> KindView:
     raise InputError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}.")
 
 
+# Why a kind's heads carry no readings (the Layer grid's badges, the census): the measures relate a query's position
+# to its keys' positions in one text.
+NO_READINGS = {
+    CROSS: "Cross-attention heads carry no readings: every measure (previous token, induction, first token, ...) "
+           "relates a query's position to its keys' positions in one text, and a cross-attention head's queries are "
+           "the target's tokens while its keys are the source's.",
+}
+
+
+def one_stack(run: AttentionRun, kind: str) -> tuple[AttentionRun, bool] | None:
+    """`kind`'s self-attention as a run over one text, which the measures read, with whether it is causal: the
+    encoder's over the source as it is (the model's own `causal`, False for these models), the decoder's over the
+    target (causal); None for cross-attention (NO_READINGS says why)."""
+    if kind == ENCODER:
+        return run, False
+    if kind == DECODER:
+        return AttentionRun(tokens=list(run.target_tokens), attentions=run.decoder_attentions,  # (L_dec, H, T, T)
+                            ablated=frozenset(run.ablated), output=run.output, token_ids=list(run.target_ids),
+                            special=tuple(getattr(run, "target_special", ())), ablation=run.ablation), True
+    if kind == CROSS:
+        return None
+    raise InputError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}.")
+
+
 def offset(model: Model, kind: str) -> int:
     """Where `kind`'s layer 0 is in the model's `ablate` numbering (cross heads: in `ablate_cross`'s)."""
     return model.info.n_layers if kind == DECODER else 0

@@ -201,3 +201,43 @@ def test_a_link_keeps_the_kind_the_target_and_a_decoder_layer_past_the_encoders(
 def test_a_link_with_an_unknown_kind_says_so(folder):
     at = open_link({"model": str(folder), "kind": "Sideways"})
     assert any("kind=" in w.value and "ignored" in w.value for w in at.warning), [w.value for w in at.warning]
+
+
+def test_decoder_heads_carry_readings_of_the_decoders_own_attention_and_cross_heads_say_why_not(folder):
+    """The Decoder grid's badges are the measures read on the decoder's self-attention as a causal run over the
+    target (computed here from the model's own run, independently of the page's code path); the Cross grid has none,
+    and its caption says why (the measures relate positions in one text)."""
+    from mha_viz import analysis, measures
+    from mha_viz.models.hf.loading import load_custom
+    from mha_viz.web import kinds
+
+    at = _page(folder)
+    run = load_custom(str(folder)).run(SOURCE, target=TARGET)
+    at.session_state["grid_kind"] = "Decoder"
+    at.run()
+    assert not at.exception, at.exception
+    badges = grid_data(at)["badges"]
+    scores, baselines = analysis.run_scores(
+        analysis_run := kinds.AttentionRun(tokens=run.target_tokens, attentions=run.decoder_attentions,
+                                           ablated=frozenset(), output=run.output, token_ids=run.target_ids,
+                                           special=run.target_special), True, names=measures.BADGES)
+    support = analysis.run_support(analysis_run, True, names=measures.BADGES)
+    L, H = run.decoder_attentions.shape[:2]
+    assert len(badges) == L * H
+    for layer in range(L):
+        for head in range(H):
+            assert badges[f"{layer},{head}"] == analysis.badge_caption(scores, baselines, support, layer, head, n=2)
+    assert run.target_special == (0,)  # the decoder's start token is special: `first` reads it
+    at.session_state["grid_kind"] = "Cross"
+    at.run()
+    assert not grid_data(at)["badges"]
+    assert any("carry no readings" in c.value for c in at.caption), [c.value for c in at.caption]
+
+
+def test_the_census_says_which_heads_it_measures(folder):
+    at = _page(folder)
+    at.session_state["view"] = "Census"
+    at.run()
+    assert not at.exception, at.exception
+    notes = [i.value for i in at.info]
+    assert any("encoder's self-attention heads" in n and "carry no readings" in n for n in notes), notes

@@ -100,3 +100,18 @@ def test_the_saved_picture_of_each_kind(model):
         heights = {int(h) for h in re.findall(r'<image [^>]*height="(\d+)"', svg)}
         assert heights == {height}, (kind, heights)
     assert "rows (queries):" in svg
+
+
+def test_readings_follow_the_kind_as_on_the_page(model):
+    """The decoder's heads carry the readings of the decoder's own attention (web/kinds.one_stack, as the app's
+    Decoder grid), the encoder's of the encoder's; cross-attention heads carry none."""
+    from mha_viz.notebook.widget import badge_labels
+    from mha_viz.web import kinds
+
+    w = mha_viz.show(model, SOURCE, target=TARGET, kind="Decoder", display=False)
+    want = badge_labels(*kinds.one_stack(w.run, "Decoder"))
+    assert len(want) == L_DEC * H and w._badges == want
+    w.kind = "Encoder"
+    assert w._badges == badge_labels(w.run, False) and w._badges != want
+    w.kind = "Cross"
+    assert w._badges == {}

@@ -23,11 +23,20 @@ from mha_viz.app.common import clicked_head, head_name, md_safe, pick_clicked_he
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import Ablation, Head, InputError, Model, ModelLoadError
 from mha_viz.models.examples import census_texts
+from mha_viz.web import kinds
 
 _CENSUS = CENSUSES  # the last 8 censuses, shared by every session (other views read them: cache.census_made)
 MAX_UPLOAD_BYTES = MAX_TEXTS * MAX_TEXT_CHARS
 # A census score is shown by its registered measure's label and words (`mha_viz.measures`), as everywhere else.
 shown = measures.score_label
+
+
+# What a census of a model with cross-attention measures, and why only that (web/kinds.py says the cross part).
+CROSS_MODEL_NOTE = (
+    "This census measures the encoder's self-attention heads: each generated input is read as a source. The "
+    "decoder's heads are not measured here, since each input would need a target the decoder reads beside it, and "
+    "the census's inputs are single texts; the Layer view's Decoder grid reads them on your source and target. "
+    + kinds.NO_READINGS[kinds.CROSS])
 
 
 def render(ctx: ViewContext) -> None:
@@ -37,6 +46,8 @@ def render(ctx: ViewContext) -> None:
                "against what uniform attention would score, against a control, and for the structural relations "
                "against the best fixed offset (\"always the word k to the left\"). A high score says where a head's "
                "attention goes; it does not label what the head is for, and most heads mix several patterns.")
+    if ctx.model.has_cross_attention:
+        st.info(CROSS_MODEL_NOTE)
     texts = _texts(ctx.model)
     if texts is False:
         return

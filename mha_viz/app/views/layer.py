@@ -134,17 +134,20 @@ def switch(model_name: str, layer: int, head: int) -> None:
                    "'Switching a head off').")
 
 
-def labels_for(model: Model, run: AttentionRun) -> dict:
+def labels_for(model: Model, run: AttentionRun, causal: bool | None = None, n_layers: int | None = None,
+               key: tuple = ()) -> dict:
     """{(layer, head): its caption} for every head of the run, once per run: a layer tab's rerun sends the same
     captions again (SmolLM2's 270 take about 30 ms to write). Keyed by what shapes the run's attention: its tokens,
-    the heads off and what "off" meant (zero and mean ablation of the same heads attend differently)."""
-    return _labels(model.info.name, tuple(run.tokens), run.ablated, str(run.ablation), run, model.causal,
-                   model.n_layers, model.n_heads)
+    the heads off and what "off" meant (zero and mean ablation of the same heads attend differently), and `key`,
+    whatever else does (a decoder's self-attention: its source and the cross-attention heads off). `causal` and
+    `n_layers` default to the model's; a decoder's run over its target gives its own (web/kinds.one_stack)."""
+    return _labels(model.info.name, tuple(run.tokens), run.ablated, str(run.ablation), run,
+                   model.causal if causal is None else causal, n_layers or model.n_layers, model.n_heads, key)
 
 
 @st.cache_resource(show_spinner=False, max_entries=64)
 def _labels(name: str, tokens: tuple, ablated: frozenset, ablation: str, _run: AttentionRun, causal: bool,
-            n_layers: int, n_heads: int) -> dict:
+            n_layers: int, n_heads: int, key: tuple = ()) -> dict:
     try:
         badges = (*analysis.run_scores(_run, causal, names=measures.BADGES),  # the captions read badges only
                   analysis.run_support(_run, causal, names=measures.BADGES))

@@ -55,6 +55,7 @@ class Seq2SeqRun(AttentionRun):
         cross_attentions    (L_dec, H, T, S)   target positions (rows) reading source positions (columns)
         ablated_cross       cross-attention heads switched off, (decoder layer, head)
         patched_cross       cross-attention heads patched from a second source, (decoder layer, head)
+        target_special      positions of the tokenizer's special tokens among target_ids (its start token)
     """
     decoder_attentions: torch.Tensor | None = None
     cross_attentions: torch.Tensor | None = None
@@ -62,6 +63,7 @@ class Seq2SeqRun(AttentionRun):
     target_ids: list[int] = field(default_factory=list)
     ablated_cross: frozenset = frozenset()
     patched_cross: frozenset = frozenset()
+    target_special: tuple[int, ...] = ()  # positions of special tokens in the target (the decoder's start token)
 
 
 def _out_projections(model) -> tuple[list, list, list]:
@@ -330,6 +332,7 @@ class Seq2SeqModel(Model):
                  ablation: str, replace: dict, patched: frozenset = frozenset(),
                  patched_cross: frozenset = frozenset()) -> Seq2SeqRun:
         out = self._forward(src, tgt, replace)
+        specials = set(self._tokenizer.all_special_ids)
         stack = lambda maps: torch.stack([a[0] for a in maps]).float().cpu()  # noqa: E731  (L, H, Q, K)
         return Seq2SeqRun(
             tokens=self._labels(src),
@@ -338,7 +341,8 @@ class Seq2SeqModel(Model):
             output=out.decoder_hidden_states[-1][0].float().cpu(),  # (T, D)
             logits=out.logits[0].float().cpu(),  # (T, V)
             token_ids=src,
-            special=tuple(i for i, t in enumerate(src) if t in set(self._tokenizer.all_special_ids)),
+            special=tuple(i for i, t in enumerate(src) if t in specials),
+            target_special=tuple(i for i, t in enumerate(tgt) if t in specials),
             ablation=ablation if (self_heads or cross_heads) else "zero",
             decoder_attentions=stack(out.decoder_attentions),  # (L_dec, H, T, T)
             cross_attentions=stack(out.cross_attentions),  # (L_dec, H, T, S)
