@@ -34,9 +34,10 @@ def render() -> str:
         "W_O equal to what the forward computes) and the census complete; refused: loading stops before any "
         "weights load, with the reason in notes. Encoder-decoder rows (T5, BART, Marian: hidden 32, 2 encoder and 3 "
         "decoder layers, 4 heads) read a source and a target: attention is all three kinds (encoder, decoder, "
-        "cross), and the edits switch off an encoder, a decoder and a cross-attention head "
-        "(`tests/models/hf/matrix_seq2seq.py`); refused (two texts): the engine says the check is defined on one "
-        "self-attention stack over one text.",
+        "cross), and the edits switch off, patch and open an encoder, a decoder and a cross-attention head "
+        "(`tests/models/hf/matrix_seq2seq.py`); refused (two texts): the engine says why (batched rows are one "
+        "stack's fast path, where a seq2seq model takes one run per row; weights per head are composed along one "
+        "stack, and these models have three).",
         "",
         "| " + " | ".join(head) + " |",
         "| " + " | ".join("---" for _ in head) + " |",
