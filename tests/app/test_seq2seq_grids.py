@@ -241,3 +241,13 @@ def test_the_census_says_which_heads_it_measures(folder):
     assert not at.exception, at.exception
     notes = [i.value for i in at.info]
     assert any("encoder's self-attention heads" in n and "carry no readings" in n for n in notes), notes
+
+
+def test_ablation_effects_with_every_head_on_say_why_no_importance_map(folder):
+    """The importance maps are defined on one stack over one text: an encoder-decoder page says so instead of
+    indexing the target's logits by a source position (a traceback before)."""
+    at = _page(folder)
+    at.session_state["view"] = "Ablation effects"
+    at.run()
+    assert not at.exception, at.exception
+    assert any("importance maps" in i.value for i in at.info), [i.value for i in at.info]

@@ -57,6 +57,11 @@ def render(ctx: ViewContext) -> None:
 
 
 SHIFT_SCALE_FLOOR = 0.05  # bits
+CROSS_IMPORTANCE = (
+    "The importance maps switch each head off alone along one self-attention stack over one text (batched, and "
+    "estimated from its gradients); this model reads two texts with three kinds of heads, so they are not drawn. "
+    "Switch heads of any kind off in the Layer view, whose table reads what each does to the decoder's prediction "
+    "at every target position, or patch heads one at a time in the Patching view.")
 
 
 def pattern_shift(model: Model, base: AttentionRun, run: AttentionRun, heads_off: frozenset[Head]) -> None:
@@ -86,6 +91,9 @@ def importance(model: Model, model_name: str, text: str, base: AttentionRun, hea
                position: int | None, ablation: str = "zero") -> None:
     """Each head switched off alone; measured at the same position as the predictions above."""
     st.markdown("**Head importance for this input**")
+    if model.has_cross_attention:  # the maps switch heads off along one stack over one text, batched
+        st.info(CROSS_IMPORTANCE)
+        return
     measure = effect_measure(model)
     if base.logits is not None:
         if position is None:
