@@ -75,7 +75,7 @@ def test_a_cross_head_draws_the_runs_cross_attention_row(folder):
     assert len(steps["data"][1]["x"]) == len(run.tokens)  # over the source's tokens
     pattern = _chart(at, "inside_pattern")["data"][0]
     assert len(pattern["y"]) == len(run.target_tokens) and len(pattern["x"]) == len(run.tokens)
-    assert any("encoder's self-attention only" in md.value for md in at.markdown)
+    assert any("carry no readings" in md.value for md in at.markdown)  # cross-attention: why none
     assert "Cross L1 H2" in steps["layout"]["title"]["text"]
 
 
@@ -92,6 +92,18 @@ def test_the_decoder_and_encoder_kinds_open_too(folder):
     assert not at.exception, at.exception
     weights = torch.tensor(_values(_chart(at, "inside_steps")["data"][1]["y"]))  # (T,)
     assert torch.allclose(weights, run.decoder_attentions[2, 0, 1], atol=1e-5)
+    # The decoder head's readings: this input's, measured on the decoder's self-attention over the target, as the
+    # Layer view's Decoder grid words them; the census does not measure decoder heads.
+    from mha_viz import analysis, measures
+    from mha_viz.web import kinds
+
+    decoder, causal = kinds.one_stack(run, "Decoder")
+    scores, baselines = analysis.run_scores(decoder, causal, names=measures.BADGES)
+    support = analysis.run_support(decoder, causal, names=measures.BADGES)
+    caption = analysis.badge_caption(scores, baselines, support, 2, 0).removeprefix("measured: ").replace(
+        "no location stands out", "no measured pattern stands out on this input")  # as the view words it
+    said = [md.value for md in at.markdown if "Decoder L2 H0 on this input" in md.value]
+    assert len(said) == 1 and caption.split(" (")[0] in said[0] and "encoder's heads only" in said[0], said
     at.session_state[KIND_KEY] = "Encoder"
     at.run()
     assert not at.exception, at.exception

@@ -91,3 +91,27 @@ def test_three_grids_and_a_cross_head_in_the_browser(browser, streamlit_url, fol
         assert page.js_errors == [], page.js_errors
     finally:
         context.close()
+
+
+@pytest.mark.parametrize("size", [(1000, 800), (1600, 1000)], ids=["1000x800", "1600x1000"])
+@pytest.mark.parametrize("view, heading", [("Inside a head", "Inside a head"), ("Patching", "two sources")])
+def test_inside_and_patching_open_from_a_cross_link(browser, streamlit_url, folder, size, view, heading, artifacts):
+    """A link naming the Cross kind and a target opens Inside a head and Patching on that model: drawn, no
+    traceback, nothing wider than the window."""
+    context, page = new_page(browser, *size)
+    try:
+        query = urlencode({"model": str(folder), "text": SOURCE, "target": TARGET, "kind": "Cross", "view": view})
+        page.goto(f"{streamlit_url}/?{query}", wait_until="domcontentloaded")
+        page.get_by_role("button", name="Load this model").click()
+        wait(page, f"() => [...document.querySelectorAll('h3')].some(h => h.innerText.includes({heading!r}))",
+             f"the {view} view")
+        wait_idle(page)
+        _assert_no_exception(page, f"opening {view} on the Cross kind")
+        if view == "Inside a head":  # its steps are drawn over the source's tokens, the query a target token
+            wait(page, "() => document.querySelectorAll('.js-plotly-plot').length > 0", "the head's figures")
+        assert page.evaluate(OVERFLOW) <= 0, f"{view} is wider than the window"
+        page.screenshot(path=str(artifacts / f"seq2seq-{view.split()[0].lower()}-{size[0]}x{size[1]}.png"),
+                        full_page=True)
+        assert page.js_errors == [], page.js_errors
+    finally:
+        context.close()

@@ -103,11 +103,11 @@ def render_kinds(ctx: ViewContext) -> None:
     token = md_safe(quoted(h.tokens[query], 30))
     st.caption(f"{kind}: {_READS[kind]}. Positions are the model's own tokens, every one shown: the sidebar's "
                "hide/merge options do not apply here.")
-    if kind == kinds.ENCODER:
-        readings(ctx, (layer, head))
+    stack = kinds.one_stack(ctx.run, kind)
+    if stack is None:  # cross-attention: the measures relate positions in one text
+        st.markdown(kinds.NO_READINGS[kind])
     else:
-        st.markdown("The readings and the census measure the encoder's self-attention only (one text read by one "
-                    f"stack), so there is none for a {kind.lower()} head.")
+        readings(ctx, (layer, head), *stack, kind=kind if kind != kinds.ENCODER else "")
     steps(ctx, h, query, token, kind=kind)
     combine(ctx, heads, query, token, kind=kind)
 
@@ -116,16 +116,22 @@ def _layer_picked(model_name: str, key: str) -> None:
     state.set_layer(model_name, st.session_state[key])  # the page's one layer, as the grid's layer tabs set it
 
 
-def readings(ctx: ViewContext, head) -> None:
+def readings(ctx: ViewContext, head, run=None, causal: bool | None = None, kind: str = "") -> None:
     """The head's measured readings on this input, each with its support ("too few queries" below the floor), and
-    where a census of the model was made, whether this input agrees with the name the census gave the head."""
-    run, causal = ctx.run, ctx.model.causal
+    where a census of the model was made, whether this input agrees with the name the census gave the head.
+    `run`, `causal`: the run the measures read (the page's by default; a decoder's self-attention over its target,
+    web/kinds.one_stack), `kind` its name ("Decoder"), whose heads the census does not measure."""
+    run = ctx.run if run is None else run
+    causal = ctx.model.causal if causal is None else causal
     scores, baselines = analysis.run_scores(run, causal, names=measures.BADGES)
     support = analysis.run_support(run, causal, names=measures.BADGES)
     lines = [analysis.badge_caption(scores, baselines, support, head[0], head[1]).removeprefix("measured: ")
              .replace("no location stands out", "no measured pattern stands out on this input")]
-    census = cache.census_made(ctx.name)
-    if census is not None:
+    census = None if kind else cache.census_made(ctx.name)
+    if kind:
+        lines.append(f"The census measures the encoder's heads only, not the {kind.lower()}'s: these readings are "
+                     "this input's, over the target.")
+    elif census is not None:
         lines += head_agreement(census, head, scores, support)
     else:
         lines.append("No census of this model has been made yet: the Census view measures what every head does over "
@@ -133,7 +139,7 @@ def readings(ctx: ViewContext, head) -> None:
     if run.unknown:
         lines.append(unknown_words(len(run.unknown), len(run.tokens) - len(set(run.special)), ctx.model.info.title)
                      + f" (marked “{UNKNOWN_MARK.strip()}” on the axes): they never count as repeating each other.")
-    st.markdown(f"**{head_name(head)} on this input** (a measurement, not a role)\n\n"
+    st.markdown(f"**{(kind + ' ') if kind else ''}{head_name(head)} on this input** (a measurement, not a role)\n\n"
                 + "\n".join(f"- {md_safe(line)}" for line in lines))
 
 
