@@ -251,3 +251,11 @@ def test_ablation_effects_with_every_head_on_say_why_no_importance_map(folder):
     at.run()
     assert not at.exception, at.exception
     assert any("importance maps" in i.value for i in at.info), [i.value for i in at.info]
+
+
+def test_the_norm_view_says_why_it_is_not_drawn(folder):
+    at = _page(folder)
+    at.session_state["view"] = "Rollout & norms"
+    at.run()
+    assert not at.exception, at.exception
+    assert any("two (a source and a target)" in i.value for i in at.info), [i.value for i in at.info]

@@ -51,7 +51,10 @@ def render(ctx: ViewContext) -> None:
                "small moves little.")
     inputs = norm_inputs(ctx.name, ctx.text, tuple(sorted(ctx.heads_off)), ctx.ablation)
     if inputs is None:
-        st.info("The norm view is not available for this architecture (its output projection was not found).")
+        st.info("The norm view is not available for this model: "
+                + ("its norms are defined on one self-attention stack over one text, and this model reads two "
+                   "(a source and a target) with three kinds of heads; Inside a head shows any head's values and "
+                   "what it adds." if model.has_cross_attention else "its output projection was not found."))
         return
     values, w_o = inputs  # (L, H, K, dh), (L, H, dh, D); a switched-off head's values are zero
     head = st.selectbox("Head", range(model.n_heads), format_func=lambda h: head_name((layer, h)), key="norm_head")
