@@ -162,6 +162,19 @@ def app_at(model: str = "minilm"):
     return at
 
 
+def seq2seq_page(folder, source: str, target: str):
+    """The page with the encoder-decoder `folder` loaded as the visitor's own model, `source` and `target` sent."""
+    at = app_at()
+    at.sidebar.selectbox(key="model_choice").set_value("custom").run()
+    at.sidebar.text_input(key="custom_id").input(str(folder)).run()
+    assert not at.exception, at.exception
+    at.text_area(key="text_box").input(source)
+    at.text_area(key="target_box").input(target)
+    at.button[0].click().run()  # the form's submit button, Show attention
+    assert not at.exception, at.exception
+    return at
+
+
 def open_link(params: dict):
     """The page opened from a link carrying `params` as its query string."""
     from streamlit.testing.v1 import AppTest

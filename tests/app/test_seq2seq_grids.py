@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import app_at, grid_data, grid_layers, open_link
+from helpers import app_at, grid_data, grid_layers, open_link, seq2seq_page
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -19,25 +19,13 @@ TARGET = "a dog ran"  # shorter than the source: the cross grid is not square
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
-    from tests.models.hf.test_seq2seq import CONFIGS, _tokenizer
+    from tests.models.hf.test_seq2seq import bart_folder
 
-    path = tmp_path_factory.mktemp("bart")
-    torch.manual_seed(0)
-    transformers.BartForConditionalGeneration(CONFIGS["bart"]()).save_pretrained(path)
-    _tokenizer(path)
-    return path
+    return bart_folder(tmp_path_factory.mktemp("bart"))
 
 
 def _page(folder: Path, target: str = TARGET):
-    at = app_at()
-    at.sidebar.selectbox(key="model_choice").set_value("custom").run()
-    at.sidebar.text_input(key="custom_id").input(str(folder)).run()
-    assert not at.exception, at.exception
-    at.text_area(key="text_box").input(SOURCE)
-    at.text_area(key="target_box").input(target)
-    at.button[0].click().run()  # the form's submit button, Show attention
-    assert not at.exception, at.exception
-    return at
+    return seq2seq_page(folder, SOURCE, target)
 
 
 def _weights(data: dict, held: dict) -> torch.Tensor:
@@ -160,15 +148,11 @@ def test_the_kind_is_kept_across_other_views(folder):
 def deep_decoder(tmp_path_factory) -> Path:
     """A BART folder whose decoder has two more layers than its encoder: its last decoder layers have no encoder
     layer of the same number."""
-    from tests.models.hf.test_seq2seq import CONFIGS, _tokenizer
+    from tests.models.hf.test_seq2seq import CONFIGS, bart_folder
 
-    path = tmp_path_factory.mktemp("bart_deep")
     config = CONFIGS["bart"]()
     config.decoder_layers = config.encoder_layers + 2
-    torch.manual_seed(1)
-    transformers.BartForConditionalGeneration(config).save_pretrained(path)
-    _tokenizer(path)
-    return path
+    return bart_folder(tmp_path_factory.mktemp("bart_deep"), config, seed=1)
 
 
 def test_a_link_keeps_the_kind_the_target_and_a_decoder_layer_past_the_encoders(deep_decoder):
@@ -234,28 +218,17 @@ def test_decoder_heads_carry_readings_of_the_decoders_own_attention_and_cross_he
     assert any("carry no readings" in c.value for c in at.caption), [c.value for c in at.caption]
 
 
-def test_the_census_says_which_heads_it_measures(folder):
+@pytest.mark.parametrize("view, words", [
+    ("Census", ("encoder's self-attention heads", "carry no readings")),
+    # The importance maps are defined on one stack over one text: the page says so instead of indexing the
+    # target's logits by a source position (a traceback before).
+    ("Ablation effects", ("importance maps",)),
+    ("Rollout & norms", ("two (a source and a target)",)),
+])
+def test_views_that_hold_for_one_text_say_why(folder, view, words):
     at = _page(folder)
-    at.session_state["view"] = "Census"
+    at.session_state["view"] = view
     at.run()
     assert not at.exception, at.exception
     notes = [i.value for i in at.info]
-    assert any("encoder's self-attention heads" in n and "carry no readings" in n for n in notes), notes
-
-
-def test_ablation_effects_with_every_head_on_say_why_no_importance_map(folder):
-    """The importance maps are defined on one stack over one text: an encoder-decoder page says so instead of
-    indexing the target's logits by a source position (a traceback before)."""
-    at = _page(folder)
-    at.session_state["view"] = "Ablation effects"
-    at.run()
-    assert not at.exception, at.exception
-    assert any("importance maps" in i.value for i in at.info), [i.value for i in at.info]
-
-
-def test_the_norm_view_says_why_it_is_not_drawn(folder):
-    at = _page(folder)
-    at.session_state["view"] = "Rollout & norms"
-    at.run()
-    assert not at.exception, at.exception
-    assert any("two (a source and a target)" in i.value for i in at.info), [i.value for i in at.info]
+    assert any(all(w in n for w in words) for n in notes), notes

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import app_at
+from helpers import seq2seq_page
 from page_steps import open_view
 
 torch = pytest.importorskip("torch")
@@ -22,24 +22,13 @@ TARGET = "a dog ran"  # shorter than the source: cross-attention is (T, S), not 
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
-    from tests.models.hf.test_seq2seq import CONFIGS, _tokenizer
+    from tests.models.hf.test_seq2seq import bart_folder
 
-    path = tmp_path_factory.mktemp("bart")
-    torch.manual_seed(0)
-    transformers.BartForConditionalGeneration(CONFIGS["bart"]()).save_pretrained(path)
-    _tokenizer(path)
-    return path
+    return bart_folder(tmp_path_factory.mktemp("bart"))
 
 
 def _page(folder: Path):
-    at = app_at()
-    at.sidebar.selectbox(key="model_choice").set_value("custom").run()
-    at.sidebar.text_input(key="custom_id").input(str(folder)).run()
-    at.text_area(key="text_box").input(SOURCE)
-    at.text_area(key="target_box").input(TARGET)
-    at.button[0].click().run()  # the form's submit button, Show attention
-    assert not at.exception, at.exception
-    return at
+    return seq2seq_page(folder, SOURCE, TARGET)
 
 
 def _chart(at, key: str) -> dict:

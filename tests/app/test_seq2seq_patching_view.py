@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import app_at, heatmap_z
+from helpers import heatmap_z, seq2seq_page
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -21,23 +21,14 @@ TARGET = "a dog ran in the park"
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
-    from tests.models.hf.test_seq2seq import _tokenizer
+    from tests.models.hf.test_seq2seq import bart_folder
     from tests.models.hf.test_seq2seq_patching import strong_config
 
-    path = tmp_path_factory.mktemp("bart-patching")
-    torch.manual_seed(0)
-    transformers.BartForConditionalGeneration(strong_config("bart")).save_pretrained(path)
-    _tokenizer(path)
-    return path
+    return bart_folder(tmp_path_factory.mktemp("bart-patching"), strong_config("bart"))
 
 
 def _page(folder: Path, target: str = TARGET):
-    at = app_at()
-    at.sidebar.selectbox(key="model_choice").set_value("custom").run()
-    at.sidebar.text_input(key="custom_id").input(str(folder)).run()
-    at.text_area(key="text_box").input(SOURCE)
-    at.text_area(key="target_box").input(target)
-    at.button[0].click().run()  # the form's submit button
+    at = seq2seq_page(folder, SOURCE, target)
     at.session_state["view"] = "Patching"
     at.run()
     assert not at.exception, at.exception

@@ -25,13 +25,9 @@ OVERFLOW = "() => document.documentElement.scrollWidth - window.innerWidth"
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    from tests.models.hf.test_seq2seq import CONFIGS, _tokenizer
+    from tests.models.hf.test_seq2seq import bart_folder
 
-    path = tmp_path_factory.mktemp("bart")
-    torch.manual_seed(0)
-    transformers.BartForConditionalGeneration(CONFIGS["bart"]()).save_pretrained(path)
-    _tokenizer(path)
-    return path
+    return bart_folder(tmp_path_factory.mktemp("bart"))
 
 
 def _kind(page, kind: str) -> None:

@@ -3,8 +3,6 @@ Cross attention (`kind`), cross heads switched from the grid go to `ablate_cross
 prediction along the target, and misuse on a one-text model says why."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -14,18 +12,14 @@ pytest.importorskip("anywidget")
 import mha_viz  # noqa: E402
 from mha_viz.contract import InputError  # noqa: E402
 from mha_viz.models.hf.loading import load_custom  # noqa: E402
-from tests.models.hf.test_seq2seq import CONFIGS, L_DEC, L_ENC, SOURCE, H, _tokenizer  # noqa: E402
+from tests.models.hf.test_seq2seq import L_DEC, L_ENC, SOURCE, H, bart_folder  # noqa: E402
 
 TARGET = "a dog ran"  # shorter than the source: cross-attention is not square
 
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    path: Path = tmp_path_factory.mktemp("bart")
-    torch.manual_seed(0)
-    transformers.BartForConditionalGeneration(CONFIGS["bart"]()).save_pretrained(path)
-    _tokenizer(path)
-    return load_custom(str(path))
+    return load_custom(str(bart_folder(tmp_path_factory.mktemp("bart"))))
 
 
 def test_three_kinds_draw_their_own_shapes_and_labels(model):

@@ -43,6 +43,15 @@ def _tokenizer(folder):
                                          unk_token="<unk>", bos_token="<s>").save_pretrained(folder)
 
 
+def bart_folder(path, config=None, seed: int = 0):
+    """`path` as a random BART folder with the tests' word-level tokenizer: `config` (CONFIGS["bart"]() by default),
+    its weights drawn after torch.manual_seed(`seed`). The app's, the browser's and the notebook's tests load it."""
+    torch.manual_seed(seed)
+    transformers.BartForConditionalGeneration(config or CONFIGS["bart"]()).save_pretrained(path)
+    _tokenizer(path)
+    return path
+
+
 @pytest.fixture(scope="module", params=sorted(CONFIGS))
 def folder(request, tmp_path_factory):
     arch = request.param
