@@ -42,7 +42,8 @@ def pattern_scores(att: torch.Tensor, token_ids=None, added=(), causal: bool = F
     """
     att = _attention(att, "att", (4,), "(L, H, Q, K)")
     t = att.shape[-1]
-    if causal and att.triu(diagonal=1).amax() > 1e-4:
+    above = torch.triu_indices(t, t, offset=1)  # (2, T(T-1)/2): the cells above the diagonal, gathered alone
+    if causal and t > 1 and att[..., above[0], above[1]].amax() > 1e-4:
         raise ValueError("att has weight above the diagonal, so it is not causal; pass causal=False "
                          "for a bidirectional (encoder) model")
     unknown = [name for name in names if name not in SCORE_NAMES]

@@ -18,11 +18,15 @@ def _nan(att: torch.Tensor) -> torch.Tensor:
 
 
 def _row_mean(att: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Attention mass on the keys `mask` (Q, K) marks, averaged over the queries with at least one -> (L, H)."""
+    """Attention mass on the keys `mask` (Q, K) marks, averaged over the queries with at least one -> (L, H).
+    Only the marked cells are read (the masks mark a few keys per query): the Layer grid measures every head of
+    every layer at each new sentence, and `att * mask` over all of them was most of that work."""
     rows = mask.any(-1)  # (Q,)
     if not rows.any():
         return _nan(att)
-    return (att * mask).sum(-1)[..., rows].mean(-1)  # (L, H)  from (L, H, R)
+    q, k = mask.nonzero(as_tuple=True)  # (N,), (N,): the marked cells
+    mass = att.new_zeros(*att.shape[:-1]).index_add_(-1, q, att[..., q, k])  # (L, H, Q)  from (L, H, N)
+    return mass[..., rows].mean(-1)  # (L, H)  from (L, H, R)
 
 
 def _diagonal(att: torch.Tensor, offset: int, first_query: int) -> torch.Tensor:
@@ -134,13 +138,16 @@ def repeat_mask(pos: Positions, step: int) -> torch.Tensor:
     duplicate-token targets) or the tokens right after them (step 1: the induction targets), content keys only,
     never the query itself."""
     mask = torch.zeros(pos.t, pos.t, dtype=torch.bool)  # (Q, K)
-    content = pos.content
+    content = pos.content.tolist()  # Python bools: a long text has thousands of repeated pairs
+    queries, targets = [], []
     for k, q in pos.repeats:
         target = k + step
         if k in pos.unknown or q in pos.unknown:  # a generator's repeats too: an unknown repeats nothing
             continue
         if k < q and target < q and content[q] and content[k] and content[target]:
-            mask[q, target] = True
+            queries.append(q)
+            targets.append(target)
+    mask[queries, targets] = True
     return mask
 
 
