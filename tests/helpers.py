@@ -120,14 +120,17 @@ def _component_data(proto) -> dict:
 def grid_data(at) -> dict:
     """What the Layer view's browser component was sent on the last run of an AppTest (see web/grid/main.js's
     header): AppTest cannot run its JavaScript, but it can read the data every head is drawn from. The layers the
-    second element brought on the same run (`rest`, head_grid.grid_rest) are under "rest_att"."""
+    second element brought on the same run (`rest`, head_grid.grid_rest) are under "rest_att", and "badges" holds the
+    captions both brought (the grid's own: the layer on screen's; the second's: every layer's), as the page merges
+    them (web/grid/layers.js, badgeOf)."""
     elements = at.get("bidi_component")
     grids = [_component_data(e.proto) for e in elements if e.proto.component_name == "mha_viz.head_grid"]
     assert len(grids) == 1, f"expected one head grid on the page, found {len(grids)}"
     rests = [_component_data(e.proto) for e in elements if e.proto.component_name == "mha_viz.head_grid_rest"]
     assert len(rests) == 1, f"expected one element with the grid's other layers, found {len(rests)}"
     assert rests[0]["digests"] == grids[0]["digests"]
-    return {**grids[0], "rest_att": rests[0].get("att")}
+    badges = {**(rests[0].get("badges") or {}), **grids[0]["badges"]}
+    return {**grids[0], "rest_att": rests[0].get("att"), "badges": badges, "own_badges": grids[0]["badges"]}
 
 
 def grid_layers(data: dict) -> dict[int, bytes]:

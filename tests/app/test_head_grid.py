@@ -72,6 +72,14 @@ def test_grid_is_sent_every_layer_of_the_run_the_page_shows():
     for layer, head in [(0, 0), (2, 5), (5, 11)]:
         top = analysis.top_badges(scores, baselines, layer, head, n=1, support=support)
         assert data["badges"][f"{layer},{head}"].startswith("measured: " + (f"{top[0][1]:.0%}" if top else "no"))
+    # The grid's own element carries the layer on screen's captions, so its drawing waits for no other layer's
+    # measuring; the second element carries every head's, each the caption of the whole run's measures.
+    assert set(data["own_badges"]) == {f"2,{h}" for h in range(model.n_heads)}
+    assert len(data["badges"]) == model.n_layers * model.n_heads
+    whole = (scores, baselines, support)
+    for key, caption in data["badges"].items():
+        layer, head = (int(x) for x in key.split(","))
+        assert caption == analysis.badge_caption(*whole, layer, head, n=2), key
 
 
 def test_a_toggle_sends_only_the_layers_it_moved():

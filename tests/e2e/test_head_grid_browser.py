@@ -225,6 +225,24 @@ def _assert_holds(page, text: str, off: set) -> None:
         assert diff.max() <= 1, (text, sorted(off), layer, int(diff.max()))
     assert page.evaluate(f"() => ({GRID_TITLES})()") == [
         f"L{got['layer']} H{h}" + (" (off)" if (got["layer"], h) in off else "") for h in range(N_HEADS)]
+    # The captions under the heads are the run's measures (the layer on screen's come with the grid's message, the
+    # others' with the second one).
+    assert page.evaluate(BADGES) == _captions(text, off, got["layer"]), (text, sorted(off), got["layer"])
+
+
+BADGES = "() => [...document.querySelectorAll('.mhv-grid .mhv-badge')].map(b => b.textContent)"
+
+
+def _captions(text: str, off: set, layer: int) -> list[str]:
+    """The captions of layer `layer`'s heads on MiniLM's run of `text` with `off` switched off."""
+    from mha_viz import analysis
+
+    from helpers import loaded
+
+    model = loaded("minilm")
+    run = model.run(text, ablate=off)
+    whole = (*analysis.run_scores(run, model.causal), analysis.run_support(run, model.causal))
+    return [analysis.badge_caption(*whole, layer, h, n=2) for h in range(N_HEADS)]
 
 
 def test_the_page_keeps_layers_and_is_sent_only_what_moved(browser, streamlit_url, page):
@@ -269,6 +287,14 @@ def test_the_page_keeps_layers_and_is_sent_only_what_moved(browser, streamlit_ur
     wait(page, SETTLED, "every layer of the new sentence in the page")
     page.wait_for_timeout(300)
     sentence_bytes = received[0] - before
+    _assert_holds(page, other, {(4, 2)})
+    # Another layer of the new sentence, drawn in the tab's own click from what the page holds: its captions came
+    # with the layers off screen, before the server hears of the tab.
+    drawn = page.evaluate(f"""() => {{ document.querySelector('.mhv-tab[data-layer="1"]').click();
+        return ({BADGES})(); }}""")
+    assert drawn == _captions(other, {(4, 2)}, 1), drawn
+    _page_on_layer(page, 1)
+    wait_idle(page)
     _assert_holds(page, other, {(4, 2)})
     # Layer 5 of 6 against all six, with the component's code and JSON beside them in both (as before, when every
     # message carried every layer, a toggle's were a new sentence's size).

@@ -190,14 +190,16 @@ def _encoded(tokens: list[str], att: torch.Tensor, shared_scale: bool,
     return enc
 
 
-def grid_rest(data: dict, encoded: Future, key: str) -> None:
+def grid_rest(data: dict, encoded: Future, key: str, badges: dict[Head, str] | None = None) -> None:
     """The layers `payload` left for later (`data["rest"]`), as an element of their own that draws nothing
     (grid_rest.js): the page keeps them for the grid `key`. Call it after the rest of the view, so the grid's
     element (the layer on screen) goes to the page first. Mounted on every run, carrying nothing when there is
-    nothing left, so the page's elements stay the same."""
+    nothing left, so the page's elements stay the same. `badges`: the captions of the layers whose captions the
+    grid's element did not carry (every layer's may be given), kept by the page under the run's digest."""
     enc = encoded.result()
     rest = list(data.get("rest") or [])
-    _REST(data={"digests": data["digests"], "att": pack({l: enc.z(l) for l in rest})}, key=f"{key}|rest")
+    _REST(data={"digest": data["digest"], "digests": data["digests"], "att": pack({l: enc.z(l) for l in rest}),
+                "badges": {f"{l},{h}": text for (l, h), text in (badges or {}).items()}}, key=f"{key}|rest")
     _record(key, data, rest)
 
 

@@ -10,6 +10,7 @@ JavaScript), their label and bulk buttons. A switch or bulk switch clicked befor
 navigation sends the link's."""
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import streamlit as st
@@ -46,7 +47,9 @@ def grid(ctx: ViewContext) -> None:
         return layer_kinds.grid(ctx, labels_for)
     tokens = [token_label(t) for t in ctx.tokens]
     codes = encode_soon(tokens, ctx.att, ctx.shared_scale)  # beside the badges' measuring, not after it
-    labels = labels_for(ctx.model, ctx.run)
+    # The layer on screen's captions go with its heads; every layer's follow with the layers off screen (SmolLM2 at
+    # 128 tokens: measuring all 270 heads held the first drawing of a new sentence about 25 ms).
+    labels = labels_for(ctx.model, ctx.run, layers=(ctx.layer,))
     name, n_heads = ctx.name, ctx.model.n_heads
     key = f"grid|{name}"
     data = payload(tokens, ctx.att, ctx.layer, ctx.heads_off, ctx.n_cols, ctx.shared_scale, labels,
@@ -64,7 +67,8 @@ def grid(ctx: ViewContext) -> None:
             switch(ctx.name, ctx.layer, head)
     written(ctx)
     against_census(ctx)
-    grid_rest(data, codes, key)  # the layers not on screen, after everything above has gone to the page
+    # The layers not on screen and every layer's captions, after everything above has gone to the page.
+    grid_rest(data, codes, key, badges=labels_for(ctx.model, ctx.run))
     FIRST_GRID.set()
 
 
@@ -135,25 +139,30 @@ def switch(model_name: str, layer: int, head: int) -> None:
 
 
 def labels_for(model: Model, run: AttentionRun, causal: bool | None = None, n_layers: int | None = None,
-               key: tuple = ()) -> dict:
-    """{(layer, head): its caption} for every head of the run, once per run: a layer tab's rerun sends the same
-    captions again (SmolLM2's 270 take about 30 ms to write). Keyed by what shapes the run's attention: its tokens,
-    the heads off and what "off" meant (zero and mean ablation of the same heads attend differently), and `key`,
-    whatever else does (a decoder's self-attention: its source and the cross-attention heads off). `causal` and
-    `n_layers` default to the model's; a decoder's run over its target gives its own (web/kinds.one_stack)."""
+               key: tuple = (), layers: tuple[int, ...] | None = None) -> dict:
+    """{(layer, head): its caption} for every head of the run (or of `layers` only), once per run: a layer tab's
+    rerun sends the same captions again (SmolLM2's 270 take about 15 ms to measure and write). Keyed by what shapes
+    the run's attention: its tokens, the heads off and what "off" meant (zero and mean ablation of the same heads
+    attend differently), and `key`, whatever else does (a decoder's self-attention: its source and the
+    cross-attention heads off). `causal` and `n_layers` default to the model's; a decoder's run over its target
+    gives its own (web/kinds.one_stack)."""
+    n_layers = n_layers or model.n_layers
+    layers = tuple(range(n_layers)) if layers is None else tuple(l for l in layers if 0 <= l < n_layers)
     return _labels(model.info.name, tuple(run.tokens), run.ablated, str(run.ablation), run,
-                   model.causal if causal is None else causal, n_layers or model.n_layers, model.n_heads, key)
+                   model.causal if causal is None else causal, layers, model.n_heads, key)
 
 
 @st.cache_resource(show_spinner=False, max_entries=64)
 def _labels(name: str, tokens: tuple, ablated: frozenset, ablation: str, _run: AttentionRun, causal: bool,
-            n_layers: int, n_heads: int, key: tuple = ()) -> dict:
+            layers: tuple[int, ...], n_heads: int, key: tuple = ()) -> dict:
+    # Measured on those layers' attention alone: each measure reads one layer's heads at a time.
+    run = dataclasses.replace(_run, attentions=_run.attentions[list(layers)])  # (len(layers), H, Q, K)
     try:
-        badges = (*analysis.run_scores(_run, causal, names=measures.BADGES),  # the captions read badges only
-                  analysis.run_support(_run, causal, names=measures.BADGES))
+        badges = (*analysis.run_scores(run, causal, names=measures.BADGES),  # the captions read badges only
+                  analysis.run_support(run, causal, names=measures.BADGES))
     except Exception:  # badges are an extra; never block the grid
         return {}
-    return {(layer, head): badge_text(badges, layer, head) for layer in range(n_layers) for head in range(n_heads)}
+    return {(layer, head): badge_text(badges, i, head) for i, layer in enumerate(layers) for head in range(n_heads)}
 
 
 def bulk(model_name: str, n_heads: int, layer: int, action: str, head: int | None) -> None:

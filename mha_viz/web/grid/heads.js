@@ -6,6 +6,7 @@ import { el, headName } from "./dom.js";
 import { openFocus } from "./focus.js";
 import { hover, paintRows } from "./hover.js";
 import { tileLabels } from "./labels.js";
+import { badgeOf } from "./layers.js";
 import { showDraw } from "./lines.js";
 
 const MIN_CELL = 3;       // px per token in a grid tile: below this the columns of the grid fold into fewer
@@ -112,13 +113,19 @@ export function drawLayer(s) {
     head.sw.title = off ? "Off: its output is replaced (by 0, or by its mean: the sidebar's 'Switching a head off'). "
                           + "Click to switch it on."
                         : "On: the head contributes. Click to switch it off (the model reruns).";
-    head.badge.textContent = d.badges[l + "," + h] || "";
+    head.badge.textContent = badgeOf(d, l, h);
   }
   s.grid.dataset.layer = l;
   headingFor(s);
   legend(s);
   paintRows(s);
   showDraw(s);
+}
+
+// The captions of the layer on screen again: another message brought them (layers.js, deposit).
+export function drawBadges(s) {
+  if (!s.d || !s.heads) return;
+  s.heads.forEach((head, h) => { head.badge.textContent = badgeOf(s.d, s.layer, h); });
 }
 
 export function toggle(s, h) {

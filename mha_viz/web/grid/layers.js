@@ -17,7 +17,9 @@ const KEEP_BYTES = 64 * 2 ** 20;  // layers kept beyond the ones on screen: a fe
 // Streamlit page's mha_viz/app/components/grid_rest.js: it hands them to `deliver`, or leaves them in `inbox` when
 // it runs before this module).
 const STORE = globalThis.__mhvLayers = { held: new Map(), sizes: new Map(), grids: new Set(), rest: [], inbox: [],
-                                         fonts: new Map(), ...(globalThis.__mhvLayers || {}) };
+                                         fonts: new Map(), badges: new Map(), ...(globalThis.__mhvLayers || {}) };
+const KEEP_BADGES = 8;  // runs whose captions are kept: a few, as the layers'
+
 STORE.deliver = deposit;
 for (const d of STORE.inbox.splice(0)) deposit(d);
 
@@ -74,9 +76,25 @@ function afterFrame() {
 }
 
 // The layers of another message (`rest`): kept for the grids that wait for them, which are told once they are in.
+// Its captions (`badges`, under the run's `digest`) are kept at once, and a grid drawing that run shows them.
 function deposit(d) {
   STORE.rest = d.digests;
+  if (d.digest && d.badges && Object.keys(d.badges).length) {
+    STORE.badges.delete(d.digest);
+    STORE.badges.set(d.digest, d.badges);
+    while (STORE.badges.size > KEEP_BADGES) STORE.badges.delete(STORE.badges.keys().next().value);
+    document.dispatchEvent(new CustomEvent("mhv-badges", { detail: d.digest }));
+  }
   return receive(d, true).then(() => { for (const s of STORE.grids) s.arrived(); });
+}
+
+// Head (l, h)'s caption: the update's own (the layer on screen's, or every layer's where the host sends them all),
+// else the one another message brought for the same run; "" before it comes.
+export function badgeOf(d, l, h) {
+  const key = l + "," + h, own = d.badges && d.badges[key];
+  if (own !== undefined && own !== null) return own;
+  const kept = STORE.badges.get(d.digest);
+  return (kept && kept[key]) || "";
 }
 
 // The codes of every layer of `d` the page holds (null where it does not yet), the layers missing, and of those the

@@ -7,15 +7,16 @@
 // and the URL follow it) are trigger events; the tab is drawn at once, before the server answers.
 //
 // data = {digest, text, digests[L], tokens[T], L, H, T, att: Arrow table, one binary column "z<l>" per layer it
-//         carries (layers.js), scale[L*H], off: [[l, h]...], layer, cols, badges: {"l,h": text}, shared,
+//         carries (layers.js), scale[L*H], off: [[l, h]...], layer, cols, badges: {"l,h": text} (every head's, or
+//         the layer on screen's: the rest come in the second message below), shared,
 //         names: {layers: ["L0", ...], heads: [["L0 H0", ...], ...]}, unknown: [positions],
 //         colours: {on: [stops], off: [stops], heads: [one per head], head_off, paper, ink, label, frame, mark},
 //         lines_up_to}   (names and colours come from Python, mha_viz/names.py and mha_viz/web/palette.py: one
 //         spelling, one palette; digest: the run's codes, text: the tokens and shape, digests: each layer's codes)
 //        att may hold a binary column "font": the saved figures' WOFF, family and licence in its metadata, kept
 //         under the digest `font` (layers.js): a message sends it where the page does not hold it
-//        optional: rest: [layers] a second message brings ({digests, att}: the Streamlit page's grid_rest.js hands
-//         it to layers.js), which the first drawing does not wait for
+//        optional: rest: [layers] a second message brings ({digest, digests, att, badges}: the Streamlit page's
+//         grid_rest.js hands it to layers.js), which the first drawing does not wait for
 //        optional: controls: {bulk: true, link: true} (the Streamlit page): the layer's heading and its bulk
 //         switches are drawn here, so every layer control shows the one layer at once, and a tab writes the
 //         link's `layer` itself (the server's next run writes the same value)
@@ -27,14 +28,16 @@ import { buildControls } from "./controls.js";
 import { el } from "./dom.js";
 import { base64, save } from "./export.js";
 import { drawFocus, openFocus } from "./focus.js";
-import { buildHeads, buildStrip, drawLayer, layoutGrid } from "./heads.js";
+import { buildHeads, buildStrip, drawBadges, drawLayer, layoutGrid } from "./heads.js";
 import { HINT } from "./hover.js";
 import { fontOf, gather, receive, waitFor } from "./layers.js";
 import { showDraw } from "./lines.js";
 import { buildTabs, layerFor } from "./tabs.js";
 
-function drawnAs(d) {  // everything of an update the grid draws from, but the weights (their digest) and the layer
-  const { att, layer, rest, ...drawn } = d;
+// Everything of an update the grid draws from, but the weights (their digest), the layer and the captions: a run's
+// captions are the same in every message (the page sends the layer on screen's with it, and every layer's apart).
+function drawnAs(d) {
+  const { att, layer, rest, badges, ...drawn } = d;
   return JSON.stringify(drawn);
 }
 
@@ -76,6 +79,8 @@ function build(root, setTrigger) {
               hoverQ: null, pinQ: null, focus: null, zoom: 1, pending: new Set() };
   // Layers another message brings, in: gathered again, and drawn where they are the ones on screen.
   s.arrived = () => { s.chain = s.chain.then(() => arrived(s)).catch(err => failed(s, err)); };
+  // Captions another message brought for the run on screen (layers.js, deposit).
+  document.addEventListener("mhv-badges", (e) => { if (s.d && s.d.digest === e.detail) drawBadges(s); });
   const box = el("div", "mhv");
   const bar = el("div", "mhv-bar");
   s.tabs = el("div", "mhv-tabs");
