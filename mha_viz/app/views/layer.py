@@ -156,7 +156,8 @@ def labels_for(model: Model, run: AttentionRun, causal: bool | None = None, n_la
 def _labels(name: str, tokens: tuple, ablated: frozenset, ablation: str, _run: AttentionRun, causal: bool,
             layers: tuple[int, ...], n_heads: int, key: tuple = ()) -> dict:
     # Measured on those layers' attention alone: each measure reads one layer's heads at a time.
-    run = dataclasses.replace(_run, attentions=_run.attentions[list(layers)])  # (len(layers), H, Q, K)
+    run = _run if layers == tuple(range(_run.attentions.shape[0])) else \
+        dataclasses.replace(_run, attentions=_run.attentions[list(layers)])  # (len(layers), H, Q, K)
     try:
         badges = (*analysis.run_scores(run, causal, names=measures.BADGES),  # the captions read badges only
                   analysis.run_support(run, causal, names=measures.BADGES))
