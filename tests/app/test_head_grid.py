@@ -103,6 +103,34 @@ def test_a_toggle_sends_only_the_layers_it_moved():
     assert Page().receive(grid_data(other)) == list(range(model.n_layers))
 
 
+def test_a_toggle_measures_the_captions_of_the_layers_above_it_only(monkeypatch):
+    """Layer j's captions depend on the text and the heads off below j only: after a toggle in layer 3 the page
+    measures layers 4 and 5, and layers 0-3 keep the captions of the run before. Every caption sent equals the
+    ablated run measured whole."""
+    from collections import OrderedDict
+
+    from mha_viz.app.views import layer as view
+
+    measured, real = [], view._captions
+    monkeypatch.setattr(view, "_LAYER_CAPTIONS", OrderedDict())  # nothing kept from other tests' runs
+    monkeypatch.setattr(view, "_captions", lambda run, causal, layers, n: measured.append(layers) or
+                        real(run, causal, layers, n))
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.run()
+    assert measured == [(0,), (1, 2, 3, 4, 5)], "the layer on screen first, then the others"
+    set_layer(at, "minilm", 3)
+    assert measured == [(0,), (1, 2, 3, 4, 5)], "a tab measures nothing again"
+    at.toggle(key="tg|minilm|3|5").set_value(False).run()
+    assert not at.exception, at.exception
+    assert measured[2:] == [(4, 5)], measured
+    model = loaded("minilm")
+    run = model.run(DEFAULT_TEXT, ablate={(3, 5)})
+    whole = (*analysis.run_scores(run, model.causal), analysis.run_support(run, model.causal))
+    badges = grid_data(at)["badges"]
+    assert badges == {f"{l},{h}": analysis.badge_caption(*whole, l, h, n=2)
+                      for l in range(model.n_layers) for h in range(model.n_heads)}
+
+
 def test_a_page_that_lost_layers_is_sent_them_again():
     """The grid's "resend" trigger (a message the page never saw) makes the next run send every layer: its
     callback forgets what the session sent."""

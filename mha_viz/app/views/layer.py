@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections import OrderedDict
 
 import streamlit as st
 
@@ -49,7 +50,7 @@ def grid(ctx: ViewContext) -> None:
     codes = encode_soon(tokens, ctx.att, ctx.shared_scale)  # beside the badges' measuring, not after it
     # The layer on screen's captions go with its heads; every layer's follow with the layers off screen (SmolLM2 at
     # 128 tokens: measuring all 270 heads held the first drawing of a new sentence about 25 ms).
-    labels = labels_for(ctx.model, ctx.run, layers=(ctx.layer,))
+    labels = stack_labels(ctx.model, ctx.run, (ctx.layer,))
     name, n_heads = ctx.name, ctx.model.n_heads
     key = f"grid|{name}"
     data = payload(tokens, ctx.att, ctx.layer, ctx.heads_off, ctx.n_cols, ctx.shared_scale, labels,
@@ -68,7 +69,7 @@ def grid(ctx: ViewContext) -> None:
     written(ctx)
     against_census(ctx)
     # The layers not on screen and every layer's captions, after everything above has gone to the page.
-    grid_rest(data, codes, key, badges=labels_for(ctx.model, ctx.run))
+    grid_rest(data, codes, key, badges=stack_labels(ctx.model, ctx.run, range(ctx.model.n_layers)))
     FIRST_GRID.set()
 
 
@@ -139,31 +140,73 @@ def switch(model_name: str, layer: int, head: int) -> None:
 
 
 def labels_for(model: Model, run: AttentionRun, causal: bool | None = None, n_layers: int | None = None,
-               key: tuple = (), layers: tuple[int, ...] | None = None) -> dict:
-    """{(layer, head): its caption} for every head of the run (or of `layers` only), once per run: a layer tab's
-    rerun sends the same captions again (SmolLM2's 270 take about 15 ms to measure and write). Keyed by what shapes
-    the run's attention: its tokens, the heads off and what "off" meant (zero and mean ablation of the same heads
-    attend differently), and `key`, whatever else does (a decoder's self-attention: its source and the
-    cross-attention heads off). `causal` and `n_layers` default to the model's; a decoder's run over its target
-    gives its own (web/kinds.one_stack)."""
-    n_layers = n_layers or model.n_layers
-    layers = tuple(range(n_layers)) if layers is None else tuple(l for l in layers if 0 <= l < n_layers)
+               key: tuple = ()) -> dict:
+    """{(layer, head): its caption} for every head of the run, once per run: a layer tab's rerun sends the same
+    captions again. Keyed by what shapes the run's attention: its tokens, the heads off and what "off" meant (zero
+    and mean ablation of the same heads attend differently), and `key`, whatever else does (a decoder's
+    self-attention: its source and the cross-attention heads off). `causal` and `n_layers` default to the model's;
+    a decoder's run over its target gives its own (web/kinds.one_stack). One stack's grid: `stack_labels`."""
     return _labels(model.info.name, tuple(run.tokens), run.ablated, str(run.ablation), run,
-                   model.causal if causal is None else causal, layers, model.n_heads, key)
+                   model.causal if causal is None else causal, n_layers or model.n_layers, model.n_heads, key)
 
 
 @st.cache_resource(show_spinner=False, max_entries=64)
 def _labels(name: str, tokens: tuple, ablated: frozenset, ablation: str, _run: AttentionRun, causal: bool,
-            layers: tuple[int, ...], n_heads: int, key: tuple = ()) -> dict:
-    # Measured on those layers' attention alone: each measure reads one layer's heads at a time.
-    run = _run if layers == tuple(range(_run.attentions.shape[0])) else \
-        dataclasses.replace(_run, attentions=_run.attentions[list(layers)])  # (len(layers), H, Q, K)
+            n_layers: int, n_heads: int, key: tuple = ()) -> dict:
+    return _captions(_run, causal, tuple(range(n_layers)), n_heads)
+
+
+def _captions(run: AttentionRun, causal: bool, layers: tuple[int, ...], n_heads: int) -> dict:
+    """{(layer, head): caption} of `layers`, measured on those layers' attention alone (each measure reads one
+    layer's heads at a time); {} where measuring fails (badges are an extra: they never block the grid)."""
+    if layers != tuple(range(run.attentions.shape[0])):
+        run = dataclasses.replace(run, attentions=run.attentions[list(layers)])  # (len(layers), H, Q, K)
     try:
         badges = (*analysis.run_scores(run, causal, names=measures.BADGES),  # the captions read badges only
                   analysis.run_support(run, causal, names=measures.BADGES))
-    except Exception:  # badges are an extra; never block the grid
+    except Exception:
         return {}
     return {(layer, head): badge_text(badges, i, head) for i, layer in enumerate(layers) for head in range(n_heads)}
+
+
+# One stack's captions, one entry per layer: layer j's attention, so its captions, depends on the text and on the
+# heads switched off below j only, since layer j's weights come before its heads' outputs. A toggle in
+# layer l measures the layers above l alone; the others keep the entries of the run before. Shared by every
+# session (keyed by content, not by session), bounded.
+_LAYER_CAPTIONS: OrderedDict = OrderedDict()
+_LAYER_CAPTIONS_MAX = 2048  # layers: SmolLM2's 30 for about 68 runs
+_LAYER_CAPTIONS_LOCK = threading.Lock()
+
+
+def stack_labels(model: Model, run: AttentionRun, layers) -> dict:
+    """{(layer, head): its caption} for `layers` of a one-stack model's run (the Layer grid), each layer measured
+    once for what shapes it (see _LAYER_CAPTIONS): the text, and the heads off below it, with what "off" meant.
+    Equal to `labels_for` on the same run."""
+    layers = [l for l in layers if 0 <= l < run.attentions.shape[0]]
+    if run.patched:  # what a patched head takes depends on a source text the run does not name: measured afresh
+        return _captions(run, model.causal, tuple(layers), model.n_heads)
+
+    def key(j: int) -> tuple:
+        below = frozenset(h for h in run.ablated if h[0] < j)
+        return model.info.name, tuple(run.token_ids), tuple(run.tokens), below, str(run.ablation) if below else "", j
+
+    with _LAYER_CAPTIONS_LOCK:
+        kept = {j: _LAYER_CAPTIONS.get(key(j)) for j in layers}
+    missing = tuple(j for j in layers if kept[j] is None)
+    if missing:
+        fresh = _captions(run, model.causal, missing, model.n_heads)
+        with _LAYER_CAPTIONS_LOCK:
+            for j in missing:
+                kept[j] = {head: fresh.get((j, head), "") for head in range(model.n_heads)}
+                if fresh:  # a failed measure is not kept: the next run tries again
+                    _LAYER_CAPTIONS[key(j)] = kept[j]
+            while len(_LAYER_CAPTIONS) > _LAYER_CAPTIONS_MAX:
+                _LAYER_CAPTIONS.popitem(last=False)
+    with _LAYER_CAPTIONS_LOCK:
+        for j in layers:
+            if key(j) in _LAYER_CAPTIONS:
+                _LAYER_CAPTIONS.move_to_end(key(j))
+    return {(j, head): text for j in layers for head, text in kept[j].items()}
 
 
 def bulk(model_name: str, n_heads: int, layer: int, action: str, head: int | None) -> None:
