@@ -54,6 +54,11 @@ class Circuits:
     # What this model's attention does beyond its weights per head, which the maps leave out as well, one phrase
     # each, as the model declares it (`Model.weights_leave_out`: a qk-norm, OLMo's clip_qkv); () for none.
     left_out: tuple[str, ...] = ()
+    # A model with cross-attention: which of its kinds these are ("Encoder", "Decoder", "Cross"); "" for one stack.
+    kind: str = ""
+    # Why `composition` lacks some of "q", "k", "v" (cross-attention heads' keys and values read another stack);
+    # "" when it holds all three.
+    composition_note: str = ""
 
     def top_pairs(self, mode: str = "k", n: int = 5) -> list[tuple[tuple[int, int], tuple[int, int], float]]:
         """The n highest scores of `mode` as ((earlier layer, head), (later layer, head), score), best first."""
@@ -81,40 +86,71 @@ def left_out_words(c: Circuits | None) -> str:
     return words
 
 
-def head_weights(model) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list]:
+ENCODER = "Encoder"  # the kind whose layers `model.n_layers` counts (the others: `model.decoder_layers()`)
+
+
+def _check_kind(model, kind: str | None) -> str | None:
+    if kind is not None and not model.has_cross_attention:
+        raise InputError(f"kind {kind!r} applies to models with cross-attention; {model.info.name} has one "
+                         "self-attention stack: leave kind out")
+    return kind
+
+
+def head_weights(model, kind: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                                           list]:
     """Every layer's `model.head_weights(layer)` stacked -> (w_q, w_k, w_v (L, H, D, dh), w_o (L, H, dh, D),
-    the per-layer HeadWeights). Raises the model's UnavailableError when it cannot give its weights per head."""
-    layers = [model.head_weights(layer) for layer in range(model.n_layers)]
+    the per-layer HeadWeights). `kind`: a model with cross-attention's Encoder, Decoder or Cross layers
+    (`model.head_weights(layer, kind=kind)`); None: `model.n_layers` layers, its encoder's there. Raises the
+    model's UnavailableError when it cannot give its weights per head."""
+    if _check_kind(model, kind) is None:
+        layers = [model.head_weights(layer) for layer in range(model.n_layers)]
+    else:
+        count = model.n_layers if kind == ENCODER else model.decoder_layers()
+        layers = [model.head_weights(layer, kind=kind) for layer in range(count)]
     stack = [torch.stack([getattr(w, name).detach().float() for w in layers]) for name in ("w_q", "w_k", "w_v", "w_o")]
     return stack[0], stack[1], stack[2], stack[3], layers
 
 
-def circuits(model) -> Circuits:
+def circuits(model, kind: str | None = None) -> Circuits:
     """Composition scores between every pair of heads, their random baseline, each head's OV copying score and
     the singular values of its QK and OV maps, from `model.head_weights` and `model.embeddings` (the contract's
     capabilities; a model that lacks them raises UnavailableError). Elhage et al. 2021, "A Mathematical Framework
     for Transformer Circuits": see `composition_scores` and `copying_scores` for the formulas; NORMS ARE IGNORED
-    (not folded): the package docstring says what that leaves out. Kept beside the model (weakly, under a lock:
-    nothing is written on the shared model; its weights do not change after loading), so every caller after the
-    first gets it at once."""
+    (not folded): the package docstring says what that leaves out. Kept beside the model per `kind` (weakly, under
+    a lock: nothing is written on the shared model; its weights do not change after loading), so every caller
+    after the first gets it at once.
+
+    `kind`, for a model with cross-attention: "Encoder" (also for None: the `model.n_layers` layers),
+    "Decoder" (the decoder's self-attention: one stack over the target) or "Cross" (its cross-attention: queries
+    read the decoder's stream, keys and values the encoder's output, so only the composition modes the model's
+    `composition_modes(kind)` names are measured, and `composition_note` says why)."""
+    if kind is None and model.has_cross_attention:
+        kind = ENCODER
     with _CIRCUITS_LOCK:
-        if model not in _CIRCUITS:
-            _CIRCUITS[model] = _circuits(model)
-        return _CIRCUITS[model]
+        per_kind = _CIRCUITS.setdefault(model, {})
+        if kind not in per_kind:
+            per_kind[kind] = _circuits(model, _check_kind(model, kind))
+        return per_kind[kind]
 
 
 _CIRCUITS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _CIRCUITS_LOCK = threading.Lock()
 
 
-def _circuits(model) -> Circuits:
-    w_q, w_k, w_v, w_o, layers = head_weights(model)  # (L, H, D, dh) x 3, (L, H, dh, D)
+def _circuits(model, kind: str | None = None) -> Circuits:
+    w_q, w_k, w_v, w_o, layers = head_weights(model, kind)  # (L, H, D, dh) x 3, (L, H, dh, D)
+    by_kind = {} if kind is None else {"kind": kind}
     n_layers, n_heads, d_model, d_head = w_q.shape
     f = head_factors(w_q, w_k, w_v, w_o)  # (L, H, dh, dh) each
     composition = composition_scores(w_q, w_k, w_v, w_o, factors=f)
     baseline = random_baselines(d_model, d_head)
+    note = ""
+    if kind is not None:
+        modes, note = model.composition_modes(kind)
+        composition = {m: s for m, s in composition.items() if m in modes}
+        baseline = {m: b for m, b in baseline.items() if m in modes}
     try:
-        emb = model.embeddings()
+        emb = model.embeddings(**by_kind)
         copying = copying_scores(w_v, w_o, emb.tokens.detach(), None if emb.unembed is None else emb.unembed.detach())
     except UnavailableError:
         copying = None
@@ -124,7 +160,8 @@ def _circuits(model) -> Circuits:
         name=model.name, n_layers=n_layers, n_heads=n_heads, d_model=d_model, d_head=d_head,
         composition=composition, baseline=baseline, copying=copying, qk_singular=qk_s, ov_singular=ov_s,
         qk_rank=effective_rank(qk_s), ov_rank=effective_rank(ov_s), rotary=any(w.rotary for w in layers),
-        kv_heads=tuple(tuple(w.kv_head) for w in layers), left_out=tuple(model.weights_leave_out()))
+        kv_heads=tuple(tuple(w.kv_head) for w in layers), left_out=tuple(model.weights_leave_out(**by_kind)),
+        kind=kind or "", composition_note=note)
     return result
 
 

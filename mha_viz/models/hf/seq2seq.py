@@ -28,7 +28,7 @@ from mha_viz.contract import (
     check_text,
 )
 from mha_viz.contract.ablation import line_up
-from mha_viz.models.hf import seq2seq_inside, seq2seq_patch
+from mha_viz.models.hf import seq2seq_circuits, seq2seq_inside, seq2seq_patch
 from mha_viz.settings import settings, torch_device
 
 # How many tokens the model's own greedy continuation runs to when no target is given (fewer where it ends
@@ -383,9 +383,6 @@ class Seq2SeqModel(Model):
     def census(self, *args, **kwargs):
         raise UnavailableError(_WHY_NOT.format(what="The head census"))
 
-    def circuits(self, *args, **kwargs):
-        raise UnavailableError(_WHY_NOT.format(what="QK/OV circuits"))
-
     def readout(self, *args, **kwargs):
         return None
 
@@ -400,9 +397,21 @@ class Seq2SeqModel(Model):
         """The decoder's next-token prediction after its last target token (the logits are over the target)."""
         return None if run.logits is None else run.logits.shape[0] - 1
 
-    def head_weights(self, layer: int):
-        raise UnavailableError(_WHY_NOT.format(what="Weights per head (QK/OV circuits)") + " The encoder's "
-                               "heads also add a position term (T5's relative bias) that the weights leave out.")
+    # -- weights per head, for circuits (models/hf/seq2seq_circuits.py) ---------------------------------------------
+    def head_weights(self, layer: int, kind: str = "Encoder"):
+        """Layer `layer` (numbered within `kind`: Encoder, Decoder or Cross) split per head; Cross's w_q reads the
+        decoder's stream, its w_k and w_v the encoder's output."""
+        return seq2seq_circuits.head_weights(self, layer, kind)
+
+    def weights_leave_out(self, kind: str = "Encoder") -> tuple[str, ...]:
+        return seq2seq_circuits.weights_leave_out(self, kind)
+
+    def embeddings(self, kind: str = "Encoder"):
+        return seq2seq_circuits.embeddings(self, kind)
+
+    def composition_modes(self, kind: str = "Encoder") -> tuple[tuple[str, ...], str]:
+        """(the composition modes that hold between `kind`'s heads, why the others are left out: "" for none)."""
+        return seq2seq_circuits.composition_modes(kind)
 
     def run_many(self, texts, reduce, logits: bool = False, progress=None) -> list:
         """Each text as a source, its decoder reading only its start token (what a measure over one text reads
