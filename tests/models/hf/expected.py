@@ -11,6 +11,5 @@ FAILING: dict[tuple[str, str], str] = {
     # self-attention stack over one text.
     **{(arch, check): why for arch in ("T5", "BART", "Marian") for check, why in {
         "batched": "refused (two texts)",
-        "circuits": "refused (two texts)",
     }.items()},
 }

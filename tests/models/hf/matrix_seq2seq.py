@@ -159,8 +159,81 @@ def check_inside(m: Loaded) -> None:
         matrix._close(total, seen["out"], f"{kind} contributions + bias")
 
 
+KINDS = {"encoder": "Encoder", "decoder": "Decoder", "cross": "Cross"}  # matrix name -> the model's kind
+
+
+def _sublayer(m: Loaded, kind: str, layer: int) -> tuple[torch.nn.Module, list[torch.nn.Module]]:
+    """(the attention module, its q, k, v and output projections) of (kind, layer) in transformers' model."""
+    stack = m.ref.get_encoder() if kind == "encoder" else m.ref.get_decoder()
+    if hasattr(stack, "block"):  # T5
+        block = stack.block[layer].layer
+        attn = block[1].EncDecAttention if kind == "cross" else block[0].SelfAttention
+        return attn, [attn.q, attn.k, attn.v, attn.o]
+    one = stack.layers[layer]
+    attn = one.encoder_attn if kind == "cross" else one.self_attn
+    return attn, [attn.q_proj, attn.k_proj, attn.v_proj, attn.out_proj]
+
+
+def _position_bias(m: Loaded, kind: str, n_q: int, n_k: int) -> torch.Tensor | float:
+    """T5's relative position bias (H, Q, K) from its stack's first layer (transformers' compute_bias); 0 else."""
+    if kind == "cross":
+        return 0.0
+    first, _ = _sublayer(m, kind, 0)
+    if not getattr(first, "has_relative_attention_bias", False):
+        return 0.0
+    with torch.no_grad():
+        return first.compute_bias(n_q, n_k)[0].float()  # (H, Q, K)
+
+
 def check_circuits(m: Loaded) -> None:
-    mha_viz.circuits(m.model)
+    """Every kind's circuits (Cross: Q-composition only, with the reason), and layer 1's weights per head of each
+    kind against transformers' forward: W_Q and W_K give its attention weights (softmax of q·kᵀ times the module's
+    scale, plus T5's relative bias and the decoder's causal mask), W_V gives each head's output at the output
+    projection's input, and the heads through W_O plus b_O give the projection's output."""
+    model = m.model
+    run = model.run(matrix.TEXT, target=TARGET)
+    Hn = model.n_heads
+    maps = {"encoder": run.attentions, "decoder": run.decoder_attentions, "cross": run.cross_attentions}
+    for kind, name in KINDS.items():
+        c = mha_viz.circuits(model, kind=name)
+        L = model.info.n_layers if kind == "encoder" else model.decoder_layers()
+        assert (c.kind, c.n_layers, c.n_heads) == (name, L, Hn), (c.kind, c.n_layers, c.n_heads)
+        assert set(c.composition) == ({"q"} if kind == "cross" else {"q", "k", "v"}), set(c.composition)
+        assert (c.composition_note != "") == (kind == "cross")
+        later = torch.ones(L, L, dtype=torch.bool).triu(1)[:, None, :, None].expand(L, Hn, L, Hn)  # l1 < l2
+        for mode, scores in c.composition.items():
+            assert scores.shape == (L, Hn, L, Hn) and torch.isfinite(scores[later]).all(), (kind, mode)
+        assert torch.isfinite(c.qk_singular).all() and torch.isfinite(c.ov_singular).all()
+        assert c.copying is None or (c.copying.shape == (L, Hn) and torch.isfinite(c.copying).all())
+        layer = 1
+        w = model.head_weights(layer, kind=name)
+        attn, (q, k, v, o) = _sublayer(m, kind, layer)
+        seen = {}
+        hooks = [mod.register_forward_pre_hook(lambda mod, args, _n=n: seen.__setitem__(_n, args[0][0].float()))
+                 for n, mod in (("q", q), ("k", k), ("v", v), ("o", o))]
+        hooks.append(o.register_forward_hook(lambda mod, args, out: seen.__setitem__("out", out[0].float())))
+        try:
+            out = m.ref_run(run.token_ids, run.target_ids)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        weights = maps[kind][layer]  # (H, Q, K), equal to transformers' (check_attention)
+        matrix._close(weights, getattr(out, f"{kind}_attentions")[layer][0], f"{kind} attention")
+        per_head = lambda x, wh, b, h: x @ wh[h] + (0.0 if b is None else b[h])  # noqa: E731  (P, dh)
+        qs = torch.stack([per_head(seen["q"], w.w_q, w.b_q, h) for h in range(Hn)])  # (H, Q, dh)
+        ks = torch.stack([per_head(seen["k"], w.w_k, w.b_k, h) for h in range(Hn)])  # (H, K, dh)
+        scores = qs @ ks.transpose(-2, -1) * float(attn.scaling)  # (H, Q, K)
+        scores = scores + _position_bias(m, kind, *scores.shape[-2:])
+        if kind == "decoder":
+            n = scores.shape[-1]
+            scores = scores.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))  # (H, T, T)
+        matrix._close(scores.softmax(-1), weights, f"{kind} weights from w_q and w_k")
+        dh = model.dh
+        z = seen["o"].view(-1, Hn, dh).transpose(0, 1)  # (H, Q, dh): each head's output in transformers
+        for h in range(Hn):
+            matrix._close(weights[h] @ per_head(seen["v"], w.w_v, w.b_v, h), z[h], f"{kind} head {h}'s output from w_v")
+        ours = sum(z[h] @ w.w_o[h] for h in range(Hn)) + (0.0 if w.b_o is None else w.b_o)  # (Q, D)
+        matrix._close(ours, seen["out"], f"{kind} heads through w_o")
 
 
 def check_census(m: Loaded) -> None:

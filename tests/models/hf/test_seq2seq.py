@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from mha_viz.contract import InputError, UnavailableError  # noqa: E402
+from mha_viz.contract import InputError  # noqa: E402
 from mha_viz.models.hf.loading import load_custom  # noqa: E402
 
 SOURCE = "the cat sat on the mat"
@@ -193,9 +193,10 @@ def test_a_target_or_cross_heads_on_a_one_text_model_say_why():
         tiny.run("the cat sat", ablate_cross={(0, 0)})
 
 
-def test_census_reads_the_encoder_heads_and_circuits_say_why(tmp_path):
+def test_census_reads_the_encoder_heads(tmp_path):
     """The census's inputs are read as sources: its scores are the encoder's self-attention heads; the weights per
-    head (circuits) are refused with the reason; a head of each kind opens (test_seq2seq_inside.py checks how)."""
+    head default to the encoder's too (test_seq2seq_circuits.py checks every kind); a head of each kind opens
+    (test_seq2seq_inside.py checks how)."""
     from mha_viz.analysis import circuits
     from mha_viz.analysis.census_run import head_census
     from tests.models.hf.architectures import word_piece_tokenizer
@@ -210,8 +211,7 @@ def test_census_reads_the_encoder_heads_and_circuits_say_why(tmp_path):
     assert (made.n_layers, made.n_heads) == (L_ENC, H)
     [encoder] = model.run_many([SOURCE], lambda i, run: run.attentions)
     assert torch.allclose(encoder, model.run(SOURCE, target=TARGET).attentions, atol=1e-6)
-    with pytest.raises(UnavailableError, match="encoder-decoder"):
-        circuits.head_weights(model)
+    assert circuits.head_weights(model)[0].shape[:2] == (L_ENC, H)
     assert len(model.inside_layer(SOURCE, 0)) == H
 
 
