@@ -14,8 +14,10 @@ from mha_viz.analysis import circuits as circ
 from mha_viz.app.cache import get_model, side_model, side_result, training_evidence
 from mha_viz.app.common import head_name, md_safe, metric_row, quoted, trained_here, visible
 from mha_viz.app.context import ViewContext
+from mha_viz.app.layer_kinds import KIND_KEY, current_kind
 from mha_viz.circuits_notes import formation_of
 from mha_viz.contract import Head, InputError, ModelLoadError, UnavailableError
+from mha_viz.web import kinds
 
 FULL_MAP_VOCAB = 512  # vocabularies up to this size get the full token x token maps; larger ones a chosen row
 TOP_TOKENS = 15
@@ -23,9 +25,10 @@ NAMES = {"q": "queries", "k": "keys", "v": "values"}
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
-def model_circuits(name: str) -> circ.Circuits:
-    """`mha_viz.circuits` of a loaded model, one per model name for every session (the weights never change)."""
-    return circ.circuits(get_model(name))
+def model_circuits(name: str, kind: str | None = None) -> circ.Circuits:
+    """`mha_viz.circuits` of a loaded model, one per model name (and kind of attention, for a model with
+    cross-attention) for every session (the weights never change)."""
+    return circ.circuits(get_model(name), kind=kind)
 
 
 def step_circuits(name: str) -> circ.Circuits:
@@ -60,19 +63,25 @@ def causal(name: str, off: Head, ablation: str) -> circ.CausalCheck:
     return circ.causal_check(get_model(name), off, ablation=ablation)
 
 
+def _by_kind(kind: str | None) -> dict:
+    """The `kind` argument a model with cross-attention takes (its weights and embeddings per kind); none else."""
+    return {} if kind is None else {"kind": kind}
+
+
 @st.cache_resource(show_spinner=False, max_entries=8)
-def embeddings(name: str):
-    """`Model.embeddings()` once per model: its labels take seconds to build for a 49k-token vocabulary."""
-    return get_model(name).embeddings()
+def embeddings(name: str, kind: str | None = None):
+    """`Model.embeddings()` once per model (and kind): its labels take seconds to build for a 49k-token vocabulary."""
+    return get_model(name).embeddings(**_by_kind(kind))
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
-def head_maps(name: str, layer: int, head: int) -> dict:
+def head_maps(name: str, layer: int, head: int, kind: str | None = None) -> dict:
     """One head's maps from the weights: the full token maps for a small vocabulary, the position map for learned
-    positions, and what a big vocabulary needs to show one row at a time."""
+    positions, and what a big vocabulary needs to show one row at a time. `kind`: a model with cross-attention's
+    Encoder, Decoder or Cross (layers numbered within it)."""
     model = get_model(name)
-    w = model.head_weights(layer)
-    emb = embeddings(name)
+    w = model.head_weights(layer, **_by_kind(kind))
+    emb = embeddings(name, kind)
     out = {"vocab": emb.labels, "rotary": w.rotary, "kv_head": w.kv_head[head],
            "full": len(emb.labels) <= FULL_MAP_VOCAB, "logits": emb.unembed is not None}
     wq, wk, wv, wo = w.w_q[head], w.w_k[head], w.w_v[head], w.w_o[head]  # (D, dh) x 3, (dh, D)
@@ -80,7 +89,8 @@ def head_maps(name: str, layer: int, head: int) -> dict:
         out["ov"] = circ.ov_token_map(emb.tokens, wv, wo, emb.unembed)  # (V, V)
         out["qk"] = circ.qk_token_map(emb.tokens, wq, wk)  # (V, V)
     if emb.positions is not None and not w.rotary:
-        out["positions"] = circ.qk_position_map(emb.positions, wq, wk, causal=model.causal)  # (P, P)
+        causal = model.causal if kind is None else kind == kinds.DECODER  # the decoder sees earlier targets only
+        out["positions"] = circ.qk_position_map(emb.positions, wq, wk, causal=causal)  # (P, P)
     return out
 
 
@@ -115,25 +125,47 @@ def left_out_words(c: circ.Circuits | None) -> str:
     return md_safe(circ.left_out_words(c))
 
 
-def _intro(c: circ.Circuits | None) -> str:
-    return ("Read from the weights alone, no sentence is run: each head's query-key (QK) map says which token a query "
-            "looks for, its value-output (OV) map what attending to a token writes; a composition score says how "
-            "much of what an earlier head writes lies where a later head reads, through its queries, keys or values "
-            f"(Elhage et al. 2021, *A Mathematical Framework for Transformer Circuits*). {left_out_words(c)} The "
-            "causal check below tests one path by switching the earlier head off.")
+# What each kind of a model with cross-attention adds to what its maps leave out, for the page's caption.
+KIND_WORDS = {
+    kinds.ENCODER: "The encoder's heads write into the stream that cross-attention reads keys and values from, not "
+                   "into the one the language-model head reads: their OV maps read the token embedding in the "
+                   "unembedding's place, and the causal check switches an encoder head off.",
+    kinds.DECODER: "The decoder's self-attention is one stack over the target: the cross-attention sublayers between "
+                   "its layers are left out of its composition scores, as the MLPs are. No causal check here: it "
+                   "measures induction over one text, the source.",
+    kinds.CROSS: "Queries read the decoder's stream, keys and values the encoder's output (after its final norm): "
+                 "the QK map reads both through the token embedding, and the OV map writes toward the target's "
+                 "logits. No position map: queries and keys take their positions from two different stacks. No "
+                 "causal check here: it measures induction over one text, the source.",
+}
+
+
+def _intro(c: circ.Circuits | None, kind: str | None = None) -> str:
+    words = ("Read from the weights alone, no sentence is run: each head's query-key (QK) map says which token a query "
+             "looks for, its value-output (OV) map what attending to a token writes; a composition score says how "
+             "much of what an earlier head writes lies where a later head reads, through its queries, keys or values "
+             f"(Elhage et al. 2021, *A Mathematical Framework for Transformer Circuits*). {left_out_words(c)}")
+    if kind is None:
+        return words + " The causal check below tests one path by switching the earlier head off."
+    return f"{words} {kind}: {kinds.ABOUT[kind]}. {md_safe(KIND_WORDS[kind])}"
 
 
 def render(ctx: ViewContext) -> None:
     st.subheader("Circuits in the weights")
+    kind = None
+    if ctx.model.has_cross_attention:  # the same Encoder / Decoder / Cross switch as the Layer view's grid
+        kind = current_kind()
+        st.segmented_control("Attention", kinds.KINDS, key=KIND_KEY, help=". ".join(
+            f"{k}: {kinds.ABOUT[k]}" for k in kinds.KINDS) + ".")
     intro = st.empty()  # the caption, filled once the circuits say what this model's maps leave out
-    intro.caption(_intro(None))
+    intro.caption(_intro(None, kind))
     try:
         with st.spinner("Measuring every pair of heads from the weights (once per model; SmolLM2 takes seconds)"):
-            c = model_circuits(ctx.name)
+            c = model_circuits(ctx.name, kind)
     except UnavailableError as err:
         st.info(f"Circuits are not available for this model: {md_safe(str(err))}")
         return
-    intro.caption(_intro(c))
+    intro.caption(_intro(c, kind))
     head = one_head(ctx, c)
     composition(ctx, c, head)
     over_training(ctx, c)
@@ -147,12 +179,21 @@ def _head_picker(c: circ.Circuits, label: str, key: str, default: Head) -> Head:
 
 
 # -- one head -------------------------------------------------------------------------------------------------------
+def _modes(c: circ.Circuits) -> list[str]:
+    """The composition modes measured, keys first (cross-attention's circuits hold Q-composition only)."""
+    return [m for m in ("k", "q", "v") if m in c.composition]
+
+
+def _kind(c: circ.Circuits) -> str | None:
+    return c.kind or None  # a model with cross-attention's kind; None for one stack
+
+
 def one_head(ctx: ViewContext, c: circ.Circuits) -> Head:
-    st.markdown("#### One head's maps")
-    best = c.top_pairs("k", 1)
+    st.markdown("#### One head's maps" + (f" ({c.kind})" if c.kind else ""))
+    best = c.top_pairs(_modes(c)[0], 1)
     default = best[0][1] if best else (min(ctx.layer, c.n_layers - 1), 0)
     layer, head = _head_picker(c, "Head", "circ_head", default)
-    maps = head_maps(ctx.name, layer, head)
+    maps = head_maps(ctx.name, layer, head, _kind(c))
     copy = None if c.copying is None else float(c.copying[layer, head])
     metric_row("circ_head", [
         dict(label="OV copying score", value="n/a" if copy is None else f"{copy:+.2f}",
@@ -180,7 +221,7 @@ def one_head(ctx: ViewContext, c: circ.Circuits) -> Head:
                    f"{float((maps['ov'].argmax(-1) == torch.arange(len(diag))).float().mean()):.0%} of the tokens. "
                    + saturation_note(maps, vocab, {"OV": ov, "QK": qk}))
     else:
-        _top_tokens(ctx, maps, name, layer, head)
+        _top_tokens(ctx, maps, name, layer, head, _kind(c))
     if "positions" in maps:
         pos = maps["positions"]
         n = min(pos.shape[0], 64)
@@ -202,6 +243,9 @@ def one_head(ctx: ViewContext, c: circ.Circuits) -> Head:
                    "their positions after the projection (rotary embeddings), so the score of a query for a key "
                    "depends on their offset *and* on the content being rotated; the weights alone give no "
                    "position x position map. The QK map here is the one at offset 0.")
+    elif c.kind == kinds.CROSS:
+        st.caption("No position map: a cross-attention head's queries take their positions from the decoder's "
+                   "stack and its keys from the encoder's.")
     else:
         st.caption("No position map: this model's positions do not enter as a learned embedding table.")
     st.plotly_chart(plotting.singular_values_figure(c.qk_singular[layer, head], c.ov_singular[layer, head],
@@ -211,20 +255,24 @@ def one_head(ctx: ViewContext, c: circ.Circuits) -> Head:
     return layer, head
 
 
-def _top_tokens(ctx: ViewContext, maps: dict, name: str, layer: int, head: int) -> None:
-    """A big vocabulary: one row of the OV map, for a token of the sentence."""
-    ids = list(ctx.base.token_ids)
+def _top_tokens(ctx: ViewContext, maps: dict, name: str, layer: int, head: int, kind: str | None = None) -> None:
+    """A big vocabulary: one row of the OV map, for a token of the sentence (the target's, for a decoder's
+    self-attention head: the tokens it attends to)."""
+    decoder = kind == kinds.DECODER
+    ids = list(getattr(ctx.base, "target_ids", [])) if decoder else list(ctx.base.token_ids)
+    tokens = list(getattr(ctx.base, "target_tokens", [])) if decoder else list(ctx.base.tokens)
     if not ids:
         st.caption("The vocabulary is too large for the full token maps, and this model reports no token ids.")
         return
-    pos = st.selectbox("Input token (from the sentence)", range(len(ids)), index=min(1, len(ids) - 1),
-                       format_func=lambda i: f"{i}: {visible(ctx.base.tokens[i], 24)}", key="circ_token")
+    pos = st.selectbox("Input token (from the " + ("target)" if decoder else "sentence)"), range(len(ids)),
+                       index=min(1, len(ids) - 1), format_func=lambda i: f"{i}: {visible(tokens[i], 24)}",
+                       key="circ_token")
     model = get_model(ctx.name)
-    w, emb = model.head_weights(layer), embeddings(ctx.name)
+    w, emb = model.head_weights(layer, **_by_kind(kind)), embeddings(ctx.name, kind)
     row = circ.ov_token_map(emb.tokens, w.w_v[head], w.w_o[head], emb.unembed, rows=torch.tensor([ids[pos]]))[0]
     top = row.topk(TOP_TOKENS)
     labels = [maps["vocab"][i] for i in top.indices.tolist()]
-    attended = quoted(ctx.base.tokens[pos])
+    attended = quoted(tokens[pos])
     if emb.unembed is None:  # an encoder without its language-model head: no logits to raise
         title = f"{name}: the tokens its OV map writes toward most when it attends to {attended}"
         x_title = "dot product with the token's embedding, per unit of attention"
@@ -248,7 +296,9 @@ def composition(ctx: ViewContext, c: circ.Circuits, head: Head) -> None:
     if c.n_layers < 2:
         st.caption("One layer: there is no earlier head to compose with.")
         return
-    mode = st.radio("Through its", ["k", "q", "v"], format_func=NAMES.get, horizontal=True, key="circ_mode")
+    if c.composition_note:
+        st.caption(md_safe(c.composition_note))
+    mode = st.radio("Through its", _modes(c), format_func=NAMES.get, horizontal=True, key="circ_mode")
     base = c.baseline[mode]
     scores = c.composition[mode]  # (L, H, L, H)
     pairs = c.top_pairs(mode, 8)
@@ -270,6 +320,8 @@ def composition(ctx: ViewContext, c: circ.Circuits, head: Head) -> None:
         words = ", ".join(f"{head_name((i // c.n_heads, i % c.n_heads))} ({float(reads.flatten()[i]):.3f})"
                           for i in order)
         st.caption(f"{head_name(head)} reads most, through its {NAMES[mode]}, from: {words}.")
+    if c.kind not in ("", kinds.ENCODER):  # the check measures induction over one text: the encoder's, the source
+        return
     causal_panel(ctx, c, pairs[0] if pairs else None)
 
 
@@ -411,11 +463,11 @@ def compare_two(ctx: ViewContext, c: circ.Circuits) -> None:
     first = a.selectbox("Left", options, index=0, key="circ_cmp_a")
     # By default the first and last saved steps: a model of another shape can be picked, and is refused with a reason.
     second = b.selectbox("Right", options, index=max(1, len(steps) - 1), key="circ_cmp_b")
-    mode = st.radio("Composition through", ["k", "q", "v"], format_func=NAMES.get, horizontal=True,
+    mode = st.radio("Composition through", _modes(c), format_func=NAMES.get, horizontal=True,
                     key="circ_cmp_mode")
     try:
-        left = model_circuits(first) if first == ctx.name else step_circuits(first)
-        right = model_circuits(second) if second == ctx.name else step_circuits(second)
+        left = model_circuits(first, _kind(c)) if first == ctx.name else step_circuits(first)
+        right = model_circuits(second, _kind(c)) if second == ctx.name else step_circuits(second)
         circ.check_same_shape(left, right)
     except (UnavailableError, ModelLoadError, ValueError) as err:
         st.warning(md_safe(str(err)))
