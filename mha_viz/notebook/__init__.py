@@ -123,7 +123,7 @@ def show_census(census, score: str | None = None, *, x: str | None = None, y: st
     return widget
 
 
-def show_circuits(circuits, mode: str = "k", *, selected="auto", modes=("q", "k", "v"),
+def show_circuits(circuits, mode: str = "k", *, selected="auto", modes=None,
                   display: bool = True) -> "CircuitsMaps":
     """Circuits (`mha_viz.circuits(model)`) in the notebook: the heads x heads composition map through the later
     head's query, key or value (a picker; `mode` first) with the random matrices' baseline marked in the legend,
@@ -135,6 +135,8 @@ def show_circuits(circuits, mode: str = "k", *, selected="auto", modes=("q", "k"
         w.selected, w.mode          # what the page shows; both settable from code
         w.save_svg("circuits.svg")
 
+    `modes`: the kinds of composition offered (default: every one measured; an encoder-decoder model's
+    `mha_viz.circuits(model, kind="Cross")` measures Q-composition only, and its note says why).
     Displayed here once (as show()) and returned; display=False only returns it."""
     t_show = time.time()
     widget = _import_widgets().CircuitsMaps(circuits, mode=mode, selected=selected, modes=modes)

@@ -426,7 +426,8 @@ def circuits_svg(circuits, mode: str, selected: Head | None) -> str:
     # What the maps leave out, in the app's words (analysis.circuits.left_out_words): the norms, biases and MLPs,
     # then what this model's attention does beyond its weights per head (a qk-norm, OLMo's clip_qkv).
     y_note = y_text + 14 * len(lines) + 8
-    notes = _lines([(left_out_words(circuits), "note")], width)
+    note = left_out_words(circuits) + (f" {circuits.composition_note}" if circuits.composition_note else "")
+    notes = _lines([(note, "note")], width)
     for i, (words, _) in enumerate(notes):
         body.append(_text(GAP, y_note + 14 * i, words, 11, fill="#555", extra=' class="mhm-left-out"'))
     height = y_note + 14 * len(notes) + GAP

@@ -181,8 +181,9 @@ class CircuitsMaps(_Maps):
     mode = traitlets.Unicode("k").tag(sync=True)
     _picker_traits = ("mode",)
 
-    def __init__(self, circuits, mode: str = "k", selected="auto", modes=("q", "k", "v")):
-        modes = list(modes)
+    def __init__(self, circuits, mode: str = "k", selected="auto", modes=None):
+        # None: every kind measured (cross-attention measures Q-composition only; `Circuits.composition_note`).
+        modes = [m for m in ("q", "k", "v") if m in circuits.composition] if modes is None else list(modes)
         for m in modes:
             _check_name(m, sorted(circuits.composition), "a kind of composition")
         if not modes:

@@ -109,3 +109,20 @@ def test_readings_follow_the_kind_as_on_the_page(model):
     assert w._badges == badge_labels(w.run, False) and w._badges != want
     w.kind = "Cross"
     assert w._badges == {}
+
+
+def test_show_circuits_of_each_kind_offers_what_was_measured_and_says_why(model):
+    """`show_circuits` on each kind's circuits: the encoder's and decoder's offer Q, K and V composition; the
+    cross-attention's offers Q only (its keys and values read the encoder's output), and its picture says why."""
+    import xml.etree.ElementTree as ET
+
+    for kind, modes in (("Encoder", ["q", "k", "v"]), ("Decoder", ["q", "k", "v"]), ("Cross", ["q"])):
+        c = mha_viz.circuits(model, kind=kind)
+        w = mha_viz.show_circuits(c, display=False)
+        assert [value for value, _ in w.controls[0]["options"]] == modes and w.mode in modes, kind
+        doc = ET.fromstring(w.picture)
+        note = " ".join(t.text for t in doc.iter("{http://www.w3.org/2000/svg}text")
+                        if t.get("class") == "mhm-left-out")
+        assert (c.composition_note in note) if kind == "Cross" else not c.composition_note, kind
+    with pytest.raises(InputError, match="composition"):
+        mha_viz.show_circuits(mha_viz.circuits(model, kind="Cross"), modes=("k",), display=False)
