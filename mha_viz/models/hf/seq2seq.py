@@ -28,7 +28,7 @@ from mha_viz.contract import (
     check_text,
 )
 from mha_viz.contract.ablation import line_up
-from mha_viz.models.hf import seq2seq_circuits, seq2seq_inside, seq2seq_patch
+from mha_viz.models.hf import seq2seq_circuits, seq2seq_inside, seq2seq_patch, seq2seq_rows
 from mha_viz.settings import settings, torch_device
 
 # How many tokens the model's own greedy continuation runs to when no target is given (fewer where it ends
@@ -429,8 +429,15 @@ class Seq2SeqModel(Model):
                 progress(i + 1)
         return out
 
-    def run_batch_keep(self, *args, **kwargs):
-        raise UnavailableError(_WHY_NOT.format(what="Batched head maps (importance, patching)"))
+    @property
+    def keep_layers(self) -> int:
+        """How many output projections a row of `run_batch_keep` sets heads of: L_enc + 2 * L_dec."""
+        return seq2seq_rows.keep_layers(self)
+
+    def run_batch_keep(self, text, keep, replace=None, positions=None, target: str | None = None):
+        """B rows of `text` reading `target` in one forward, each with its own heads off, over every kind: keep
+        (B, keep_layers, H) in `_modules()` order; `replace` one entry per projection (models/hf/seq2seq_rows.py)."""
+        return seq2seq_rows.run_batch_keep(self, text, keep, replace, positions, target)
 
     def head_means(self, *args, **kwargs):
         raise UnavailableError(_WHY_NOT.format(what="One mean per head over one stack"))

@@ -35,10 +35,9 @@ def render() -> str:
         "weights load, with the reason in notes. Encoder-decoder rows (T5, BART, Marian: hidden 32, 2 encoder and 3 "
         "decoder layers, 4 heads) read a source and a target: attention is all three kinds (encoder, decoder, "
         "cross), and the edits switch off, patch and open an encoder, a decoder and a cross-attention head "
-        "(`tests/models/hf/matrix_seq2seq.py`); their circuits are measured per kind (cross-attention: "
-        "Q-composition only, its keys and values reading the encoder's output), each kind's W_Q, W_K, W_V and W_O "
-        "against the forward; refused (two texts): the engine says why (batched rows are one stack's fast path, "
-        "where a seq2seq model takes one run per row).",
+        "(`tests/models/hf/matrix_seq2seq.py`), in single runs and as rows of one batched forward; their circuits "
+        "are measured per kind (cross-attention: Q-composition only, its keys and values reading the encoder's "
+        "output), each kind's W_Q, W_K, W_V and W_O against the forward.",
         "",
         "| " + " | ".join(head) + " |",
         "| " + " | ".join("---" for _ in head) + " |",

@@ -7,9 +7,4 @@ NOT_LOADING: dict[str, str] = {}
 FAILING: dict[tuple[str, str], str] = {
     ("OLMo", "circuits"): "clip_qkv clamps q, k and v after the projection, which weights per head leave out: "
                           "values past the clip differ",
-    # Encoder-decoder rows: what models/hf/seq2seq.py refuses with UnavailableError, since it is defined on one
-    # self-attention stack over one text.
-    **{(arch, check): why for arch in ("T5", "BART", "Marian") for check, why in {
-        "batched": "refused (two texts)",
-    }.items()},
 }

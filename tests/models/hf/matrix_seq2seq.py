@@ -131,9 +131,31 @@ def check_patch(m: Loaded) -> None:
     matrix._close(run.logits, m.ref_run(run.token_ids, run.target_ids, replace).logits[0], "patched logits")
 
 
+# Rows of the batched check: a head of each kind, as `run` names it (ablate, or ablate_cross for cross-attention).
+def _row_heads(model) -> list[tuple[int, dict, dict]]:
+    """(projection index in `_modules()` order, head), `run`'s zero-ablation and patching arguments, per row."""
+    n_enc, n_dec = model.info.n_layers, model.decoder_layers()
+    (el, eh), (cl, ch) = SELF_HEAD, CROSS_HEAD
+    return [((el, eh), {"ablate": {SELF_HEAD}}, {"patch": {SELF_HEAD}}),
+            ((n_enc + 1, 3), {"ablate": {(n_enc + 1, 3)}}, {"patch": {(n_enc + 1, 3)}}),
+            ((n_enc + n_dec + cl, ch), {"ablate_cross": {CROSS_HEAD}}, {"patch_cross": {CROSS_HEAD}})]
+
+
 def check_batched(m: Loaded) -> None:
-    keep = torch.ones(1, m.model.n_layers, m.model.n_heads)  # (B, L, H)
-    m.model.run_batch_keep(matrix.TEXT, keep)
+    """Rows switching off an encoder, a decoder and a cross-attention head in one forward, zeroed and patched from
+    matrix.SOURCE (the second source, of the same token count), each equal to `run` with that head alone."""
+    model = m.model
+    rows = _row_heads(model)
+    keep = torch.ones(len(rows), model.keep_layers, model.n_heads)  # (B, M, H)
+    for row, ((index, head), _, _) in enumerate(rows):
+        keep[row, index, head] = 0.0
+    _, zeroed = model.run_batch_keep(matrix.TEXT, keep, target=TARGET)  # (B, T, V)
+    second = [o[None] for o in model.head_outputs_all(matrix.SOURCE, TARGET)]  # each (1, H, P, dh)
+    _, patched = model.run_batch_keep(matrix.TEXT, keep, second, target=TARGET)  # (B, T, V)
+    for row, (where, off, patch) in enumerate(rows):
+        matrix._close(zeroed[row], model.run(matrix.TEXT, target=TARGET, **off).logits, f"batched zero row {where}")
+        ours = model.run(matrix.TEXT, target=TARGET, source=matrix.SOURCE, **patch).logits
+        matrix._close(patched[row], ours, f"batched patch row {where}")
 
 
 def check_inside(m: Loaded) -> None:

@@ -1,0 +1,113 @@
+"""Batched head runs for encoder-decoder models (hf/seq2seq.py): `run_batch_keep` over every kind of head at once.
+
+One transformers forward carries B rows of the same source and the same decoder input; each row switches off its own
+heads by a forward pre-hook on each output projection that masks that row's slice of the projection's input (a head's
+output, as everywhere in mha-viz). The rows' layout is the model's own: every output projection in
+`Seq2SeqModel._modules()` order, M = L_enc + 2 * L_dec of them (the encoder's self-attention layers, the decoder's
+self-attention layers numbered as `ablate` numbers them, then the decoder's cross-attention layers), so row b's
+keep[b, m, h] = 0 switches off head h of projection m. A row equals `run` with the same heads in `ablate` and
+`ablate_cross` (zero ablation), or in `patch` and `patch_cross` when `replace` holds the second source's outputs.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Sequence
+
+import torch
+
+from mha_viz.contract import EncodedText, InputError
+
+
+def keep_layers(model) -> int:
+    """M: how many output projections a row of `run_batch_keep` sets heads of (encoder, decoder self, cross)."""
+    return len(model._modules())
+
+
+def run_batch_keep(model, text, keep: torch.Tensor, replace: Sequence[torch.Tensor | None] | None = None,
+                   positions: list[int] | None = None, target: str | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One forward of B rows of `text` (the source) reading `target` (as `run`: None is the source's greedy
+    continuation). keep: (B, M, H), 1 on, 0 off, over every output projection in `_modules()` order (see the module
+    docstring). A head off outputs 0, or, with `replace`, its value there: one entry per projection, each None (zero)
+    or (B or 1, H, P or 1, dh), P the source's length for the encoder's projections and the target's for the
+    decoder's (`head_outputs_all(second_source, target)`, each with a leading 1, patches every row from it).
+    Returns (output (B, T, D): the decoder's last hidden state, logits (B, T, V), or (B, len(positions), V) at
+    those target positions)."""
+    source = text.text if isinstance(text, EncodedText) else text
+    src = model._source_ids(source)
+    tgt = model.greedy_target(src) if target is None else model._target_ids(target)
+    n_mod, H = keep_layers(model), model.n_heads
+    keep = torch.as_tensor(keep, dtype=torch.float32)
+    if keep.ndim != 3 or tuple(keep.shape[1:]) != (n_mod, H) or keep.shape[0] < 1:
+        raise InputError(f"keep must be (B, {n_mod}, {H}): one row per run, over every output projection (the "
+                         f"encoder's {model.n_enc} self-attention layers, the decoder's {model.n_dec}, then its "
+                         f"{model.n_dec} cross-attention layers) and head; got {tuple(keep.shape)}.")
+    B = keep.shape[0]
+    values = _replacements(model, replace, B, len(src), len(tgt))
+    if positions is not None:
+        bad = [p for p in positions if not -len(tgt) <= int(p) < len(tgt)]
+        if bad:
+            raise InputError(f"positions {bad[:5]} are outside the target's {len(tgt)} positions.")
+    with torch.no_grad(), _masks(model, keep, values):
+        out = model._model(input_ids=torch.tensor([src] * B, device=model._device),
+                           decoder_input_ids=torch.tensor([tgt] * B, device=model._device),
+                           output_hidden_states=True, use_cache=False)
+    output = out.decoder_hidden_states[-1].float().cpu()  # (B, T, D)
+    logits = out.logits.float().cpu()  # (B, T, V)
+    if positions is not None:
+        logits = logits[:, [int(p) for p in positions]]  # (B, P, V)
+    return output, logits
+
+
+def _replacements(model, replace, B: int, n_source: int, n_target: int) -> list[torch.Tensor | None]:
+    """`replace` checked: per projection None or (B or 1, H, P or 1, dh) as float32."""
+    n_mod = keep_layers(model)
+    if replace is None:
+        return [None] * n_mod
+    replace = list(replace)
+    if len(replace) != n_mod:
+        raise InputError(f"replace must hold one entry per output projection ({n_mod}: encoder, decoder self, "
+                         f"cross, as `head_outputs_all` gives them); got {len(replace)}.")
+    out = []
+    for index, value in enumerate(replace):
+        if value is None:
+            out.append(None)
+            continue
+        value = torch.as_tensor(value, dtype=torch.float32)
+        P = n_source if index < model.n_enc else n_target
+        if value.ndim != 4 or value.shape[0] not in (1, B) or value.shape[1] != model.n_heads \
+                or value.shape[2] not in (1, P) or value.shape[3] != model.dh:
+            raise InputError(f"replace[{index}] must be (1 or {B}, {model.n_heads}, 1 or {P}, {model.dh}); got "
+                             f"{tuple(value.shape)}. A patch from a second source needs the same token count for "
+                             "encoder heads; decoder and cross-attention heads read the same target.")
+        out.append(value)
+    return out
+
+
+@contextlib.contextmanager
+def _masks(model, keep: torch.Tensor, values: list):
+    """A forward pre-hook on every projection with a head off in some row: x[b, :, head h] = keep * x + (1 - keep) *
+    value (0 where no value)."""
+    H, dh = model.n_heads, model.dh
+    handles = []
+    for index, module in enumerate(model._modules()):
+        k = keep[:, index]  # (B, H)
+        if bool((k == 1).all()):
+            continue
+
+        def hook(mod, args, k=k, value=values[index]):
+            x = args[0]  # (B, P, H * dh)
+            B, P = x.shape[:2]
+            heads = x.view(B, P, H, dh)  # (B, P, H, dh)
+            on = k.to(x.dtype).to(x.device)[:, None, :, None]  # (B, 1, H, 1)
+            edited = heads * on
+            if value is not None:
+                edited = edited + (1 - on) * value.to(x.dtype).to(x.device).permute(0, 2, 1, 3)  # (B|1, P|1, H, dh)
+            return (edited.reshape(B, P, H * dh), *args[1:])
+
+        handles.append(module.register_forward_pre_hook(hook))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
