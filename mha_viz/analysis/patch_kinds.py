@@ -1,6 +1,7 @@
 """Exact activation patching for a model with cross-attention (encoder-decoder): every head of every kind patched
-alone from a second source, one patched run per head (`Model.run` with `patch` / `patch_cross`), the decoder
-reading the same target in every run. No streamlit, no plotting.
+alone from a second source, each head a row of the model's batched runs (`run_batch_keep` with `source`: a row
+equals `Model.run` with that head in `patch` / `patch_cross`), the decoder reading the same target in every row. No
+streamlit, no plotting.
 
 The map numbers its layers as the app's one set of heads (web/kinds.py): the encoder's layers 0 .. L_enc - 1, the
 decoder's self-attention layers after them (as `Model.run`'s `ablate` and `patch`), then each decoder layer's
@@ -30,15 +31,18 @@ def every_kind_patching_map(model: Model, text: str, source: str, target: str, m
     source_value = float(metric(*_read(model.run(source, target=target))))
     encoder = model.token_count(text) == model.token_count(source)
     patched = torch.full((n_enc + 2 * n_dec, H), math.nan)  # (L_enc + 2 L_dec, H)
-    rows = [layer for layer in range(n_enc + 2 * n_dec) if encoder or layer >= n_enc]
-    total = len(rows) * H
-    for done, (layer, head) in enumerate(((layer, head) for layer in rows for head in range(H)), 1):
-        cross = layer >= n_enc + n_dec
-        heads = {(layer - n_enc - n_dec if cross else layer, head)}
-        run = model.run(text, target=target, source=source, **{"patch_cross" if cross else "patch": heads})
-        patched[layer, head] = float(metric(*_read(run)))
+    heads = [(layer, head) for layer in range(n_enc + 2 * n_dec) if encoder or layer >= n_enc for head in range(H)]
+    wave = model.wave_rows(model.token_count(text))  # rows per forward
+    for start in range(0, len(heads), wave):
+        chunk = heads[start:start + wave]
+        keep = torch.ones(len(chunk), n_enc + 2 * n_dec, H)  # (B, L_enc + 2 L_dec, H): the one set's numbering
+        for row, (layer, head) in enumerate(chunk):
+            keep[row, layer, head] = 0.0
+        values = metric(*model.run_batch_keep(text, keep, target=target, source=source))  # (B,)
+        for row, (layer, head) in enumerate(chunk):
+            patched[layer, head] = float(values[row])
         if progress is not None:
-            progress(done / total)
+            progress((start + len(chunk)) / len(heads))
     return PatchingMap(text_value, source_value, patched)
 
 

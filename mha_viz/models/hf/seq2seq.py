@@ -434,10 +434,12 @@ class Seq2SeqModel(Model):
         """How many output projections a row of `run_batch_keep` sets heads of: L_enc + 2 * L_dec."""
         return seq2seq_rows.keep_layers(self)
 
-    def run_batch_keep(self, text, keep, replace=None, positions=None, target: str | None = None):
+    def run_batch_keep(self, text, keep, replace=None, positions=None, target: str | None = None,
+                       source: str | None = None):
         """B rows of `text` reading `target` in one forward, each with its own heads off, over every kind: keep
-        (B, keep_layers, H) in `_modules()` order; `replace` one entry per projection (models/hf/seq2seq_rows.py)."""
-        return seq2seq_rows.run_batch_keep(self, text, keep, replace, positions, target)
+        (B, keep_layers, H) in `_modules()` order; `replace` one entry per projection, or `source` a second source
+        the heads off are patched from (models/hf/seq2seq_rows.py)."""
+        return seq2seq_rows.run_batch_keep(self, text, keep, replace, positions, target, source)
 
     def head_means(self, *args, **kwargs):
         raise UnavailableError(_WHY_NOT.format(what="One mean per head over one stack"))

@@ -16,6 +16,7 @@ from typing import Sequence
 import torch
 
 from mha_viz.contract import EncodedText, InputError
+from mha_viz.models.hf import seq2seq_patch
 
 
 def keep_layers(model) -> int:
@@ -24,17 +25,18 @@ def keep_layers(model) -> int:
 
 
 def run_batch_keep(model, text, keep: torch.Tensor, replace: Sequence[torch.Tensor | None] | None = None,
-                   positions: list[int] | None = None, target: str | None = None
+                   positions: list[int] | None = None, target: str | None = None, source: str | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """One forward of B rows of `text` (the source) reading `target` (as `run`: None is the source's greedy
     continuation). keep: (B, M, H), 1 on, 0 off, over every output projection in `_modules()` order (see the module
     docstring). A head off outputs 0, or, with `replace`, its value there: one entry per projection, each None (zero)
     or (B or 1, H, P or 1, dh), P the source's length for the encoder's projections and the target's for the
     decoder's (`head_outputs_all(second_source, target)`, each with a leading 1, patches every row from it).
+    source: a second source text instead of `replace`: a head off takes its output on it, read on this run's
+    decoder input (as `run`'s patch and patch_cross; encoder heads need one token count).
     Returns (output (B, T, D): the decoder's last hidden state, logits (B, T, V), or (B, len(positions), V) at
     those target positions)."""
-    source = text.text if isinstance(text, EncodedText) else text
-    src = model._source_ids(source)
+    src = model._source_ids(text.text if isinstance(text, EncodedText) else text)
     tgt = model.greedy_target(src) if target is None else model._target_ids(target)
     n_mod, H = keep_layers(model), model.n_heads
     keep = torch.as_tensor(keep, dtype=torch.float32)
@@ -43,6 +45,8 @@ def run_batch_keep(model, text, keep: torch.Tensor, replace: Sequence[torch.Tens
                          f"encoder's {model.n_enc} self-attention layers, the decoder's {model.n_dec}, then its "
                          f"{model.n_dec} cross-attention layers) and head; got {tuple(keep.shape)}.")
     B = keep.shape[0]
+    if source is not None:
+        replace = _second_source(model, keep, src, tgt, source)
     values = _replacements(model, replace, B, len(src), len(tgt))
     if positions is not None:
         bad = [p for p in positions if not -len(tgt) <= int(p) < len(tgt)]
@@ -57,6 +61,19 @@ def run_batch_keep(model, text, keep: torch.Tensor, replace: Sequence[torch.Tens
     if positions is not None:
         logits = logits[:, [int(p) for p in positions]]  # (B, P, V)
     return output, logits
+
+
+def _second_source(model, keep: torch.Tensor, src: list[int], tgt: list[int], source: str) -> list[torch.Tensor]:
+    """Every head's output on the second source `source` reading `tgt` (seq2seq_patch.recorded), per projection
+    (1, H, P, dh); an InputError, as `run` gives it, where an encoder head is off and the sources differ in length."""
+    second = model._source_ids(source)
+    off = (keep[:, :model.n_enc] < 1).nonzero().tolist()  # [row, layer, head] of encoder heads off
+    if off and len(second) != len(src):
+        seq2seq_patch.replacements(model, src, tgt, frozenset({(off[0][1], off[0][2])}), frozenset(), second)
+    H, dh, lined_up = model.n_heads, model.dh, len(second) == len(src)
+    return [x[0].float().view(x.shape[1], H, dh).transpose(0, 1)[None]  # (1, H, P, dh)
+            if lined_up or index >= model.n_enc else None  # no encoder head is off (checked above)
+            for index, x in enumerate(seq2seq_patch.recorded(model, second, tgt))]
 
 
 def _replacements(model, replace, B: int, n_source: int, n_target: int) -> list[torch.Tensor | None]:

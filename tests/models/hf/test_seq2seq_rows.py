@@ -96,3 +96,18 @@ def test_bad_shapes_say_the_layout(model):
         model.run_batch_keep(SOURCE, _keep(model, ROWS[:2]), short, target=TARGET)
     with pytest.raises(InputError, match="outside the target"):
         model.run_batch_keep(SOURCE, _keep(model, ROWS[:2]), target=TARGET, positions=[99])
+
+
+def test_a_second_source_patches_rows_on_this_texts_decoder_input(model):
+    """`source=`: the heads off take their outputs on the second source read on this run's decoder input, as `run`
+    patches them, with or without a target (none: this source's greedy continuation, not the second's)."""
+    for target in (TARGET, None):
+        _, logits = model.run_batch_keep(SOURCE, _keep(model, ROWS), target=target, source=OTHER)  # (B, T, V)
+        for row, (heads, args) in enumerate(ROWS[1:], start=1):
+            single = model.run(SOURCE, target=target, source=OTHER, **_patch_args(args))
+            assert (logits[row] - single.logits).abs().max() <= TOL, (target, heads)
+    with pytest.raises(InputError, match="same number of tokens"):
+        model.run_batch_keep(SOURCE, _keep(model, ROWS[:2]), target=TARGET, source="the cat")
+    _, cross_only = model.run_batch_keep(SOURCE, _keep(model, [ROWS[3]]), target=TARGET, source="the cat")
+    single = model.run(SOURCE, target=TARGET, source="the cat", patch_cross={(1, 2)})
+    assert (cross_only[0] - single.logits).abs().max() <= TOL, "cross heads line up on the target alone"
