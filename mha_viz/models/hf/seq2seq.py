@@ -40,7 +40,8 @@ RESAMPLE_SEED = 0  # which reference source resample ablation takes, as Resample
 _WHY_NOT = ("{what} is not available for encoder-decoder models yet: it is defined on one self-attention stack "
             "over one text, and here a head reads either the source, the target, or (cross-attention) both. The "
             "three attention kinds, switching heads off (ablate, ablate_cross), patching them from a second source "
-            "(patch, patch_cross), opening a head of any kind (inside, inside_layer) and run.output are available.")
+            "(patch, patch_cross), batched rows of both (run_batch_keep over every kind), opening a head of any kind "
+            "(inside, inside_layer), circuits per kind (circuits(model, kind=...)) and run.output are available.")
 
 
 @dataclass(frozen=True)
