@@ -220,9 +220,6 @@ def test_decoder_heads_carry_readings_of_the_decoders_own_attention_and_cross_he
 
 @pytest.mark.parametrize("view, words", [
     ("Census", ("encoder's self-attention heads", "carry no readings")),
-    # The importance maps are defined on one stack over one text: the page says so instead of indexing the
-    # target's logits by a source position (a traceback before).
-    ("Ablation effects", ("importance maps",)),
     ("Rollout & norms", ("two (a source and a target)",)),
 ])
 def test_views_that_hold_for_one_text_say_why(folder, view, words):

@@ -3,6 +3,7 @@ view's switch between the Encoder, Decoder and Cross grids, a cross-attention he
 source columns with hover naming both tokens, and a cross head switched off from its corner."""
 from __future__ import annotations
 
+import re
 from urllib.parse import urlencode
 
 import pytest
@@ -108,6 +109,30 @@ def test_inside_and_patching_open_from_a_cross_link(browser, streamlit_url, fold
         assert page.evaluate(OVERFLOW) <= 0, f"{view} is wider than the window"
         page.screenshot(path=str(artifacts / f"seq2seq-{view.split()[0].lower()}-{size[0]}x{size[1]}.png"),
                         full_page=True)
+        assert page.js_errors == [], page.js_errors
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("size", [(1000, 800), (1600, 1000)], ids=["1000x800", "1600x1000"])
+def test_importance_maps_of_every_kind_in_the_browser(browser, streamlit_url, folder, size, artifacts):
+    """Ablation effects on an encoder-decoder model: the exact map switches every head of every kind off alone and
+    draws one map per kind (Encoder, Decoder, Cross), no traceback, nothing wider than the window."""
+    context, page = new_page(browser, *size)
+    try:
+        query = urlencode({"model": str(folder), "text": SOURCE, "target": TARGET, "view": "Ablation effects"})
+        page.goto(f"{streamlit_url}/?{query}", wait_until="domcontentloaded")
+        page.get_by_role("button", name="Load this model").click()
+        button = page.get_by_role("button", name=re.compile("Compute the exact map"))
+        button.wait_for()
+        wait_idle(page)
+        button.click()
+        wait(page, """() => ['Encoder', 'Decoder', 'Cross'].every(k => [...document.querySelectorAll('.gtitle')]
+                 .some(t => t.textContent.startsWith(k + ':')))""", "a map per kind")
+        wait_idle(page)
+        _assert_no_exception(page, "the importance maps of every kind")
+        assert page.evaluate(OVERFLOW) <= 0, "Ablation effects is wider than the window"
+        page.screenshot(path=str(artifacts / f"seq2seq-importance-{size[0]}x{size[1]}.png"), full_page=True)
         assert page.js_errors == [], page.js_errors
     finally:
         context.close()

@@ -57,12 +57,6 @@ def render(ctx: ViewContext) -> None:
 
 
 SHIFT_SCALE_FLOOR = 0.05  # bits
-CROSS_IMPORTANCE = (
-    "The importance maps switch each head off alone along one self-attention stack over one text (batched, and "
-    "estimated from its gradients); this model reads two texts with three kinds of heads, so they are not drawn. "
-    "Switch heads of any kind off in the Layer view, whose table reads what each does to the decoder's prediction "
-    "at every target position, or patch heads one at a time in the Patching view.")
-
 
 def pattern_shift(model: Model, base: AttentionRun, run: AttentionRun, heads_off: frozenset[Head]) -> None:
     shift = analysis.pattern_shift(base.attentions, run.attentions)  # (L, H)
@@ -91,8 +85,11 @@ def importance(model: Model, model_name: str, text: str, base: AttentionRun, hea
                position: int | None, ablation: str = "zero") -> None:
     """Each head switched off alone; measured at the same position as the predictions above."""
     st.markdown("**Head importance for this input**")
-    if model.has_cross_attention:  # the maps switch heads off along one stack over one text, batched
-        st.info(CROSS_IMPORTANCE)
+    if model.has_cross_attention:  # every kind's heads, each map its own kind's (importance_kinds.py)
+        from mha_viz.app import importance_kinds
+
+        importance_kinds.render(model, model_name, text, base, heads_off, position, ablation,
+                                ABLATION_SHORT[ablation])
         return
     measure = effect_measure(model)
     if base.logits is not None:

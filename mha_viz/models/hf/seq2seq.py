@@ -436,11 +436,11 @@ class Seq2SeqModel(Model):
         return seq2seq_rows.keep_layers(self)
 
     def run_batch_keep(self, text, keep, replace=None, positions=None, target: str | None = None,
-                       source: str | None = None):
+                       source: str | None = None, ablation: str = "zero", reference=None):
         """B rows of `text` reading `target` in one forward, each with its own heads off, over every kind: keep
-        (B, keep_layers, H) in `_modules()` order; `replace` one entry per projection, or `source` a second source
-        the heads off are patched from (models/hf/seq2seq_rows.py)."""
-        return seq2seq_rows.run_batch_keep(self, text, keep, replace, positions, target, source)
+        (B, keep_layers, H) in `_modules()` order; `replace` one entry per projection, `source` a second source
+        the heads off are patched from, or `ablation` what "off" means (models/hf/seq2seq_rows.py)."""
+        return seq2seq_rows.run_batch_keep(self, text, keep, replace, positions, target, source, ablation, reference)
 
     def head_means(self, *args, **kwargs):
         raise UnavailableError(_WHY_NOT.format(what="One mean per head over one stack"))

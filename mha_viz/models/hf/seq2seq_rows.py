@@ -25,8 +25,8 @@ def keep_layers(model) -> int:
 
 
 def run_batch_keep(model, text, keep: torch.Tensor, replace: Sequence[torch.Tensor | None] | None = None,
-                   positions: list[int] | None = None, target: str | None = None, source: str | None = None
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+                   positions: list[int] | None = None, target: str | None = None, source: str | None = None,
+                   ablation: str = "zero", reference=None) -> tuple[torch.Tensor, torch.Tensor]:
     """One forward of B rows of `text` (the source) reading `target` (as `run`: None is the source's greedy
     continuation). keep: (B, M, H), 1 on, 0 off, over every output projection in `_modules()` order (see the module
     docstring). A head off outputs 0, or, with `replace`, its value there: one entry per projection, each None (zero)
@@ -34,6 +34,8 @@ def run_batch_keep(model, text, keep: torch.Tensor, replace: Sequence[torch.Tens
     decoder's (`head_outputs_all(second_source, target)`, each with a leading 1, patches every row from it).
     source: a second source text instead of `replace`: a head off takes its output on it, read on this run's
     decoder input (as `run`'s patch and patch_cross; encoder heads need one token count).
+    ablation, reference: instead of `replace`, what "off" means, as `run` takes them ("zero", "mean" or "resample"
+    over `reference` source texts, None: the model's example sentences).
     Returns (output (B, T, D): the decoder's last hidden state, logits (B, T, V), or (B, len(positions), V) at
     those target positions)."""
     src = model._source_ids(text.text if isinstance(text, EncodedText) else text)
@@ -47,6 +49,10 @@ def run_batch_keep(model, text, keep: torch.Tensor, replace: Sequence[torch.Tens
     B = keep.shape[0]
     if source is not None:
         replace = _second_source(model, keep, src, tgt, source)
+    elif replace is None and str(ablation) != "zero":
+        text_of = text.text if isinstance(text, EncodedText) else text
+        replace = [None if v is None else (v[None, :, None] if v.ndim == 2 else v[None])  # (1, H, P or 1, dh)
+                   for v in model._replacements(str(ablation), reference, text_of, len(tgt), len(src))]
     values = _replacements(model, replace, B, len(src), len(tgt))
     if positions is not None:
         bad = [p for p in positions if not -len(tgt) <= int(p) < len(tgt)]

@@ -111,3 +111,33 @@ def test_a_second_source_patches_rows_on_this_texts_decoder_input(model):
     _, cross_only = model.run_batch_keep(SOURCE, _keep(model, [ROWS[3]]), target=TARGET, source="the cat")
     single = model.run(SOURCE, target=TARGET, source="the cat", patch_cross={(1, 2)})
     assert (cross_only[0] - single.logits).abs().max() <= TOL, "cross heads line up on the target alone"
+
+
+@pytest.mark.parametrize("ablation", ["mean", "resample"])
+def test_mean_and_resample_rows_equal_single_runs(model, ablation):
+    """`ablation=`: a head off takes the value `run` gives it under that meaning, over the same reference texts."""
+    reference = [OTHER, "a cat ran over the mat", SOURCE]
+    _, logits = model.run_batch_keep(SOURCE, _keep(model, ROWS), target=TARGET, ablation=ablation,
+                                     reference=reference)
+    for row, (heads, args) in enumerate(ROWS[1:], start=1):
+        single = model.run(SOURCE, target=TARGET, ablation=ablation, reference=reference, **args)
+        assert (logits[row] - single.logits).abs().max() <= TOL, (ablation, heads)
+        zero = model.run(SOURCE, target=TARGET, **args)
+        assert (single.logits - zero.logits).abs().max() > MOVED, f"{ablation} of {heads} is zero ablation"
+
+
+def test_importance_of_every_kind_on_top_of_the_heads_off(model):
+    """`every_kind_importance`: each head switched off alone on top of those already off, as KL from the run with
+    only those off; NaN at the heads already off."""
+    from mha_viz.analysis import effects
+    from mha_viz.analysis.patch_kinds import every_kind_importance
+
+    off = {(0, 1)}
+    scores = every_kind_importance(model, SOURCE, TARGET, off, position=-1)  # (L_enc + 2 L_dec, H)
+    assert scores.shape == (model.keep_layers, H) and torch.isnan(scores[0, 1])
+    base = model.run(SOURCE, target=TARGET, ablate=off).logits
+    for (layer, head), args in (((CROSS + 1, 2), {"ablate": off, "ablate_cross": {(1, 2)}}),
+                                ((L_ENC + 2, 3), {"ablate": off | {(L_ENC + 2, 3)}})):
+        want = effects.next_token_kl(base, model.run(SOURCE, target=TARGET, **args).logits, position=-1)
+        assert float(scores[layer, head]) == pytest.approx(want, abs=1e-4), (layer, head)
+        assert want > 1e-4
