@@ -8,7 +8,6 @@ so heads are switched off at the one place every family shares: the output proje
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import random
 from dataclasses import dataclass, field
@@ -205,37 +204,12 @@ class Seq2SeqModel(Model):
         """Every output projection in the order of the `outputs` tensors: encoder, decoder self, cross."""
         return [*self._enc, *self._dec, *self._cross]
 
-    @contextlib.contextmanager
-    def _hooks(self, replace: dict, record: list | None = None):
-        """Forward pre-hooks on the output projections. `replace`: {(module index, head): None (zero) or a
-        replacement (T, dh) / (dh,)}; `record`: a list that receives each projection's input (1, T, H * dh)."""
-        handles = []
-        for index, module in enumerate(self._modules()):
-            mine = {h: r for (i, h), r in replace.items() if i == index}
-            if not mine and record is None:
-                continue
-
-            def hook(mod, args, mine=mine, index=index):
-                x = args[0]  # (1, T, H * dh)
-                if record is not None:
-                    record[index] = x.detach()
-                if not mine:
-                    return None
-                x = x.clone()
-                for h, r in mine.items():
-                    cut = slice(h * self.dh, (h + 1) * self.dh)
-                    x[..., cut] = 0 if r is None else r.to(x.dtype)  # (1, T, dh) <- (T, dh) or (dh,)
-                return (x, *args[1:])
-
-            handles.append(module.register_forward_pre_hook(hook))
-        try:
-            yield
-        finally:
-            for handle in handles:
-                handle.remove()
-
     def _forward(self, src: list[int], tgt: list[int], replace: dict, record: list | None = None):
-        with torch.no_grad(), self._hooks(replace, record):
+        """One forward of `src` reading `tgt`, the heads in `replace` edited ({(projection index, head): None for
+        zero, or the head's output (P, dh) or (dh,)}) by the batched rows' hook, as one row (seq2seq_rows.masks);
+        `record`: a list that receives every projection's input (1, P, H * dh)."""
+        keep, values = seq2seq_rows.one_row(self, replace, len(src), len(tgt))
+        with torch.no_grad(), seq2seq_rows.masks(self, keep, values, record):
             return self._model(input_ids=torch.tensor([src], device=self._device),
                                decoder_input_ids=torch.tensor([tgt], device=self._device),
                                output_attentions=True, output_hidden_states=True, use_cache=False)

@@ -6,7 +6,8 @@ output, as everywhere in mha-viz). The rows' layout is the model's own: every ou
 `Seq2SeqModel._modules()` order, M = L_enc + 2 * L_dec of them (the encoder's self-attention layers, the decoder's
 self-attention layers numbered as `ablate` numbers them, then the decoder's cross-attention layers), so row b's
 keep[b, m, h] = 0 switches off head h of projection m. A row equals `run` with the same heads in `ablate` and
-`ablate_cross` (zero ablation), or in `patch` and `patch_cross` when `replace` holds the second source's outputs.
+`ablate_cross` (zero ablation), or in `patch` and `patch_cross` when `replace` holds the second source's outputs:
+`run` itself is one row of the same hook (`one_row`, `masks`).
 """
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def run_batch_keep(model, text, keep: torch.Tensor, replace: Sequence[torch.Tens
         bad = [p for p in positions if not -len(tgt) <= int(p) < len(tgt)]
         if bad:
             raise InputError(f"positions {bad[:5]} are outside the target's {len(tgt)} positions.")
-    with torch.no_grad(), _masks(model, keep, values):
+    with torch.no_grad(), masks(model, keep, values):
         out = model._model(input_ids=torch.tensor([src] * B, device=model._device),
                            decoder_input_ids=torch.tensor([tgt] * B, device=model._device),
                            output_hidden_states=True, use_cache=False)
@@ -107,19 +108,39 @@ def _replacements(model, replace, B: int, n_source: int, n_target: int) -> list[
     return out
 
 
+def one_row(model, replace: dict, n_source: int, n_target: int) -> tuple[torch.Tensor, list]:
+    """`run`'s edits, {(projection index, head): None (zero) or its output (P, dh) or (dh,)}, as one row of
+    `masks`: keep (1, M, H) and per projection None or (1, H, P, dh)."""
+    keep = torch.ones(1, keep_layers(model), model.n_heads)  # (1, M, H)
+    values: list = [None] * keep.shape[1]
+    for (index, head), value in replace.items():
+        keep[0, index, head] = 0.0
+        if value is not None:
+            if values[index] is None:
+                P = n_source if index < model.n_enc else n_target
+                values[index] = torch.zeros(1, model.n_heads, P, model.dh)  # (1, H, P, dh): zero where not given
+            values[index][0, head] = value.float().cpu()  # (P, dh) <- (P, dh) or (dh,)
+    return keep, values
+
+
 @contextlib.contextmanager
-def _masks(model, keep: torch.Tensor, values: list):
+def masks(model, keep: torch.Tensor, values: list, record: list | None = None):
     """A forward pre-hook on every projection with a head off in some row: x[b, :, head h] = keep * x + (1 - keep) *
-    value (0 where no value)."""
+    value (0 where no value), exactly x where kept and exactly the value where not. `record`: a list that receives
+    each projection's input before the edit (B, P, H * dh)."""
     H, dh = model.n_heads, model.dh
     handles = []
     for index, module in enumerate(model._modules()):
         k = keep[:, index]  # (B, H)
-        if bool((k == 1).all()):
+        if bool((k == 1).all()) and record is None:
             continue
 
-        def hook(mod, args, k=k, value=values[index]):
+        def hook(mod, args, k=k, value=values[index], index=index):
             x = args[0]  # (B, P, H * dh)
+            if record is not None:
+                record[index] = x.detach()
+            if bool((k == 1).all()):
+                return None
             B, P = x.shape[:2]
             heads = x.view(B, P, H, dh)  # (B, P, H, dh)
             on = k.to(x.dtype).to(x.device)[:, None, :, None]  # (B, 1, H, 1)
