@@ -22,9 +22,9 @@ TARGET = "a dog ran"
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
-    from tests.models.hf.test_seq2seq import bart_folder
+    from tests.models.hf.test_seq2seq import seq2seq_folder
 
-    return bart_folder(tmp_path_factory.mktemp("bart"))
+    return seq2seq_folder(tmp_path_factory.mktemp("bart"))
 
 
 def _heatmap(at, title_part: str) -> dict:

@@ -19,9 +19,9 @@ TARGET = "a dog ran"  # shorter than the source: the cross grid is not square
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
-    from tests.models.hf.test_seq2seq import bart_folder
+    from tests.models.hf.test_seq2seq import seq2seq_folder
 
-    return bart_folder(tmp_path_factory.mktemp("bart"))
+    return seq2seq_folder(tmp_path_factory.mktemp("bart"))
 
 
 def _page(folder: Path, target: str = TARGET):
@@ -148,11 +148,11 @@ def test_the_kind_is_kept_across_other_views(folder):
 def deep_decoder(tmp_path_factory) -> Path:
     """A BART folder whose decoder has two more layers than its encoder: its last decoder layers have no encoder
     layer of the same number."""
-    from tests.models.hf.test_seq2seq import CONFIGS, bart_folder
+    from tests.models.hf.test_seq2seq import CONFIGS, seq2seq_folder
 
     config = CONFIGS["bart"]()
     config.decoder_layers = config.encoder_layers + 2
-    return bart_folder(tmp_path_factory.mktemp("bart_deep"), config, seed=1)
+    return seq2seq_folder(tmp_path_factory.mktemp("bart_deep"), config, seed=1)
 
 
 def test_a_link_keeps_the_kind_the_target_and_a_decoder_layer_past_the_encoders(deep_decoder):

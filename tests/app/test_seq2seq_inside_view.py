@@ -22,9 +22,9 @@ TARGET = "a dog ran"  # shorter than the source: cross-attention is (T, S), not 
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
-    from tests.models.hf.test_seq2seq import bart_folder
+    from tests.models.hf.test_seq2seq import seq2seq_folder
 
-    return bart_folder(tmp_path_factory.mktemp("bart"))
+    return seq2seq_folder(tmp_path_factory.mktemp("bart"))
 
 
 def _page(folder: Path):

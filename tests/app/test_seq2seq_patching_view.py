@@ -21,10 +21,10 @@ TARGET = "a dog ran in the park"
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
-    from tests.models.hf.test_seq2seq import bart_folder
+    from tests.models.hf.test_seq2seq import seq2seq_folder
     from tests.models.hf.test_seq2seq_patching import strong_config
 
-    return bart_folder(tmp_path_factory.mktemp("bart-patching"), strong_config("bart"))
+    return seq2seq_folder(tmp_path_factory.mktemp("bart-patching"), strong_config("bart"))
 
 
 def _page(folder: Path, target: str = TARGET):

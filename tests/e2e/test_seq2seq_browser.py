@@ -26,9 +26,9 @@ OVERFLOW = "() => document.documentElement.scrollWidth - window.innerWidth"
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    from tests.models.hf.test_seq2seq import bart_folder
+    from tests.models.hf.test_seq2seq import seq2seq_folder
 
-    return bart_folder(tmp_path_factory.mktemp("bart"))
+    return seq2seq_folder(tmp_path_factory.mktemp("bart"))
 
 
 def _kind(page, kind: str) -> None:

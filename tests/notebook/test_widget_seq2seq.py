@@ -12,14 +12,14 @@ pytest.importorskip("anywidget")
 import mha_viz  # noqa: E402
 from mha_viz.contract import InputError  # noqa: E402
 from mha_viz.models.hf.loading import load_custom  # noqa: E402
-from tests.models.hf.test_seq2seq import L_DEC, L_ENC, SOURCE, H, bart_folder  # noqa: E402
+from tests.models.hf.test_seq2seq import L_DEC, L_ENC, SOURCE, H, seq2seq_folder  # noqa: E402
 
 TARGET = "a dog ran"  # shorter than the source: cross-attention is not square
 
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    return load_custom(str(bart_folder(tmp_path_factory.mktemp("bart"))))
+    return load_custom(str(seq2seq_folder(tmp_path_factory.mktemp("bart"))))
 
 
 def test_three_kinds_draw_their_own_shapes_and_labels(model):

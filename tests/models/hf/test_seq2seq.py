@@ -43,24 +43,19 @@ def _tokenizer(folder):
                                          unk_token="<unk>", bos_token="<s>").save_pretrained(folder)
 
 
-def bart_folder(path, config=None, seed: int = 0):
-    """`path` as a random BART folder with the tests' word-level tokenizer: `config` (CONFIGS["bart"]() by default),
-    its weights drawn after torch.manual_seed(`seed`). The app's, the browser's and the notebook's tests load it."""
+def seq2seq_folder(path, config=None, seed: int = 0, arch: str = "bart"):
+    """`path` as a random `arch` folder (a key of CONFIGS) with the tests' word-level tokenizer: `config`
+    (CONFIGS[arch]() by default), its weights drawn after torch.manual_seed(`seed`). The models', app's, browser's and
+    notebook's tests load it."""
     torch.manual_seed(seed)
-    transformers.BartForConditionalGeneration(config or CONFIGS["bart"]()).save_pretrained(path)
+    getattr(transformers, MODEL_CLASS[arch])(config or CONFIGS[arch]()).save_pretrained(path)
     _tokenizer(path)
     return path
 
 
 @pytest.fixture(scope="module", params=sorted(CONFIGS))
 def folder(request, tmp_path_factory):
-    arch = request.param
-    path = tmp_path_factory.mktemp(arch)
-    torch.manual_seed(0)
-    model = getattr(transformers, MODEL_CLASS[arch])(CONFIGS[arch]())
-    model.save_pretrained(path, safe_serialization=True)
-    _tokenizer(path)
-    return path
+    return seq2seq_folder(tmp_path_factory.mktemp(request.param), arch=request.param)
 
 
 @pytest.fixture(scope="module")

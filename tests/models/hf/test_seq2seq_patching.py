@@ -14,7 +14,6 @@ from mha_viz.models.hf.loading import load_custom  # noqa: E402
 from tests.models.hf.test_seq2seq import (  # noqa: E402
     CONFIGS,
     L_ENC,
-    MODEL_CLASS,
     OTHER,
     SOURCE,
     TARGET,
@@ -22,7 +21,7 @@ from tests.models.hf.test_seq2seq import (  # noqa: E402
     _self_o,
     _set_slice,
     _theirs,
-    _tokenizer,
+    seq2seq_folder,
 )
 
 
@@ -40,10 +39,7 @@ def strong_config(arch: str):
 def pair(request, tmp_path_factory):
     """(our model, transformers' own eager model) from one tiny random folder per architecture."""
     arch = request.param
-    path = tmp_path_factory.mktemp(f"{arch}-patch")
-    torch.manual_seed(0)
-    getattr(transformers, MODEL_CLASS[arch])(strong_config(arch)).save_pretrained(path, safe_serialization=True)
-    _tokenizer(path)
+    path = seq2seq_folder(tmp_path_factory.mktemp(f"{arch}-patch"), strong_config(arch), arch=arch)
     theirs = transformers.AutoModelForSeq2SeqLM.from_pretrained(path, attn_implementation="eager").eval()
     return load_custom(str(path)), theirs
 

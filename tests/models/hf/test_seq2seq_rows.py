@@ -11,7 +11,7 @@ transformers = pytest.importorskip("transformers")
 
 from mha_viz.contract import InputError  # noqa: E402
 from mha_viz.models.hf.loading import load_custom  # noqa: E402
-from tests.models.hf.test_seq2seq import CONFIGS, L_DEC, L_ENC, MODEL_CLASS, OTHER, SOURCE, TARGET, H, _tokenizer  # noqa: E402
+from tests.models.hf.test_seq2seq import CONFIGS, L_DEC, L_ENC, OTHER, SOURCE, TARGET, H, seq2seq_folder  # noqa: E402
 from tests.models.hf.test_seq2seq_patching import strong_config  # noqa: E402
 
 TOL = 1e-4
@@ -21,11 +21,7 @@ MOVED = 1e-3  # every row's edit moves some logit by more than this (checked), s
 @pytest.fixture(scope="module", params=sorted(CONFIGS))
 def model(request, tmp_path_factory):
     arch = request.param
-    path = tmp_path_factory.mktemp(f"{arch}-rows")
-    torch.manual_seed(0)
-    getattr(transformers, MODEL_CLASS[arch])(strong_config(arch)).save_pretrained(path, safe_serialization=True)
-    _tokenizer(path)
-    return load_custom(str(path))
+    return load_custom(str(seq2seq_folder(tmp_path_factory.mktemp(f"{arch}-rows"), strong_config(arch), arch=arch)))
 
 
 CROSS = L_ENC + L_DEC  # the first cross-attention projection in `_modules()` order
