@@ -56,6 +56,18 @@ def recorded(model, src: list[int], tgt: list[int]) -> list[torch.Tensor]:
     return record
 
 
+def check_lined_up(src: list[int], second: list[int], encoder_heads) -> None:
+    """An InputError where encoder heads (`encoder_heads`, (layer, head) pairs) are patched from a second source
+    of another token count: they take its outputs position by position."""
+    if encoder_heads and len(second) != len(src):
+        heads = ", ".join(f"({l}, {h})" for l, h in sorted(encoder_heads)[:5])
+        raise InputError(
+            f"the second source has {len(second)} tokens and the source has {len(src)}: patching encoder heads "
+            f"({heads}) takes each head's output position by position, so both sources need the same number of "
+            "tokens. Change the second source so it lines up (e.g. swap one name for another of the same length "
+            "in tokens), or patch only decoder and cross-attention heads, which line up on the one target.")
+
+
 def replacements(model, src: list[int], tgt: list[int], patch: frozenset, patch_cross: frozenset,
                  second: list[int]) -> dict:
     """{(module index, head): (P, dh)}: what `Seq2SeqModel._hooks` puts at each patched head, its output on the
@@ -63,14 +75,7 @@ def replacements(model, src: list[int], tgt: list[int], patch: frozenset, patch_
     (encoder layers, then the decoder's); `patch_cross` the decoder's cross-attention layers from 0."""
     if not patch and not patch_cross:
         return {}
-    encoder = sorted((l, h) for l, h in patch if l < model.n_enc)
-    if encoder and len(second) != len(src):
-        heads = ", ".join(f"({l}, {h})" for l, h in encoder[:5])
-        raise InputError(
-            f"the second source has {len(second)} tokens and the source has {len(src)}: patching encoder heads "
-            f"({heads}) takes each head's output position by position, so both sources need the same number of "
-            "tokens. Change the second source so it lines up (e.g. swap one name for another of the same length "
-            "in tokens), or patch only decoder and cross-attention heads, which line up on the one target.")
+    check_lined_up(src, second, [(l, h) for l, h in patch if l < model.n_enc])
     outputs = recorded(model, second, tgt)
     dh, cut = model.dh, model.n_enc + model.n_dec
     out = {}

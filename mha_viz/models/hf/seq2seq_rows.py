@@ -75,8 +75,7 @@ def _second_source(model, keep: torch.Tensor, src: list[int], tgt: list[int], so
     (1, H, P, dh); an InputError, as `run` gives it, where an encoder head is off and the sources differ in length."""
     second = model._source_ids(source)
     off = (keep[:, :model.n_enc] < 1).nonzero().tolist()  # [row, layer, head] of encoder heads off
-    if off and len(second) != len(src):
-        seq2seq_patch.replacements(model, src, tgt, frozenset({(off[0][1], off[0][2])}), frozenset(), second)
+    seq2seq_patch.check_lined_up(src, second, {(layer, head) for _, layer, head in off})
     H, dh, lined_up = model.n_heads, model.dh, len(second) == len(src)
     return [x[0].float().view(x.shape[1], H, dh).transpose(0, 1)[None]  # (1, H, P, dh)
             if lined_up or index >= model.n_enc else None  # no encoder head is off (checked above)
