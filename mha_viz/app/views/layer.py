@@ -190,8 +190,12 @@ def stack_labels(model: Model, run: AttentionRun, layers) -> dict:
         below = frozenset(h for h in run.ablated if h[0] < j)
         return model.info.name, tuple(run.token_ids), tuple(run.tokens), below, str(run.ablation) if below else "", j
 
+    keys = {j: key(j) for j in layers}
     with _LAYER_CAPTIONS_LOCK:
-        kept = {j: _LAYER_CAPTIONS.get(key(j)) for j in layers}
+        kept = {j: _LAYER_CAPTIONS.get(keys[j]) for j in layers}
+        for j in layers:
+            if kept[j] is not None:
+                _LAYER_CAPTIONS.move_to_end(keys[j])  # used last: let go last
     missing = tuple(j for j in layers if kept[j] is None)
     if missing:
         fresh = _captions(run, model.causal, missing, model.n_heads)
@@ -199,13 +203,9 @@ def stack_labels(model: Model, run: AttentionRun, layers) -> dict:
             for j in missing:
                 kept[j] = {head: fresh.get((j, head), "") for head in range(model.n_heads)}
                 if fresh:  # a failed measure is not kept: the next run tries again
-                    _LAYER_CAPTIONS[key(j)] = kept[j]
+                    _LAYER_CAPTIONS[keys[j]] = kept[j]
             while len(_LAYER_CAPTIONS) > _LAYER_CAPTIONS_MAX:
                 _LAYER_CAPTIONS.popitem(last=False)
-    with _LAYER_CAPTIONS_LOCK:
-        for j in layers:
-            if key(j) in _LAYER_CAPTIONS:
-                _LAYER_CAPTIONS.move_to_end(key(j))
     return {(j, head): text for j in layers for head, text in kept[j].items()}
 
 
