@@ -57,6 +57,9 @@ import launch as harness  # noqa: E402  (free ports, health checks, log tails: s
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 COOKIE = "mhaviz_backend"
+# A process that failed one request is left out of the round-robin this long (nginx's fail_timeout); tests that
+# fault a process wait it out before they expect new sessions spread over every process again.
+FAIL_TIMEOUT_S = 5
 # What a public demo needs unless the operator says otherwise: nobody's link or sidebar makes the server download
 # or load a model of their choosing, runs stay short enough that a classroom's long texts do not exhaust a
 # process's memory (SmolLM2 at 256 tokens holds 71 MB of attention per run, at 512 tokens 283 MB) and wait their
@@ -134,9 +137,10 @@ def nginx_config(ports: list[int], listen: str, prefix: Path) -> str:
     """nginx.conf for the app processes on 127.0.0.1:`ports`, listening on `listen` ("host:port"), with every file
     (pid, logs, temp dirs) under `prefix`, so it runs without root and next to a system nginx."""
     def server(p: int, backup: bool = False) -> str:
-        # One failed attempt marks a process down for 5 s: a dead one is skipped at once, a restarted one is tried
-        # again soon after. Loopback connects in microseconds, so 2 s is a refused or stalled connect, never load.
-        return f"        server 127.0.0.1:{p}{' backup' if backup else ' max_fails=1 fail_timeout=5s'};"
+        # One failed attempt marks a process down for FAIL_TIMEOUT_S: a dead one is skipped at once, a restarted one
+        # is tried again soon after. Loopback connects in microseconds, so 2 s is a refused or stalled connect.
+        checked = f" max_fails=1 fail_timeout={FAIL_TIMEOUT_S}s"
+        return f"        server 127.0.0.1:{p}{' backup' if backup else checked};"
 
     servers = "\n".join(server(p) for p in ports)
     pinned = "\n".join(f"        b{i} mhaviz_b{i};" for i in range(len(ports)))

@@ -31,7 +31,6 @@ from harness import GRID_DRAWN, IDLE, Server, page_problems, wait
 
 LESSON_INPUT = "tom lind saw anna berg at the market ."  # the student's own input on step 3 (the tiny vocabulary)
 HIDE = "Hide special tokens"
-NGINX_FAIL_S = 5  # deploy/serve.py's fail_timeout: a process that failed a request rejoins the round-robin after it
 REBUILD_MS = 90_000  # the rebuild runs on the other process, warm: seconds, even on 2 shared cores
 REBUILT = "was rebuilt from the page's link"  # reconnect.REBUILT's words
 BOX = "() => document.querySelector('textarea[aria-label=\"Sentence\"]')?.value ?? ''"
@@ -100,7 +99,7 @@ def _back(d, victim: int, old_pid: int, t_fault: float) -> float:
         assert time.monotonic() < deadline, f"app process {victim} not back: {d.info()}"
         time.sleep(0.25)
     back = time.monotonic() - t_fault
-    time.sleep(NGINX_FAIL_S)  # so the next test's sessions are spread over both processes again
+    time.sleep(serve.FAIL_TIMEOUT_S)  # so the next test's sessions are spread over both processes again
     return back
 
 
