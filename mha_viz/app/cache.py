@@ -281,7 +281,7 @@ def current_target(model) -> str | None:
 
 def get_run(name: str, text: str | EncodedText, off: tuple[Head, ...] | frozenset[Head] = (), ablation: str = "zero",
             patch: tuple[Head, ...] | frozenset[Head] = (), source: str | None = None,
-            logits_at=None) -> AttentionRun:
+            logits_at=None, on_layer=None) -> AttentionRun:
     """A run keyed by everything that shapes it: model, text, heads off and what "off" means, heads patched and
     the text they are patched from, and the positions whose logits it holds. Mean ablation averages over the
     model's example sentences.
@@ -290,6 +290,10 @@ def get_run(name: str, text: str | EncodedText, off: tuple[Head, ...] | frozense
     every position. The LM head then runs at those positions only (`Model.run`'s logits_at), and `logit_row`
     reads a row by its position. A kept run of the same request holding every position, or a superset of
     these, answers it instead of a new run; a position no kept run holds makes a new one.
+
+    on_layer(layer, weights): handed each layer's attention as the run computes it (the engine's `run`), where this
+    call makes the run; a run from the cache, or one another session is making, calls nothing. Not part of the
+    key: it changes nothing the run holds. A one-stack model only (a model with cross-attention ignores it).
 
     A model with cross-attention: `text` is its source, the target is the page's target box (current_target),
     and `off` (and `patch`) is the page's one set of heads (web/kinds.py: cross-attention layers after the
@@ -317,7 +321,7 @@ def get_run(name: str, text: str | EncodedText, off: tuple[Head, ...] | frozense
     request = (name, text, off, ablation, patch, source)
     return runs().get(request + (at,),
                       lambda: model.run(read, ablate=off, ablation=ablation, patch=patch, source=source,
-                                        logits_at=None if at is None else list(at)),
+                                        logits_at=None if at is None else list(at), on_layer=on_layer),
                       need=need, on_wait=_queued, scope_key=scope,
                       answers=None if at is None else lambda k: _holds(k, request, at))
 

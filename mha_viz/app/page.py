@@ -12,6 +12,7 @@ from mha_viz.app import reconnect, sidebar, state
 from mha_viz.app.cache import get_model, get_run, memory_scope, set_threads
 from mha_viz.app.common import METRIC_ROOM, display, display_notes, md_safe
 from mha_viz.app.components import figure_font
+from mha_viz.app.components.head_grid import AsMade
 from mha_viz.app.components.nav import nav
 from mha_viz.app.context import ViewContext
 from mha_viz.app.link import load_or_explain
@@ -47,6 +48,7 @@ _COMPACT = ("<style>[data-testid='stMainBlockContainer']{padding-top:4rem}"
 # Views that draw their own token strip (the Layer grid's): the page's strip would show the tokens twice.
 OWN_STRIP = {"Layer"}
 SWITCHES = {"Layer"}  # views that draw every head's on/off switch (the grid's corners); the others point to it
+GRID = {"Layer"}  # views that draw the run itself as the head grid: its codes are made as the forward goes (_made)
 # Views that bring their own input (each Lesson step has one the student replaces): the page's sentence box above
 # them would be a second box, and a student could not tell which one drives what is drawn.
 OWN_INPUT = {"Lesson"}
@@ -117,14 +119,26 @@ def main() -> None:
         st.sidebar.markdown("The model, display and switching-off settings of the other views are hidden here: "
                            "each Lesson step names the model it runs.")
     text = text_input(model) if boxed else kept_text()
+    view = state.current_view(list(VIEWS))
+    # The run the grid draws is this one where no head is off; else the fragment's, with the heads off.
+    made = _made(view, shared_scale, hide_special, merge) if not state.off_set(name) else None
     try:
         with st.spinner("Running the model..."):  # the LM head where the open view reads it, as the views ask
             read = model.encode_text(text)  # checked once: the positions and the run read this value
-            get_run(name, read, logits_at=off_panel.logits_at(model, read, state.current_view(list(VIEWS))))
+            run = get_run(name, read, logits_at=off_panel.logits_at(model, read, view),
+                          on_layer=made and made.add)
+            if made:
+                made.filed(run.attentions)
     except InputError as err:
         st.warning(md_safe(str(err)))
         return
     heads_and_views(model, name, text, n_cols, shared_scale, hide_special, merge, ablation, boxed)
+
+
+def _made(view: str, shared_scale: bool, hide_special: bool, merge: bool) -> AsMade | None:
+    """Where the open view draws the run as the head grid, with nothing hidden or merged (the grid then draws
+    the run's own attention): its codes, made layer by layer as the forward computes each (head_grid.AsMade)."""
+    return AsMade(shared_scale) if view in GRID and not (hide_special or merge) else None
 
 
 @st.fragment
@@ -146,8 +160,12 @@ def heads_and_views(model: Model, name: str, text: str, n_cols: int, shared_scal
         with st.spinner("Running the model with these heads off..."):
             read = model.encode_text(text)  # checked once: the positions and both runs read this value
             at = off_panel.logits_at(model, read, view)  # the positions this view reads the logits of
-            base = get_run(name, read, logits_at=at)
-            run = get_run(name, read, heads_off, ablation, logits_at=at) if heads_off else base
+            made = _made(view, shared_scale, hide_special, merge)
+            base = get_run(name, read, logits_at=at, on_layer=None if heads_off or not made else made.add)
+            run = get_run(name, read, heads_off, ablation, logits_at=at, on_layer=made and made.add) \
+                if heads_off else base
+            if made:
+                made.filed(run.attentions)
     except InputError as err:  # e.g. mean ablation for a model with no example sentences
         st.warning(md_safe(str(err)))
         return

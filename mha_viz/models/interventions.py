@@ -28,7 +28,7 @@ Axis letters as in mha_viz.contract; dh = one head's width, H_kv = key/value hea
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import torch
 
@@ -192,7 +192,8 @@ class EditableModel(Batching, Model):
     def run(self, text: str | EncodedText, ablate: Iterable[Head] = (), ablation: str = "zero",
             reference: Iterable[str] | None = None, patch: Iterable[Head] = (),
             source: str | None = None, logits_at: Sequence[int] | None = None, target: str | None = None,
-            ablate_cross: Iterable[Head] = (), patch_cross: Iterable[Head] = ()) -> AttentionRun:
+            ablate_cross: Iterable[Head] = (), patch_cross: Iterable[Head] = (),
+            on_layer: Callable[[int, torch.Tensor], None] | None = None) -> AttentionRun:
         """See `Model.run`. Incremental where the adapter resumes (`can_resume`): the layers below the first one
         whose edit differs from a recent run of the same tokens are taken over from it (`_EARLIER`,
         `schedule.EarlierRuns`), equal to computing them again, and only the layers from there on run.
@@ -201,6 +202,12 @@ class EditableModel(Batching, Model):
         `run.logits` is then (P, V) and `run.logits_at` names the positions; None (the default) computes every
         position's. The LM head is a large share of a small model's forward (SmolLM2: 49152 x 576 per position),
         and a view that reads one prediction needs one position.
+
+        on_layer(layer, weights): called once per layer, in layer order, with that layer's attention weights
+        (H, Q, K) float32 on the CPU, equal to `run.attentions[layer]`, as soon as the layer is known: layers taken
+        over from an earlier run at once, each computed layer while the forward goes on to the next one (an
+        adapter that cannot resume: every layer after its forward). A page starts on a layer's picture while the
+        layers above it are still computing. It must not change `weights`; what it raises ends the run.
 
         target, ablate_cross, patch_cross: what an encoder-decoder model takes (hf/seq2seq.py); this model has one
         stack over one text and no cross-attention, so any of them is an InputError saying so."""
@@ -217,10 +224,12 @@ class EditableModel(Batching, Model):
                                                     "position") for p in logits_at]
         with torch.no_grad():
             if self.can_resume:
-                out, attentions = self._incremental(enc, ids, keep, replace, at)
+                out, attentions = self._incremental(enc, ids, keep, replace, at, on_layer)
             else:
                 out = self.forward(ids, HeadEdit(keep, replace, logits_at=at), attentions=True)
                 attentions = out.attentions[0].float().cpu().contiguous()  # (L, H, Q, K)
+                for layer in range(attentions.shape[0]) if on_layer is not None else ():
+                    on_layer(layer, attentions[layer])  # (H, Q, K)
         return AttentionRun(
             tokens=enc.labels,
             attentions=attentions,  # (L, H, Q, K)
@@ -237,7 +246,8 @@ class EditableModel(Batching, Model):
         )
 
     def _incremental(self, enc: Encoded, ids: torch.Tensor, keep: torch.Tensor | None,
-                     replace: torch.Tensor | None, at: list[int] | None) -> tuple[Forward, torch.Tensor]:
+                     replace: torch.Tensor | None, at: list[int] | None,
+                     on_layer: Callable[[int, torch.Tensor], None] | None = None) -> tuple[Forward, torch.Tensor]:
         """One run's forward from the first layer no recent run of these tokens computed the same way: layers
         0..l-1 (block outputs and attention weights) come from that run, layers l.. run, and the run is kept for
         the next (l = L: only the final norm and LM head run). -> (the forward's output, attentions (L, H, Q, K))."""
@@ -248,6 +258,11 @@ class EditableModel(Batching, Model):
         start = len(taken)
         edit = HeadEdit(keep, replace, start=start, prefix=taken[-1].state if start else None, logits_at=at,
                         states=True, patterns=True)
+        if on_layer is not None:
+            for layer, kept in enumerate(taken):
+                on_layer(layer, kept.pattern)  # (H, Q, K)
+            # (1, H, Q, K) as attention computed it -> (H, Q, K) float32 on the CPU, as kept_layer keeps it
+            edit.on_pattern = lambda layer, weights: on_layer(layer, weights[0].detach().float().cpu())
         out = self.forward(ids, edit)
         layers = taken + [kept_layer(steps[layer], edit.states[layer], edit.patterns[layer])
                           for layer in range(start, L)]

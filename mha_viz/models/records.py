@@ -5,7 +5,8 @@
     inspect  the layers whose q, k, v, weights are kept, in `seen`   values   every layer's values, in `values`
     inputs   the residual stream entering each layer, in `inputs`    final    the final norm's (input, output)
     states   each block's output, in `states` (what a later run resumes from, models/schedule.py)
-    patterns every layer's attention weights, in `patterns` (what `run` shows; kept for a later run to reuse)
+    patterns every layer's attention weights, in `patterns` (what `run` shows; kept for a later run to reuse),
+             each also handed to `on_pattern` as it is computed, where one is set
 
 Nothing here changes a number of the forward: a recorder only keeps what it is handed (the gradient leaf adds
 zero). Axis letters as in mha_viz.contract; dh = one head's width, H_kv = key/value heads (grouped-query attention).
@@ -48,6 +49,9 @@ class Records:
         self.capture, self.grad = capture, grad
         self.inspect, self.want_values, self.want_inputs, self.want_final = frozenset(inspect), values, inputs, final
         self.want_states, self.want_patterns = states, patterns
+        # Called with (layer, weights (B, H, Q, K)) as each layer's attention is computed, where patterns are kept:
+        # a run hands each layer on as soon as it is known (`run(..., on_layer=...)`).
+        self.on_pattern: Callable[[int, torch.Tensor], None] | None = None
         self.states: dict[int, object] = {}  # layer -> that block's output, as the block returned it
         self.patterns: dict[int, torch.Tensor] = {}  # layer -> its attention weights (B, H, Q, K)
         self.outputs: list[torch.Tensor] = []  # per layer (B, H, T, dh)
@@ -82,6 +86,8 @@ class Records:
             self.values[layer] = v
         if self.want_patterns:
             self.patterns[layer] = weights
+            if self.on_pattern is not None:
+                self.on_pattern(layer, weights)
         if layer in self.inspect:
             if callable(allowed):
                 allowed = allowed()

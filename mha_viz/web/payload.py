@@ -66,21 +66,38 @@ def layer_digests(codes: bytes, scale: list[float], L: int, H: int, T: int, Q: i
                             digest_size=12).hexdigest() for l in range(L)]
 
 
+def layer_part(weights: torch.Tensor, shared_scale: bool) -> tuple[bytes, list[float], str]:
+    """One layer's (H, Q, K) weights -> its codes, its heads' scales and its digest: the layer's share of
+    `encode` and `layer_digests` over every layer (each head is scaled on its own), so a host can make them
+    layer by layer, as a forward computes each layer."""
+    H, Q, T = (int(n) for n in weights.shape)
+    codes, scale = encode(weights[None], shared_scale)  # of (1, H, Q, K)
+    return codes, scale, layer_digests(codes, scale, 1, H, T, Q)[0]
+
+
 def grid_data(tokens: list[str], att: torch.Tensor, layer: int, heads_off, n_cols: int, shared_scale: bool,
-              badges: dict[Head, str], unknown=(), query_tokens: list[str] | None = None) -> tuple[dict, bytes]:
+              badges: dict[Head, str], unknown=(), query_tokens: list[str] | None = None,
+              parts: list[tuple[bytes, list[float], str]] | None = None) -> tuple[dict, bytes]:
     """Everything the browser draws from (see the header of web/grid/main.js) but the weights, and the weights'
     codes (not yet deflated), for the host to send its own way: -> (data without "att", codes).
 
     query_tokens: the rows' labels where the queries are other tokens than the keys (cross-attention: the target's
-    tokens reading the source's `tokens`); the data then carries "Q" and "qtokens"."""
-    codes, scale = encode(att, shared_scale)
+    tokens reading the source's `tokens`); the data then carries "Q" and "qtokens".
+    parts: `layer_part(att[l], shared_scale)` of every layer, where they were made already (the same codes,
+    scales and digests as made here from `att`)."""
     L, H, Q, T = int(att.shape[0]), int(att.shape[1]), int(att.shape[-2]), int(att.shape[-1])
+    if parts is not None and len(parts) == L:
+        codes = b"".join(c for c, _, _ in parts)
+        scale = [x for _, sc, _ in parts for x in sc]
+    else:
+        parts = None
+        codes, scale = encode(att, shared_scale)
     if len(tokens) != T:
         raise ValueError(f"{len(tokens)} token labels for attention over {T} positions")
     rows = list(tokens) if query_tokens is None else list(query_tokens)
     if len(rows) != Q:
         raise ValueError(f"{len(rows)} query labels for attention with {Q} query rows")
-    digests = layer_digests(codes, scale, L, H, T, Q)
+    digests = [d for _, _, d in parts] if parts is not None else layer_digests(codes, scale, L, H, T, Q)
     shape = f"|{L},{H},{T}" if query_tokens is None else f"|{L},{H},{Q},{T}|" + "\x00".join(rows)
     text = hashlib.blake2b("\x00".join(tokens).encode() + shape.encode(), digest_size=12).hexdigest()
     digest = hashlib.blake2b((text + "".join(digests)).encode(), digest_size=12).hexdigest()
