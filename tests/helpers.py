@@ -122,15 +122,23 @@ def grid_data(at) -> dict:
     header): AppTest cannot run its JavaScript, but it can read the data every head is drawn from. The layers the
     second element brought on the same run (`rest`, head_grid.grid_rest) are under "rest_att", and "badges" holds the
     captions both brought (the grid's own: the layer on screen's; the second's: every layer's), as the page merges
-    them (web/grid/layers.js, badgeOf)."""
+    them (web/grid/layers.js, badgeOf). Where the grid's element was sent while the run computed (its layers above
+    the one on screen named None), the second element's digests and scales complete it, as the page does; "early"
+    then holds its provisional digest."""
     elements = at.get("bidi_component")
     grids = [_component_data(e.proto) for e in elements if e.proto.component_name == "mha_viz.head_grid"]
     assert len(grids) == 1, f"expected one head grid on the page, found {len(grids)}"
     rests = [_component_data(e.proto) for e in elements if e.proto.component_name == "mha_viz.head_grid_rest"]
     assert len(rests) == 1, f"expected one element with the grid's other layers, found {len(rests)}"
-    assert rests[0]["digests"] == grids[0]["digests"]
-    badges = {**(rests[0].get("badges") or {}), **grids[0]["badges"]}
-    return {**grids[0], "rest_att": rests[0].get("att"), "badges": badges, "own_badges": grids[0]["badges"]}
+    grid, rest = grids[0], rests[0]
+    if rest.get("completes") is not None:  # the grid's element went while the run computed: the second names it
+        assert rest["completes"] == grid["digest"], "the second element completes another run than the grid's"
+        assert all(d is None or d == rest["digests"][l] for l, d in enumerate(grid["digests"]))
+        grid = {**grid, "digest": rest["digest"], "digests": rest["digests"], "scale": rest["scale"],
+                "early": grid["digest"]}  # as web/grid/layers.js, completed
+    assert rest["digests"] == grid["digests"]
+    badges = {**(rest.get("badges") or {}), **grid["badges"]}
+    return {**grid, "rest_att": rest.get("att"), "badges": badges, "own_badges": grid["badges"]}
 
 
 def grid_layers(data: dict) -> dict[int, bytes]:

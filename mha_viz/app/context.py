@@ -24,3 +24,6 @@ class ViewContext:
     n_cols: int  # heatmaps per row
     shared_scale: bool  # True: every heatmap on 0-1; False: each head's own maximum
     ablation: str = "zero"  # what "off" means for `heads_off`: "zero" or "mean" (over the model's examples)
+    # The Layer grid's element where the page sent it while the run was still computing (views/layer.early_grid):
+    # its data; the view then sends the rest of the run in the element after it. None: the view sends it all.
+    early: dict | None = None

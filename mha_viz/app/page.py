@@ -4,6 +4,7 @@ and the URL, written once at the end. `main()` lays the page out from small func
 from __future__ import annotations
 
 import sys
+from contextlib import nullcontext
 
 import streamlit as st
 
@@ -18,6 +19,7 @@ from mha_viz.app.context import ViewContext
 from mha_viz.app.link import load_or_explain
 from mha_viz.app.text import DEFAULT_TEXT, kept_text, text_input, token_strip
 from mha_viz.app.views import NOT_ABOUT_THIS_RUN, VIEWS, navigation
+from mha_viz.app.views import layer as layer_view
 from mha_viz.app.views.layer import FIRST_GRID
 from mha_viz.contract import InputError, Model
 from mha_viz.models import BUILTIN
@@ -120,15 +122,11 @@ def main() -> None:
                            "each Lesson step names the model it runs.")
     text = text_input(model) if boxed else kept_text()
     view = state.current_view(list(VIEWS))
-    # The run the grid draws is this one where no head is off; else the fragment's, with the heads off.
-    made = _made(view, shared_scale, hide_special, merge) if not state.off_set(name) else None
     try:
         with st.spinner("Running the model..."):  # the LM head where the open view reads it, as the views ask
             read = model.encode_text(text)  # checked once: the positions and the run read this value
-            run = get_run(name, read, logits_at=off_panel.logits_at(model, read, view),
-                          on_layer=made and made.add)
-            if made:
-                made.filed(run.attentions)
+            if view not in GRID:  # the grid's view runs it in the fragment, to send the layer on screen early
+                get_run(name, read, logits_at=off_panel.logits_at(model, read, view))
     except InputError as err:
         st.warning(md_safe(str(err)))
         return
@@ -156,14 +154,20 @@ def heads_and_views(model: Model, name: str, text: str, n_cols: int, shared_scal
         st.rerun(scope="app")  # the box is outside this fragment: only the whole page can draw or drop it
     nav(navigation(), view, key="nav", on_view=state.set_view,
         on_layer=lambda l: state.set_layer(name, l) if 0 <= l < n_layers else None)
+    # The grid's view: what goes above the view (the summary, the notes) and the view itself get their places now,
+    # so the grid can be sent into its place while the run still computes, before what is drawn above it.
+    above, below = (st.container(), st.container()) if view in GRID else (nullcontext(), nullcontext())
     try:
-        with st.spinner("Running the model with these heads off..."):
+        with above, st.spinner("Running the model with these heads off..." if heads_off else "Running the model..."):
             read = model.encode_text(text)  # checked once: the positions and both runs read this value
             at = off_panel.logits_at(model, read, view)  # the positions this view reads the logits of
             made = _made(view, shared_scale, hide_special, merge)
-            base = get_run(name, read, logits_at=at, on_layer=None if heads_off or not made else made.add)
-            run = get_run(name, read, heads_off, ablation, logits_at=at, on_layer=made and made.add) \
-                if heads_off else base
+            on_layer, early = (made.add if made else None), {}
+            if made is not None and not model.has_cross_attention:  # the layer on screen sent once the run has it
+                on_layer, early = layer_view.early_grid(model, name, read, layer, heads_off, ablation, n_cols,
+                                                        made, below)
+            base = get_run(name, read, logits_at=at, on_layer=None if heads_off else on_layer)
+            run = get_run(name, read, heads_off, ablation, logits_at=at, on_layer=on_layer) if heads_off else base
             if made:
                 made.filed(run.attentions)
     except InputError as err:  # e.g. mean ablation for a model with no example sentences
@@ -173,8 +177,18 @@ def heads_and_views(model: Model, name: str, text: str, n_cols: int, shared_scal
     tokens, att = display(model, run, hide_special, merge)
     ctx = ViewContext(model=model, name=name, text=text, layer=layer, base=base, run=run, tokens=tokens, att=att,
                       heads_off=heads_off, hide_special=hide_special, merge=merge, n_cols=n_cols,
-                      shared_scale=shared_scale, ablation=ablation)
+                      shared_scale=shared_scale, ablation=ablation, early=early or None)
     try:
+        _above_and_view(ctx, view, above, below, about_run)
+        if about_run:
+            off_panel.effect_panel(ctx)
+    finally:  # the URL is written here only, after the view chose its defaults (the selected token)
+        state.write_url(name, text, layer, set(heads_off), view, two_texts=model.has_cross_attention)
+
+
+def _above_and_view(ctx: ViewContext, view: str, above, below, about_run: bool) -> None:
+    model, base = ctx.model, ctx.base
+    with above:
         if about_run:
             if view not in OWN_STRIP:
                 token_strip(base, model)  # the chips and the token count, once
@@ -182,9 +196,6 @@ def heads_and_views(model: Model, name: str, text: str, n_cols: int, shared_scal
             else:  # the view draws the chips itself: only the token count, in the summary's box
                 off_panel.summary(ctx, lambda: token_strip(base, model, chips=False),
                                   switches_here=view in SWITCHES)
-            display_notes(hide_special, merge, run)
+            display_notes(ctx.hide_special, ctx.merge, ctx.run)
+    with below:
         VIEWS[view](ctx)
-        if about_run:
-            off_panel.effect_panel(ctx)
-    finally:  # the URL is written here only, after the view chose its defaults (the selected token)
-        state.write_url(name, text, layer, set(heads_off), view, two_texts=model.has_cross_attention)

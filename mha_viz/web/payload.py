@@ -10,6 +10,7 @@ not hold: after a head is switched off in layer l, the layers below l have the s
 from __future__ import annotations
 
 import hashlib
+import secrets
 import zlib
 
 import numpy as np
@@ -92,24 +93,48 @@ def grid_data(tokens: list[str], att: torch.Tensor, layer: int, heads_off, n_col
     else:
         parts = None
         codes, scale = encode(att, shared_scale)
+    data = _described(tokens, (L, H, Q, T), shared_scale, query_tokens)
+    digests = [d for _, _, d in parts] if parts is not None else layer_digests(codes, scale, L, H, T, Q)
+    digest = hashlib.blake2b((data["text"] + "".join(digests)).encode(), digest_size=12).hexdigest()
+    data.update(digest=digest, digests=digests, scale=scale, **_shown(layer, heads_off, n_cols, badges, unknown))
+    return data, codes
+
+
+def early_data(tokens: list[str], shape: tuple[int, int, int, int], parts: dict[int, tuple[bytes, list[float], str]],
+               layer: int, heads_off, n_cols: int, shared_scale: bool, badges: dict[Head, str], unknown=(),
+               query_tokens: list[str] | None = None) -> dict:
+    """`grid_data`'s data for a run still computing the layers above the ones in `parts` ({layer: `layer_part`}),
+    so a host can send the layer on screen before the forward ends: the layers not yet known have None for their
+    digest and 0 for their heads' scales, and the run a provisional digest ("early-..."), which the host's second
+    message completes with the run's own (web/grid/layers.js, `completed`)."""
+    L, H, Q, T = shape
+    data = _described(tokens, shape, shared_scale, query_tokens)
+    data.update(digest="early-" + secrets.token_hex(12),
+                digests=[parts[l][2] if l in parts else None for l in range(L)],
+                scale=[x for l in range(L) for x in (parts[l][1] if l in parts else [0.0] * H)],
+                **_shown(layer, heads_off, n_cols, badges, unknown))
+    return data
+
+
+def _described(tokens: list[str], shape: tuple[int, int, int, int], shared_scale: bool,
+               query_tokens: list[str] | None) -> dict:
+    """What the data says of the tokens, the shape and the drawing, whatever the weights."""
+    L, H, Q, T = shape
     if len(tokens) != T:
         raise ValueError(f"{len(tokens)} token labels for attention over {T} positions")
     rows = list(tokens) if query_tokens is None else list(query_tokens)
     if len(rows) != Q:
         raise ValueError(f"{len(rows)} query labels for attention with {Q} query rows")
-    digests = [d for _, _, d in parts] if parts is not None else layer_digests(codes, scale, L, H, T, Q)
-    shape = f"|{L},{H},{T}" if query_tokens is None else f"|{L},{H},{Q},{T}|" + "\x00".join(rows)
-    text = hashlib.blake2b("\x00".join(tokens).encode() + shape.encode(), digest_size=12).hexdigest()
-    digest = hashlib.blake2b((text + "".join(digests)).encode(), digest_size=12).hexdigest()
-    data = {
-        "digest": digest, "text": text, "digests": digests, "tokens": list(tokens), "L": L, "H": H, "T": T,
-        "scale": scale,
-        "off": sorted([int(l), int(h)] for l, h in heads_off), "layer": int(layer), "cols": int(n_cols),
-        "badges": {f"{l},{h}": text for (l, h), text in badges.items()}, "shared": bool(shared_scale),
-        "names": grid_names(L, H), "unknown": sorted(int(i) for i in unknown),
-        "colours": grid_colours(),
-        "lines_up_to": LINES_UP_TO,
-    }
+    dims = f"|{L},{H},{T}" if query_tokens is None else f"|{L},{H},{Q},{T}|" + "\x00".join(rows)
+    text = hashlib.blake2b("\x00".join(tokens).encode() + dims.encode(), digest_size=12).hexdigest()
+    data = {"text": text, "tokens": list(tokens), "L": L, "H": H, "T": T, "shared": bool(shared_scale),
+            "names": grid_names(L, H), "colours": grid_colours(), "lines_up_to": LINES_UP_TO}
     if query_tokens is not None:
         data.update(Q=Q, qtokens=rows)
-    return data, codes
+    return data
+
+
+def _shown(layer: int, heads_off, n_cols: int, badges: dict[Head, str], unknown) -> dict:
+    return {"off": sorted([int(l), int(h)] for l, h in heads_off), "layer": int(layer), "cols": int(n_cols),
+            "badges": {f"{l},{h}": text for (l, h), text in badges.items()},
+            "unknown": sorted(int(i) for i in unknown)}

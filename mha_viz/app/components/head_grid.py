@@ -12,6 +12,11 @@ is drawn first; the other layers follow in a hidden element of their own at the 
 grid_rest.js), which the first drawing does not wait for. A page that lacks a layer no message brings (a message it
 never saw) asks for it again ("resend"). The saved figures' font goes once per page the same way.
 
+Where the page runs the model for the grid itself, the grid's element goes while the forward is still computing
+(`early_payload`, views/layer.early_grid): once the forward has made the layer on screen, with the layers above it
+not yet known (named None) and the run named by a provisional digest; `grid_rest(..., completes=...)` then names
+the run and brings the rest. The codes are made layer by layer as the forward hands each layer over (`AsMade`).
+
 Measured against the plotly row figures it replaces, and the messages' sizes, in benchmarks/RESULTS.md.
 """
 from __future__ import annotations
@@ -31,7 +36,7 @@ import torch
 from mha_viz.app.components import figure_font
 from mha_viz.contract import Head
 from mha_viz.web import grid_css, grid_js
-from mha_viz.web.payload import deflate, grid_data, layer_codes, layer_part
+from mha_viz.web.payload import deflate, early_data, grid_data, layer_codes, layer_part
 
 BULK_ACTIONS = ("off", "on", "only", "reset")
 JS = grid_js()  # the bundle of web/grid/'s modules, the one the notebook widget loads too
@@ -127,21 +132,44 @@ def payload(tokens: list[str], att: torch.Tensor, layer: int, heads_off, n_cols:
     enc = encoded.result() if encoded is not None else _encoded(tokens, att, shared_scale)
     data, L = enc.data, enc.data["L"]
     layer = min(int(layer), L - 1)
-    known = held["digests"] if held is not None and len(held["digests"]) == L else [None] * L
-    changed = [l for l in range(L) if known[l] != data["digests"][l]]
-    first = [layer] if layer in changed else []
-    rest = [l for l in changed if l != layer]
+    first, rest = _split(data["digests"], layer, held)
     enc.prefetch(first + rest)  # the shown layer first; the rest deflate while the view draws the rest of itself
     data = {**data, "layer": layer, "cols": int(n_cols), "off": sorted([int(l), int(h)] for l, h in heads_off),
             "badges": {f"{l},{h}": text for (l, h), text in badges.items()},
             "unknown": sorted(int(i) for i in unknown), "rest": rest}
+    return _finished(data, tokens, controls, held, {l: enc.z(l) for l in first})
+
+
+def early_payload(tokens: list[str], shape: tuple[int, int, int, int], parts: dict, layer: int, heads_off,
+                  n_cols: int, shared_scale: bool, badges: dict[Head, str], unknown=(), controls: bool = False,
+                  held: dict | None = None) -> dict:
+    """`payload` for a run whose forward has made the layers in `parts` ({layer: web/payload.layer_part}, the
+    layer on screen among them) and is still computing the ones above: the grid draws the layer on screen now, and
+    `grid_rest(..., completes=this data's digest)` brings the run's names and its other layers once it is done."""
+    data = early_data(tokens, shape, parts, layer, heads_off, n_cols, shared_scale, badges, unknown)
+    first, rest = _split(data["digests"], layer, held)
+    data["rest"] = rest  # the layers not yet known among them: their digests are None
+    return _finished(data, tokens, controls, held, {l: deflate(parts[l][0]) for l in first})
+
+
+def _split(digests: list, layer: int, held: dict | None) -> tuple[list[int], list[int]]:
+    """Of the layers the page does not hold: the one on screen (if so), and the others."""
+    L = len(digests)
+    known = held["digests"] if held is not None and len(held["digests"]) == L else [None] * L
+    changed = [l for l in range(L) if digests[l] is None or known[l] != digests[l]]
+    return ([layer] if layer in changed else []), [l for l in changed if l != layer]
+
+
+def _finished(data: dict, tokens: list[str], controls: bool, held: dict | None, layers: dict[int, bytes]) -> dict:
+    """The data with its controls, its font's digest and the table of `layers` ({layer: deflated codes}), with
+    the font where the page lacks it."""
     if controls:
         data["controls"] = {"bulk": True, "link": True}
     font = figure_font.font_for(tokens)
     data["font"] = None if font is None else hashlib.blake2b(font, digest_size=8).hexdigest()
     if data["font"] is None or (held is not None and held.get("font") == data["font"]):
         font = None  # none yet, or the page has it
-    return {**data, "att": pack({l: enc.z(l) for l in first}, font)}
+    return {**data, "att": pack(layers, font)}
 
 
 def _font_field() -> pa.Field:
@@ -216,6 +244,11 @@ class AsMade:
             while len(_MADE) > _MADE_MAX:
                 _MADE.popitem(last=False)
 
+    def known(self, upto: int) -> dict[int, tuple]:
+        """{layer: (codes, scales, digest)} of layers 0..upto, every one handed over already (the forward hands
+        them on in order): what an early first message names (`early_payload`)."""
+        return {layer: self._parts[layer].result() for layer in range(upto + 1)}
+
     def parts(self, att: torch.Tensor, shared_scale: bool) -> list | None:
         """Every layer's (codes, scales, digest), or None where they are not the encoding asked for (the other
         scale)."""
@@ -229,16 +262,22 @@ _MADE: OrderedDict = OrderedDict()
 _MADE_MAX = 2
 
 
-def grid_rest(data: dict, encoded: Future, key: str, badges: dict[Head, str] | None = None) -> None:
+def grid_rest(data: dict, encoded: Future, key: str, badges: dict[Head, str] | None = None,
+              completes: str | None = None) -> None:
     """The layers `payload` left for later (`data["rest"]`), as an element of their own that draws nothing
     (grid_rest.js): the page keeps them for the grid `key`. Call it after the rest of the view, so the grid's
     element (the layer on screen) goes to the page first. Mounted on every run, carrying nothing when there is
     nothing left, so the page's elements stay the same. `badges`: the captions of the layers whose captions the
-    grid's element did not carry (every layer's may be given), kept by the page under the run's digest."""
+    grid's element did not carry (every layer's may be given), kept by the page under the run's digest.
+    completes: the digest of the grid's element where it was an `early_payload` (this run's `payload` made after
+    it, against what the page then held): the page takes this run's digests and scales for it."""
     enc = encoded.result()
     rest = list(data.get("rest") or [])
-    _REST(data={"digest": data["digest"], "digests": data["digests"], "att": pack({l: enc.z(l) for l in rest}),
-                "badges": {f"{l},{h}": text for (l, h), text in (badges or {}).items()}}, key=f"{key}|rest")
+    message = {"digest": data["digest"], "digests": data["digests"], "att": pack({l: enc.z(l) for l in rest}),
+               "badges": {f"{l},{h}": text for (l, h), text in (badges or {}).items()}}
+    if completes is not None:
+        message.update(completes=completes, scale=data["scale"])
+    _REST(data=message, key=f"{key}|rest")
     _record(key, data, rest)
 
 

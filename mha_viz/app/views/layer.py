@@ -13,16 +13,19 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import OrderedDict
+from typing import Callable
 
 import streamlit as st
+import torch
 
 from mha_viz import analysis, measures
 from mha_viz.analysis.agreement import agreement, census_heads
 from mha_viz.app import cache, state
-from mha_viz.app.components.head_grid import encode_soon, grid_rest, head_grid, held, payload
+from mha_viz.app.common import display
+from mha_viz.app.components.head_grid import AsMade, early_payload, encode_soon, grid_rest, head_grid, held, payload
 from mha_viz.app.context import ViewContext
 from mha_viz.app.names import column_names, head_name, layer_name, token_label
-from mha_viz.contract import AttentionRun, Model
+from mha_viz.contract import AttentionRun, EncodedText, Model
 
 ONLY_PROMPT = "Only one on…"
 # Set once this process has sent a page its first grid (the first heatmaps drawn): the server's warm-up waits for
@@ -51,26 +54,67 @@ def grid(ctx: ViewContext) -> None:
     # The layer on screen's captions go with its heads; every layer's follow with the layers off screen (SmolLM2 at
     # 128 tokens: measuring all 270 heads held the first drawing of a new sentence about 25 ms).
     labels = stack_labels(ctx.model, ctx.run, (ctx.layer,))
-    name, n_heads = ctx.name, ctx.model.n_heads
-    key = f"grid|{name}"
+    key = _key(ctx.name)
     data = payload(tokens, ctx.att, ctx.layer, ctx.heads_off, ctx.n_cols, ctx.shared_scale, labels,
                    unknown=_shown_unknown(ctx), controls=True, encoded=codes, held=held(key))
-    head_grid(data, key=key, on_toggle=lambda layer, head, on: toggled(name, layer, head, on),
-              on_layer=lambda layer: state.set_layer(name, layer),
-              on_bulk=lambda layer, action, head: bulk(name, n_heads, layer, action, head))
+    if ctx.early is None:  # else sent while the run computed (early_grid): this data names the run for grid_rest
+        _mount(data, ctx.name, ctx.model.n_heads)
     # The badges are already under each head in the grid, so the switches come without them; one per line, no
     # columns: a toggle's rerun sends each element again, and columns cost a message apiece (28 messages for
     # MiniLM's 12 heads in rows of 4, 13 stacked). Keyed, so an open expander stays open when a tab renames it.
     with st.expander(f"Switches for the heads of {layer_name(ctx.layer)} (the same as in each head's corner above)",
-                     key=f"switches|{name}"):
+                     key=f"switches|{ctx.name}"):
         controls(ctx.model, ctx.name, ctx.layer)
         for head in range(ctx.model.n_heads):
             switch(ctx.name, ctx.layer, head)
     written(ctx)
     against_census(ctx)
     # The layers not on screen and every layer's captions, after everything above has gone to the page.
-    grid_rest(data, codes, key, badges=stack_labels(ctx.model, ctx.run, range(ctx.model.n_layers)))
+    grid_rest(data, codes, key, badges=stack_labels(ctx.model, ctx.run, range(ctx.model.n_layers)),
+              completes=None if ctx.early is None else ctx.early["digest"])
     FIRST_GRID.set()
+
+
+def _key(name: str) -> str:
+    return f"grid|{name}"
+
+
+def _mount(data: dict, name: str, n_heads: int) -> None:
+    head_grid(data, key=_key(name), on_toggle=lambda layer, head, on: toggled(name, layer, head, on),
+              on_layer=lambda layer: state.set_layer(name, layer),
+              on_bulk=lambda layer, action, head: bulk(name, n_heads, layer, action, head))
+
+
+def early_grid(model: Model, name: str, read: EncodedText, layer: int, heads_off: frozenset, ablation: str,
+               n_cols: int, made: AsMade, box) -> tuple[Callable[[int, torch.Tensor], None], dict]:
+    """The grid's element sent while the run computes, as soon as the forward has made the layer on screen:
+    -> (on_layer for the run (made.add, and this), the element's data once sent, else {}). Drawn into `box`, where
+    the view draws; the view (`grid`, with ViewContext.early) then sends the rest of the run after it. For the run's
+    own attention only (`made`: nothing hidden or merged). The layers above it cost the browser nothing meanwhile:
+    SmolLM2's last layers compute on one core while the page draws the layer on screen on the other."""
+    sent: dict = {}
+    L, H = model.n_layers, model.n_heads
+
+    def on_layer(j: int, weights: torch.Tensor) -> None:
+        made.add(j, weights)
+        if j != layer or sent:
+            return
+        enc = read.encoded
+        # A run of this one layer (every layer index reads these weights: only `layer` is measured), for the
+        # captions of the layer on screen, kept under the same key as the finished run's (`stack_labels`).
+        partial = AttentionRun(tokens=list(enc.labels), attentions=weights[None].expand(L, *weights.shape),
+                               ablated=frozenset(heads_off), output=torch.empty(0), token_ids=list(enc.ids),
+                               truncated=enc.dropped, unknown=enc.unknown, special=enc.special,
+                               ablation=ablation if heads_off else "zero")
+        tokens, _ = display(model, partial, False, False)
+        data = early_payload([token_label(t) for t in tokens], (L, H, *weights.shape[1:]), made.known(layer), layer,
+                             heads_off, n_cols, made.shared, stack_labels(model, partial, (layer,)),
+                             unknown=list(enc.unknown), controls=True, held=held(_key(name)))
+        with box:
+            _mount(data, name, H)
+        sent.update(data)
+
+    return on_layer, sent
 
 
 def against_census(ctx: ViewContext) -> None:

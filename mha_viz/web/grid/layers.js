@@ -17,7 +17,8 @@ const KEEP_BYTES = 64 * 2 ** 20;  // layers kept beyond the ones on screen: a fe
 // Streamlit page's mha_viz/app/components/grid_rest.js: it hands them to `deliver`, or leaves them in `inbox` when
 // it runs before this module).
 const STORE = globalThis.__mhvLayers = { held: new Map(), sizes: new Map(), grids: new Set(), rest: [], inbox: [],
-                                         fonts: new Map(), badges: new Map(), ...(globalThis.__mhvLayers || {}) };
+                                         fonts: new Map(), badges: new Map(), completions: new Map(),
+                                         ...(globalThis.__mhvLayers || {}) };
 const KEEP_BADGES = 8;  // runs whose captions are kept: a few, as the layers'
 
 STORE.deliver = deposit;
@@ -79,6 +80,12 @@ function afterFrame() {
 // Its captions (`badges`, under the run's `digest`) are kept at once, and a grid drawing that run shows them.
 function deposit(d) {
   STORE.rest = d.digests;
+  if (d.completes) {  // the run a first message named early (see `completed`): every grid showing it takes the names
+    STORE.completions.delete(d.completes);
+    STORE.completions.set(d.completes, { digest: d.digest, digests: d.digests, scale: d.scale });
+    while (STORE.completions.size > KEEP_BADGES) STORE.completions.delete(STORE.completions.keys().next().value);
+    for (const s of STORE.grids) s.complete(d.completes);
+  }
   if (d.digest && d.badges && Object.keys(d.badges).length) {
     STORE.badges.delete(d.digest);
     STORE.badges.set(d.digest, d.badges);
@@ -86,6 +93,15 @@ function deposit(d) {
     document.dispatchEvent(new CustomEvent("mhv-badges", { detail: d.digest }));
   }
   return receive(d, true).then(() => { for (const s of STORE.grids) s.arrived(); });
+}
+
+// A grid's first message may be sent while its run is still computing the layers above the one on screen (the
+// Streamlit page: head_grid.early_payload): it names the run by a provisional digest, and the layers not yet known
+// by null digests (their scales 0) in its `rest`. The second message completes it (`completes`: that digest), with
+// every layer's digest and scale and the run's digest. -> `d` with those, once they came; else `d` itself.
+export function completed(d) {
+  const c = d && d.digest ? STORE.completions.get(d.digest) : undefined;
+  return c ? { ...d, ...c } : d;
 }
 
 // Head (l, h)'s caption: the update's own (the layer on screen's, or every layer's where the host sends them all),

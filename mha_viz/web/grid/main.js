@@ -16,7 +16,9 @@
 //        att may hold a binary column "font": the saved figures' WOFF, family and licence in its metadata, kept
 //         under the digest `font` (layers.js): a message sends it where the page does not hold it
 //        optional: rest: [layers] a second message brings ({digest, digests, att, badges}: the Streamlit page's
-//         grid_rest.js hands it to layers.js), which the first drawing does not wait for
+//         grid_rest.js hands it to layers.js), which the first drawing does not wait for; a first message sent
+//         while the run still computes names the layers not yet known by null digests, and the second completes
+//         it ({completes: its digest, scale}: layers.js, completed)
 //        optional: controls: {bulk: true, link: true} (the Streamlit page): the layer's heading and its bulk
 //         switches are drawn here, so every layer control shows the one layer at once, and a tab writes the
 //         link's `layer` itself (the server's next run writes the same value)
@@ -30,7 +32,7 @@ import { base64, save } from "./export.js";
 import { drawFocus, openFocus } from "./focus.js";
 import { buildHeads, buildStrip, drawBadges, drawLayer, layoutGrid } from "./heads.js";
 import { HINT } from "./hover.js";
-import { fontOf, gather, receive, waitFor } from "./layers.js";
+import { completed, fontOf, gather, receive, waitFor } from "./layers.js";
 import { showDraw } from "./lines.js";
 import { buildTabs, layerFor } from "./tabs.js";
 
@@ -79,6 +81,15 @@ function build(root, setTrigger) {
               hoverQ: null, pinQ: null, focus: null, zoom: 1, pending: new Set() };
   // Layers another message brings, in: gathered again, and drawn where they are the ones on screen.
   s.arrived = () => { s.chain = s.chain.then(() => arrived(s)).catch(err => failed(s, err)); };
+  // The run of an early first message completed by the second (layers.js, completed): drawn again as an update
+  // of its own (an update of the early one still inflating is overtaken by it).
+  s.complete = (early) => {
+    const d = s.latest;
+    if (!d || d.digest !== early) return;
+    const c = completed(d);
+    s.latest = c;
+    s.chain = s.chain.then(() => update(s, c, Promise.resolve())).catch(err => failed(s, err));
+  };
   // Captions another message brought for the run on screen (layers.js, deposit).
   document.addEventListener("mhv-badges", (e) => { if (s.d && s.d.digest === e.detail) drawBadges(s); });
   const box = el("div", "mhv");
@@ -175,6 +186,11 @@ async function arrived(s) {
 async function update(s, d, received) {
   await received;
   if (d !== s.latest) return;
+  const c = completed(d);  // an early first message whose completion came first
+  if (c !== d) {
+    s.latest = c;
+    d = c;
+  }
   const fresh = d.digest !== s.digest, newText = d.text !== s.text;
   if (fresh) await collect(s, d);
   if (d !== s.latest) return;
