@@ -81,14 +81,21 @@ function build(root, setTrigger) {
               hoverQ: null, pinQ: null, focus: null, zoom: 1, pending: new Set() };
   // Layers another message brings, in: gathered again, and drawn where they are the ones on screen.
   s.arrived = () => { s.chain = s.chain.then(() => arrived(s)).catch(err => failed(s, err)); };
-  // The run of an early first message completed by the second (layers.js, completed): drawn again as an update
-  // of its own (an update of the early one still inflating is overtaken by it).
+  // The run of an early first message completed by the second (layers.js, completed). Drawn already: it takes the
+  // run's names and draws nothing again (what it lacked is drawn as it comes in, `arrived`); else an update of its
+  // own, which overtakes the early one still inflating.
   s.complete = (early) => {
     const d = s.latest;
     if (!d || d.digest !== early) return;
     const c = completed(d);
     s.latest = c;
-    s.chain = s.chain.then(() => update(s, c, Promise.resolve())).catch(err => failed(s, err));
+    if (s.d === d) {
+      s.d = c;
+      s.digest = c.digest;
+      s.drawn = drawnAs(c);
+    } else {
+      s.chain = s.chain.then(() => update(s, c, Promise.resolve())).catch(err => failed(s, err));
+    }
   };
   // Captions another message brought for the run on screen (layers.js, deposit).
   document.addEventListener("mhv-badges", (e) => { if (s.d && s.d.digest === e.detail) drawBadges(s); });
