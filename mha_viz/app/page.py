@@ -50,7 +50,9 @@ _COMPACT = ("<style>[data-testid='stMainBlockContainer']{padding-top:4rem}"
 # Views that draw their own token strip (the Layer grid's): the page's strip would show the tokens twice.
 OWN_STRIP = {"Layer"}
 SWITCHES = {"Layer"}  # views that draw every head's on/off switch (the grid's corners); the others point to it
-GRID = {"Layer"}  # views that draw the run itself as the head grid: its codes are made as the forward goes (_made)
+# Views that draw the run itself as the head grid: the fragment makes their run, the grid's codes made as the forward
+# goes (_made) and its element sent once the layer on screen is made (views/layer.early_grid).
+GRID = {"Layer"}
 # Views that bring their own input (each Lesson step has one the student replaces): the page's sentence box above
 # them would be a second box, and a student could not tell which one drives what is drawn.
 OWN_INPUT = {"Lesson"}

@@ -90,8 +90,8 @@ def early_grid(model: Model, name: str, read: EncodedText, layer: int, heads_off
     """The grid's element sent while the run computes, as soon as the forward has made the layer on screen:
     -> (on_layer for the run (made.add, and this), the element's data once sent, else {}). Drawn into `box`, where
     the view draws; the view (`grid`, with ViewContext.early) then sends the rest of the run after it. For the run's
-    own attention only (`made`: nothing hidden or merged). The layers above it cost the browser nothing meanwhile:
-    SmolLM2's last layers compute on one core while the page draws the layer on screen on the other."""
+    own attention only (`made`: nothing hidden or merged). The page draws the layer on screen while the forward
+    computes the layers above it (benchmarks/RESULTS.md, "The layer on screen sent while the forward computes")."""
     sent: dict = {}
     L, H = model.n_layers, model.n_heads
 
