@@ -314,6 +314,12 @@ def main() -> None:
                 for i in range(args.reps):  # interleaved: every contender per sentence
                     word = A.MARKERS[(i + n) % len(A.MARKERS)]
                     text = sized_sentence(model, word, n)
+                    # The last rep's layer tab tells its server 150 ms after its paint (web/grid/tabs.js, TELL_MS):
+                    # each page's rerun for it finishes first, or it lands in the step of the app timed first (with
+                    # the same commit twice: 0.30 s first, 0.22 s second).
+                    for app in apps:
+                        app.pg.page.wait_for_timeout(300)
+                        app.pg.wait_idle()
                     for app in apps:
                         add(n, app.label, "new sentence -> drawn", app.type(text, word))
                     if args.model_view:
