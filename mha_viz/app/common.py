@@ -12,7 +12,7 @@ from mha_viz.app import state
 from mha_viz.app.cache import logit_row
 from mha_viz.app.markdown import md_safe  # the views' one import of it (state.py imports markdown)
 from mha_viz.app.names import distinct_labels, head_name, layer_name, marked_tokens, parse_head, quoted, token_label
-from mha_viz.contract import Ablation, AttentionRun, Model
+from mha_viz.contract import Ablation, AttentionRun, EncodedText, Model
 
 LEARNED_NOTE = (
     "Each heatmap is one head's **learned** attention pattern on this sentence. Heads are not labeled modules: "
@@ -124,6 +124,17 @@ def prediction_bars(before: list[tuple[str, float]], after: list[tuple[str, floa
               "(bars to scale of the largest shown, "
               f"{top:.1%})</small>")
     return f"<div data-testid='prediction-bars'>{''.join(rows)}{legend}</div>"
+
+
+def encoded_run(read: EncodedText, attentions: torch.Tensor, ablated=frozenset(),
+                ablation: str = "zero") -> AttentionRun:
+    """A run as far as its text's encoding goes (tokens, ids, special and unknown positions, what was dropped), with
+    `attentions` standing in for the forward's: what the page draws of a run before its forward ends (the token
+    count, the captions of the layer on screen). No output (an empty tensor), no logits."""
+    enc = read.encoded
+    return AttentionRun(tokens=list(enc.labels), attentions=attentions, ablated=frozenset(ablated),
+                        output=torch.empty(0), token_ids=list(enc.ids), truncated=enc.dropped, unknown=enc.unknown,
+                        special=enc.special, ablation=ablation if ablated else "zero")
 
 
 def display(model: Model, run: AttentionRun, hide_special: bool, merge: bool) -> tuple[list[str], torch.Tensor]:

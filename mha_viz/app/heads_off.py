@@ -17,7 +17,7 @@ from mha_viz.app.common import (
     top_predictions,
 )
 from mha_viz.app.context import ViewContext
-from mha_viz.app.names import token_label
+from mha_viz.app.names import layer_name, token_label
 from mha_viz.app.text import chip
 from mha_viz.contract import EncodedText, Model
 from mha_viz.web.kinds import set_head_name
@@ -52,6 +52,16 @@ class _Tokens:
 
 
 SUMMARY_PX = 92  # the summary's reserved height: the same with no head off, one, or many
+
+
+def running(layer: int, first) -> None:
+    """The summary's box while the forward computes the layers above the one on screen, which the grid below
+    already draws (views/layer.early_grid): `first()` (the token count) and what follows. The summary's height,
+    so nothing below moves when the summary replaces it."""
+    with st.container(height=SUMMARY_PX, border=False, gap="xsmall"):
+        first()
+        st.markdown(f"**Running the model…** {layer_name(layer)} is drawn below; the layers above it, the top "
+                    "prediction and what a head off changes follow when the last layer is done.")
 
 
 def summary(ctx: ViewContext, first=None, switches_here: bool = False) -> None:

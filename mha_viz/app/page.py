@@ -11,7 +11,7 @@ import streamlit as st
 from mha_viz.app import heads_off as off_panel
 from mha_viz.app import reconnect, sidebar, state
 from mha_viz.app.cache import get_model, get_run, memory_scope, set_threads
-from mha_viz.app.common import METRIC_ROOM, display, display_notes, md_safe
+from mha_viz.app.common import METRIC_ROOM, display, display_notes, encoded_run, md_safe
 from mha_viz.app.components import figure_font
 from mha_viz.app.components.head_grid import AsMade
 from mha_viz.app.components.nav import nav
@@ -159,6 +159,7 @@ def heads_and_views(model: Model, name: str, text: str, n_cols: int, shared_scal
     # The grid's view: what goes above the view (the summary, the notes) and the view itself get their places now,
     # so the grid can be sent into its place while the run still computes, before what is drawn above it.
     above, below = (st.container(), st.container()) if view in GRID else (nullcontext(), nullcontext())
+    summary_box = above.empty() if view in GRID else None  # the summary's place, "running" meanwhile (_running)
     try:
         with above, st.spinner("Running the model with these heads off..." if heads_off else "Running the model..."):
             read = model.encode_text(text)  # checked once: the positions and both runs read this value
@@ -166,8 +167,8 @@ def heads_and_views(model: Model, name: str, text: str, n_cols: int, shared_scal
             made = _made(view, shared_scale, hide_special, merge)
             on_layer, early = (made.add if made else None), {}
             if made is not None and not model.has_cross_attention:  # the layer on screen sent once the run has it
-                on_layer, early = layer_view.early_grid(model, name, read, layer, heads_off, ablation, n_cols,
-                                                        made, below)
+                on_layer, early = _running(model, read, layer, summary_box, *layer_view.early_grid(
+                    model, name, read, layer, heads_off, ablation, n_cols, made, below))
             base = get_run(name, read, logits_at=at, on_layer=None if heads_off else on_layer)
             run = get_run(name, read, heads_off, ablation, logits_at=at, on_layer=on_layer) if heads_off else base
             if made:
@@ -181,23 +182,38 @@ def heads_and_views(model: Model, name: str, text: str, n_cols: int, shared_scal
                       heads_off=heads_off, hide_special=hide_special, merge=merge, n_cols=n_cols,
                       shared_scale=shared_scale, ablation=ablation, early=early or None)
     try:
-        _above_and_view(ctx, view, above, below, about_run)
+        _above_and_view(ctx, view, above, below, about_run, summary_box)
         if about_run:
             off_panel.effect_panel(ctx)
     finally:  # the URL is written here only, after the view chose its defaults (the selected token)
         state.write_url(name, text, layer, set(heads_off), view, two_texts=model.has_cross_attention)
 
 
-def _above_and_view(ctx: ViewContext, view: str, above, below, about_run: bool) -> None:
+def _running(model: Model, read, layer: int, summary_box, grid_on_layer, sent: dict):
+    """-> (on_layer, the grid's early data): the grid's `on_layer` (views/layer.early_grid), and once it has sent
+    the grid, the summary's place says the run goes on (heads_off.running) until the summary replaces it: the
+    numbers above the grid are never the last sentence's beside this one's grid."""
+    def on_layer(j: int, weights) -> None:
+        had = bool(sent)
+        grid_on_layer(j, weights)
+        if sent and not had:
+            with summary_box.container():
+                off_panel.running(layer, lambda: token_strip(encoded_run(read, weights), model, chips=False))
+
+    return on_layer, sent
+
+
+def _above_and_view(ctx: ViewContext, view: str, above, below, about_run: bool, summary_box=None) -> None:
     model, base = ctx.model, ctx.base
     with above:
         if about_run:
-            if view not in OWN_STRIP:
-                token_strip(base, model)  # the chips and the token count, once
-                off_panel.summary(ctx, switches_here=view in SWITCHES)
-            else:  # the view draws the chips itself: only the token count, in the summary's box
-                off_panel.summary(ctx, lambda: token_strip(base, model, chips=False),
-                                  switches_here=view in SWITCHES)
+            with summary_box.container() if summary_box is not None else nullcontext():
+                if view not in OWN_STRIP:
+                    token_strip(base, model)  # the chips and the token count, once
+                    off_panel.summary(ctx, switches_here=view in SWITCHES)
+                else:  # the view draws the chips itself: only the token count, in the summary's box
+                    off_panel.summary(ctx, lambda: token_strip(base, model, chips=False),
+                                      switches_here=view in SWITCHES)
             display_notes(ctx.hide_special, ctx.merge, ctx.run)
     with below:
         VIEWS[view](ctx)

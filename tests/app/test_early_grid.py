@@ -60,6 +60,11 @@ def _check_early(data: dict, handed: list[int], layer: int, rest: list[int]) -> 
 
 def test_a_new_sentence_sends_the_layer_on_screen_before_the_layers_above_are_made(monkeypatch):
     mounted = _spy(monkeypatch)
+    from mha_viz.app import heads_off
+
+    running, real_running = [], heads_off.running
+    monkeypatch.setattr(heads_off, "running", lambda layer, first: running.append(
+        (layer, [l for d, _ in mounted for l in [d["layer"]]])) or real_running(layer, first))
     model = loaded("minilm")
     at = AppTest.from_file(APP, default_timeout=180)
     at.run()
@@ -67,6 +72,7 @@ def test_a_new_sentence_sends_the_layer_on_screen_before_the_layers_above_are_ma
     page = Page()
     page.receive(grid_data(at))
     mounted.clear()
+    running.clear()
     text = "An early grid: the layer on screen goes before the layers above it are made."
     _send(at, text)
     (early, handed), = mounted
@@ -77,6 +83,10 @@ def test_a_new_sentence_sends_the_layer_on_screen_before_the_layers_above_are_ma
     assert early["digests"][:3] == want["digests"][:3] and early["scale"][:3 * 12] == want["scale"][:3 * 12]
     whole = (*analysis.run_scores(run, model.causal), analysis.run_support(run, model.causal))
     assert early["badges"] == {f"2,{h}": analysis.badge_caption(*whole, 2, h, n=2) for h in range(12)}
+    # Once the grid went, the summary's place said the run goes on; the summary then replaced it.
+    assert running == [(2, [2])], running
+    texts = [m.value for m in at.markdown]
+    assert any("All heads are on" in t for t in texts) and not any("Running the model" in t for t in texts)
     data = grid_data(at)  # completed by the second element, as the page completes it
     assert data["early"] == early["digest"] and data["digest"] == want["digest"] and data["scale"] == want["scale"]
     page.receive(data)

@@ -21,7 +21,7 @@ import torch
 from mha_viz import analysis, measures
 from mha_viz.analysis.agreement import agreement, census_heads
 from mha_viz.app import cache, state
-from mha_viz.app.common import display
+from mha_viz.app.common import display, encoded_run
 from mha_viz.app.components.head_grid import AsMade, early_payload, encode_soon, grid_rest, head_grid, held, payload
 from mha_viz.app.context import ViewContext
 from mha_viz.app.names import column_names, head_name, layer_name, token_label
@@ -99,17 +99,13 @@ def early_grid(model: Model, name: str, read: EncodedText, layer: int, heads_off
         made.add(j, weights)
         if j != layer or sent:
             return
-        enc = read.encoded
         # A run of this one layer (every layer index reads these weights: only `layer` is measured), for the
         # captions of the layer on screen, kept under the same key as the finished run's (`stack_labels`).
-        partial = AttentionRun(tokens=list(enc.labels), attentions=weights[None].expand(L, *weights.shape),
-                               ablated=frozenset(heads_off), output=torch.empty(0), token_ids=list(enc.ids),
-                               truncated=enc.dropped, unknown=enc.unknown, special=enc.special,
-                               ablation=ablation if heads_off else "zero")
+        partial = encoded_run(read, weights[None].expand(L, *weights.shape), heads_off, ablation)  # (L, H, Q, K)
         tokens, _ = display(model, partial, False, False)
         data = early_payload([token_label(t) for t in tokens], (L, H, *weights.shape[1:]), made.known(layer), layer,
                              heads_off, n_cols, made.shared, stack_labels(model, partial, (layer,)),
-                             unknown=list(enc.unknown), controls=True, held=held(_key(name)))
+                             unknown=list(partial.unknown), controls=True, held=held(_key(name)))
         with box:
             _mount(data, name, H)
         sent.update(data)
