@@ -96,7 +96,7 @@ def grid_data(tokens: list[str], att: torch.Tensor, layer: int, heads_off, n_col
     data = _described(tokens, (L, H, Q, T), shared_scale, query_tokens)
     digests = [d for _, _, d in parts] if parts is not None else layer_digests(codes, scale, L, H, T, Q)
     digest = hashlib.blake2b((data["text"] + "".join(digests)).encode(), digest_size=12).hexdigest()
-    data.update(digest=digest, digests=digests, scale=scale, **_shown(layer, heads_off, n_cols, badges, unknown))
+    data.update(digest=digest, digests=digests, scale=scale, **shown_fields(layer, heads_off, n_cols, badges, unknown))
     return data, codes
 
 
@@ -112,7 +112,7 @@ def early_data(tokens: list[str], shape: tuple[int, int, int, int], parts: dict[
     data.update(digest="early-" + secrets.token_hex(12),
                 digests=[parts[l][2] if l in parts else None for l in range(L)],
                 scale=[x for l in range(L) for x in (parts[l][1] if l in parts else [0.0] * H)],
-                **_shown(layer, heads_off, n_cols, badges, unknown))
+                **shown_fields(layer, heads_off, n_cols, badges, unknown))
     return data
 
 
@@ -134,7 +134,9 @@ def _described(tokens: list[str], shape: tuple[int, int, int, int], shared_scale
     return data
 
 
-def _shown(layer: int, heads_off, n_cols: int, badges: dict[Head, str], unknown) -> dict:
+def shown_fields(layer: int, heads_off, n_cols: int, badges: dict[Head, str], unknown) -> dict:
+    """What the data says of how the run is shown: the layer on screen, the heads off, the columns, the captions
+    and the unknown positions."""
     return {"off": sorted([int(l), int(h)] for l, h in heads_off), "layer": int(layer), "cols": int(n_cols),
             "badges": {f"{l},{h}": text for (l, h), text in badges.items()},
             "unknown": sorted(int(i) for i in unknown)}

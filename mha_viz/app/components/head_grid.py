@@ -36,7 +36,7 @@ import torch
 from mha_viz.app.components import figure_font
 from mha_viz.contract import Head
 from mha_viz.web import grid_css, grid_js
-from mha_viz.web.payload import deflate, early_data, grid_data, layer_codes, layer_part
+from mha_viz.web.payload import deflate, early_data, grid_data, layer_codes, layer_part, shown_fields
 
 BULK_ACTIONS = ("off", "on", "only", "reset")
 JS = grid_js()  # the bundle of web/grid/'s modules, the one the notebook widget loads too
@@ -134,9 +134,7 @@ def payload(tokens: list[str], att: torch.Tensor, layer: int, heads_off, n_cols:
     layer = min(int(layer), L - 1)
     first, rest = _split(data["digests"], layer, held)
     enc.prefetch(first + rest)  # the shown layer first; the rest deflate while the view draws the rest of itself
-    data = {**data, "layer": layer, "cols": int(n_cols), "off": sorted([int(l), int(h)] for l, h in heads_off),
-            "badges": {f"{l},{h}": text for (l, h), text in badges.items()},
-            "unknown": sorted(int(i) for i in unknown), "rest": rest}
+    data = {**data, **shown_fields(layer, heads_off, n_cols, badges, unknown), "rest": rest}
     return _finished(data, tokens, controls, held, {l: enc.z(l) for l in first})
 
 
@@ -254,7 +252,7 @@ class AsMade:
         scale)."""
         if bool(shared_scale) != self.shared:
             return None
-        return [self._parts[layer].result() for layer in range(att.shape[0])]
+        return list(self.known(att.shape[0] - 1).values())
 
 
 # Runs whose codes were made as their forward went (AsMade), until their encoding takes them: keyed as _ENCODED.

@@ -19,7 +19,7 @@ const KEEP_BYTES = 64 * 2 ** 20;  // layers kept beyond the ones on screen: a fe
 const STORE = globalThis.__mhvLayers = { held: new Map(), sizes: new Map(), grids: new Set(), rest: [], inbox: [],
                                          fonts: new Map(), badges: new Map(), completions: new Map(),
                                          ...(globalThis.__mhvLayers || {}) };
-const KEEP_BADGES = 8;  // runs whose captions are kept: a few, as the layers'
+const KEEP_RUNS = 8;  // runs whose captions and names (an early message's completion) are kept: a few, as the layers'
 
 STORE.deliver = deposit;
 for (const d of STORE.inbox.splice(0)) deposit(d);
@@ -81,18 +81,21 @@ function afterFrame() {
 function deposit(d) {
   STORE.rest = d.digests;
   if (d.completes) {  // the run a first message named early (see `completed`): every grid showing it takes the names
-    STORE.completions.delete(d.completes);
-    STORE.completions.set(d.completes, { digest: d.digest, digests: d.digests, scale: d.scale });
-    while (STORE.completions.size > KEEP_BADGES) STORE.completions.delete(STORE.completions.keys().next().value);
+    keepLast(STORE.completions, d.completes, { digest: d.digest, digests: d.digests, scale: d.scale });
     for (const s of STORE.grids) s.complete(d.completes);
   }
   if (d.digest && d.badges && Object.keys(d.badges).length) {
-    STORE.badges.delete(d.digest);
-    STORE.badges.set(d.digest, d.badges);
-    while (STORE.badges.size > KEEP_BADGES) STORE.badges.delete(STORE.badges.keys().next().value);
+    keepLast(STORE.badges, d.digest, d.badges);
     document.dispatchEvent(new CustomEvent("mhv-badges", { detail: d.digest }));
   }
   return receive(d, true).then(() => { for (const s of STORE.grids) s.arrived(); });
+}
+
+// `map` keeps `value` under `key` as its newest entry, and its KEEP_RUNS newest runs only.
+function keepLast(map, key, value) {
+  map.delete(key);
+  map.set(key, value);
+  while (map.size > KEEP_RUNS) map.delete(map.keys().next().value);
 }
 
 // A grid's first message may be sent while its run is still computing the layers above the one on screen (the
