@@ -5,7 +5,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from helpers import app_at, grid_data
-from page_steps import layer_of, open_view, set_layer
+from page_steps import layer_of, open_view, send_sentence, set_layer
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
@@ -20,17 +20,11 @@ def _metric(at: AppTest, label_start: str) -> str:
     raise AssertionError(f"no metric starting {label_start!r}; have {[m.label for m in at.metric]}")
 
 
-def _enter(at: AppTest, text: str) -> None:
-    at.text_area(key="text_box").input(text)
-    at.button[0].click()  # the form's "Show attention"
-    at.run()
-    assert not at.exception, at.exception
-
 
 def test_minilm_sentence_toggle_and_change():
     at = _app()
     assert len(at.toggle) == 12 and at.toggle[0].label == "L0 H0"
-    _enter(at, "Seven purple giraffes played chess beside the quiet river.")
+    send_sentence(at, "Seven purple giraffes played chess beside the quiet river.")
     assert "chess" in grid_data(at)["tokens"], "the grid (and its token strip) shows the new sentence"
     at.toggle(key="tg|minilm|0|3").set_value(False).run()
     assert not at.exception, at.exception
@@ -56,13 +50,13 @@ def test_heads_of_another_layer_keep_their_state():
 @pytest.mark.parametrize("text", ["", "   \n\t  "])
 def test_empty_text_is_a_friendly_message(text):
     at = _app()
-    _enter(at, text)
+    send_sentence(at, text)
     assert any("empty" in w.value for w in at.warning)
 
 
 def test_long_text_says_how_much_was_dropped():
     at = _app()
-    _enter(at, "word " * 600)
+    send_sentence(at, "word " * 600)
     assert any("tokens were dropped" in c.value for c in at.caption)
 
 
@@ -197,7 +191,7 @@ def test_garbage_in_the_link_is_a_notice():
 def test_smollm2_toggle_shows_prediction_change():
     at = _app("smollm2")
     assert len(at.toggle) == 9
-    _enter(at, "The capital of France is")
+    send_sentence(at, "The capital of France is")
     at.toggle(key="tg|smollm2|0|0").set_value(False).run()
     assert not at.exception, at.exception
     kl = float(_metric(at, "KL(before").split()[0])
@@ -213,7 +207,7 @@ def test_tiny_model_predictions_examples_and_unknown_words():
     assert any(label.startswith("agreement") for label in labels)
     assert any(label.startswith("repeat") for label in labels)
     assert any(label.startswith("nearby") for label in labels)
-    _enter(at, "the keys to the zorblax are on the table .")
+    send_sentence(at, "the keys to the zorblax are on the table .")
     assert any("unknown token" in c.value for c in at.caption)
     first = at.toggle[0]
     first.set_value(False).run()
@@ -277,7 +271,7 @@ def test_custom_masked_lm_folder_compares_predictions_at_the_mask(tmp_path):
     at.sidebar.text_input(key="custom_id").input(str(tmp_path)).run()
     assert not at.exception, at.exception
     assert len(at.toggle) == 4
-    _enter(at, "The capital of France is [MASK] .")
+    send_sentence(at, "The capital of France is [MASK] .")
     at.toggle(key=f"tg|{tmp_path}|0|1").set_value(False).run()
     assert not at.exception, at.exception
     assert float(_metric(at, "KL(before").split()[0]) >= 0

@@ -158,6 +158,7 @@ def test_the_page_refuses_a_run_over_the_budget_with_what_to_do(monkeypatch):
     import mha_viz.app.cache as cache
 
     from helpers import APP
+    from page_steps import send_sentence
 
     monkeypatch.setenv("MHA_VIZ_RUN_CACHE_MB", "1")
     cache.runs.cache_clear()
@@ -165,10 +166,7 @@ def test_the_page_refuses_a_run_over_the_budget_with_what_to_do(monkeypatch):
         at = AppTest.from_file(APP, default_timeout=180).run()
         assert not at.exception and len(at.toggle) == 12, at.exception  # MiniLM's default sentence: 0.1 MB
         words = " ".join(["the cat sat on the mat"] * 40)  # 240 words: 6 x 12 x 242² x 4 B = 16 MB of attention
-        at.text_area(key="text_box").input(words)
-        at.button[0].click()
-        at.run()
-        assert not at.exception, at.exception
+        send_sentence(at, words)
         warnings = [w.value for w in at.warning]
         assert any("shorter text" in w and "MHA_VIZ_RUN_CACHE_MB" in w for w in warnings), warnings
         assert cache.runs().flight_bytes() == 0 and cache.runs().kept_bytes() <= 2**20

@@ -15,7 +15,7 @@ from mha_viz.app.views import layer as view
 from mha_viz.web.payload import grid_data as whole_data
 
 from helpers import APP, grid_data, loaded
-from page_steps import set_layer
+from page_steps import send_sentence, set_layer
 
 N_LAYERS = 6  # all-MiniLM-L6-v2, the default model
 
@@ -43,12 +43,6 @@ def _spy(monkeypatch) -> _Spy:
     return mounted
 
 
-def _send(at, text: str) -> None:
-    at.text_area(key="text_box").input(text)
-    at.button[0].click()
-    at.run()
-    assert not at.exception, at.exception
-
 
 def _check_early(data: dict, handed: list[int], layer: int, rest: list[int]) -> None:
     assert data["digest"].startswith("early-") and data["layer"] == layer
@@ -74,7 +68,7 @@ def test_a_new_sentence_sends_the_layer_on_screen_before_the_layers_above_are_ma
     mounted.clear()
     running.clear()
     text = "An early grid: the layer on screen goes before the layers above it are made."
-    _send(at, text)
+    send_sentence(at, text)
     (early, handed), = mounted
     _check_early(early, handed, 2, [0, 1, 3, 4, 5])
     assert sorted(head_grid.unpack(early["att"])) == [2], "the element carries the layer on screen only"
@@ -101,7 +95,7 @@ def test_toggles_below_and_above_the_layer_on_screen_are_sent_early_too(monkeypa
     text = "Toggles below and above the layer on screen, each sent early."
     page = Page()
     page.receive(grid_data(at))
-    _send(at, text)
+    send_sentence(at, text)
     page.receive(grid_data(at))
     set_layer(at, "minilm", 3)
     page.receive(grid_data(at))
@@ -124,7 +118,7 @@ def test_a_rerun_the_cache_answers_sends_the_grid_whole(monkeypatch):
     mounted = _spy(monkeypatch)
     at = AppTest.from_file(APP, default_timeout=180)
     at.run()
-    _send(at, "A layer tab after an early grid.")
+    send_sentence(at, "A layer tab after an early grid.")
     mounted.clear()
     set_layer(at, "minilm", 4)
     (data, handed), = mounted

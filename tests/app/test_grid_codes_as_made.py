@@ -12,6 +12,7 @@ from mha_viz.models import interventions
 from mha_viz.web.payload import grid_data as whole_data
 
 from helpers import APP, grid_data, loaded
+from page_steps import send_sentence
 
 
 @pytest.mark.parametrize("shared", [False, True])
@@ -46,12 +47,6 @@ def _spy(monkeypatch) -> list[bool]:
     return took
 
 
-def _send(at, text: str) -> None:
-    at.text_area(key="text_box").input(text)
-    at.button[0].click()
-    at.run()
-    assert not at.exception, at.exception
-
 
 def test_the_page_draws_codes_made_as_the_forward_went(monkeypatch):
     took = _spy(monkeypatch)
@@ -60,7 +55,7 @@ def test_the_page_draws_codes_made_as_the_forward_went(monkeypatch):
     at.run()
     took.clear()
     text = "A sentence no test ran before, for codes made as the forward went."
-    _send(at, text)
+    send_sentence(at, text)
     assert took == [True], "a new sentence's run is encoded from its layers as they were made"
     data = grid_data(at)
     want, _ = whole_data(data["tokens"], model.run(text).attentions, 0, (), 1, False, {})
@@ -80,5 +75,5 @@ def test_special_tokens_hidden_encode_the_grid_from_what_it_draws(monkeypatch):
     at.run()
     at.checkbox(key="hide_special").check().run()
     took.clear()
-    _send(at, "Another sentence no test ran before, with its special tokens hidden.")
+    send_sentence(at, "Another sentence no test ran before, with its special tokens hidden.")
     assert took == [False], "the grid draws the hidden-token view, not the run's own attention"

@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 from mha_viz.contract import Ablation
 
-from page_steps import open_view
+from page_steps import open_view, send_sentence
 
 REPO = Path(__file__).resolve().parents[2]
 APP = str(REPO / "app.py")
@@ -205,9 +205,7 @@ def test_follow_a_token_says_when_a_word_is_cut_in_its_cell():
                       ("The cat sat on the mat.", False)):
         at = AppTest.from_file(app, default_timeout=300)
         at.run()
-        at.text_area(key="text_box").input(text)
-        at.button[0].click()
-        at.run()
+        send_sentence(at, text)
         open_view(at, "Follow a token")
         assert not at.exception, at.exception
         said = " ".join(c.value for c in at.caption)

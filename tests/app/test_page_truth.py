@@ -15,17 +15,11 @@ from mha_viz.app.page import DEFAULT_TEXT
 from mha_viz.contract import ModelLoadError
 
 from helpers import app_at, grid_data, heatmap_z, loaded, tiny_masked_lm
-from page_steps import open_view, set_layer
+from page_steps import open_view, send_sentence, set_layer
 from reference import head_importance_loop, same_token_reference
 
 _app = app_at
 
-
-def _enter(at: AppTest, text: str) -> None:
-    at.text_area(key="text_box").input(text)
-    at.button[0].click()  # the form's "Show attention"
-    at.run()
-    assert not at.exception, at.exception
 
 
 def _chart(at: AppTest, key: str) -> dict:
@@ -125,7 +119,7 @@ def test_json_export_carries_the_scores_of_the_run_shown(downloads):
 # -- 2. byte-level pieces are text on the page; part of a character is a byte marker, never mojibake or U+FFFD --
 def test_smollm2_token_strip_shows_decoded_pieces():
     at = _app("smollm2")
-    _enter(at, "naïve 日本")
+    send_sentence(at, "naïve 日本")
     grid = grid_data(at)["tokens"]  # the Layer view's strip is the grid's own
     assert "ïve" in grid and "⟨e6⟩" in " ".join(grid)
     assert not any("Ã" in t or "�" in t for t in grid)
@@ -141,7 +135,7 @@ def test_merged_words_are_decoded_and_never_cross_a_line():
     from mha_viz import plotting
 
     at = _app("smollm2")
-    _enter(at, "The naïve café,\nunbelievable 日本語.")
+    send_sentence(at, "The naïve café,\nunbelievable 日本語.")
     at.sidebar.checkbox(key="merge").check().run()
     open_view(at, "Compare")  # a plotly view: the Layer grid is drawn in the browser
     assert not at.exception, at.exception
@@ -241,7 +235,7 @@ def test_masked_lm_importance_is_measured_at_the_mask(masked_lm):
     at = _app()
     at.sidebar.selectbox(key="model_choice").set_value("custom").run()
     at.sidebar.text_input(key="custom_id").input(str(masked_lm)).run()
-    _enter(at, text)
+    send_sentence(at, text)
     open_view(at, "Ablation effects")
     assert at.selectbox(key="pred_pos").value == mask
     assert any(f"the KL divergence of the prediction at the masked position {mask}" in c.value for c in at.caption)

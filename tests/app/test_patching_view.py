@@ -19,7 +19,7 @@ from mha_viz.analysis.patching import (
 from mha_viz.app.name_swap import swapped
 
 from helpers import loaded
-from page_steps import open_view
+from page_steps import open_view, send_sentence
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 TINY_TEXT = "Anna met Ben at the park. Later Ben gave the book to"
@@ -33,11 +33,7 @@ def _app(model: str, text: str, params: dict | None = None) -> AppTest:
     at.run()
     if model != "minilm":
         at.sidebar.selectbox(key="model_choice").set_value(model).run()
-    at.text_area(key="text_box").input(text)
-    at.button[0].click()
-    at.run()
-    assert not at.exception, at.exception
-    return at
+    return send_sentence(at, text)
 
 
 def _metric(at: AppTest, start: str) -> float:

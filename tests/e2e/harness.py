@@ -65,6 +65,19 @@ def new_page(browser, width: int = 1400, height: int = 1000):
     return context, page
 
 
+def files_page(browser, files: dict[str, str], origin: str):
+    """(context, page): `new_page` on a blank document at `origin`, where each path of `files` ({"/bundle.js":
+    its text}) is served (a .js path as JavaScript) and any other path is a 404: the grid's modules in a browser
+    with no server. Close the context when done."""
+    context, page = new_page(browser)
+    page.route(f"{origin}/**", lambda route: route.fulfill(
+        status=200 if route.request.url[len(origin):] in files or route.request.url == f"{origin}/" else 404,
+        content_type="text/javascript" if route.request.url.endswith(".js") else "text/html",
+        body=files.get(route.request.url[len(origin):], "<!doctype html><body></body>")))
+    page.goto(f"{origin}/")
+    return context, page
+
+
 def settle(page) -> None:
     """Two animation frames, so the last redraw is on screen."""
     page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")

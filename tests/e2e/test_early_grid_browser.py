@@ -14,6 +14,8 @@ import torch
 from mha_viz import web
 from mha_viz.web.payload import deflate, early_data, grid_data, layer_codes, layer_part
 
+from harness import files_page
+
 ORIGIN = "http://grid.test"
 
 # A message's `att` as the page gets it: an Arrow-like table, one column "z<l>" per layer carried (deflated codes).
@@ -83,15 +85,8 @@ def test_an_early_message_completed_draws_the_whole_run(browser, second_first):
     second = {"digest": whole["digest"], "digests": whole["digests"], "scale": whole["scale"],
               "completes": first["digest"], "badges": {}}
     files = {"/bundle.js": web.grid_js()}
-    context = browser.new_context()
+    context, page = files_page(browser, files, ORIGIN)
     try:
-        page = context.new_page()
-        errors = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.route(f"{ORIGIN}/**", lambda route: route.fulfill(
-            status=200, content_type="text/javascript" if route.request.url.endswith(".js") else "text/html",
-            body=files.get(route.request.url[len(ORIGIN):], "<!doctype html><body></body>")))
-        page.goto(f"{ORIGIN}/")
         got = page.evaluate(EARLY, [f"{ORIGIN}/bundle.js", json.loads(json.dumps(first)),
                                     {"1": _b64(parts[1][0])}, json.loads(json.dumps(second)),
                                     {str(l): _b64(layer_codes(codes, whole, l)) for l in (0, 2)}, second_first])
@@ -100,7 +95,7 @@ def test_an_early_message_completed_draws_the_whole_run(browser, second_first):
                                             {str(l): _b64(layer_codes(codes, whole, l)) for l in range(3)}])
     finally:
         context.close()
-    assert not errors, errors
+    assert not page.js_errors, page.js_errors
     if got["early"] is not None:  # the layer on screen drawn from the first message alone, as the whole run draws it
         assert got["early"]["drawn"]["digests"] == first["digests"] and got["early"]["pixels"] == whole_drawn
     assert got["drawn"]["digests"] == whole["digests"] and got["drawn"]["waiting"] == []

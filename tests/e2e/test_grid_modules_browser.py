@@ -10,6 +10,8 @@ import torch
 from mha_viz import web
 from mha_viz.web.payload import deflate, grid_data, layer_codes
 
+from harness import files_page
+
 ORIGIN = "http://grid.test"
 
 # Mount the grid from module `url` on the payload `data` (its layers as base64 in `layers`, every one carried) and
@@ -43,22 +45,14 @@ def test_the_modules_load_one_by_one_and_draw_what_the_bundle_draws(browser):
     layers = [base64.b64encode(deflate(layer_codes(codes, data, l))).decode() for l in range(2)]
     files = {f"/grid/{p.name}": p.read_text() for p in web.GRID.glob("*.js")}
     files["/bundle.js"] = web.grid_js()
-    context = browser.new_context()
+    context, page = files_page(browser, files, ORIGIN)
     try:
-        page = context.new_page()
-        errors = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.route(f"{ORIGIN}/**", lambda route: route.fulfill(
-            status=200 if route.request.url[len(ORIGIN):] in files or route.request.url == f"{ORIGIN}/" else 404,
-            content_type="text/javascript" if route.request.url.endswith(".js") else "text/html",
-            body=files.get(route.request.url[len(ORIGIN):], "<!doctype html><body></body>")))
-        page.goto(f"{ORIGIN}/")
         from_modules = page.evaluate(MOUNT, [f"{ORIGIN}/grid/{web.ENTRY}", json.loads(json.dumps(data)), layers])
         requested = set(page.evaluate("() => performance.getEntriesByType('resource').map(e => e.name)"))
         from_bundle = page.evaluate(MOUNT, [f"{ORIGIN}/bundle.js", json.loads(json.dumps(data)), layers])
     finally:
         context.close()
-    assert not errors, errors
+    assert not page.js_errors, page.js_errors
     assert {f"{ORIGIN}/grid/{name}" for name in web.GRID_FILES} <= requested, "each module is fetched by its import"
     assert [t for t, _ in from_modules["heads"]] == ["L1 H0", "L1 H1", "L1 H2 (off)"]
     assert from_modules == from_bundle
