@@ -32,6 +32,15 @@ ABLATION_LABELS = {a.key: f"{a.label}: its output {a.describe}" for a in Ablatio
 ABLATION_SHORT = {a.key: a.adjective for a in Ablation.kinds()}
 
 visible = token_label  # the one way to write a token (names.py); the short name every view already uses
+# A compiled program's output where it has no value (Tracr decodes None there: an induction program before a token
+# has appeared twice), and the words that say so beside a table or line of outputs.
+NO_VALUE = "–"
+NO_VALUE_NOTE = f"{NO_VALUE}: the program has no value at that position"
+
+
+def program_value(value) -> str:
+    """One position's program output as the page writes it: NO_VALUE where the program has none."""
+    return NO_VALUE if value is None else str(value)
 __all__ = ["distinct_labels", "head_name", "md_safe", "parse_head", "quoted", "visible"]
 
 

@@ -10,9 +10,11 @@ from mha_viz.app.cache import logit_row
 from mha_viz.app.common import (
     ABLATION_LABELS,
     ABLATION_SHORT,
+    NO_VALUE_NOTE,
     md_safe,
     metric_row,
     predictions_panel,
+    program_value,
     quoted,
     top_predictions,
 )
@@ -117,10 +119,11 @@ def effect_panel(ctx: ViewContext) -> None:
         after = model.program_output(run)
         changed = sum(a != b for a, b in zip(before, after))
         rows = zip(base.tokens, before, after)
-        st.dataframe([{"position": i, "token": token_label(t), "program output": str(a),
-                       "with these heads off": str(b), "changed": "yes" if a != b else ""}
+        st.dataframe([{"position": i, "token": token_label(t), "program output": program_value(a),
+                       "with these heads off": program_value(b), "changed": "yes" if a != b else ""}
                       for i, (t, a, b) in enumerate(rows)], hide_index=True)
-        st.caption(f"The program's output changed at {changed} of {len(before)} positions.")
+        no_value = f" ({NO_VALUE_NOTE})" if None in before + after else ""
+        st.caption(f"The program's output changed at {changed} of {len(before)} positions{no_value}.")
     position = model.prediction_position(base)
     if position is not None:
         predictions_panel(model, base, run, position, key="pred_fig", chart=False)  # no plotly on a toggle

@@ -38,6 +38,10 @@ def test_the_layer_view_shows_the_program_output_and_what_wrote_each_head():
     output = model.program_output(model.run(TEXT))
     text = " ".join(m.value for m in at.markdown)
     assert "The program's output" in text and "`d→a`" in text and output[5:] == ["b", "c", "d", "a"]
+    # Where the program has no value (a token's first occurrence: nothing yet to copy), the page writes NO_VALUE
+    # and says what it means, never Python's None.
+    assert output[1:5] == [None] * 4 and "`a→–`" in text and "the program has no value" in text
+    assert "None" not in text
     table = [t.value for t in at.table if "the program wrote" in t.value.columns][0]
     assert list(table["head"]) == ["L0 H0", "L1 H0"]
     table = table.reset_index(drop=True)
@@ -52,6 +56,7 @@ def test_switching_the_written_previous_token_head_off_changes_the_output_on_the
     table = [d.value for d in at.dataframe if "with these heads off" in d.value.columns][0]
     assert (table["changed"] == "yes").sum() >= 3  # the repeated half no longer reads what followed
     assert any("changed at" in c.value for c in at.caption)
+    assert "None" not in set(table["program output"]) | set(table["with these heads off"])
 
 
 def test_the_census_names_every_written_head_as_written():

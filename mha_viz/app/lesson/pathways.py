@@ -9,7 +9,7 @@ from mha_viz import measures, plotting
 from mha_viz.analysis import next_token_kl
 from mha_viz.analysis.twins import BROKEN_AT, DISTANCE, TwinComparison, compare_twins
 from mha_viz.app.cache import side_model, side_result
-from mha_viz.app.common import head_name, md_safe, top_predictions, visible
+from mha_viz.app.common import NO_VALUE_NOTE, head_name, md_safe, program_value, top_predictions, visible
 from mha_viz.app.lesson.frame import (
     TYPED,
     Question,
@@ -141,9 +141,11 @@ def draw_written(name: str, text: str, n: int) -> None:
         after = model.program_output(shown)
         changed = [i for i, (x, y) in enumerate(zip(before, after)) if x != y]
         st.table({"position": list(range(len(run.tokens))), "token": [visible(t) for t in run.tokens],
-                  "output, all heads on": [str(x) for x in before], f"{head_name(prev)} off": [str(x) for x in after]})
+                  "output, all heads on": [program_value(x) for x in before],
+                  f"{head_name(prev)} off": [program_value(x) for x in after]})
+        no_value = f" ({NO_VALUE_NOTE})" if None in before + after else ""
         lines.append(f"With {head_name(prev)} off the program's output changed at {len(changed)} of "
-                     f"{len(before)} positions.")
+                     f"{len(before)} positions{no_value}.")
     saw(lines)
 
 

@@ -21,7 +21,7 @@ import torch
 from mha_viz import analysis, measures
 from mha_viz.analysis.agreement import agreement, census_heads
 from mha_viz.app import cache, state
-from mha_viz.app.common import display, encoded_run
+from mha_viz.app.common import NO_VALUE_NOTE, display, encoded_run, program_value
 from mha_viz.app.components.head_grid import AsMade, early_payload, encode_soon, grid_rest, head_grid, held, payload
 from mha_viz.app.context import ViewContext
 from mha_viz.app.names import column_names, head_name, layer_name, token_label
@@ -141,7 +141,9 @@ def written(ctx: ViewContext) -> None:
     output = ctx.model.program_output(ctx.run)
     if output is None:
         return
-    shown = " ".join(f"`{token_label(t)}→{o}`" for t, o in zip(ctx.run.tokens, output))
+    shown = " ".join(f"`{token_label(t)}→{program_value(o)}`" for t, o in zip(ctx.run.tokens, output))
+    if None in output:
+        shown += f" ({NO_VALUE_NOTE})"
     off = " (with the heads that are off)" if ctx.run.ablated else ""
     if not heads:  # a learned twin: it reads out a program's output values, but no head of it was written
         st.markdown(f"**The program's output, as this learned model reads it out**{off}: {shown}")
