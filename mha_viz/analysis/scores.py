@@ -46,9 +46,9 @@ def pattern_scores(att: torch.Tensor, token_ids=None, added=(), causal: bool = F
     if causal and t > 1 and att[..., above[0], above[1]].amax() > 1e-4:
         raise ValueError("att has weight above the diagonal, so it is not causal; pass causal=False "
                          "for a bidirectional (encoder) model")
-    unknown = [name for name in names if name not in SCORE_NAMES]
-    if unknown:
-        raise ValueError(f"{unknown} are not scores; use names from: {', '.join(SCORE_NAMES)}")
+    not_scores = [name for name in names if name not in SCORE_NAMES]
+    if not_scores:
+        raise ValueError(f"{not_scores} are not scores; use names from: {', '.join(SCORE_NAMES)}")
     pos = positions(t, causal, token_ids, added, tokens, unknown)
     return {name: M.REGISTRY[name](att, pos) for name in names}
 

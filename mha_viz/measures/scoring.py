@@ -136,13 +136,14 @@ def punctuation_score(att, pos: Positions):
 def repeat_mask(pos: Positions, step: int) -> torch.Tensor:
     """(Q, K) bool: for each later occurrence q of a repeated token, its earlier occurrences k (step 0: the
     duplicate-token targets) or the tokens right after them (step 1: the induction targets), content keys only,
-    never the query itself."""
+    never the query itself. An unknown position takes no part: not as query, earlier occurrence or target (an
+    unknown target is a word the model cannot read, so attention to it shows no copying of that word)."""
     mask = torch.zeros(pos.t, pos.t, dtype=torch.bool)  # (Q, K)
     content = pos.content.tolist()  # Python bools: a long text has thousands of repeated pairs
     queries, targets = [], []
     for k, q in pos.repeats:
         target = k + step
-        if k in pos.unknown or q in pos.unknown:  # a generator's repeats too: an unknown repeats nothing
+        if k in pos.unknown or q in pos.unknown or target in pos.unknown:  # a generator's repeats too
             continue
         if k < q and target < q and content[q] and content[k] and content[target]:
             queries.append(q)
