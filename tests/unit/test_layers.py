@@ -23,6 +23,8 @@ FORBIDDEN = {
     # What the app's Streamlit component and the notebook widget both mount: below both hosts.
     "web": HOSTS,
     "notebook": ("mha_viz.app", "streamlit"),
+    # The study command (mha_viz/study/): measures checkpoints with models and analysis; only the app reads it.
+    "study": (*HOSTS, "mha_viz.web", "mha_viz.plotting", "mha_viz.tiny_probes"),
     "analysis": (*HOSTS, "mha_viz.web", "mha_viz.plotting", "mha_viz.tiny_probes", "mha_viz.models"),
     "models": (*HOSTS, "mha_viz.web", "mha_viz.plotting", "mha_viz.tiny_probes", "mha_viz.analysis"),
     "contract": (*HOSTS, "mha_viz.web", "mha_viz.plotting", "mha_viz.tiny_probes", "mha_viz.analysis",
