@@ -16,6 +16,8 @@ Reading and writing needs torch and safetensors only; jax and tracr are needed o
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -29,6 +31,20 @@ FORMAT = "mha-viz compiled model 1"
 CONFIG_FILE = "compiled.json"
 WEIGHTS_FILE = "weights.safetensors"
 PROGRAM_FILE = "program.py"
+
+# Bounds on what a folder may claim, checked before anything is allocated or iterated in proportion to a claim, so
+# that a damaged folder is refused in milliseconds and in about its own size of memory (tests/models/compiled/
+# test_folder_damage.py). Each is far beyond what Tracr writes:
+MAX_CONFIG_BYTES = 16 * 2 ** 20  # compiled.json is kilobytes (three_heads: 7 kB, its program's source included)
+MAX_DEPTH = 16  # the format nests 3 deep (heads, a head, its fields); json.loads recurses once per level
+MAX_DIGITS = 18  # every whole number of the format fits int64; Python would spend quadratic time on 10^5 digits
+# A tensor is stored sparse (12 bytes per nonzero entry), so its dense float32 copy is larger than the file: a
+# one-hot (D, D) block is D/3 times larger, an all-zero half-layer (Tracr pads every layer) infinitely. The tensors
+# together may be DENSE_PER_BYTE times the weights file, or DENSE_FLOOR_BYTES for a small file. Measured: 1.7 to
+# 31 times for the shipped folders, 5 to 172 for five of Tracr's library programs (shuffle_dyck: 172, its MLPs
+# 3092 wide), so 4096 leaves a margin of 20 over the widest seen.
+DENSE_PER_BYTE = 4096
+DENSE_FLOOR_BYTES = 64 * 2 ** 20
 
 
 @dataclass(frozen=True)
@@ -198,6 +214,10 @@ def _checked_fields(data, where: str, fix: str) -> dict:
             if item in seen:
                 raise bad(key, f"lists {item!r} twice; each item must be distinct")
             seen.add(item)
+    spaced = next((item for item in out["vocab"] if any(ch.isspace() for ch in item)), None)
+    if spaced is not None:  # the page splits what is typed at whitespace (`models.items`)
+        raise bad("vocab", f"has {spaced!r}, which holds a space: items are typed separated by spaces, so it could "
+                           f"never be typed; give the program a vocabulary without spaces and {fix}")
     vocab, bos, pad, encoding = out["vocab"], out["bos"], out["pad"], out["encoding"]
     if bos in vocab:
         raise bad("bos", f"is {bos!r}, which is also a vocab item; BOS must be a token of its own")
@@ -260,11 +280,92 @@ def save(folder, config: CompiledConfig, tensors: dict[str, torch.Tensor]) -> Pa
     return folder
 
 
+class _Huge:
+    """A JSON whole number of more than MAX_DIGITS digits, kept as its digit count (never converted: that is
+    quadratic in its length, and Python refuses more than 4300 digits with a message naming no field)."""
+
+    def __init__(self, digits: int):
+        self.digits = digits
+
+    def __repr__(self) -> str:
+        return f"a {self.digits}-digit number"
+
+
+def _whole(text: str):
+    digits = len(text.lstrip("-"))
+    return int(text) if digits <= MAX_DIGITS else _Huge(digits)
+
+
+def _too_deep(text: str) -> str | None:
+    """Where JSON `text` nests lists and objects more than MAX_DEPTH deep, before json.loads recurses into it: the
+    top-level field it happens in ("" for the document itself), or None. Strings are skipped whole, so a bracket
+    inside one does not count; in valid JSON the last string at depth 1 before a bracket is that value's key."""
+    depth, key = 0, ""
+    for m in re.finditer(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', text):
+        token = m.group()
+        if token in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return key
+        elif token in "]}":
+            depth -= 1
+        elif depth == 1:
+            key = token[1:-1]
+    return None
+
+
+def _unreadable(value, where: str = "") -> tuple[str, str] | None:
+    """The first value in a parsed config (depth bounded by `_too_deep`) that no field of the format may hold, as
+    (its field, what it holds): a whole number of more than MAX_DIGITS digits, or NaN or infinity, which JSON does
+    not have (Python's json reads and writes them as literals)."""
+    if isinstance(value, _Huge):
+        return where, f"holds {value!r}; no field of this format needs more than {MAX_DIGITS} digits"
+    if isinstance(value, float) and not math.isfinite(value):
+        return where, f"holds {'NaN' if math.isnan(value) else 'an infinity'}, which is not a finite number"
+    if isinstance(value, dict):
+        items = ((f"{where}.{k}" if where else str(k), v) for k, v in value.items())
+    elif isinstance(value, list):
+        items = ((f"{where}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for inner, v in items:
+        found = _unreadable(v, inner)
+        if found:
+            return found
+    return None
+
+
+def read_config(path: Path, fix: str):
+    """compiled.json parsed, bounded before it is parsed: its size (MAX_CONFIG_BYTES), its depth (MAX_DEPTH) and
+    each number's (MAX_DIGITS, finite); a fault is a one-line ModelLoadError naming the file, the field and `fix`."""
+    size = path.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise ModelLoadError(f"{path} is {size:,} bytes, more than the {MAX_CONFIG_BYTES:,} any compiled model's "
+                             f"config needs; {fix}")
+    try:
+        text = path.read_text(encoding="utf-8")
+        deep = _too_deep(text)
+        if deep is not None:
+            what = f"field '{deep}'" if deep else "its JSON"
+            raise ModelLoadError(f"{path}: {what} is nested more than {MAX_DEPTH} deep (lists and objects inside "
+                                 f"each other); no field of this format nests so deep; {fix}")
+        data = json.loads(text, parse_int=_whole)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ModelLoadError(f"{path} is not valid JSON ({_line(err)}); {fix}") from err
+    found = _unreadable(data)
+    if found:
+        raise ModelLoadError(f"{path}: field '{found[0]}' {found[1]}; {fix}")
+    return data
+
+
 def load(folder) -> tuple[CompiledConfig, dict[str, torch.Tensor]]:
     """Read a folder written by `save`, whole or not at all: every field of compiled.json is checked for its type
     and range (`CompiledConfig.from_json`), and every tensor the config implies must be stored with its shape, and
-    no other (`expected_shapes`). Any fault is one ModelLoadError naming the file, the field or tensor, and the
-    fix. Reads only: a failed load leaves the folder and every cache as they were."""
+    no other (`expected_shapes`), each position once, each written head on a head with query and key weights. What
+    a file claims is bounded before it is allocated or iterated (`read_config`, `_check_layers`, `_check_size`), so
+    a refusal takes milliseconds and about the files' size of memory. Any fault is one ModelLoadError naming the
+    file, the field or tensor, and the fix. Reads only: a failed load leaves the folder and every cache as they
+    were."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -275,17 +376,19 @@ def load(folder) -> tuple[CompiledConfig, dict[str, torch.Tensor]]:
         if not path.is_file():
             raise ModelLoadError(f"{folder} has no {path.name}: a compiled model folder holds {CONFIG_FILE} and "
                                  f"{WEIGHTS_FILE}; {fix}")
+    config = CompiledConfig.from_json(read_config(cfg_path, fix), str(cfg_path), fix)
     try:
-        data = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ModelLoadError(f"{cfg_path} is not valid JSON ({_line(err)}); {fix}") from err
-    config = CompiledConfig.from_json(data, str(cfg_path), fix)
-    try:
-        stored = load_file(str(w_path))
+        stored = load_file(str(w_path))  # memory: the file's size
     except (SafetensorError, OSError, ValueError, KeyError, RuntimeError) as err:
         raise ModelLoadError(f"{w_path} could not be read ({_line(err)}); {fix}") from err
-    tensors = _dense(stored, str(w_path), fix)
-    _check_shapes(config, tensors, str(w_path), fix)
+    # Every claim is checked against what is stored before anything is built from it: the layers present before
+    # n_layers' tensors are listed, each shape before it is allocated, all of them against the file's size.
+    shapes = _stored_shapes(stored, str(w_path), fix)
+    _check_layers(config, shapes, str(cfg_path), fix)
+    _check_shapes(config, shapes, str(w_path), fix)
+    _check_size(shapes, w_path, fix)
+    tensors = _dense(stored, shapes, str(w_path), fix)
+    _check_written(config, tensors, str(cfg_path), fix)
     return config, tensors
 
 
@@ -327,20 +430,60 @@ def expected_shapes(config: CompiledConfig) -> dict[str, tuple[tuple[int, ...], 
     return out
 
 
-def _check_shapes(config: CompiledConfig, tensors: dict[str, torch.Tensor], where: str, fix: str) -> None:
+def _check_layers(config: CompiledConfig, shapes: dict[str, tuple[int, ...]], where: str, fix: str) -> None:
+    """n_layers against the layers stored, before `expected_shapes` lists n_layers' tensors (1,000,000 layers: 35 s
+    and 3 GB, for a file of 8 kB). Fewer layers than stored is `_check_shapes`' "not one compiled.json implies"."""
+    present = {int(m.group(1)) for name in shapes if (m := re.fullmatch(r"layers\.(\d{1,9})\..*", name))}
+    stored = max(present) + 1 if present else 0
+    if config.n_layers > stored:
+        raise ModelLoadError(f"{where}: field 'n_layers' is {config.n_layers}, but {WEIGHTS_FILE} stores "
+                             f"{stored} layer(s) (layers.0 to layers.{stored - 1}): the two files were not "
+                             f"written together; {fix}")
+
+
+def _check_shapes(config: CompiledConfig, shapes: dict[str, tuple[int, ...]], where: str, fix: str) -> None:
+    """Every stored shape against the shape compiled.json implies, before any tensor is made dense."""
     expected = expected_shapes(config)
     for name, (shape, why) in expected.items():
-        if name not in tensors:
+        if name not in shapes:
             raise ModelLoadError(f"{where}: tensor '{name}' is missing; {CONFIG_FILE} implies it, of shape "
                                  f"{shape} ({why}); {fix}")
-        if tuple(tensors[name].shape) != shape:
-            raise ModelLoadError(f"{where}: tensor '{name}' has shape {tuple(tensors[name].shape)}, but "
-                                 f"{CONFIG_FILE} implies {shape} ({why}); {fix}")
-    extra = sorted(set(tensors) - set(expected))
+        if shapes[name] != shape:
+            raise ModelLoadError(f"{where}: tensor '{name}' has shape {shapes[name]}, but {CONFIG_FILE} implies "
+                                 f"{shape} ({why}); {fix}")
+    extra = sorted(set(shapes) - set(expected))
     if extra:
         raise ModelLoadError(f"{where}: tensor '{extra[0]}' is not one {CONFIG_FILE} implies (n_layers = "
                              f"{config.n_layers}; {len(extra)} such tensor(s)): the two files were not written "
                              f"together; {fix}")
+
+
+def _check_size(shapes: dict[str, tuple[int, ...]], path: Path, fix: str) -> None:
+    """The dense tensors together against the weights file's size (DENSE_PER_BYTE): shapes the two files agree on
+    can still be damaged together (max_seq_len 10^11 and a position table to match)."""
+    limit = max(DENSE_FLOOR_BYTES, DENSE_PER_BYTE * path.stat().st_size)
+    sizes = {name: 4 * math.prod(shape) for name, shape in shapes.items()}  # float32 bytes, in Python's ints
+    if sum(sizes.values()) > limit:
+        name = max(sizes, key=sizes.get)
+        raise ModelLoadError(f"{path}: tensor '{name}' has shape {shapes[name]}, {sizes[name]:,} bytes dense, and "
+                             f"all together {sum(sizes.values()):,}: more than a file of {path.stat().st_size:,} "
+                             f"bytes can hold ({DENSE_PER_BYTE} times it); the sizes in {CONFIG_FILE} (max_seq_len, "
+                             f"mlp_hidden, n_heads, key_size) were damaged with it; {fix}")
+
+
+def _check_written(config: CompiledConfig, tensors: dict[str, torch.Tensor], where: str, fix: str) -> None:
+    """Each written head on a head that has query and key weights: one whose query or key columns are all zero
+    scores every key the same, so its program line would be shown on a head that attends evenly."""
+    k = config.key_size
+    for i, w in enumerate(config.heads):
+        cols = slice(w.head * k, (w.head + 1) * k)
+        for part in ("query", "key"):
+            weight = tensors[f"layers.{w.layer}.attn.{part}.w"][:, cols]  # (D, k)
+            bias = tensors[f"layers.{w.layer}.attn.{part}.b"][cols]  # (k,)
+            if not (bool(weight.any()) or bool(bias.any())):
+                raise ModelLoadError(f"{where}: field 'heads[{i}]' puts {w.expr} on {head_name((w.layer, w.head))}, "
+                                     f"whose {part} weights in {WEIGHTS_FILE} are all zero: no Select was compiled "
+                                     f"there, so the two files were not written together; {fix}")
 
 
 def _sparse(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -356,9 +499,9 @@ def _sparse(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
-def _dense(stored: dict[str, torch.Tensor], where: str = WEIGHTS_FILE, fix: str = "") -> dict[str, torch.Tensor]:
-    """The tensors `_sparse` wrote, dense again; a tensor whose stored parts are missing, of the wrong kind or
-    disagree with each other is a ModelLoadError naming it."""
+def _stored_shapes(stored: dict[str, torch.Tensor], where: str, fix: str) -> dict[str, tuple[int, ...]]:
+    """Each tensor `_sparse` wrote -> its shape, read without making it dense; a tensor whose stored parts are
+    missing, or whose shape is not a short list of sizes, is a ModelLoadError naming it."""
     names = {}
     for key in stored:
         name, _, part = key.rpartition("/")
@@ -367,24 +510,42 @@ def _dense(stored: dict[str, torch.Tensor], where: str = WEIGHTS_FILE, fix: str 
         names.setdefault(name, set()).add(part)
     out = {}
     for name, parts in names.items():
+        lacking = [p for p in ("shape", "index", "value") if p not in parts]
+        if lacking:
+            raise ModelLoadError(f"{where}: tensor '{name}' is incomplete: its {lacking[0]} ('{name}/{lacking[0]}') "
+                                 f"is not stored; {fix}")
+        shape = stored[f"{name}/shape"]
+        if shape.dtype != torch.int64 or shape.dim() != 1 or shape.numel() > 4 or bool((shape < 0).any()):
+            raise ModelLoadError(f"{where}: tensor '{name}' has a malformed shape {_show(shape.tolist())} "
+                                 f"({shape.dtype}); {fix}")
+        out[name] = tuple(int(n) for n in shape.tolist())
+    return out
+
+
+def _dense(stored: dict[str, torch.Tensor], shapes: dict[str, tuple[int, ...]], where: str = WEIGHTS_FILE,
+           fix: str = "") -> dict[str, torch.Tensor]:
+    """The tensors `_sparse` wrote, dense again, each of its checked shape (`_stored_shapes`, then checked against
+    the config and the file's size); positions outside the shape, stored twice, or values that are not finite or not
+    one per position are a ModelLoadError naming the tensor."""
+    out = {}
+    for name, shape in shapes.items():
         def bad(problem: str) -> ModelLoadError:
             return ModelLoadError(f"{where}: tensor '{name}' {problem}; {fix}")
 
-        lacking = [p for p in ("shape", "index", "value") if p not in parts]
-        if lacking:
-            raise bad(f"is incomplete: its {lacking[0]} ('{name}/{lacking[0]}') is not stored")
-        shape, index, value = (stored[f"{name}/{p}"] for p in ("shape", "index", "value"))
-        if shape.dtype != torch.int64 or shape.dim() != 1 or bool((shape < 0).any()):
-            raise bad(f"has a malformed shape {shape.tolist()} ({shape.dtype})")
-        size = int(shape.prod()) if shape.numel() else 1
+        index, value = stored[f"{name}/index"], stored[f"{name}/value"]
+        size = math.prod(shape)
         if index.dtype != torch.int64 or index.dim() != 1 or (index.numel() and (
                 int(index.min()) < 0 or int(index.max()) >= size)):
-            raise bad(f"stores entries outside its shape {tuple(shape.tolist())}")
+            raise bad(f"stores entries outside its shape {shape}")
+        ordered = index.sort().values  # (nnz,)
+        twice = (ordered[1:] == ordered[:-1]).nonzero()  # (n, 1)
+        if twice.numel():  # the scatter below would keep one of the values, which one unspecified
+            raise bad(f"stores position {int(ordered[int(twice[0])])} twice; each position is stored once")
         if not value.is_floating_point() or value.shape != index.shape:
             raise bad(f"stores {tuple(value.shape)} {value.dtype} values for {index.numel()} positions")
         if not bool(torch.isfinite(value).all()):
             raise bad("has values that are not finite numbers (NaN or infinity)")
         flat = torch.zeros(size)  # (N,)
         flat[index] = value.float()
-        out[name] = flat.view([int(n) for n in shape.tolist()])
+        out[name] = flat.view(shape)
     return out

@@ -235,3 +235,104 @@ def test_a_folder_without_compiled_json_says_what_each_kind_of_folder_needs(fold
     empty = folder.parent / "empty"
     empty.mkdir()
     assert _refused(empty, "compiled.json", "config.json") == text.replace(str(folder), str(empty))
+
+
+# -- damages that cost something before they were refused: each is refused before anything is allocated or iterated
+# in proportion to what the damaged field claims, so the refusal is quick and small (`_refused_cheaply`).
+
+THREE_HEADS = ASSETS / "compiled" / "three_heads"
+PEAK_BYTES = 50 * 2 ** 20  # far below the 3.15 GB that n_layers 1,000,000 cost, and the 4 TB a 1e6 x 1e6 shape asked
+SECONDS = 10.0  # far above what each takes (well under a second), far below the 35 s that n_layers 1,000,000 took
+
+
+def _refused_cheaply(folder: Path, *names: str) -> str:
+    """`_refused`, with Python's peak allocation during the load under PEAK_BYTES and its time under SECONDS; the
+    shipped folder loads first, so that what the first load imports is not counted."""
+    import time
+    import tracemalloc
+
+    load_model(str(SHIPPED))
+    tracemalloc.start()
+    began = time.perf_counter()
+    try:
+        text = _refused(folder, *names)
+        took, (_, peak) = time.perf_counter() - began, tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < PEAK_BYTES, f"the refusal allocated {peak / 2 ** 20:.0f} MB"
+    assert took < SECONDS, f"the refusal took {took:.1f} s"
+    return text
+
+
+def _write_text(folder: Path, edit) -> None:
+    """compiled.json's text edited as text: for what json.dumps would not write (a 5000-digit number, depth)."""
+    (folder / CONFIG).write_text(edit((folder / CONFIG).read_text()))
+
+
+def test_json_nested_100000_deep_is_refused_naming_the_field(folder):
+    _edit_config(folder, _put("extra", {"deep": "HERE"}))
+    _write_text(folder, lambda text: text.replace('"HERE"', "[" * 100_000 + "]" * 100_000))
+    _refused_cheaply(folder, CONFIG, "extra", "nested")
+
+
+def test_a_5000_digit_n_layers_is_refused_naming_the_field(folder):
+    _write_text(folder, lambda text: text.replace('"n_layers": 2', '"n_layers": ' + "9" * 5000))
+    _refused_cheaply(folder, CONFIG, "n_layers", "5000-digit")
+
+
+def test_n_layers_1000000_is_refused_before_a_million_layers_are_listed(folder):
+    _edit_config(folder, _put("n_layers", 1_000_000))
+    _refused_cheaply(folder, CONFIG, "n_layers", "1000000", WEIGHTS)
+
+
+def test_a_shape_of_1e6_by_1e6_is_refused_before_it_is_allocated(folder):
+    _edit_weights(folder, _set("token_embed/shape", torch.tensor([10 ** 6, 10 ** 6])))
+    _refused_cheaply(folder, WEIGHTS, "token_embed", "(1000000, 1000000)", "(7, 28)")
+
+
+def test_a_shape_the_config_agrees_with_is_still_bounded_by_the_files_size(folder):
+    """max_seq_len and pos_embed damaged together, so that the two files agree on a position table of 2.8e12
+    entries (11 TB dense) that an 8 kB file cannot hold: refused before it is allocated."""
+    n = 10 ** 11
+    _edit_config(folder, _put("max_seq_len", n))
+    _edit_weights(folder, _set("pos_embed/shape", torch.tensor([n + 1, 28])))
+    _refused_cheaply(folder, WEIGHTS, "pos_embed", "max_seq_len")
+
+
+def test_a_duplicated_sparse_index_is_refused(folder):
+    """The same position stored twice, with a second value 1e5 larger: which one is kept would be up to the
+    scatter, so the file is refused rather than read with one weight 1e5 off."""
+    def edit(stored):
+        index, value = stored["layers.0.attn.query.w/index"], stored["layers.0.attn.query.w/value"]
+        stored["layers.0.attn.query.w/index"] = torch.cat([index, index[:1]])
+        stored["layers.0.attn.query.w/value"] = torch.cat([value, value[:1] + 1e5])
+    _edit_weights(folder, edit)
+    _refused(folder, WEIGHTS, "layers.0.attn.query.w", "twice")
+
+
+def test_a_vocabulary_item_with_a_space_is_refused(folder):
+    """Items are typed separated by spaces, so an item holding one could never be typed."""
+    def edit(data):
+        data["vocab"][0] = "a x"
+        data["encoding"]["a x"] = data["encoding"].pop("a")
+    _edit_config(folder, edit)
+    _refused(folder, CONFIG, "vocab", "'a x'", "space")
+
+
+def test_a_nan_in_the_decoding_table_is_refused(folder):
+    def edit(data):
+        data["decoding"][0] = float("nan")  # json.dumps writes the literal NaN, which json.loads reads back
+    _edit_config(folder, edit)
+    assert "NaN" in (folder / CONFIG).read_text()
+    _refused(folder, CONFIG, "decoding", "NaN")
+
+
+def test_a_written_head_moved_onto_a_head_with_no_query_or_key_weights_is_refused(tmp_path, monkeypatch):
+    """three_heads writes its three heads in layer 1; layer 0's attention is empty (all zeros). A written head
+    moved there would show its program line on a head that attends uniformly."""
+    monkeypatch.setenv("MHA_VIZ_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir()
+    copy = Path(shutil.copytree(THREE_HEADS, tmp_path / "three_heads"))
+    assert not load_file(str(copy / WEIGHTS))["layers.0.attn.query.w/index"].numel()  # empty, as the test needs
+    _edit_config(copy, _head(0, "layer", 0))
+    _refused(copy, CONFIG, "heads[0]", "L0 H0", "zero")
