@@ -84,7 +84,7 @@ def from_assembled(assembled, name: str, program=None, source: str = "") -> tupl
     vocab = {v for v in enc.encoding_map if v not in (enc.bos_token, enc.pad_token)}
     max_seq_len = int(np.asarray(assembled.params["pos_embed"]["embeddings"]).shape[0]) - 1
     heads: tuple[WrittenHead, ...] = ()
-    label = program.label if program is not None else ""
+    label = program.label if program is not None else ""  # without: read off the model (`_output_label`)
     if program is not None:
         graph, _, craft = _craft(program, vocab, max_seq_len)
         heads = _written_heads(graph, craft, program, vocab, max_seq_len, bool(assembled.model_config.causal),
@@ -358,14 +358,28 @@ def _convert(assembled, name: str, output_label: str, heads, source: str
     decoding = tuple(sorted(out_enc.encoding_map, key=out_enc.encoding_map.get)) if categorical else ()
     vocab = tuple(str(v) for v in sorted(enc.encoding_map, key=enc.encoding_map.get)
                   if v not in (enc.bos_token, enc.pad_token))
+    spaced = next((v for v in vocab if any(ch.isspace() for ch in v)), None)
+    if spaced is not None:  # the page splits what is typed at whitespace; a saved folder would be refused
+        raise InputError(f"the vocabulary item {spaced!r} holds a space: items are typed separated by spaces, so it "
+                         "could never be typed; compile the program for a vocabulary without spaces")
     config = CompiledConfig(
         name=name, vocab=vocab, encoding={str(k): int(v) for k, v in enc.encoding_map.items()},
         bos=str(enc.bos_token), pad=str(enc.pad_token), max_seq_len=int(tensors["pos_embed"].shape[0]) - 1,
         causal=bool(cfg.causal), n_layers=int(cfg.num_layers), n_heads=int(cfg.num_heads),
         key_size=int(cfg.key_size), mlp_hidden=int(cfg.mlp_hidden_size),
-        residual_labels=tuple(assembled.residual_labels), output_label=output_label, categorical=categorical,
+        residual_labels=tuple(assembled.residual_labels),
+        output_label=output_label or _output_label(assembled.residual_labels, matrix), categorical=categorical,
         decoding=tuple(_plain(v) for v in decoding), heads=tuple(heads), program=source)
     return config, tensors
+
+
+def _output_label(residual_labels, unembed: torch.Tensor) -> str:
+    """The output's label where no program gave it: the name of the residual directions the unembedding (D, O) reads.
+    Tracr labels a direction "name:value" (or "name", numerical) and names the output's directions after the
+    program's output SOp, so this is that SOp's label; "output" where the rows read name more than one."""
+    read = unembed.abs().sum(-1) > 0  # (D,): the directions the output is read from
+    names = {str(label).split(":", 1)[0] for label, on in zip(residual_labels, read.tolist()) if on}
+    return names.pop() if len(names) == 1 else "output"
 
 
 def _plain(v):

@@ -3,6 +3,7 @@ Tracr's own `compile_rasp_to_model`, then run in torch (models/compiled/architec
 per-head attention equals softmax of Tracr's attn_logits, and the decoded outputs are equal."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 from pathlib import Path
@@ -79,6 +80,18 @@ def test_every_shipped_program_equals_tracr(shipped):
     assert all(torch.equal(tensors[k], tensors2[k]) for k in tensors)
 
 
+def test_a_model_converted_without_its_program_is_saved_and_loaded(shipped, tmp_path):
+    """from_tracr without program= (optional, its docstring says) -> save_compiled -> load_model: the folder loads,
+    the output's label read off the assembled model (the residual space its unembedding reads, which Tracr names
+    after the program's output), the same config as with the program but for the heads it names and the source."""
+    spec, assembled = shipped
+    with_program, _ = B.from_assembled(assembled, spec["name"], spec["program"], spec["source"])
+    model = mha_viz.load_model(mha_viz.save_compiled(mha_viz.from_tracr(assembled, spec["name"]), tmp_path / "m"))
+    assert model.config.output_label == spec["program"].label
+    assert model.config == dataclasses.replace(with_program, heads=(), program="")
+    assert model.written_heads() == {}
+
+
 def test_a_program_not_shipped_is_converted_saved_loaded_and_named(tmp_path):
     """shift_by(2) beside make_frac_prevs: a fixed offset of 2, and a running mean that no census pattern names."""
     shifted = lib.shift_by(2, rasp.tokens).named("two_back")
@@ -116,6 +129,8 @@ def test_bad_programs_and_folders_say_what_to_do(tmp_path):
         B.compile_program("not a program", {"a"}, 4, True, "text")
     with pytest.raises(InputError, match="BOS"):
         B.compile_program(lib.make_length(), {"a", "BOS"}, 4, True, "bos in vocab")
+    with pytest.raises(InputError, match="'a b' holds a space"):  # its folder would be refused, as untypeable
+        B.compile_program(lib.make_length(), {"a b", "c"}, 4, True, "spaced")
     config, tensors = B.compile_program(lib.make_length(), {"a", "b"}, 4, False, "length")
     folder = C.save(tmp_path / "ok", config, tensors)
     (folder / C.WEIGHTS_FILE).write_bytes(b"not safetensors")
