@@ -107,7 +107,6 @@ def start_ray(address: str | None, workers: int | None) -> tuple[object, bool]:
     if ray.is_initialized():
         return ray, False
     if address:
-        check_address(address)
         ray.init(address=address, logging_level="ERROR", log_to_driver=False)
         return ray, True
     env = {"PYTHONPATH": os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")) if p)}
@@ -125,11 +124,14 @@ def plan(run_dirs: list[str | Path]) -> list[tuple[str, str, list[Checkpoint]]]:
 
 def run_study(run_dirs: list[str | Path], out: str | Path, ray_address: str | None = None, workers: int | None = None,
               config: CensusConfig | None = None, progress: Callable[[Progress], None] | None = None,
-              retries: int = MAX_RETRIES) -> StudySummary:
+              retries: int = MAX_RETRIES, task: Callable = measure) -> StudySummary:
     """Measure every checkpoint of `run_dirs` not yet in the study file `out` (same digest: skipped) on Ray, and
     write each as it comes back. `config`: the census's size (None: `CensusConfig.for_model`); kept in the file,
-    so a rerun measures the same way. `progress(Progress)` is called at the start and after every checkpoint."""
+    so a rerun measures the same way. `progress(Progress)` is called at the start and after every checkpoint.
+    `task(checkpoint, config fields, threads) -> Measured` is what each Ray task runs (`measure`; tests wrap it)."""
     runs = plan(run_dirs)
+    if ray_address:
+        check_address(ray_address)  # before the file is touched: an address that does not answer is one line
     con = store.connect(out)
     try:
         fields = store.settle_config(con, config_fields(config), CONTROL)
@@ -147,12 +149,13 @@ def run_study(run_dirs: list[str | Path], out: str | Path, ray_address: str | No
             progress(state)
         if not todo:
             return StudySummary(str(out), 0, 0, state.skipped, 0.0, 0)
-        return _measure_all(con, todo, fields, state, ray_address, workers, progress, retries, str(out))
+        return _measure_all(con, todo, fields, state, ray_address, workers, progress, retries, str(out), task)
     finally:
         con.close()
 
 
-def _measure_all(con, todo, fields, state: Progress, ray_address, workers, progress, retries, out) -> StudySummary:
+def _measure_all(con, todo, fields, state: Progress, ray_address, workers, progress, retries, out,
+                 fn: Callable) -> StudySummary:
     ray, started = start_ray(ray_address, workers)
     start = time.perf_counter()
     errors, running = [], {}
@@ -160,7 +163,7 @@ def _measure_all(con, todo, fields, state: Progress, ray_address, workers, progr
         cpus = int(ray.cluster_resources().get("CPU", 1))
         workers = max(1, min(workers or cpus, cpus))
         threads = max(1, cpus // workers)  # each task's share of the cores, for torch's threads
-        task = ray.remote(measure).options(num_cpus=threads, max_retries=retries, retry_exceptions=False)
+        task = ray.remote(fn).options(num_cpus=threads, max_retries=retries, retry_exceptions=False)
         waiting = list(todo)
         state.started = time.perf_counter()
         while waiting or running:

@@ -1,0 +1,60 @@
+"""The study tests: a local Ray (2 CPUs, no dashboard) started once for the folder, and a small run trained here in
+transformers' Trainer layout (checkpoint-N/ folders of the tiny stack), with a damaged checkpoint among them."""
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+STEPS = (0, 4, 8, 12, 16)  # five good checkpoints
+DAMAGED = 20  # a sixth whose weights file is cut short
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "study: tests/study, checkpoints measured on a local Ray into DuckDB")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if HERE in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.study)
+
+
+@pytest.fixture(scope="session")
+def local_ray():
+    ray = pytest.importorskip("ray")
+    pytest.importorskip("duckdb")
+    # The workers import mha_viz from the checkout and the tests' task wrappers (killing.py) from this folder.
+    path = os.pathsep.join([str(ROOT), str(HERE)])
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": path}})
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def trainer_run(tmp_path_factory) -> Path:
+    """tiny's recipe at a small size trained 16 steps, saved every 4 as checkpoint-N/ (config.json, vocab.json,
+    model.safetensors), and checkpoint-20/ with a truncated weights file."""
+    from mha_viz.models.tiny.architecture import TinyConfig
+    from mha_viz.models.tiny.train import TrainConfig, checkpoint_path, train
+
+    work = tmp_path_factory.mktemp("tiny-run")
+    train(work, TinyConfig(n_layers=2, n_heads=2, d_model=32, d_mlp=64, max_len=32, train_margin=0),
+          TrainConfig(steps=STEPS[-1], batch_size=8, n_texts=200, warmup=2, checkpoints=STEPS, log_every=4),
+          quiet=True)
+    run = tmp_path_factory.mktemp("output_dir")
+    for step in STEPS + (DAMAGED,):
+        folder = run / f"checkpoint-{step}"
+        folder.mkdir()
+        for name in ("config.json", "vocab.json"):
+            shutil.copy(work / name, folder / name)
+        (folder / "trainer_state.json").write_text('{"global_step": %d}' % step)
+        if step == DAMAGED:
+            data = checkpoint_path(work, STEPS[-1]).read_bytes()
+            (folder / "model.safetensors").write_bytes(data[: len(data) // 3])
+        else:
+            shutil.copy(checkpoint_path(work, step), folder / "model.safetensors")
+    return run
