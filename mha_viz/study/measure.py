@@ -74,43 +74,56 @@ def parameters(model: Model) -> int:
 
 
 def census_tokens(model: Model, config: CensusConfig, seed: int = 0) -> int:
-    """The words the census's inputs hold (one token each, as the census asks), natural texts by their words: the
-    cost model's measure of how much the census reads."""
+    """The tokens the census runs through the model: every generated input (one token per word, as the census asks)
+    and its destroyed-relation control, the natural texts by their words, and for a causal LM the in-context check's
+    repeated inputs once per batch row (all heads on, then each set of heads off under each meaning of "off"). The
+    cost model's second factor (docs/scale.md)."""
+    from mha_viz.contract.ablation import Ablation
     from mha_viz.models.examples import census_texts
 
     sets = census_inputs(model, seed, config, census_texts(model))
     generated = sum(len(item.words) for key in ("random", "repeated", "templates", "unrepeated", "shuffled")
                     for item in sets[key])
-    return generated + sum(len(t.split()) for t in sets["texts"])
+    tokens = generated + sum(len(t.split()) for t in sets["texts"])
+    if model.causal and sets["repeated"]:
+        loss = sets["repeated"][: config.n_loss]
+        rows = 1 + len(Ablation.kinds()) * (2 + config.n_other_sets)  # top k, previous-token heads, other sets
+        tokens += rows * sum(len(item.words) for item in loss)
+    return tokens
 
 
 def measure(checkpoint: Checkpoint, config: dict | None = None, threads: int = 0) -> Measured:
     """Load `checkpoint` and measure it (see the module docstring). `config`: a CensusConfig's fields (None: the
     census's own size for the model); `threads`: torch's threads in this process (0: as Ray set them)."""
-    from mha_viz import head_census
-    from mha_viz.analysis.circuits import circuits
-
     if threads:
         torch.set_num_threads(threads)
     out = Measured(step=checkpoint.step, run=checkpoint.run, worker=os.getpid())
     start = time.perf_counter()
     try:
-        model = load_checkpoint(checkpoint)
-        cfg = CensusConfig(**_tuples(config)) if config else CensusConfig.for_model(model)
-        census = head_census(model, config=cfg, control=CONTROL)
-        out.model, out.params, out.tokens = model.name, parameters(model), census_tokens(model, cfg)
-        out.heads = _head_columns(census)
-        try:
-            c = circuits(model)
-            out.composition = {mode: s.numpy().astype(np.float32) for mode, s in c.composition.items()}
-            if c.copying is not None:
-                _add_rows(out.heads, COPYING, c.copying, None, None, None, [])
-        except UnavailableError:
-            pass  # a model without weights per head: the census alone
+        measure_model(load_checkpoint(checkpoint), config, out)
     except Exception as err:  # noqa: BLE001 - any failure of one checkpoint is recorded, and the study goes on
         out.error = one_line(err)
         out.heads, out.composition = {}, {}
     out.seconds = time.perf_counter() - start
+    return out
+
+
+def measure_model(model: Model, config: dict | None, out: Measured) -> Measured:
+    """A loaded model's census and circuits into `out` (what `measure` does once the checkpoint is loaded)."""
+    from mha_viz import head_census
+    from mha_viz.analysis.circuits import circuits
+
+    cfg = CensusConfig(**_tuples(config)) if config else CensusConfig.for_model(model)
+    census = head_census(model, config=cfg, control=CONTROL)
+    out.model, out.params, out.tokens = model.name, parameters(model), census_tokens(model, cfg)
+    out.heads = _head_columns(census)
+    try:
+        c = circuits(model)
+        out.composition = {mode: s.numpy().astype(np.float32) for mode, s in c.composition.items()}
+        if c.copying is not None:
+            _add_rows(out.heads, COPYING, c.copying, None, None, None, [])
+    except UnavailableError:
+        pass  # a model without weights per head: the census alone
     return out
 
 

@@ -69,6 +69,9 @@ def connect(path: str | Path, read_only: bool = False):
         if "lock" in str(err).lower():
             raise StudyFileError(f"{path} is open for writing by another process (a study still running?): wait "
                                  "for it, or open a copy") from None
+        if "not a valid duckdb" in str(err).lower():
+            raise StudyFileError(f"{path} is not a study file (not a DuckDB database): give the file "
+                                 "`mha-viz study ... --out FILE` wrote") from None
         raise StudyFileError(f"{path} cannot be opened as a study: {str(err).splitlines()[0]}") from None
     except duckdb.Error as err:
         raise StudyFileError(f"{path} is not a study file (DuckDB): {str(err).splitlines()[0]}") from None

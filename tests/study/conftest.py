@@ -58,3 +58,17 @@ def trainer_run(tmp_path_factory) -> Path:
         else:
             shutil.copy(checkpoint_path(work, step), folder / "model.safetensors")
     return run
+
+
+@pytest.fixture(scope="session")
+def measured(local_ray, trainer_run, tmp_path_factory):
+    """The trainer run studied once: (the study file, the summary, every progress line). Tests that change the file
+    work on a copy."""
+    from test_study import SMALL
+
+    from mha_viz.study import run_study
+
+    out = tmp_path_factory.mktemp("study") / "study.duckdb"
+    lines = []
+    summary = run_study([trainer_run], out, config=SMALL, progress=lambda p: lines.append(p.line()))
+    return out, summary, lines

@@ -32,7 +32,17 @@ PER_ROW = 2  # heads per row figure
 PANELS = {name: measures.get(name).label for name in ("previous", "induction", SUBJECT)}
 
 
+SOURCE_KEY = "train_source"
+TINY_SOURCE, STUDY_SOURCE = "tiny's shipped training", "a study file"
+
+
 def render(ctx: ViewContext) -> None:
+    source = st.radio("Show", [TINY_SOURCE, STUDY_SOURCE], horizontal=True, key=SOURCE_KEY,
+                      help="A study file is any training run's checkpoints measured by `mha-viz study RUN_DIR "
+                           "--out STUDY.duckdb` (docs/scale.md)")
+    if source == STUDY_SOURCE:
+        render_study()
+        return
     timeline(ctx, versus_init=False)
 
 
@@ -197,3 +207,155 @@ def circuits_over_training(trained: str, step: int) -> None:
                          "previous token": f"{float(f.previous[i]):.0%}"})
     with st.expander("Every number of the figure", expanded=False):
         st.table(rows)
+
+
+# -- a study file: any training run's checkpoints (`mha-viz study`, mha_viz/study/) ---------------------------------
+
+STUDY_PATH_KEY = "train_study_path"
+STUDY_SCORE_KEY = "train_study_score"
+STUDY_OPEN_KEY = "train_study_open"
+STUDY_DEFAULT_SCORE = "induction"
+
+
+@st.cache_data(show_spinner=False, max_entries=4)
+def _read_study(path: str, stamp: tuple[float, int]):
+    """The study file read whole, once per version of it (its modification time and size are in the key, so a
+    study still being written is read again when it has grown)."""
+    from mha_viz.study.store import read_study
+
+    return read_study(path)
+
+
+def _uploaded_path(upload) -> str:
+    """An uploaded study, written once under the temporary folder by its digest (DuckDB reads files, not bytes)."""
+    import hashlib
+    import tempfile
+    from pathlib import Path
+
+    data = upload.getvalue()
+    path = Path(tempfile.gettempdir()) / f"mha-viz-study-{hashlib.sha256(data).hexdigest()[:16]}.duckdb"
+    if not path.exists():
+        path.write_bytes(data)
+    return str(path)
+
+
+def render_study() -> None:
+    """Any study file: each head's score against the step, runs side by side; the step each named head forms at;
+    the checkpoints (failed ones with their reason); one checkpoint opened in the other views."""
+    import os
+
+    st.subheader("A study: every checkpoint of any training run")
+    c1, c2 = st.columns([3, 2])
+    path = c1.text_input("Study file (a path on the server)", key=STUDY_PATH_KEY,
+                         placeholder="runs/study.duckdb", help="Written by `mha-viz study RUN_DIR --out FILE`")
+    upload = c2.file_uploader("or upload one", type=["duckdb"], key="train_study_upload")
+    if upload is not None:
+        path = _uploaded_path(upload)
+    if not path or not path.strip():
+        st.info("Give a study file: `mha-viz study RUN_DIR [RUN_DIR ...] --out STUDY.duckdb` measures every "
+                "checkpoint of a training run (transformers' Trainer checkpoint-N/ folders, model folders named by "
+                "step, or tiny's step files) with the head census and the circuits' composition scores.")
+        return
+    path = path.strip()
+    try:
+        stat = os.stat(path)
+        tables = _read_study(path, (stat.st_mtime, stat.st_size))
+    except OSError:
+        st.warning(md_safe(f"{path} does not exist on the server: give the path of a study file, or upload it."))
+        return
+    except InputError as err:  # not a study, a newer one, being written
+        st.warning(md_safe(str(err)))
+        return
+    _study_summary(tables)
+    if tables.heads.empty:
+        return
+    from mha_viz.study.timeline import formation, scores
+
+    names = scores(tables)
+    if st.session_state.get(STUDY_SCORE_KEY) not in names:
+        st.session_state[STUDY_SCORE_KEY] = STUDY_DEFAULT_SCORE if STUDY_DEFAULT_SCORE in names else names[0]
+    score = st.selectbox("Score", names, key=STUDY_SCORE_KEY, format_func=_score_label)
+    runs = list(dict.fromkeys(tables.checkpoints["run"]))
+    st.plotly_chart(study_figure(tables, score, runs), width="stretch", key=f"study|{score}", config=chart_config())
+    st.markdown(f"**When each head is named for {md_safe(_score_label(score))}**")
+    rows = formation(tables, score)
+    if rows:
+        st.caption("A head forms at the first measured step from which the census names it at every later step of "
+                   "its run (past the stronger baseline by 0.2, its interval overlapping the best head's).")
+        st.table([{k: ("–" if v is None else f"{v:.2f}" if isinstance(v, float) else v) for k, v in r.items()}
+                  for r in rows])
+    else:
+        st.caption(f"No head of any run is named for {md_safe(_score_label(score))} at any step.")
+    _open_checkpoint(tables)
+
+
+def _score_label(score: str) -> str:
+    try:
+        return measures.score_label(score)
+    except (KeyError, ValueError):
+        return score  # the circuits' OV copying score, which no measure registers
+
+
+def _study_summary(tables) -> None:
+    ck = tables.checkpoints
+    done, failed = int((ck["status"] == "done").sum()), int((ck["status"] == "failed").sum())
+    runs = list(dict.fromkeys(ck["run"]))
+    st.caption(f"{len(runs)} run(s): {md_safe(', '.join(runs))}; {done} checkpoint(s) measured, {failed} failed. "
+               f"Census size: {md_safe(tables.meta.get('census_config', 'the census default'))}; control: "
+               f"{md_safe(tables.meta.get('control', '–'))}.")
+    if failed:
+        bad = ck[ck["status"] == "failed"]
+        with st.expander(f"{failed} checkpoint(s) did not load or measure", expanded=False):
+            st.table([{"run": r.run, "step": int(r.step), "why": r.error} for r in bad.itertuples()])
+
+
+def study_figure(tables, score: str, runs: list[str]):
+    """Each head's `score` against the step, one panel per run (side by side, shared y); the heads named at a run's
+    last step in colour, the others grey; a filled marker where the census names the head at that step."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from mha_viz.study.timeline import series
+
+    fig = make_subplots(rows=1, cols=len(runs), shared_yaxes=True, subplot_titles=runs,
+                        horizontal_spacing=0.04 if len(runs) > 1 else 0.0)
+    from plotly.colors import qualitative
+
+    palette = qualitative.Plotly  # one colour per named head of a run
+    for i, run in enumerate(runs):
+        lines = series(tables, score, run)
+        coloured = [lh for lh, (_, _, named) in lines.items() if named and named[-1]]
+        for lh, (steps, values, named) in lines.items():
+            on = lh in coloured
+            colour = palette[coloured.index(lh) % len(palette)] if on else "#c8c8c8"
+            fig.add_trace(go.Scatter(
+                x=steps, y=values, mode="lines+markers", name=f"{run}: {head_name(lh)}", legendgroup=head_name(lh),
+                showlegend=on, line={"width": 2.5 if on else 1, "color": colour},
+                marker={"size": [8 if n else 4 for n in named], "symbol": ["circle" if n else "circle-open"
+                                                                          for n in named]},
+                hovertemplate=f"{run}, {head_name(lh)}<br>step %{{x}}: %{{y:.3f}}<extra></extra>"),
+                row=1, col=i + 1)
+        fig.update_xaxes(title_text="training step", row=1, col=i + 1)
+    fig.update_yaxes(title_text=_score_label(score), row=1, col=1)
+    fig.update_layout(height=420, margin={"t": 40, "b": 40, "l": 60, "r": 20}, legend={"orientation": "h", "y": -0.25})
+    return fig
+
+
+def _open_checkpoint(tables) -> None:
+    """One checkpoint opened in the other views: a link to the page with ?model= set, where the app can load it."""
+    from urllib.parse import urlencode
+
+    ck = tables.checkpoints[(tables.checkpoints["status"] == "done")]
+    options = [f"{r.run} @ step {int(r.step)}" for r in ck.itertuples()]
+    if not options:
+        return
+    st.markdown("**Open a checkpoint in the other views**")
+    c1, c2 = st.columns([3, 2])
+    pick = c1.selectbox("Checkpoint", options, index=len(options) - 1, key=STUDY_OPEN_KEY)
+    row = ck.iloc[options.index(pick)]
+    name = row["model_name"] or ""
+    if not name:
+        c2.caption("This checkpoint is the tiny stack outside the app's assets: only the study loads it.")
+        return
+    c2.link_button(f"Open {name if len(name) < 40 else '…' + name[-38:]} in the Layer view",
+                   "?" + urlencode({"model": name, "view": "Layer"}))
