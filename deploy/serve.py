@@ -579,8 +579,9 @@ class Watch:
         return lines
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    # prog: how the usage names this command (`mha-viz serve` passes its own name); by default, this file's
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--procs", type=int, default=2, help="app processes (about one per core)")
     parser.add_argument("--port", type=int, default=8501, help="the port visitors open")
     parser.add_argument("--host", default="127.0.0.1",

@@ -5,10 +5,13 @@
     mha-viz serve --procs 3 [--port 8080 --host 0.0.0.0 --private]     N app processes behind nginx (README)
     mha-viz compile PROGRAM.py --out FOLDER     a RASP program compiled by Tracr into a model folder
     mha-viz train-twin FOLDER --seeds 3 [--out DIR]   learned twins of a compiled folder (DIR/seed<N>, loadable)
+    mha-viz check MODEL                         whether a folder (or any name load_model takes) loads, or why not
+    mha-viz --version                           this package's version
 
 `mha-viz` runs this file as the Streamlit script (in a wheel there is no app.py at a repository root) and loads the
-default model while the server starts, as app.py does. `mha-viz serve` runs deploy/serve.py with the arguments as
-given, through its command line: from the checkout this package sits in, or from the copy a wheel carries.
+default model while the server starts, as app.py does. `mha-viz serve` runs deploy/serve.py's main with the
+arguments as given (named `mha-viz serve` in its help): from the checkout this package sits in, or from the copy a
+wheel carries. A command that cannot do what it was asked prints one line that says why (rc 2), never a traceback.
 """
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ import argparse
 import os
 import runpy
 import sys
+import tomllib
+from importlib import metadata
 from pathlib import Path
 
 _PKG = Path(__file__).resolve().parent
@@ -25,7 +30,24 @@ CHECKOUTS = (_PKG / "_checkout", _PKG.parent)
 USAGE = """mha-viz [--port PORT] [--host HOST] [streamlit options]   start the app (as `make run`)
        mha-viz serve --procs N [--port PORT] [--host HOST] [--private]   N app processes behind nginx
        mha-viz compile PROGRAM.py --out FOLDER   compile a RASP program (needs requirements-compile.txt)
-       mha-viz train-twin FOLDER --seeds 3 [--out DIR]   train learned twins of a compiled folder"""
+       mha-viz train-twin FOLDER --seeds 3 [--out DIR]   train learned twins of a compiled folder
+       mha-viz check MODEL   load a folder (or any model name) as the app would: "ok: ..." or why not
+       mha-viz --version"""
+
+
+def version() -> str:
+    """This package's version: the installed distribution's, else (a checkout run in place) pyproject.toml's."""
+    try:
+        return metadata.version("mha-viz")
+    except metadata.PackageNotFoundError:
+        project = CHECKOUTS[1] / "pyproject.toml"
+        if project.is_file():
+            return tomllib.loads(project.read_text())["project"]["version"]
+        return "unknown (neither installed nor in a checkout)"
+
+
+def _one_line(err: Exception) -> str:
+    return " ".join(str(err).split())
 
 
 def compile_command(argv: list[str]) -> int:
@@ -41,7 +63,7 @@ def compile_command(argv: list[str]) -> int:
     try:
         folder = compile_file(args.program, args.out)
     except (InputError, ModelLoadError) as err:
-        print(f"mha-viz compile: {err}", file=sys.stderr)
+        print(f"mha-viz compile: {_one_line(err)}", file=sys.stderr)
         return 2
     print(f"compiled {args.program} into {folder}")
     return 0
@@ -68,18 +90,56 @@ def train_twin_command(argv: list[str]) -> int:
     from mha_viz.models.compiled.adapter import load_compiled
     from mha_viz.models.twins.train import recipe_for, train_twins
 
-    folder = Path(args.folder)
-    out = Path(args.out) if args.out else folder.with_name(folder.name + "-twins")
+    # Absolute: '.' (or 'a/..') has no name of its own to name the recipe and the twins' folder after.
+    folder = Path(os.path.abspath(args.folder))
     try:
         written = load_compiled(folder)
+        out = Path(args.out) if args.out else folder.with_name(folder.name + "-twins")
         recipe = recipe_for(folder.name, args.steps, written.n_heads, args.texts)
         rows = train_twins(written, out, range(args.seeds), recipe)
-    except (InputError, ModelLoadError, ValueError) as err:
-        print(f"mha-viz train-twin: {err}", file=sys.stderr)
+    except (InputError, ModelLoadError, ValueError, OSError) as err:
+        print(f"mha-viz train-twin: {_one_line(err)}", file=sys.stderr)
         return 2
     shipped = [r for r in rows if r["shipped"]]
     print(f"{len(shipped)} of {len(rows)} twins written under {out} (load one with load_model('{out}/seed0'))")
     return 0 if shipped else 1
+
+
+def check_command(argv: list[str]) -> int:
+    """`mha-viz check MODEL`: load MODEL as the page loads it (a compiled, twin or Hugging Face folder, a built-in
+    name or a Hugging Face id) and print "ok: ..." with its size (rc 0), or the one line that says why it does not
+    load and what to do (rc 2), without opening the app."""
+    parser = argparse.ArgumentParser(prog="mha-viz check", description=check_command.__doc__)
+    parser.add_argument("model", help="a model folder, a built-in name (tiny, minilm, ...) or a Hugging Face id")
+    args = parser.parse_args(argv)
+    from mha_viz.contract import InputError, ModelLoadError
+    from mha_viz.models.registry import load_model
+
+    try:
+        model = load_model(args.model)
+    except (InputError, ModelLoadError, ValueError, OSError) as err:
+        print(f"mha-viz check: {_one_line(err)}", file=sys.stderr)
+        return 2
+    info = model.info
+    print(f"ok: {args.model} loads: {info.title}, {info.n_layers} layer{'s' if info.n_layers != 1 else ''} x "
+          f"{info.n_heads} head{'s' if info.n_heads != 1 else ''}, up to {info.max_tokens} tokens")
+    return 0
+
+
+def serve_command(argv: list[str]) -> int:
+    """`mha-viz serve ...`: deploy/serve.py parses its own options (and says what it accepts); this only finds it
+    and runs its main here with the arguments as given (no shell, no second interpreter), named `mha-viz serve` in
+    its usage rather than after its file."""
+    serve = runpy.run_path(str(serve_script()), run_name="mha_viz_serve")["main"]
+    try:
+        return serve(argv, prog="mha-viz serve")
+    except SystemExit as done:  # argparse's --help, or its message for an option it does not know
+        return int(done.code or 0) if not isinstance(done.code, str) else 1
+
+
+# Every subcommand, for main and for the message that answers an unknown one.
+COMMANDS = {"serve": serve_command, "compile": compile_command, "train-twin": train_twin_command,
+            "check": check_command}
 
 
 def serve_script() -> Path:
@@ -109,29 +169,21 @@ def streamlit_argv(port: int, host: str | None, rest: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["compile"]:
-        return compile_command(argv[1:])
-    if argv[:1] == ["train-twin"]:
-        return train_twin_command(argv[1:])
-    if argv[:1] == ["serve"]:
-        # deploy/serve.py parses its own options (and says what it accepts); this only finds it and runs it here,
-        # as its own command line would (no shell, no second interpreter).
-        script = str(serve_script())
-        sys.argv = [script, *argv[1:]]
-        try:
-            runpy.run_path(script, run_name="__main__")
-        except SystemExit as done:
-            return int(done.code or 0) if not isinstance(done.code, str) else 1
-        return 0
+    if argv[:1] and argv[0] in COMMANDS:
+        return COMMANDS[argv[0]](argv[1:])
     parser = argparse.ArgumentParser(prog="mha-viz", usage=USAGE, description="See every attention head of a "
                                      "transformer as its own heatmap. Options not listed go to streamlit.")
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", 8501)),
                         help="the port to listen on (default 8501, or $PORT)")
     parser.add_argument("--host", default=None, help="the address to listen on (default: streamlit's, all)")
+    parser.add_argument("--version", action="store_true", help="print this package's version and stop")
     args, rest = parser.parse_known_args(argv)
+    if args.version:  # ours, not streamlit's
+        print(f"mha-viz {version()}")
+        return 0
     if rest and not rest[0].startswith("-"):
-        parser.error(f"unknown command {rest[0]!r}: the commands are `mha-viz` (the app), `mha-viz serve` and "
-                     "`mha-viz compile`")
+        commands = ", ".join(f"`mha-viz {name}`" for name in COMMANDS)
+        parser.error(f"unknown command {rest[0]!r}: the commands are `mha-viz` (the app), {commands}")
     import threading
 
     def _warm_up() -> None:
