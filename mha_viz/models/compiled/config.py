@@ -210,8 +210,8 @@ def _checked_fields(data, where: str, fix: str) -> dict:
             seen.add(item)
     spaced = next((item for item in out["vocab"] if any(ch.isspace() for ch in item)), None)
     if spaced is not None:  # the page splits what is typed at whitespace (`models.items`)
-        raise bad("vocab", f"has {spaced!r}, which holds a space: items are typed separated by spaces, so it could "
-                           f"never be typed; give the program a vocabulary without spaces and {fix}")
+        raise bad("vocab", f"has {spaced!r}, which holds a space, so it could never be typed (items are typed "
+                           "separated by spaces): give the program items without spaces")
     vocab, bos, pad, encoding = out["vocab"], out["bos"], out["pad"], out["encoding"]
     if bos in vocab:
         raise bad("bos", f"is {bos!r}, which is also a vocab item; BOS must be a token of its own")
