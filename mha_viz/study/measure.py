@@ -73,6 +73,19 @@ def parameters(model: Model) -> int:
     return total
 
 
+def matmul_parameters(model: Model) -> int:
+    """The parameters of the networks' linear layers: the weights every token is multiplied by (embeddings, which
+    are looked up, and norms left out). The cost model's first factor (docs/scale.md)."""
+    seen, total = set(), 0
+    for value in vars(model).values():
+        if isinstance(value, torch.nn.Module):
+            for m in value.modules():
+                if isinstance(m, torch.nn.Linear) and id(m.weight) not in seen:
+                    seen.add(id(m.weight))
+                    total += m.weight.numel()
+    return total
+
+
 def census_tokens(model: Model, config: CensusConfig, seed: int = 0) -> int:
     """The tokens the census runs through the model: every generated input (one token per word, as the census asks)
     and its destroyed-relation control, the natural texts by their words, and for a causal LM the in-context check's
