@@ -38,7 +38,9 @@ PROGRAM_FILE = "program.py"
 # test_folder_damage.py). Each is far beyond what Tracr writes:
 MAX_CONFIG_BYTES = 16 * 2 ** 20  # compiled.json is kilobytes (three_heads: 7 kB, its program's source included)
 MAX_DEPTH = 16  # the format nests 3 deep (heads, a head, its fields); json.loads recurses once per level
-MAX_DIGITS = 18  # every whole number of the format fits int64; Python would spend quadratic time on 10^5 digits
+# A count fits 19 digits, a decoded output value (a program's arithmetic) may be longer; Python refuses more than
+# 4300 digits naming no field, and converts them in quadratic time
+MAX_DIGITS = 64
 
 
 @dataclass(frozen=True)
