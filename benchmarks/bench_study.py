@@ -32,6 +32,7 @@ def study_once(workers: int, config) -> dict:
     import ray
 
     from mha_viz.study import read_study, run_study
+    from mha_viz.study.runner import worker_path
 
     marks = {}
 
@@ -42,8 +43,8 @@ def study_once(workers: int, config) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "study.duckdb"
         start = time.perf_counter()
-        ray.init(num_cpus=workers, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
-                 runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
+        with worker_path(str(REPO)):
+            ray.init(num_cpus=workers, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
         marks["ray"] = time.perf_counter()
         try:
             summary = run_study(RUNS, out, workers=workers, config=config, progress=progress)

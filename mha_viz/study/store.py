@@ -64,6 +64,8 @@ def connect(path: str | Path, read_only: bool = False):
     if read_only and not path.is_file():
         raise StudyFileError(f"{path} does not exist: write a study with `mha-viz study RUN_DIR --out {path}`")
     try:
+        if not read_only and not path.exists():
+            _create(duckdb, path)
         con = duckdb.connect(str(path), read_only=read_only)
     except duckdb.IOException as err:
         if "lock" in str(err).lower():
@@ -91,6 +93,17 @@ def connect(path: str | Path, read_only: bool = False):
         raise StudyFileError(f"{path} was written by a newer mha-viz (study schema {version}; this one reads up to "
                              f"{SCHEMA_VERSION}): upgrade mha-viz, or write this study to a new --out file")
     return con
+
+
+BLOCK_SIZE = 16384  # DuckDB's default block is 256 KiB: a study of tiny's 23 checkpoints took 2.4 MB, with this 0.3
+
+
+def _create(duckdb, path: Path) -> None:
+    """A new, empty study file with small blocks (a block size is chosen when a file is made, then kept)."""
+    with duckdb.connect() as con:
+        quoted = str(path).replace("'", "''")
+        con.execute(f"ATTACH '{quoted}' AS study (BLOCK_SIZE {BLOCK_SIZE})")
+        con.execute("DETACH study")
 
 
 def meta(con) -> dict[str, str]:

@@ -1,6 +1,5 @@
 """The study tests: a local Ray (2 CPUs, no dashboard) started once for the folder, and a small run trained here in
 transformers' Trainer layout (checkpoint-N/ folders of the tiny stack), with a damaged checkpoint among them."""
-import os
 import shutil
 from pathlib import Path
 
@@ -26,10 +25,11 @@ def pytest_collection_modifyitems(config, items):
 def local_ray():
     ray = pytest.importorskip("ray")
     pytest.importorskip("duckdb")
+    from mha_viz.study.runner import worker_path
+
     # The workers import mha_viz from the checkout and the tests' task wrappers (killing.py) from this folder.
-    path = os.pathsep.join([str(ROOT), str(HERE)])
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": path}})
+    with worker_path(str(ROOT), str(HERE)):
+        ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     yield ray
     ray.shutdown()
 

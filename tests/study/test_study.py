@@ -137,6 +137,11 @@ def test_the_command_refuses_bad_input_in_one_line(local_ray, trainer_run, tmp_p
     assert main([str(empty), "--out", str(tmp_path / "a.duckdb")]) == 2
     err = capsys.readouterr().err.strip()
     assert "holds no checkpoints" in err and len(err.splitlines()) == 1
+    import mha_viz.study
+    from mha_viz.contract import InputError
+
+    with pytest.raises(InputError, match="holds no checkpoints"):  # mha_viz.study(...) is the same study
+        mha_viz.study(empty, tmp_path / "a.duckdb")
 
     newer = tmp_path / "newer.duckdb"
     con = connect(newer)
