@@ -20,6 +20,7 @@ from mha_viz.app.context import ViewContext
 from mha_viz.app.names import layer_name
 from mha_viz.app.views.circuits import formation
 from mha_viz.contract import InputError, ModelLoadError, UnavailableError
+from mha_viz.settings import ASSETS
 
 STEP_KEY = "train_step"
 LAYER_KEY = "train_layer"
@@ -215,6 +216,8 @@ STUDY_PATH_KEY = "train_study_path"
 STUDY_SCORE_KEY = "train_study_score"
 STUDY_OPEN_KEY = "train_study_open"
 STUDY_DEFAULT_SCORE = "induction"
+# tiny and its seeds, every saved step, as `mha-viz study assets/tiny assets/tiny/seeds/seed* --out` this file made it
+SHIPPED_STUDY = ASSETS / "tiny" / "study.duckdb"
 
 
 @st.cache_data(show_spinner=False, max_entries=4)
@@ -245,6 +248,8 @@ def render_study() -> None:
     import os
 
     st.subheader("A study: every checkpoint of any training run")
+    if STUDY_PATH_KEY not in st.session_state and SHIPPED_STUDY.is_file():
+        st.session_state[STUDY_PATH_KEY] = str(SHIPPED_STUDY)  # tiny's own study, until another is given
     c1, c2 = st.columns([3, 2])
     path = c1.text_input("Study file (a path on the server)", key=STUDY_PATH_KEY,
                          placeholder="runs/study.duckdb", help="Written by `mha-viz study RUN_DIR --out FILE`")
