@@ -17,7 +17,8 @@ import torch
 
 import mha_viz
 from mha_viz import measures
-from mha_viz.analysis.written import NAMED_AT, summary, written_vs_census
+from mha_viz.analysis.census_result import RULE_WORDS
+from mha_viz.analysis.written import summary, written_vs_census
 from mha_viz.circuits_notes import CIRCUITS_END, NOTES, check_or_write, marked_section, replace_marked
 from mha_viz.names import head_name
 
@@ -66,9 +67,8 @@ def section() -> str:
     lines = [WRITTEN_START, "", "### Written heads and learned heads, measured", "",
              "Written by `python -m mha_viz.written_notes` from the models as they are. A written model's every head "
              "was set by a RASP program compiled with Tracr (Lindner et al. 2023), so its label is true by "
-             "construction; the census does not read the program, and names a head for a score only where it "
-             f"reaches {NAMED_AT:.1f} and its interval overlaps the leading head's (heads that tie are named "
-             "together), else says so.", ""]
+             "construction; the census does not read the program, and names heads by the one rule every view "
+             "reads, else says so. " + RULE_WORDS, ""]
     for name in written_models():
         lines += written_lines(name) + [""]
     lines += ["Learned, for contrast: the head that scores highest on each role at the last saved step of the tiny "

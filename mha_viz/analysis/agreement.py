@@ -1,8 +1,9 @@
 """One input against the census: whether what a head does on this sentence agrees with the name the census gave it.
 
-The census names a head for a score where the head is past the baseline over many inputs and its interval overlaps
-the best head's (`HeadCensus.named`). A reading on one input is weaker evidence: it says how many queries it
-averaged over (`measures.Measure.support`), and below `measures.SUPPORT_FLOOR` it says too little to check anything.
+The census names a head for a score by the one naming rule (`HeadCensus.named`: it beats its control over many
+inputs, is not clearly below the leader, and no higher head is left out). A reading on one input is weaker
+evidence: it says how many queries it averaged over (`measures.Measure.support`), and below
+`measures.SUPPORT_FLOOR` it says too little to check anything.
 These functions put the two side by side in words, for the Layer view, Inside a head and the Lesson.
 """
 from __future__ import annotations

@@ -14,17 +14,18 @@ from dataclasses import dataclass, field
 import torch
 
 from mha_viz import measures
+from mha_viz.analysis.census import CONTROL_SHARE, TIE_TOLERANCE, Naming
 from mha_viz.contract import Head, Model
 from mha_viz.names import head_name, head_names
 
-# How far past the stronger baseline a head's score must lie, in its notable direction, to be named for it
-# (`HeadCensus.named`): the excess `holders` and the Lesson already ask of a pattern.
-NAMING_EXCESS = 0.2
-# Intervals this close still overlap: heads whose every input scores the same have a point interval, and two written
-# heads that both read their key exactly differ by float error (1e-7), never by what the page shows (two decimals).
-TIE = 0.005
-
-
+# The one naming rule and its two numbers live with the pooling (`analysis.census.name_heads`); every view, export and
+# comparison reads a census's names through `HeadCensus.named`.
+RULE_WORDS = (f"A head is named for a score when it beats its control (the low end of the paired 95% interval of "
+              f"head minus control, over the same inputs, lies {CONTROL_SHARE:.0%} of the way from the control to "
+              "the score's notable end), is not clearly below the "
+              f"leading head (the paired interval of leader minus head reaches below {TIE_TOLERANCE}), and no head "
+              "that beats its control with a higher score is left out: heads the data cannot tell apart are named "
+              "together as a tie, whatever their order.")
 @dataclass(frozen=True)
 class CensusConfig:
     """How many inputs of each kind, and their sizes. `for_model` scales them down for models with many heads."""
@@ -38,6 +39,8 @@ class CensusConfig:
     k: int | None = None
     n_other_sets: int = 4  # sets of k other heads to compare with
     n_boot: int = 200  # bootstrap resamples
+    # rounds of more inputs (as many again of each kind) where a score's leader ties a head the data may yet separate
+    extend: int = 1
 
     @classmethod
     def for_model(cls, model: Model) -> "CensusConfig":
@@ -102,6 +105,9 @@ class HeadCensus:
     # (L, H) int: the offset (key - query; -3 = 3 back) each head's fixed-offset score is read at: where its mean
     # attention over the random inputs is highest (`measures.offset_table`); None for a census made without it
     offset_at: torch.Tensor | None = None
+    # score -> the one naming rule's decision and the paired intervals it rests on (`analysis.census.name_heads`)
+    naming: dict[str, Naming] = field(default_factory=dict)
+    control_of: dict[str, str] = field(default_factory=dict)  # score -> what its control is, in words
 
     @property
     def names(self) -> list[str]:
@@ -133,24 +139,31 @@ class HeadCensus:
 
         return [(lh, float(self.scores[name][lh])) for lh in sorted(heads, key=key)[:n]]
 
-    def named(self, name: str, level: float | None = None) -> list[tuple[Head, float]]:
-        """The heads this census names for score `name`, in (layer, head) order: every head whose value reaches the
-        naming level (`level`; default the stronger baseline + `NAMING_EXCESS`, below it for a score whose low end
-        is notable) and whose bootstrap interval overlaps the best head's. Heads tied at the top are all named, and
-        the list does not depend on the order heads are listed in; [] when no head reaches the level."""
-        s, low, high = self.scores[name], self.low[name], self.high[name]
-        flip = self.lower_is_notable(name)
-        base = self.baseline(name)
-        level = (base - NAMING_EXCESS if flip else base + NAMING_EXCESS) if level is None else level
-        v = -s if flip else s  # (L, H): higher is more notable
-        lo, hi = (-high, -low) if flip else (low, high)  # the interval in the same direction
-        reach = ~torch.isnan(v) & (v >= (-level if flip else level))  # (L, H)
-        if not reach.any():
+    def named(self, name: str) -> list[tuple[Head, float]]:
+        """The heads this census names for score `name`, best first, by the one naming rule
+        (`analysis.census.name_heads`): each beats its control by `CONTROL_SHARE` of the way to the score's notable
+        end (at the low end of the paired interval), is not clearly below the leader (`TIE_TOLERANCE`), and no head
+        that beats its control and scores higher is left out. Heads the data cannot separate are all named (a tie);
+        [] when none beats its control."""
+        naming = self.naming.get(name)
+        if naming is None:
             return []
-        best = divmod(int(v.nan_to_num(float("-inf")).flatten().argmax()), self.n_heads)
-        overlap = hi >= lo[best] - TIE  # (L, H): the interval reaches the best head's
-        heads = (reach & overlap).nonzero().tolist()
-        return [((int(lh[0]), int(lh[1])), float(s[lh[0], lh[1]])) for lh in heads]
+        return [(lh, float(self.scores[name][lh])) for lh in naming.named]
+
+    def evidence(self, name: str, head: Head) -> str:
+        """What a head's name for `name` rests on, in words: its value and interval, the paired difference from its
+        control, the inputs, and where it ties, the paired gap to the leader."""
+        n = self.naming.get(name)
+        v, lo, hi = (float(t[head]) for t in (self.scores[name], self.low[name], self.high[name]))
+        words = f"{v:.2f} [{lo:.2f}, {hi:.2f}] over {self.n_inputs[name]} inputs"
+        if n is None:
+            return words
+        words += (f"; {float(n.against_low[head]):+.2f} to {float(n.against_high[head]):+.2f} against its control "
+                  f"({self.control_of.get(name, self.control_kind)}; it must pass {float(n.margin[head]):.2f})")
+        if n.leader is not None and head != n.leader and head in n.named:
+            words += (f"; {float(n.gap_low[head]):.3f} to {float(n.gap_high[head]):.3f} below "
+                      f"{head_name(n.leader)}, the leader (a tie: under {TIE_TOLERANCE} cannot be ruled out)")
+        return words
 
     def head_label(self, name: str, head: Head) -> str:
         """A score's label for one head: the fixed offset says which ("fixed offset, 3 back")."""
@@ -160,20 +173,21 @@ class HeadCensus:
         return label
 
     def naming_words(self, name: str) -> str:
-        """One sentence: which heads the census names for `name`, ties said as ties ("L0 H1 and L0 H2 both read a
-        fixed offset: L0 H1 1 back, L0 H2 3 back"), or that none reaches the level."""
+        """One sentence: which heads the census names for `name`, ties said as ties with their intervals ("L0 H1 and
+        L0 H2 tie on fixed offset: ..."), or that none beats its control."""
         named = self.named(name)
         label = measures.score_label(name)
         if not named:
-            return (f"No head is named for {label}: none lies {NAMING_EXCESS} past the baseline "
-                    f"({self.baseline(name):.2f}).")
+            return (f"No head is named for {label}: none beats its control "
+                    f"({self.control_of.get(name, self.control_kind)}) by {CONTROL_SHARE:.0%} of the way to the "
+                    "score's notable end, at the low end of the paired interval.")
         if len(named) == 1:
             (lh, v), = named
-            return f"{head_name(lh)} is named for {self.head_label(name, lh)} ({v:.2f})."
+            return f"{head_name(lh)} is named for {self.head_label(name, lh)} ({self.evidence(name, lh)})."
         heads = ", ".join(head_name(lh) for lh, _ in named[:-1]) + f" and {head_name(named[-1][0])}"
-        each = "; ".join(f"{head_name(lh)} {self.head_label(name, lh).removeprefix(label + ', ')} {v:.2f}"
-                         for lh, v in named)
-        return (f"{heads} tie on {label}: their intervals overlap the best head's, so each is named ({each}).")
+        each = "; ".join(f"{head_name(lh)} {self.head_label(name, lh).removeprefix(label + ', ')} "
+                         f"{self.evidence(name, lh)}" for lh, _ in named)
+        return (f"{heads} tie on {label}: the data cannot tell them apart, so each is named ({each}).")
 
     def rows(self) -> list[dict]:
         """One row per head with every score, its interval and its control: for the CSV download."""
@@ -213,7 +227,18 @@ class HeadCensus:
                 "texts": list(self.texts), "lexicon": self.lexicon_source, "skipped": self.skipped,
                 "notes": list(self.notes), "measures": {n: _words(n) for n in self.scores},
                 "offset_at": None if self.offset_at is None else self.offset_at.tolist(),
-                "named": {n: [list(lh) for lh, _ in self.named(n)] for n in self.scores}}
+                "named": {n: [list(lh) for lh, _ in self.named(n)] for n in self.scores},
+                "naming": {n: _naming_json(k) for n, k in self.naming.items()}, "control_of": self.control_of,
+                "rule": {"control_share": CONTROL_SHARE, "tie_tolerance": TIE_TOLERANCE}}
+
+
+def _naming_json(k: Naming) -> dict:
+    """The paired intervals a score's names rest on (`Naming`), as plain lists."""
+    rows = lambda t: [[_num(v) for v in row] for row in t.tolist()]  # noqa: E731
+    return {"leader": None if k.leader is None else list(k.leader), "named": [list(h) for h in k.named],
+            "inputs": k.n, "against_control_low": rows(k.against_low), "against_control_high": rows(k.against_high),
+            "margin": rows(k.margin),
+            "below_leader_low": rows(k.gap_low), "below_leader_high": rows(k.gap_high)}
 
 
 def _words(score: str) -> dict:
@@ -235,16 +260,10 @@ def role_scores(causal: bool) -> dict[str, str]:
             "subject": "pre-verb→subject" if causal else "verb→subject"}
 
 
-def holders(made: HeadCensus, score: str, share: float = 0.5, min_excess: float = 0.2) -> list[tuple[Head, float]]:
-    """The heads that hold a pattern in the census `made`: the leader and every head with at least `share` of the
-    leader's excess over the stronger baseline (`HeadCensus.baseline`), when the leader beats it by `min_excess`;
-    [] when none does."""
-    base = made.baseline(score)
-    ranked = made.top(score, made.n_layers * made.n_heads)
-    if not ranked or math.isnan(ranked[0][1]) or ranked[0][1] - base < min_excess:
-        return []
-    lead = ranked[0][1] - base
-    return [(lh, v) for lh, v in ranked if not math.isnan(v) and v - base >= share * lead]
+def holders(made: HeadCensus, score: str) -> list[tuple[Head, float]]:
+    """The heads that hold a pattern in the census `made`: the heads it names for `score` (`HeadCensus.named`, the
+    one naming rule), best first; [] when none beats its control."""
+    return made.named(score)
 
 
 def seed_roles(censuses: list[HeadCensus]) -> dict:
@@ -264,14 +283,12 @@ def seed_roles(censuses: list[HeadCensus]) -> dict:
         for role, score in scores.items():
             hs = holders(c, score)
             leaders[role].append(hs[0][0] if hs else None)
-            row[role] = (", ".join(f"{head_name(lh)} {v:.2f}" for lh, v in hs)
-                         or f"none above {c.baseline(score):.2f} + 0.2")
+            row[role] = ", ".join(f"{head_name(lh)} {v:.2f}" for lh, v in hs) or "none beats its control"
             for lh, _ in hs:
                 held.setdefault(lh, []).append(role)
             if len(hs) > 1:
                 sentences.append(f"{c.model}: the {role} pattern is split over {len(hs)} heads "
-                                 f"({head_names(lh for lh, _ in hs)}), each with at least half the leader's "
-                                 f"excess over its baseline ({c.baseline(score):.2f}).")
+                                 f"({head_names(lh for lh, _ in hs)}) that the census cannot tell apart.")
         for lh, roles in held.items():
             if len(roles) > 1:
                 sentences.append(f"{c.model}: {head_name(lh)} holds more than one pattern ({', '.join(roles)}).")

@@ -46,7 +46,7 @@ TEMPLATE_TOKENS = 16  # the longest template sentence (12 words) with room for t
 
 # -- reading the inputs ----------------------------------------------------------------------------------------------
 MAIN = ("random", "texts", "repeated", "templates")  # the input sets every census reads, in this order
-DESTROYED = ("unrepeated", "shuffled")  # the control's inputs, for models without an untrained twin
+DESTROYED = ("unrepeated", "shuffled")  # the inputs with the relation destroyed, read beside every control
 
 
 @dataclass(frozen=True)
@@ -147,6 +147,72 @@ class _ScoresByName:
                     self.uniform.setdefault(name, []).append(uni)
                 for rel, acc in r.offsets.items():
                     self.offsets.setdefault(rel, []).append(acc)
+
+
+def _aligned(reads: list[_InputScores], name: str, shape: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """One score over one input set, input by input in the set's order -> ((N, L, H) values, (N,) uniform), NaN
+    where the input was not scored (its words did not line up, or it has nothing to measure): so a control read on
+    a paired set (the unrepeated twin of repeated input i, the same input on the untrained twin) lines up by index."""
+    nan = torch.full(shape, float("nan"))
+    values = [r.values[name][0].float() if name in r.values else nan for r in reads]
+    uniform = [r.values[name][1] if name in r.values else float("nan") for r in reads]
+    if not values:
+        return torch.empty(0, *shape), torch.empty(0)
+    return torch.stack(values), torch.tensor(uniform, dtype=torch.float32)  # (N, L, H), (N,)
+
+
+# The control that destroys each input set's relation, read on the same positions: repeated sequences against their
+# unrepeated twins, template sentences against the same words shuffled. Position scores have no relation to take out.
+DESTROYS = {"repeated": "unrepeated", "templates": "shuffled"}
+DESTROYED_WORDS = {
+    "repeated": "the relation destroyed: the same inputs with nothing repeated (other words at the same positions)",
+    "templates": "the relation destroyed: the same sentences with their words shuffled (the gold positions kept)",
+}
+
+
+def _controls(model: Model, reads: dict, twin_reads: dict | None, twin_name: str, use_control: bool
+              ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, str]]:
+    """Every census score's per-input values and its paired control -> (values, control, words): the relation
+    destroyed where the input set has one (`DESTROYS`), else the same inputs on the untrained twin where one is
+    given, else uniform attention on the same input (what the score's baseline is). control=None: uniform for all."""
+    shape = (model.n_layers, model.n_heads)
+    values, control, words = {}, {}, {}
+    for name, _, kind in measures.census_scores():
+        if kind not in reads:
+            continue
+        v, uniform = _aligned(reads[kind], name, shape)
+        if not len(v) or bool(torch.isnan(v).all()):
+            continue
+        values[name] = v
+        destroyed = DESTROYS.get(kind)
+        if use_control and destroyed in reads and len(reads[destroyed]):
+            control[name], _ = _aligned(reads[destroyed], name, shape)
+            words[name] = DESTROYED_WORDS[kind]
+        elif use_control and twin_reads is not None:
+            control[name], _ = _aligned(twin_reads[kind], name, shape)
+            words[name] = f"the same inputs on the untrained twin ({twin_name})"
+        else:
+            control[name] = uniform[:, None, None].expand_as(v).clone()  # (N, L, H)
+            words[name] = "uniform attention over the same inputs' allowed keys"
+    return values, control, words
+
+
+EXTEND_SEED = 101  # a census of seed s reads its extra inputs from seed s + 101 * round: another draw
+
+
+def _name_all(values: dict[str, torch.Tensor], control: dict[str, torch.Tensor], seed: int, cfg: CensusConfig
+              ) -> dict[str, census.Naming]:
+    return {n: census.name_heads(values[n], control[n], measures.get(n).lower_is_notable, seed, cfg.n_boot)
+            for n in values}
+
+
+def _undecided(naming: dict[str, census.Naming]) -> tuple[str, ...]:
+    """The generated input sets (not the natural texts, which are given) of the scores whose leader ties a head that
+    more inputs may yet separate: its paired gap to the leader reaches below the tolerance and above it."""
+    where = {name: inputs for name, _, inputs in measures.census_scores()}
+    kinds = {where[n] for n, k in naming.items() if k.leader is not None and where[n] != "texts"
+             and any(float(k.gap_high[h]) > census.TIE_TOLERANCE for h in k.named if h != k.leader)}
+    return tuple(k for k in MAIN if k in kinds)
 
 
 def _skipped(reads: dict[str, list[_InputScores]]) -> int:
@@ -329,9 +395,9 @@ def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | 
     if twin is not None and (twin.n_layers, twin.n_heads) != (model.n_layers, model.n_heads):
         raise InputError(f"the control {twin.name} has {twin.n_layers} x {twin.n_heads} heads, {model.name} has "
                          f"{model.n_layers} x {model.n_heads}: compare the same architecture")
-    destroyed = twin is None and bool(control)  # the control is inputs with the relation destroyed
     n_main = sum(len(sets[k]) for k in MAIN)
-    n_control = n_main if twin is not None else (sum(len(sets[k]) for k in DESTROYED) if destroyed else 0)
+    # Every control reads the inputs with the relation destroyed; a twin reads the main inputs as well.
+    n_control = (n_main if twin is not None else 0) + (sum(len(sets[k]) for k in DESTROYED) if control else 0)
     n_loss = min(cfg.n_loss, len(sets["repeated"])) if model.causal else 0
     total, done = n_main + n_control + n_loss, [0]
 
@@ -340,13 +406,35 @@ def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | 
         if progress is not None:
             progress(min(1.0, done[0] / total), f"{model.name}: {what} ({done[0]}/{total} inputs read)")
 
-    # One `run_many` over the model's inputs, the destroyed-relation control's with them (so they share batches).
-    reads = _read(model, sets, MAIN + (DESTROYED if destroyed else ()), cfg, tick,
-                  "generated inputs and natural text" + (", and the control's inputs" if destroyed else ""))
-    acc = _ScoresByName({k: reads[k] for k in MAIN})
-    if not acc.values.get("induction"):
+    # One `run_many` over the model's inputs, the destroyed-relation control's with them (so they share batches):
+    # the relations' controls, with an untrained twin too (it keeps what a fixed offset scores on them).
+    reads = _read(model, sets, MAIN + (DESTROYED if control else ()), cfg, tick,
+                  "generated inputs and natural text" + (", and the control's inputs" if control else ""))
+    if not any(r.values.get("induction") for r in reads["repeated"]):
         raise InputError(f"{model.name}: none of the generated inputs was read one token per word, so the census "
                          "has nothing to score; the tokenizer splits or merges the census's words")
+    twin_reads = None
+    if twin is not None:
+        twin_reads = _read(twin, sets, MAIN, cfg, tick, f"control: the same inputs on {twin.name}")
+    per_input, paired, control_of = _controls(model, reads, twin_reads, twin.name if twin else "", bool(control))
+    naming = _name_all(per_input, paired, seed, cfg)
+    for extra in range(1, cfg.extend + 1):
+        # Where the leader ties a head the data may yet separate, read more inputs of that kind (a fresh draw).
+        kinds = _undecided(naming)
+        if not kinds:
+            break
+        more = census_inputs(model, seed + EXTEND_SEED * extra, cfg, sets["texts"])
+        add = kinds + (tuple(DESTROYS[k] for k in kinds if k in DESTROYS) if control else ())
+        total += sum(len(more[k]) for k in add) + (sum(len(more[k]) for k in kinds) if twin is not None else 0)
+        new = _read(model, more, add, cfg, tick, "more inputs, to separate heads that tie: " + ", ".join(kinds))
+        twin_new = _read(twin, more, kinds, cfg, tick, f"the same on {twin.name}") if twin is not None else {}
+        for k in add:
+            sets[k], reads[k] = list(sets[k]) + list(more[k]), reads[k] + new[k]
+            if k in twin_new:
+                twin_reads[k] = twin_reads[k] + twin_new[k]
+        per_input, paired, control_of = _controls(model, reads, twin_reads, twin.name if twin else "", bool(control))
+        naming = _name_all(per_input, paired, seed, cfg)
+    acc = _ScoresByName({k: reads[k] for k in MAIN})
     mass = {n[len(MASS):]: census.summarise(v, acc.uniform[n], seed, 1).mean for n, v in acc.values.items()
             if n.startswith(MASS)}
     at = acc.values.pop(AT + "offset", [])
@@ -355,23 +443,12 @@ def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | 
                  else None)  # from (N, D, L, H)
     pooled = {name: census.summarise(v, acc.uniform[name], seed, cfg.n_boot) for name, v in acc.values.items()
               if not name.startswith(MASS)}
-    control_values, no_control = {}, {}
-    if twin is not None:
-        twin_acc = _ScoresByName(_read(twin, sets, MAIN, cfg, tick, f"control: the same inputs on {twin.name}"))
-        control_values = {n: census.summarise(v, twin_acc.uniform[n], seed, 1).mean for n, v in twin_acc.values.items()
-                          if not n.startswith((MASS, AT))}
-        control_kind = f"the untrained twin ({twin.name}) on the same inputs"
-    elif destroyed:
-        d = _ScoresByName({k: reads[k] for k in DESTROYED})
-        control_values = {n: census.summarise(v, d.uniform[n], seed, 1).mean for n, v in d.values.items()}
-        control_kind = ("inputs with the relation destroyed: no word repeated (induction, duplicate); the template's "
-                        "words shuffled, gold positions kept (relations)")
-        why = ("position relations cannot be taken out of an input, and no untrained twin of this model ships: "
-               "compare with the uniform baseline, or pass control=<the same architecture re-initialised>")
-        no_control = {n: why for n in pooled if n not in control_values}
-    else:
-        control_kind = "none (control=None)"
-        no_control = {n: "no control asked for" for n in pooled}
+    control_values = {n: c.nanmean(0) for n, c in paired.items()}  # (L, H) each
+    kinds = sorted(set(control_of.values()))
+    control_kind = "; ".join(f"{k} ({', '.join(n for n in control_of if control_of[n] == k)})" for k in kinds) \
+        if len(kinds) > 1 else (kinds[0] if kinds else "none")
+    no_control = {} if control else {n: "no control asked for: each head is set against uniform attention"
+                                     for n in pooled}
     # The in-context check reads the first n_loss repeated inputs that lined up one token per word.
     repeats = [(item, r) for item, r in zip(sets["repeated"], reads["repeated"]) if r.word_pos][:n_loss]
     ic = None
@@ -396,4 +473,5 @@ def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | 
         control=control_values, control_kind=control_kind, no_control=no_control, in_context=ic,
         texts=tuple(sets["texts"]), text_values={n: torch.stack(acc.values[n]) for n in text_names if n in acc.values},
         lexicon_source=sets["lexicon"], mass=mass, skipped=_skipped(reads), offset_at=offset_at,
+        naming=naming, control_of=control_of,
     )

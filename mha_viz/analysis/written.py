@@ -1,12 +1,13 @@
 """A census set against the heads a program wrote (`Model.written_heads`): for every written head, the census score
-on which it ranks first with a strong value, and whether that is the role the program gave it. This is the one
-place where the census's names can be checked against ground truth no one here chose.
+that names it, and whether that is the role the program gave it. This is the one place where the census's names can
+be checked against ground truth no one here chose.
 
-A head is *named* by a score when the census names it there (`HeadCensus.named`: its interval overlaps the best
-head's, so heads that tie are all named) at `NAMED_AT` or more, with the score's notable end high (a share of
-attention). Of several such scores: `previous` over `offset` when the head's offset is 1 back (the same key, the more
-specific name), else the one it beats its baseline on most. Where no score names it, the census says "no measured
-pattern explains it" rather than forcing the nearest name. Nothing here depends on the order heads are listed in.
+A head is *named* by a score when the census names it there (`HeadCensus.named`, the one naming rule every view
+reads: it beats its control, is not clearly below the leader, and no higher head is left out), with the score's
+notable end high (a share of attention). Of several such scores: `previous` over `offset` when the head's offset is
+1 back (the same key, the more specific name), else the one it beats its baseline on most. Where no score names it,
+the census says "no measured pattern explains it" rather than forcing the nearest name. Nothing here depends on the
+order heads are listed in.
 """
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from dataclasses import dataclass
 from mha_viz import measures
 from mha_viz.names import head_name
 
-NAMED_AT = 0.9  # the value a head must reach, ranked first, for a score to name it
 NO_PATTERN = "no measured pattern explains it"
 
 
@@ -38,6 +38,15 @@ class WrittenVsMeasured:
         role no census score measures."""
         return self.named == self.written
 
+    @property
+    def outcome(self) -> str:
+        """"as written" (named with the role the program wrote), "rightly none" (the program wrote no census role
+        and the census names none), "missed" (a written role the census does not name), or "wrong" (named for a
+        role the program did not write)."""
+        if self.named:
+            return "as written" if self.named == self.written else "wrong"
+        return "rightly none" if not self.written else "missed"
+
     def words(self) -> str:
         if not self.named:
             return f"{NO_PATTERN} (nearest: {measures.score_label(self.best)} {self.value:.2f})"
@@ -58,7 +67,7 @@ def written_vs_census(written: dict, census) -> list[WrittenVsMeasured]:
     """One row per written head (`written`: (layer, head) -> an object with `pattern` and `text`, as
     `Model.written_heads` gives), in head order."""
     names = _scores(census)
-    named_by = {name: {h for h, _ in census.named(name, NAMED_AT)} for name in names}
+    named_by = {name: {h for h, _ in census.named(name)} for name in names}
     rows = []
     for head in sorted(written):
         w = written[head]
@@ -99,8 +108,17 @@ def _offset_of(census, head) -> int | None:
 
 
 def summary(rows: list[WrittenVsMeasured]) -> str:
-    """One sentence from the rows: how many written heads the census named as written."""
-    agree = sum(r.agrees for r in rows)
-    named = [f"{head_name(r.head)} {r.label} {r.value:.2f}" for r in rows if r.named]
-    return (f"The census names {agree} of {len(rows)} written heads as their program wrote them"
-            + (f" ({'; '.join(named)})" if named else "") + ".")
+    """One sentence from the rows, each outcome counted apart (`WrittenVsMeasured.outcome`): how many written heads
+    the census named as written, how many it rightly named nothing, how many it missed and how many it named
+    wrongly."""
+    count = {o: [r for r in rows if r.outcome == o] for o in ("as written", "rightly none", "missed", "wrong")}
+    parts = [f"names {len(count['as written'])} of {len(rows)} written heads as their program wrote them"]
+    if count["as written"]:
+        parts[0] += f" ({'; '.join(f'{head_name(r.head)} {r.label} {r.value:.2f}' for r in count['as written'])})"
+    parts.append(f"rightly names nothing for {len(count['rightly none'])} (no role it measures was written there)")
+    missed = ": " + ", ".join(head_name(r.head) for r in count["missed"]) if count["missed"] else ""
+    parts.append(f"misses {len(count['missed'])} (a role it measures was written, and it names none{missed})")
+    parts.append(f"names {len(count['wrong'])} for a role their program did not write"
+                 + (f" ({'; '.join(f'{head_name(r.head)} {r.label}' for r in count['wrong'])})"
+                    if count["wrong"] else ""))
+    return "The census " + "; ".join(parts[:-1]) + "; and " + parts[-1] + "."

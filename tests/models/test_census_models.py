@@ -76,6 +76,29 @@ def test_every_model_kind_gets_every_score_with_baselines_and_intervals(kind, fo
         assert "destroyed" in census.control_kind or "tiny" in census.control_kind
     json.dumps(census.to_json())  # every number is plain
     assert len(census.rows()) == L * H
+    _one_rule(census)
+
+
+def _one_rule(census):
+    """Every name comes from the one rule: a named head beats its control; no head that beats its control and scores
+    at least a named head's value is left out (the SmolLM2 first-token and MiniLM special orderings); the export
+    names what `named` names."""
+    for name in census.names:
+        k = census.naming.get(name)
+        named = {h for h, _ in census.named(name)}
+        if k is None:
+            assert not named, name
+            continue
+        sign = -1.0 if census.lower_is_notable(name) else 1.0
+        s = sign * census.scores[name]
+        for lh in named:
+            assert bool(k.beats[lh]), (name, lh)
+        if named:
+            floor = min(float(s[lh]) for lh in named)
+            left_out = [lh for lh in map(tuple, k.beats.nonzero().tolist()) if float(s[lh]) >= floor
+                        and lh not in named]
+            assert not left_out, (name, left_out, named)
+    assert census.to_json()["named"] == {n: [list(h) for h, _ in census.named(n)] for n in census.names}
 
 
 def test_against_transformers_own_attentions_on_a_gpt2_folder(folders):

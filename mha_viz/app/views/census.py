@@ -15,9 +15,9 @@ from typing import Callable
 import streamlit as st
 
 from mha_viz import measures, plotting, seeds
-from mha_viz.analysis.census_result import NAMING_EXCESS, CensusConfig, HeadCensus, seed_roles
+from mha_viz.analysis.census_result import RULE_WORDS, CensusConfig, HeadCensus, seed_roles
 from mha_viz.analysis.census_run import MAX_TEXT_CHARS, MAX_TEXTS, head_census
-from mha_viz.analysis.written import NAMED_AT, summary, written_vs_census
+from mha_viz.analysis.written import summary, written_vs_census
 from mha_viz.app.cache import CENSUSES, RunCache, census_control, get_model, side_model
 from mha_viz.app.common import clicked_head, head_name, md_safe, pick_clicked_head
 from mha_viz.app.context import ViewContext
@@ -134,22 +134,22 @@ def _overview(c: HeadCensus) -> None:
             "score": shown(name),
             "named heads": (", ".join(f"{head_name(h)}" + (f" ({c.head_label(name, h).rsplit(', ', 1)[-1]})"
                                                            if name == "offset" else "") for h, _ in named)
-                            + (" (tie)" if len(named) > 1 else "")) or "none (too close to the baseline)",
+                            + (" (tie)" if len(named) > 1 else "")) or "none (none beats its control)",
             "leading head": head_name(lh), "its score": _fmt(value),
             "95% interval": f"{_fmt(float(c.low[name][lh]))}–{_fmt(float(c.high[name][lh]))}",
             "next head": f"{head_name(second[0])} {_fmt(second[1])}" if second[0] else "—",
             "uniform": _fmt(c.uniform[name]),
             "best fixed offset": f"{off[0]:+d}: {_fmt(off[1])}" if off else "—",
             "control, same head": _fmt(float(ctrl[lh])) if ctrl is not None else "—",
+            "control": c.control_of.get(name, "—"),
             "inputs": c.n_inputs[name],
         })
     st.dataframe(rows, hide_index=True, height=min(560, 38 + 35 * len(rows)))
     st.caption(f"Control: {c.control_kind}. Words: {c.lexicon_source}."
                + (f" {c.skipped} generated inputs were left out because the tokenizer did not read each word as "
                   "one token." if c.skipped else "")
-               + " Distance and entropy lead with their lowest heads (a band near the diagonal; focused attention)."
-               + f" A head is named for a score when it lies {NAMING_EXCESS} past the stronger baseline and its 95% "
-               "interval overlaps the leading head's: heads that tie are named together, whatever their order.")
+               + " Distance and entropy lead with their lowest heads (a band near the diagonal; focused attention). "
+               + RULE_WORDS)
 
 
 def _clicked(key: str) -> Head | None:
@@ -167,9 +167,10 @@ def _maps(c: HeadCensus) -> Head | None:
     st.caption(f"Source: {measures.get(name).citation}")
     if name in c.control:
         ctrl = float(c.control[name].max() if not c.lower_is_notable(name) else c.control[name].min())
-        st.caption(f"Control ({c.control_kind}): its most extreme head scores {ctrl:.2f}.")
+        st.caption(f"Control ({c.control_of.get(name, c.control_kind)}): its most extreme head scores {ctrl:.2f}.")
     elif name in c.no_control:
         st.caption(f"No control for this score: {c.no_control[name]}.")
+    st.caption(c.naming_words(name))
     return _clicked("census_map")
 
 
@@ -305,8 +306,7 @@ def _written(model: Model, c: HeadCensus, seed: int) -> None:
     st.markdown("### Written heads, and what the census names them")
     st.caption("This model was compiled from a RASP program (Tracr): every head's role was written by the program, "
                "so the label is true by construction. The census did not read the program: it measured the heads "
-               f"on its own inputs, and names a head for a score where it reaches {NAMED_AT:.1f} and its interval "
-               "overlaps the leading head's (heads that tie are named together, whatever their order).")
+               "on its own inputs, and names heads by the rule every view reads. " + RULE_WORDS)
     st.dataframe([{"head": head_name(r.head), "the program wrote": written[r.head].text,
                    "each query selects": written[r.head].selects.removeprefix("each query selects "),
                    "written role": measures.score_label(r.written) if r.written else "none the census measures",

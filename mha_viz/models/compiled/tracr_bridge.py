@@ -31,8 +31,8 @@ from mha_viz.models.compiled.config import CompiledConfig, WrittenHead
 
 BOS, PAD = "BOS", "compiler_pad"
 N_SAMPLES = 40  # random inputs a selector is evaluated on to name its pattern
-# The pooled share at which a registered measure describes a written head: the level the census names a written head
-# at (analysis.written.NAMED_AT, which this layer may not import; a test holds the two equal).
+# The pooled share at which a registered measure describes what a program wrote into a head (the ground truth the
+# census's names are checked against): most of the head's attention, as a program's selection puts it.
 WRITTEN_AT = 0.9
 
 

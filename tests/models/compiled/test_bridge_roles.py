@@ -14,7 +14,6 @@ from tracr.compiler import lib  # noqa: E402
 from tracr.rasp import rasp  # noqa: E402
 
 from mha_viz import measures  # noqa: E402
-from mha_viz.analysis.written import NAMED_AT  # noqa: E402
 from mha_viz.models.compiled import tracr_bridge as B  # noqa: E402
 
 VOCAB, N = {"a", "b", "c", "."}, 8
@@ -77,10 +76,6 @@ def test_what_no_measure_reads_is_not_named():
     assert _role(lambda it, k, q: k == q - 1 or (k == q - 3 and q % 2 == 0))[0] == ""
     near = _role(lambda it, k, q: k == q - 1 or (k == q == 7))  # the last item of the longest inputs reads itself too
     assert near[0] == "previous" and near[1].startswith("the previous token (9") and "% of its attention" in near[1]
-
-
-def test_the_naming_level_is_the_censuss():
-    assert B.WRITTEN_AT == NAMED_AT
 
 
 def test_a_compiled_program_writes_the_roles():

@@ -80,14 +80,20 @@ def test_a_head_reading_only_bos_is_first_token_on_both_sides():
 
 def _only_written_heads_named(model, census):
     """Every written head a registry measure describes is named as written; no head the program left without a
-    pattern is named; no other head (a layer's padding) is named on a share score at the written level."""
+    pattern is named; no other head (a layer's padding) is named on a share score; and no head is named for a role
+    read from a relation between tokens (a repeat) that its program did not write: a head that reads a fixed offset
+    matches some induction targets, never beats its control."""
     rows = written_vs_census(model.written_heads(), census)
     for r in rows:
         assert r.agrees, r
-    written = set(model.written_heads())
-    from mha_viz.analysis.written import NAMED_AT, _scores
+    written = model.written_heads()
+    from mha_viz.analysis.written import _scores
     for name in _scores(census):
-        assert {h for h, _ in census.named(name, NAMED_AT)} <= written, name
+        named = {h for h, _ in census.named(name)}
+        assert named <= set(written), name
+        if name in ("induction", "duplicate"):
+            assert all(written[h].pattern == name for h in named), (name, named)
+    assert census.to_json()["named"] == {n: [list(h) for h, _ in census.named(n)] for n in census.names}
 
 
 @pytest.mark.parametrize("name", ["written-three-heads", "written-induction", "written-histogram"])
@@ -99,3 +105,47 @@ def test_shipped_written_models_name_only_their_written_heads(name):
 def test_tied_programs_name_only_written_heads(tied_both_orders):
     for model, census in tied_both_orders:
         _only_written_heads_named(model, census)
+
+
+def test_fixed_offset_heads_are_never_named_induction_or_duplicate():
+    """A head that copies the token 2 back and one that copies 3 back: on repeated sequences of periods 3 and 4,
+    every period-3 induction target is 2 back, so the 2-back head scored 0.54 on induction and was named for it
+    (level: baseline + 0.2), while its control (the same positions, nothing repeated) scored the same 0.54. Naming
+    now reads the control: neither head is named for a repeat, and each is named for its offset."""
+    two, three = lib.shift_by(2, rasp.tokens).named("two_back"), lib.shift_by(3, rasp.tokens).named("three_back")
+    model, census = _compiled(rasp.SequenceMap(lambda x, y: f"{x}{y}", two, three).named("two_and_three"),
+                              "two and three back")
+    heads = {h.expr.rsplit("_", 1)[0]: (h.layer, h.head) for h in model.config.heads}
+    for score in ("induction", "duplicate"):
+        assert not census.named(score), (score, census.named(score), census.naming_words(score))
+        assert "No head is named" in census.naming_words(score)
+    rows = _by_expr(model, census)
+    assert rows["two_back"].named == "offset" and rows["two_back"].label.endswith("2 back")
+    assert rows["three_back"].named == "offset" and rows["three_back"].label.endswith("3 back")
+    assert {heads["two_back"], heads["three_back"]} <= {h for h, _ in census.named("offset")}
+    _only_written_heads_named(model, census)
+
+
+def test_a_true_induction_head_is_named_and_its_fixed_offset_partner_is_not():
+    model = mha_viz.load_model("written-induction")
+    census = mha_viz.head_census(model, config=SMALL)
+    written = model.written_heads()
+    induction = [h for h, w in written.items() if w.pattern == "induction"]
+    assert induction and [h for h, _ in census.named("induction")] == induction
+    k = census.naming["induction"]
+    assert float(k.against_low[induction[0]]) > float(k.margin[induction[0]])  # it beats its control, paired
+    assert census.to_json()["named"]["induction"] == [list(h) for h in induction]
+
+
+def test_the_written_summary_counts_each_outcome_apart():
+    """written-histogram's one head has no role the census measures: the census rightly names it nothing, and the
+    summary said "names 1 of 1 written heads as their program wrote them" for that."""
+    from mha_viz.analysis.written import summary
+
+    model = mha_viz.load_model("written-histogram")
+    rows = written_vs_census(model.written_heads(), mha_viz.head_census(model, config=SMALL))
+    assert [r.outcome for r in rows] == ["rightly none"]
+    words = summary(rows)
+    assert "names 0 of 1 written heads as their program wrote them" in words
+    assert "rightly names nothing for 1 (" in words and "misses 0 (" in words
+    assert "names 0 for a role their program did not write" in words
