@@ -59,3 +59,21 @@ def test_a_file_that_is_no_study_is_one_warning(tmp_path):
     bad.write_text("hello")
     at = _open_study(bad)
     assert len(at.warning) == 1 and "not a study file" in at.warning[0].value
+
+
+def test_tiny_and_its_seeds_ship_as_a_study_the_view_opens_first():
+    from mha_viz.app.views.training import SHIPPED_STUDY
+
+    tables = read_study(SHIPPED_STUDY)
+    assert set(tables.checkpoints["run"]) == {"tiny", "seed1", "seed2", "seed3"}
+    assert set(tables.checkpoints["status"]) == {"done"} and SHIPPED_STUDY.stat().st_size < 1_000_000
+    assert set(tables.checkpoints["model_name"]) >= {"tiny@4000", "tiny#seed1@800"}  # each opens in the app
+    at = AppTest.from_file(APP, default_timeout=240)
+    at.query_params.update({"model": "tiny", "view": "Training", "layer": "0"})
+    at.run()
+    at.radio(key=SOURCE_KEY).set_value(STUDY_SOURCE).run()
+    assert not at.exception, at.exception
+    assert at.text_input(key=STUDY_PATH_KEY).value == str(SHIPPED_STUDY)
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert {t["name"].split(":")[0] for t in spec["data"]} == {"tiny", "seed1", "seed2", "seed3"}
+    assert [t.value for t in at.table if "forms at step" in t.value.columns]  # induction heads form in every run
