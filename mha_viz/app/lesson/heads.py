@@ -260,11 +260,12 @@ def draw_patterns(name: str, text: str, n: int) -> None:
     lines = [role_reading(name, m, r) for m in ROLES]
     lines += [census.naming_words(m) for m in ROLES if len(by_role[m]) > 1]  # a tie, in the census's own words
     for h, roles in shared.items():
-        if len(roles) > 1:
+        if len(roles) > 1:  # the evidence for each name, so neither reads as the head's one role
             both = listed([measures.get(m).label for m in roles])
-            lines.append(f"{head_name(h)} is named for both {both}: the census reads each on its own inputs ("
-                         + "; ".join(f"{measures.get(m).label} on {_census_inputs(m)}" for m in roles)
-                         + f"), and {head_name(h)} scores high on each.")
+            lines.append(f"{head_name(h)} is named for both {both}: the census reads each on its own inputs, and "
+                         f"{head_name(h)} beats its control on each ("
+                         + "; ".join(f"{measures.get(m).label} on {_census_inputs(m)}: {census.evidence(m, h)}"
+                                     for m in roles) + ").")
     if text != TEXT_REPEAT:
         p = read(name, lesson_run(name, TEXT_REPEAT))
         lines.append("On the prepared sentence: " + " ".join(role_reading(name, m, p) for m in ROLES))

@@ -172,9 +172,10 @@ def question_learned(name: str, text: str) -> Question:
 
 def quiet_and_loud(name: str, text: str) -> tuple[Head, Head]:
     """(the strongly patterned head whose removal changes the prediction least, the head whose removal changes it
-    most). With no strongly patterned head, the most patterned one stands in."""
+    most). Patterned in one of the roles the Lesson has introduced (`ROLES`), so the step can show it on that
+    measure's map; with no strongly patterned head, the most patterned one stands in."""
     importance = lesson_importance(name, text)  # (L, H)
-    excess = pattern_excess(read(name, lesson_run(name, text)))  # (L, H)
+    excess = pattern_excess(read(name, lesson_run(name, text)), ROLES)  # (L, H)
     patterned = excess >= PATTERNED
     pool = importance.masked_fill(~patterned, float("inf")) if bool(patterned.any()) else -excess
     return argmax_head(-pool), argmax_head(importance)
@@ -185,14 +186,16 @@ def draw_learned(name: str, text: str, n: int) -> None:
     r = read(name, run)
     family = seeds(name) or [name]
     readings = {seed: read(seed, lesson_run(seed, text)) for seed in family}
-    maps, titles = [readings[seed].scores["previous"] for seed in family], list(family)
-    label, support = measures.get("previous").label, r.support["previous"]
-    st.caption(f"The {label} score of every head (rows: layers, columns: heads) in each model the recipe trained, "
-               + (f"on this input, over {queries(support)}." if support >= FLOOR else
-                  f"on this input: {too_few('previous', support)}, so the maps say little."))
     importance = lesson_importance(name, text)  # (L, H)
     quiet, loudest = quiet_and_loud(name, text)
-    top = strongest_pattern(r, quiet)
+    top = strongest_pattern(r, quiet, ROLES)
+    # The maps are of the measure the outlined head is strong on: its cell is where the text says it is.
+    shown = top[0] if top else "previous"
+    maps, titles = [readings[seed].scores[shown] for seed in family], list(family)
+    label, support = measures.get(shown).label, r.support[shown]
+    st.caption(f"The {label} score of every head (rows: layers, columns: heads) in each model the recipe trained, "
+               + (f"on this input, over {queries(support)}." if support >= FLOOR else
+                  f"on this input: {too_few(shown, support)}, so the maps say little."))
     fig = plotting.census_maps_side_by_side(maps, titles)
     i = family.index(name) if name in family else 0
     xa, ya = ("x", "y") if i == 0 else (f"x{i + 1}", f"y{i + 1}")

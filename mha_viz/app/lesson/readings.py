@@ -102,17 +102,18 @@ def argmax_head(scores: torch.Tensor) -> Head:
     return layer, head
 
 
-def strongest_pattern(r: Reading, head: Head) -> tuple[str, float] | None:
-    """A head's measure furthest above uniform attention (a registered badge read over `FLOOR` queries or more), or
-    None when none is 0.1 above."""
-    found = top_badges(r.scores, r.base, head[0], head[1], n=1, support=r.support)
+def strongest_pattern(r: Reading, head: Head, names: tuple[str, ...] = measures.BADGES) -> tuple[str, float] | None:
+    """A head's measure furthest above uniform attention (of the registered badges `names`, read over `FLOOR`
+    queries or more), or None when none is 0.1 above."""
+    found = [(m, v) for m, v in top_badges(r.scores, r.base, head[0], head[1], n=len(measures.BADGES),
+                                           support=r.support) if m in names]
     return found[0] if found else None
 
 
-def pattern_excess(r: Reading) -> torch.Tensor:
-    """(L, H): how far each head's strongest badge measure lies above its uniform baseline, of the measures read
-    over `FLOOR` queries or more (-inf where none is)."""
-    kept = [m for m in measures.BADGES if r.support[m] >= FLOOR]
+def pattern_excess(r: Reading, names: tuple[str, ...] = measures.BADGES) -> torch.Tensor:
+    """(L, H): how far each head's strongest measure of `names` (registered badges) lies above its uniform
+    baseline, of the measures read over `FLOOR` queries or more (-inf where none is)."""
+    kept = [m for m in names if r.support[m] >= FLOOR]
     if not kept:
         return torch.full_like(r.scores[measures.BADGES[0]], float("-inf"))
     excess = torch.stack([r.scores[m] - r.base[m] for m in kept])  # (M, L, H)
