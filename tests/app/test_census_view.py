@@ -51,6 +51,21 @@ def test_the_census_runs_on_request_and_shows_what_head_census_measured(census):
         assert row["leading head"] == f"L{layer} H{head}"
         assert row["its score"] == f"{value:.2f}"
         assert row["uniform"] == f"{census.uniform[name]:.2f}"
+    # the names are the one rule's (`HeadCensus.named`), for every score; a tie shows each head's interval
+    for name in census.names:
+        named = census.named(name)
+        cell = rows[measures.score_label(name)]["named heads"]
+        if not named:
+            assert cell.startswith("none"), (name, cell)
+            continue
+        assert [h.split(" (")[0].split(" ")[0:2] for h in cell.removesuffix(" (tie)").split(", ")] == \
+            [[f"L{h[0]}", f"H{h[1]}"] for h, _ in named], (name, cell)
+        if len(named) > 1:
+            assert cell.endswith("(tie)")
+            for h, v in named:
+                assert f"L{h[0]} H{h[1]}" in cell and f"{v:.2f} [{float(census.low[name][h]):.2f}–" in cell, cell
+    # the map's caption says the names in the census's own words
+    assert any(census.naming_words(census.names[0]) in c.value for c in at.caption)
     # the map of the chosen score is census.scores itself
     maps = [c for c in at.get("plotly_chart") if '"heatmap"' in c.proto.spec]
     assert maps

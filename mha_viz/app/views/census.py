@@ -132,8 +132,11 @@ def _overview(c: HeadCensus) -> None:
         ctrl = c.control.get(name)
         rows.append({
             "score": shown(name),
+            # a tie shows each head's interval: what the data could not separate
             "named heads": (", ".join(f"{head_name(h)}" + (f" ({c.head_label(name, h).rsplit(', ', 1)[-1]})"
-                                                           if name == "offset" else "") for h, _ in named)
+                                                           if name == "offset" else "")
+                                      + (f" {v:.2f} [{_fmt(float(c.low[name][h]))}–{_fmt(float(c.high[name][h]))}]"
+                                         if len(named) > 1 else "") for h, v in named)
                             + (" (tie)" if len(named) > 1 else "")) or "none (none beats its control)",
             "leading head": head_name(lh), "its score": _fmt(value),
             "95% interval": f"{_fmt(float(c.low[name][lh]))}–{_fmt(float(c.high[name][lh]))}",
