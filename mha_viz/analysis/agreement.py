@@ -71,8 +71,8 @@ def head_agreement(census, head: Head, scores: dict[str, torch.Tensor], support:
     """Sentences for one head: each role the census names it for, read on this input; or that it names none."""
     roles = census_roles(census, head)
     if not roles:
-        return [f"The census names no role for {head_name(head)}: no score puts it past its baseline with the best "
-                "head."]
+        return [f"The census names no role for {head_name(head)}: on no score does it beat its control while level "
+                "with the leading head."]
     out = []
     for measure in roles:
         label = M.REGISTRY[measure].label
