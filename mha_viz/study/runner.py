@@ -202,9 +202,15 @@ def _measure_all(con, todo, fields, state: Progress, ray_address, workers, progr
                     state.done += 1
                 if progress:
                     progress(state)
-    except BaseException:  # Ctrl-C or a failed write: what is in flight is cancelled; what is written stays whole
-        for ref in running:
-            ray.cancel(ref, force=True)
+    except BaseException:  # Ctrl-C or a failed write: what is in flight is dropped; what is written stays whole
+        if not started:  # on a cluster this call did not start, its tasks are cancelled; ours end with its shutdown
+            # Not force=True: killing a worker whose result is on its way aborted the driver (Ray 2.60's
+            # task_manager "Tried to complete task that was not pending"), seen on Ctrl-C.
+            for ref in running:
+                try:
+                    ray.cancel(ref)
+                except Exception:  # noqa: BLE001 - a task that finished meanwhile
+                    pass
         raise
     finally:
         if started:
