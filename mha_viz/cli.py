@@ -6,6 +6,7 @@
     mha-viz compile PROGRAM.py --out FOLDER     a RASP program compiled by Tracr into a model folder
     mha-viz train-twin FOLDER --seeds 3 [--out DIR]   learned twins of a compiled folder (DIR/seed<N>, loadable)
     mha-viz check MODEL                         whether a folder (or any name load_model takes) loads, or why not
+    mha-viz study RUN_DIR [...] --out STUDY.duckdb [--ray ADDRESS] [--workers N]   checkpoints on Ray (docs/scale.md)
     mha-viz --version                           this package's version
 
 `mha-viz` runs this file as the Streamlit script (in a wheel there is no app.py at a repository root) and loads the
@@ -32,6 +33,7 @@ USAGE = """mha-viz [--port PORT] [--host HOST] [streamlit options]   start the a
        mha-viz compile PROGRAM.py --out FOLDER   compile a RASP program (needs requirements-compile.txt)
        mha-viz train-twin FOLDER --seeds 3 [--out DIR]   train learned twins of a compiled folder
        mha-viz check MODEL   load a folder (or any model name) as the app would: "ok: ..." or why not
+       mha-viz study RUN_DIR [...] --out STUDY.duckdb [--ray ADDRESS] [--workers N]   measure every checkpoint
        mha-viz --version"""
 
 
@@ -138,8 +140,15 @@ def serve_command(argv: list[str]) -> int:
 
 
 # Every subcommand, for main and for the message that answers an unknown one.
+def study_command(argv: list[str]) -> int:
+    """`mha-viz study ...`: mha_viz/study/command.py parses and runs it (ray and duckdb: the `scale` extra)."""
+    from mha_viz.study.command import main as study_main
+
+    return study_main(argv)
+
+
 COMMANDS = {"serve": serve_command, "compile": compile_command, "train-twin": train_twin_command,
-            "check": check_command}
+            "check": check_command, "study": study_command}
 
 
 def serve_script() -> Path:
