@@ -6,7 +6,18 @@ from .contract import AttentionRun, HeadInside, InputError, Model, ModelInfo, Mo
 from .models import BUILTIN, checkpoints, load_model, seeds
 from .models.examples import census_texts as _census_texts
 from .models.registry import census_control as _census_control
-from .notebook import show, show_census, show_circuits, show_twins  # notebook; anywidget only when shown
+
+_NOTEBOOK = ("show", "show_census", "show_circuits", "show_twins")  # mha_viz.notebook's, imported when first read
+
+
+def __getattr__(name: str):
+    """`mha_viz.show` and the other notebook functions, imported on first use: the Streamlit page imports this
+    package too (every `mha_viz.app` module does), and must not load the notebook's."""
+    if name in _NOTEBOOK:
+        from . import notebook
+
+        return getattr(notebook, name)
+    raise AttributeError(f"module 'mha_viz' has no attribute {name!r}")
 
 
 def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | None = None,
@@ -30,7 +41,7 @@ def compare_twins(written: Model | str, learned: Model | str, n_texts: int = 200
     `.rows()` is the table, `.sentences()` the words."""
     from .analysis.twins import check_twins
     from .analysis.twins import compare_twins as _compare
-    from .models.twins.train import held_out_texts
+    from .models.twin_records import held_out_texts
 
     written = load_model(written) if isinstance(written, str) else written
     learned = load_model(learned) if isinstance(learned, str) else learned

@@ -17,9 +17,9 @@ from mha_viz.app import cache
 from mha_viz.app.common import chart_config, exact_map_step, md_safe, metric_row, predictions_panel, quoted, where
 from mha_viz.app.context import ViewContext
 from mha_viz.app.name_swap import swapped
+from mha_viz.app.patching_shared import answer_tokens, off_baseline, shown_token, source_key, typed_token
 from mha_viz.app.run_cache import RunCache
 from mha_viz.app.text import read_text
-from mha_viz.app.views.patching import answer_tokens, off_baseline, shown_token, source_key, typed_token
 from mha_viz.contract import InputError
 from mha_viz.web import kinds
 

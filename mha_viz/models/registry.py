@@ -57,8 +57,8 @@ def _twin(stem: str, seed: int = 0) -> Callable[[Progress], Model]:
 
 
 def _load_twin(stem: str, seed: int) -> Model:
+    from mha_viz.models.twin_records import SHIP_AT, TWIN_ASSETS, seed_folder, tried
     from mha_viz.models.twins.adapter import is_twin_folder, load_twin
-    from mha_viz.models.twins.train import SHIP_AT, TWIN_ASSETS, seed_folder, tried
 
     folder = seed_folder(TWIN_ASSETS / stem, seed)
     name = twin_name(stem) + (f"#seed{seed}" if seed else "")
@@ -180,8 +180,8 @@ def seeds(name: str) -> list[str]:
         return ["tiny"] + [f"tiny#seed{s}" for s in found]
     stem = _twin_stem(key)
     if stem is not None:
+        from mha_viz.models.twin_records import TWIN_ASSETS
         from mha_viz.models.twins.adapter import is_twin_folder
-        from mha_viz.models.twins.train import TWIN_ASSETS
 
         found = sorted(int(p.name.removeprefix("seed")) for p in (TWIN_ASSETS / stem).glob("seed*")
                        if p.name.removeprefix("seed").isdigit() and is_twin_folder(p))

@@ -205,7 +205,7 @@ def test_link_carries_the_meaning_of_off(value, ok):
 def test_a_predicted_newline_fills_the_answer_box_as_backslash_n():
     # A one-line box drops a newline: SmolLM2's top prediction after a list item is "\n", which used to read as an
     # empty box and a metric on the wrong tokens. The box shows it as \n and the metric uses the newline's id.
-    from mha_viz.app.views.patching import shown_token, typed_token
+    from mha_viz.app.patching_shared import shown_token, typed_token
 
     for token in ("\n", " Mary", "\n\n", "\t x"):
         assert "\n" not in shown_token(token) and typed_token(shown_token(token)) == token

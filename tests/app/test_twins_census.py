@@ -11,7 +11,7 @@ from mha_viz.analysis.twins import compare_twins
 from mha_viz.app import views
 from mha_viz.app.views.census import TWIN_TEXTS
 from mha_viz.models.registry import twins
-from mha_viz.models.twins.train import held_out_texts
+from mha_viz.models.twin_records import held_out_texts
 
 from helpers import APP
 from page_steps import open_view

@@ -10,18 +10,9 @@ from mha_viz import load_model, seeds
 from mha_viz.cli import main as cli
 from mha_viz.contract import ModelLoadError
 from mha_viz.models.registry import is_shipped, twins
+from mha_viz.models.twin_records import SHIP_AT, TWIN_ASSETS, held_out, tried
 from mha_viz.models.twins.adapter import TwinModel
-from mha_viz.models.twins.train import (
-    RECIPES,
-    SHIP_AT,
-    TWIN_ASSETS,
-    TwinRecipe,
-    held_out,
-    sha256,
-    train_twin,
-    train_twins,
-    tried,
-)
+from mha_viz.models.twins.train import RECIPES, TwinRecipe, sha256, train_twin, train_twins
 from mha_viz.settings import ASSETS
 
 PAIRS = {"written-induction": "induction", "written-three-heads": "three_heads"}
@@ -79,7 +70,7 @@ def test_training_rebuilds_bit_for_bit_from_a_fixed_seed(written, tmp_path):
 
 
 def test_held_out_texts_are_never_trained_on(written, tmp_path):
-    from mha_viz.models.twins.train import held_out_texts, random_texts
+    from mha_viz.models.twin_records import held_out_texts, random_texts
 
     w = written["written-three-heads"]
     train = random_texts(w.config.vocab, w.config.max_seq_len, 400, 5, False)

@@ -9,7 +9,7 @@ from mha_viz import load_model
 from mha_viz.analysis.twins import compare_twins
 from mha_viz.contract import InputError
 from mha_viz.models.registry import twins
-from mha_viz.models.twins.train import held_out_texts
+from mha_viz.models.twin_records import held_out_texts
 
 
 @pytest.mark.parametrize("name", ["written-induction", "written-three-heads"])

@@ -45,7 +45,7 @@ from mha_viz.app.lesson.readings import (
 from mha_viz.contract import Head
 from mha_viz.models import seeds
 from mha_viz.models.registry import twins
-from mha_viz.models.twins.train import held_out_texts
+from mha_viz.models.twin_records import held_out_texts
 from mha_viz.plotting.lesson import MARK
 
 OUTPUT_CHOICES = ("Not one of them", "Some, not all", "All of them")

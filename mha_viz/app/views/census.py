@@ -14,7 +14,7 @@ from typing import Callable
 
 import streamlit as st
 
-from mha_viz import measures, plotting, seeds
+from mha_viz import measures, plotting
 from mha_viz.analysis.census_result import RULE_WORDS, CensusConfig, HeadCensus, seed_roles
 from mha_viz.analysis.census_run import MAX_TEXT_CHARS, MAX_TEXTS, head_census
 from mha_viz.analysis.written import summary, written_vs_census
@@ -22,6 +22,7 @@ from mha_viz.app.cache import CENSUSES, RunCache, census_control, get_model, sid
 from mha_viz.app.common import clicked_head, head_name, md_safe, pick_clicked_head
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import Ablation, Head, InputError, Model, ModelLoadError
+from mha_viz.models import seeds
 from mha_viz.models.examples import census_texts
 from mha_viz.web import kinds
 
@@ -334,7 +335,7 @@ def _twins(model: Model, c: HeadCensus, seed: int) -> None:
     census names, what switching each off breaks, and the composition path."""
     from mha_viz.analysis.twins import BROKEN_AT, DISTANCE, MATCH_AT, MATCH_TIE, compare_twins
     from mha_viz.models.registry import twins
-    from mha_viz.models.twins.train import SHIP_AT, TWIN_ASSETS, held_out_texts, tried
+    from mha_viz.models.twin_records import SHIP_AT, TWIN_ASSETS, held_out_texts, tried
 
     st.markdown("### Written vs learned: the same task, trained")
     stem = model.name.removeprefix("written-").replace("-", "_")

@@ -9,7 +9,7 @@ import numpy as np
 import streamlit as st
 import torch
 
-from mha_viz import checkpoints, plotting, seeds
+from mha_viz import plotting
 from mha_viz.analysis import circuits as circ
 from mha_viz.app.cache import get_model, side_model, side_result, training_evidence
 from mha_viz.app.common import head_name, md_safe, metric_row, quoted, trained_here, visible
@@ -17,6 +17,7 @@ from mha_viz.app.context import ViewContext
 from mha_viz.app.layer_kinds import KIND_KEY, current_kind
 from mha_viz.circuits_notes import formation_of
 from mha_viz.contract import Head, InputError, ModelLoadError, UnavailableError
+from mha_viz.models import checkpoints, seeds
 from mha_viz.web import kinds
 
 FULL_MAP_VOCAB = 512  # vocabularies up to this size get the full token x token maps; larger ones a chosen row

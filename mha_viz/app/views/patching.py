@@ -21,9 +21,10 @@ from mha_viz.app.common import (
     where,
 )
 from mha_viz.app.context import ViewContext
-from mha_viz.app.name_swap import changed_words, final_name, swapped
+from mha_viz.app.name_swap import final_name, swapped
+from mha_viz.app.patching_shared import answer_tokens, off_baseline, shown_token, source_key, typed_token
 from mha_viz.app.text import read_text
-from mha_viz.contract import Ablation, AttentionRun, InputError, Model
+from mha_viz.contract import AttentionRun, InputError, Model
 
 
 def read_position(model: Model, base: AttentionRun, text: str,
@@ -122,10 +123,6 @@ def render(ctx: ViewContext) -> None:
     patch_heads(ctx, model, base, source, metric_args, position, patched, direct)
 
 
-def source_key(text: str) -> str:
-    return f"patch_source|{hash(text)}"
-
-
 def identical(ctx: ViewContext) -> None:
     """The two sentences are the same: nothing to patch, so no map and no button to compute one."""
     st.info("The second sentence is the same as the first, so patching cannot move anything: there is no map to "
@@ -147,24 +144,6 @@ def offer_pair(ctx: ViewContext) -> None:
 def _use_pair(text: str, source: str) -> None:
     st.session_state["text"] = st.session_state["text_box"] = text
     st.session_state[source_key(text)] = source
-
-
-_ESCAPES = (("\n", "\\n"), ("\t", "\\t"), ("\r", "\\r"))
-
-
-def shown_token(token: str) -> str:
-    """A token as a one-line text box can hold it: a box drops a newline, so a predicted newline would read as
-    nothing (and the metric would compare the wrong tokens). Newline, tab and return are written as \\n, \\t, \\r."""
-    for char, escaped in _ESCAPES:
-        token = token.replace(char, escaped)
-    return token
-
-
-def typed_token(text: str) -> str:
-    """`shown_token` undone on what the visitor typed or kept."""
-    for char, escaped in _ESCAPES:
-        text = text.replace(escaped, char)
-    return text
 
 
 def _metric(model: Model, base: AttentionRun, other: AttentionRun, position: int | None, text: str = "",
@@ -197,34 +176,6 @@ def _metric(model: Model, base: AttentionRun, other: AttentionRun, position: int
                            "against the other name, by default). A causal model's prediction there does not see the "
                            "name or anything after it."))
     return ("logit_diff", position, *ids), md_safe(label)
-
-
-def answer_tokens(model: Model, base: AttentionRun, other: AttentionRun, position: int, text: str,
-                  source: str, names: tuple[str, str] | None = None) -> tuple[str, str]:
-    """The default answer and "against" tokens: the swapped words themselves (as the model writes them at the
-    prediction position, with a leading space where that is one token), answer being the one the first sentence
-    prefers; where the sentences differ in more than one word, each sentence's top prediction. `names`: (the
-    text's final name, the other name) when the metric is read before that final name: answer and against in
-    that order, the name the text goes on with being the answer."""
-    # A name of several words is predicted from its first: " Mary" of "Mary Smith".
-    words = tuple(n.split()[0] for n in names) if names else changed_words(text, source)
-    if words:
-        pieces = []
-        for word in words:
-            for piece in (" " + word, word, " " + word.lower(), word.lower()):
-                try:
-                    pieces.append((piece, model.token_id(piece)))
-                    break
-                except InputError:
-                    continue
-        if len(pieces) == 2 and pieces[0][1] != pieces[1][1]:
-            (a, ia), (b, ib) = pieces
-            logits = base.logits[position]
-            return (a, b) if names or float(logits[ia]) >= float(logits[ib]) else (b, a)
-    first, second = int(base.logits[position].argmax()), int(other.logits[position].argmax())
-    if first == second:
-        second = int(base.logits[position].topk(2).indices[1])
-    return model.decode(first), model.decode(second)
 
 
 def exact_button(ctx: ViewContext, source: str, metric_args: tuple) -> None:
@@ -347,18 +298,3 @@ def patch_heads(ctx: ViewContext, model: Model, base: AttentionRun, source: str,
     else:
         st.caption(f"Cosine similarity of the embedding with the unpatched first sentence's: "
                    f"{analysis.cosine_change(base.output, run.output):.5f}")
-
-
-def off_baseline(ctx: ViewContext, column, heads, metric, before: float) -> None:
-    """The baseline a patch is read against: the same heads switched off as the sidebar's "off" means (zero, mean,
-    resample, ...), so a patch that moves the metric no further than switching the heads off says little about
-    the second sentence."""
-    off = Ablation.of(ctx.ablation)
-    try:
-        run = cache.get_run(ctx.name, ctx.text, off=heads, ablation=off)
-    except InputError as err:  # e.g. no reference text to take outputs from
-        column.caption(md_safe(str(err)))
-        return
-    value = float(metric(run.output, run.logits))
-    column.metric(f"Baseline: the same head(s) {off.adjective}", f"{value:.3f}", delta=f"{value - before:+.3f}",
-                  help=f"Off as the sidebar says: {off.help}")

@@ -31,15 +31,18 @@ from safetensors.torch import save_file
 
 from mha_viz.models.tiny.architecture import TinyConfig
 from mha_viz.models.tiny.train import THREADS
+from mha_viz.models.twin_records import (
+    SHIP_AT,
+    TRIED,
+    TWIN_ASSETS,
+    held_out_texts,  # noqa: F401  (tests/app/test_lesson_view.py reads it here)
+    random_texts,
+    seed_folder,
+)
 from mha_viz.models.twins.adapter import CONFIG_FILE, FORMAT, TWIN_FILE, WEIGHTS_FILE
 from mha_viz.models.twins.architecture import TwinLM, build_twin
-from mha_viz.settings import ASSETS
 
-TWIN_ASSETS = ASSETS / "twins"
-SHIP_AT = 0.95  # held-out accuracy a twin must reach to ship as having learned the task
-HELD_OUT_EVERY = 5  # one text in five (by its hash) is held out
 IGNORE = -100  # label of a position that is not scored
-TRIED = "tried.json"
 
 
 @dataclass(frozen=True)
@@ -73,34 +76,6 @@ SEEDS = (0, 1, 2)  # seed 0 ships as learned-<program>, the others as learned-<p
 
 def sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def held_out(text: str) -> bool:
-    """Whether `text` is on the held-out side (a fixed function of the text, never trained on)."""
-    return int(hashlib.sha256(text.encode()).hexdigest(), 16) % HELD_OUT_EVERY == 0
-
-
-def random_texts(vocab: tuple[str, ...], max_items: int, n: int, seed: int, side_held_out: bool) -> list[str]:
-    """n random texts of 1..max_items items of `vocab` (length uniform), all on one side of the split; seeded."""
-    rng = random.Random(seed)
-    out: list[str] = []
-    tries = 0
-    while len(out) < n:
-        tries += 1
-        if tries > 200 * n:
-            raise ValueError(f"only {len(out)} of {n} texts found on the {'held-out' if side_held_out else 'training'}"
-                             f" side: the program's input space ({len(vocab)} items, at most {max_items}) is too "
-                             "small; ask for fewer texts")
-        text = " ".join(rng.choice(vocab) for _ in range(rng.randint(1, max_items)))
-        if held_out(text) == side_held_out:
-            out.append(text)
-    return out
-
-
-def held_out_texts(model, n: int = 200, seed: int = 0) -> list[str]:
-    """n held-out texts (never trained on by any twin) for `model`, a written model or a twin: random texts of its
-    program's vocabulary (`lexicon().words`) up to its length limit; seeded."""
-    return random_texts(tuple(model.lexicon().words), model.info.max_tokens - 1, n, 10_000 + seed, True)
 
 
 def labelled(written, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -225,10 +200,6 @@ def _train(written, out: Path, seed: int, recipe: TwinRecipe, data: tuple) -> di
     return twin
 
 
-def seed_folder(root: str | Path, seed: int) -> Path:
-    return Path(root) / f"seed{seed}"
-
-
 def train_twins(written, root: str | Path, seeds=SEEDS, recipe: TwinRecipe = TwinRecipe(),
                 quiet: bool = False) -> list[dict]:
     """Train `written`'s twins from each seed into root/seed<N>; a seed below SHIP_AT held-out accuracy is removed
@@ -256,12 +227,6 @@ def train_twins(written, root: str | Path, seeds=SEEDS, recipe: TwinRecipe = Twi
     return rows
 
 
-def tried(root: str | Path) -> dict:
-    """What `train_twins` recorded in root/tried.json (every seed's held-out accuracy, shipped or not); {} if none."""
-    path = Path(root) / TRIED
-    return json.loads(path.read_text()) if path.exists() else {}
-
-
 def recipe_for(stem: str, steps: int | None = None, n_heads: int = 1, texts: int | None = None) -> TwinRecipe:
     """The shipped program `stem`'s recipe, else the default one with d_model rounded up to a multiple of
     `n_heads` (a program the user compiled); `steps` replaces the schedule's length, `texts` the training texts."""
@@ -274,7 +239,7 @@ def recipe_for(stem: str, steps: int | None = None, n_heads: int = 1, texts: int
 
 
 def main(argv: list[str] | None = None) -> None:
-    from mha_viz.models.compiled.adapter import load_compiled
+    from mha_viz.models.registry import load_model  # the written model by its name: no adapter reaches a sibling
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("programs", nargs="*", default=list(RECIPES), help=f"shipped programs ({', '.join(RECIPES)})")
@@ -284,7 +249,7 @@ def main(argv: list[str] | None = None) -> None:
     for stem in args.programs:
         if stem not in RECIPES:
             parser.error(f"{stem!r} has no twin recipe; pick from {', '.join(RECIPES)} (histogram is not causal)")
-        written = load_compiled(ASSETS / "compiled" / stem, name=f"written-{stem.replace('_', '-')}")
+        written = load_model(f"written-{stem.replace('_', '-')}")
         train_twins(written, TWIN_ASSETS / stem, SEEDS, recipe_for(stem, args.steps), args.quiet)
 
 
