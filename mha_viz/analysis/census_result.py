@@ -39,8 +39,25 @@ class CensusConfig:
     k: int | None = None
     n_other_sets: int = 4  # sets of k other heads to compare with
     n_boot: int = 200  # bootstrap resamples
-    # rounds of more inputs (as many again of each kind) where a score's leader ties a head the data may yet separate
-    extend: int = 1
+    # The counts above are the most the census reads of each generated set, so it stays within the time it took when
+    # it read them all at once: it reads `first` of each, then, where a score's leader ties a head that more data may
+    # yet separate, adds the rest of that set in `rounds` equal rounds (a fresh draw each), until none is undecided.
+    first: float = 2 / 3
+    rounds: int = 2
+
+    def first_read(self) -> "CensusConfig":
+        """The counts of the first read."""
+        return self._counts(self.first)
+
+    def one_round(self) -> "CensusConfig":
+        """The counts one more round adds."""
+        return self._counts((1 - self.first) / max(1, self.rounds))
+
+    def _counts(self, share: float) -> "CensusConfig":
+        from dataclasses import replace
+
+        return replace(self, **{k: math.ceil(getattr(self, k) * share) if getattr(self, k) else 0
+                                for k in ("n_random", "n_repeated", "n_templates")})
 
     @classmethod
     def for_model(cls, model: Model) -> "CensusConfig":

@@ -390,7 +390,7 @@ def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | 
         raise InputError(f"control must be a Model, 'destroyed' or None; got {control!r}: for 'auto' call "
                          "mha_viz.head_census, or pass mha_viz.models.registry.census_control(model)")
     cfg = config or CensusConfig.for_model(model)
-    sets = census_inputs(model, seed, cfg, texts)
+    sets = census_inputs(model, seed, cfg.first_read(), texts)
     twin = control if isinstance(control, Model) else None
     if twin is not None and (twin.n_layers, twin.n_heads) != (model.n_layers, model.n_heads):
         raise InputError(f"the control {twin.name} has {twin.n_layers} x {twin.n_heads} heads, {model.name} has "
@@ -418,12 +418,13 @@ def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | 
         twin_reads = _read(twin, sets, MAIN, cfg, tick, f"control: the same inputs on {twin.name}")
     per_input, paired, control_of = _controls(model, reads, twin_reads, twin.name if twin else "", bool(control))
     naming = _name_all(per_input, paired, seed, cfg)
-    for extra in range(1, cfg.extend + 1):
-        # Where the leader ties a head the data may yet separate, read more inputs of that kind (a fresh draw).
+    for extra in range(1, cfg.rounds + 1):
+        # Where the leader ties a head the data may yet separate, read more inputs of that kind (a fresh draw), up to
+        # the config's counts.
         kinds = _undecided(naming)
         if not kinds:
             break
-        more = census_inputs(model, seed + EXTEND_SEED * extra, cfg, sets["texts"])
+        more = census_inputs(model, seed + EXTEND_SEED * extra, cfg.one_round(), sets["texts"])
         add = kinds + (tuple(DESTROYS[k] for k in kinds if k in DESTROYS) if control else ())
         total += sum(len(more[k]) for k in add) + (sum(len(more[k]) for k in kinds) if twin is not None else 0)
         new = _read(model, more, add, cfg, tick, "more inputs, to separate heads that tie: " + ", ".join(kinds))

@@ -101,8 +101,8 @@ def _get(name: str, model: Model, seed: int, texts) -> HeadCensus | None:
         return found
     cfg = CensusConfig.for_model(model)
     n = cfg.n_random + cfg.n_repeated + cfg.n_templates + len(texts or census_texts(model))
-    st.info(f"The census of {model.info.title} runs about {2 * n} forward passes (its inputs, then the control) "
-            "and is kept for every visitor once made.")
+    st.info(f"The census of {model.info.title} runs at most about {2 * n} forward passes (its inputs, then the "
+            "control; fewer where the heads it names separate early) and is kept for every visitor once made.")
     if not st.button("Run the census", key="census_run", type="primary"):
         return None
     bar = st.progress(0.0, text="Census...")
