@@ -91,6 +91,25 @@ def test_a_trainer_run_with_a_damaged_checkpoint_matches_a_direct_census(measure
         assert sorted(read_study(out).checkpoints.step) == [*STEPS, DAMAGED, 99]
     finally:
         shutil.rmtree(trainer_run / "checkpoint-99")
+    # A checkpoint whose weights changed (a run that overwrote it) is measured again, its old rows replaced.
+    changed = tmp_path / "changed"
+    shutil.copytree(trainer_run, changed)
+    shutil.copy(changed / f"checkpoint-{STEPS[1]}" / "model.safetensors",
+                changed / f"checkpoint-{STEPS[2]}" / "model.safetensors")
+    shutil.copy(out, tmp_path / "changed.duckdb")
+    con = connect(tmp_path / "changed.duckdb")
+    con.execute("UPDATE runs SET run = ? ", [changed.name])  # the copy's run is the same run under its new name
+    for table in ("checkpoints", "heads", "composition"):
+        con.execute(f"UPDATE {table} SET run = ?", [changed.name])
+    con.close()
+    redo = run_study([changed], tmp_path / "changed.duckdb")
+    assert (redo.measured, redo.skipped) == (1, len(STEPS))
+    tables = read_study(tmp_path / "changed.duckdb")
+    heads = tables.heads
+    assert len(heads[heads.step == STEPS[2]]) == len(heads[heads.step == STEPS[1]])  # replaced, not added to
+    cols = ["layer", "head", "score", "value"]
+    same = heads[heads.step == STEPS[2]][cols].reset_index(drop=True)
+    assert same.equals(heads[heads.step == STEPS[1]][cols].reset_index(drop=True))  # now the same weights
     with pytest.raises(StudyFileError, match="measured with census"):
         run_study([trainer_run], out, config=CensusConfig())
 
