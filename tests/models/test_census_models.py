@@ -201,3 +201,23 @@ def test_the_batched_census_gives_the_numbers_of_the_one_by_one_census(kind, fol
         assert x.loss_first == pytest.approx(y.loss_first, abs=1e-4)
         assert x.loss_second == pytest.approx(y.loss_second, abs=1e-4)
         assert x.lost == pytest.approx(y.lost, abs=1e-3, nan_ok=True)
+
+
+@pytest.mark.parametrize("kind", ["tiny", "minilm"])
+def test_the_census_reads_at_most_its_configured_inputs(kind, folders, monkeypatch):
+    """The counts of a CensusConfig are the most the census reads: two thirds first, the rest only where a leader
+    ties a head more data may separate. So a census never takes longer than reading every input once did: its
+    inputs, the inputs with the relation destroyed, and a twin's reading of its inputs."""
+    from mha_viz.analysis import census_run
+
+    model = _model(kind, folders)
+    read, real = [], census_run._read
+    monkeypatch.setattr(census_run, "_read", lambda m, sets, kinds, *a: read.append(
+        (m.name, sum(len(sets[k]) for k in kinds if k != "texts"))) or real(m, sets, kinds, *a))
+    census = head_census(model, texts=TEXTS, seed=5, config=SMALL)
+    cap = (SMALL.n_random + SMALL.n_repeated + SMALL.n_templates) + (SMALL.n_repeated + SMALL.n_templates)
+    twin_cap = SMALL.n_random + SMALL.n_repeated + SMALL.n_templates if "twin" in census.control_kind else 0
+    assert sum(n for name, n in read if name == model.name) <= cap, read
+    assert sum(n for name, n in read if name != model.name) <= twin_cap, read
+    first = SMALL.first_read()
+    assert read[0][1] == first.n_random + first.n_repeated + first.n_templates + first.n_repeated + first.n_templates
