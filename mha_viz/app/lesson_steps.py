@@ -20,8 +20,21 @@ from mha_viz.app.cache import side_model
 from mha_viz.app.common import md_safe
 from mha_viz.app.lesson.closing import draw_closing
 from mha_viz.app.lesson.combining import draw_combining, question_combining
-from mha_viz.app.lesson.frame import ALL_STEPS, ANSWERS, TYPED, Question, Step, ask, hover_hook, step_text  # noqa: F401  (read by the page)
+from mha_viz.app.lesson.frame import (  # noqa: F401  (read by the page)
+    ALL_STEPS,
+    ANSWERS,
+    SHARED,
+    TYPED,
+    Question,
+    Step,
+    ask,
+    column_px,
+    hover_hook,
+    step_text,
+    watch_column,
+)
 from mha_viz.app.lesson.heads import (
+    attention_intro,
     draw_parallel,
     draw_patterns,
     draw_projections,
@@ -46,12 +59,14 @@ from mha_viz.contract import InputError, Model
 
 STEPS: list[Step] = [
     Step("Heads run in parallel", "A layer's heads all read the same tokens at the same time; none waits for "
-         "another's result.", TEXT_PARALLEL, draw_parallel, question=question_parallel),
+         "another's result.", TEXT_PARALLEL, draw_parallel, question=question_parallel,
+         intro=attention_intro),
     Step("Each head has its own projections", "Each head turns the same token into its own query, key and value "
          "with its own learned matrices, so the same input gives different scores.", TEXT_PARALLEL, draw_projections,
          question=question_projections),
     Step("Heads learn different relations", "Trained heads come to attend by different relations: nearby context, "
-         "a term seen before, a fixed place.", TEXT_REPEAT, draw_patterns, question=question_patterns),
+         "a term seen before, a fixed place, and a relation of grammar such as a verb's subject.", TEXT_REPEAT,
+         draw_patterns, question=question_patterns),
     Step("The outputs are combined", "Each head's output goes through its slice of the output projection, and the "
          "layer's output is their sum.", TEXT_PARALLEL, draw_combining, question=question_combining),
     Step("Written heads are labeled modules", "In a model compiled from a program each head does what one line "
@@ -72,6 +87,8 @@ def run_step(step: Step, learned: str, text: str, n: int) -> None:
     try:
         if step.written and step.text:
             text = written_input(text, n, step.text)
+        if step.intro is not None:
+            step.intro(learned, text)
         if step.question is not None and not ask(str(n), step.question(learned, text)):
             return
         step.draw(learned, text, n)

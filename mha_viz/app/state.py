@@ -24,6 +24,7 @@ LESSON_VIEW = "Lesson"
 LESSON_KEY = "lesson"  # the Lesson's step, 1-based, as `?lesson=` carries it
 LESSON_MODEL_KEY = "lesson_model"  # the learned model the Lesson runs on, as `?lesson_model=` carries it
 LESSON_TYPED_KEY = "lesson_typed"  # {step: what the student typed into its box}, as `?lesson_text_N=` carries it
+LESSON_PICKS_KEY = "lesson_picks"  # {question: its first pick}, as `?lesson_pick_KEY=` carries it
 # A model with cross-attention: the kind its Layer grid shows (the switch's key, and the kind kept while the switch
 # is not drawn: Streamlit drops a widget's state on a run without it), as `?kind=` carries it, and its target box,
 # as `?target=` carries the target sent from it (cache.TARGET).
@@ -121,6 +122,8 @@ def read_url_once(views: list[str]) -> list[str]:
     for key, value in get.items():  # what the student typed into a Lesson step's box, by step
         if key.startswith("lesson_text_") and key[12:].isdigit():
             st.session_state.setdefault(LESSON_TYPED_KEY, {})[int(key[12:])] = value
+        if key.startswith("lesson_pick_") and len(value) <= 20:  # the Lesson checks it against its question
+            st.session_state.setdefault(LESSON_PICKS_KEY, {})[key[12:]] = value
     if "view" in get:
         if get["view"] in views:
             st.session_state["view"] = get["view"]
@@ -188,6 +191,8 @@ def write_url(model_name: str, text: str, layer: int, off: set, view: str, two_t
         for step, typed in sorted(st.session_state.get(LESSON_TYPED_KEY, {}).items()):
             if len(typed) <= MAX_TEXT_IN_URL:
                 state[f"lesson_text_{step}"] = typed
+        for question, pick in sorted(st.session_state.get(LESSON_PICKS_KEY, {}).items()):
+            state[f"lesson_pick_{question}"] = str(pick)
     if st.session_state.get("ablation", "zero") != "zero":  # zero is the default: links without it stay as they were
         state["ablation"] = st.session_state["ablation"]
     current = {key: st.query_params.get(key) for key in st.query_params.keys()}

@@ -1,12 +1,14 @@
-"""The Lesson's figures: panels of square cells laid out in a grid sized for a narrow window's column, so every
-token is labelled at 1000x800 as at 1600x1000 (or the figure says which labels it left out); a row of heads'
-patterns; the mechanism of two heads (their queries and keys, the scaled q·k scores with the causal mask, the
-softmax); and the heads' outputs placed into the concatenation, projected and summed.
+"""The Lesson's figures: panels of square cells laid out in a grid sized from the main column's width, so every
+token is labelled at a readable size (or the figure says which labels it left out); a row of heads' patterns; the
+mechanism of two heads for one query (queries, keys and values, the scaled q·k scores with the causal mask, the
+softmax and the weighted sum of values); the heads' outputs placed into the concatenation, each head's slice of the
+output projection W_O as a matrix, the contributions, the bias and their sum.
 
-A figure is planned `COLUMN_PX` wide at most (the main column at 1000x800 with the sidebar open), and the page
-draws it at that width (width="content"): a wider window leaves it as it is, so its cells stay square there too.
-The head a step names is marked: its title bold with a ▶ and its panels outlined (`MARK`). Its panels' and
-titles' `name` carry the head's name, so the page's hover hook can find it.
+A figure is planned `column` pixels wide (the main column's width as the page measured it; `COLUMN_PX` until it
+has), and drawn at that width (width="content"), so its cells stay square. Every title is centred on its panel
+(`xanchor="center"`) and broken onto two lines, or shrunk, where one line would run past its panel: no title
+runs into its neighbour. The head a step names is marked: its title bold with a ▶ and its panels outlined
+(`MARK`). Its panels' and titles' `name` carry the head's name, so the page's hover hook can find it.
 """
 from __future__ import annotations
 
@@ -22,17 +24,51 @@ from mha_viz.plotting.colours import ATTN_SCALE, DIFF_SCALE, OFF_SCALE, sqrt_sca
 from mha_viz.plotting.layout import FONT, NO_TEMPLATE, _as_np, _label_room
 from mha_viz.plotting.tokens import axis_labels
 
-COLUMN_PX = 540  # the main column's width at 1000x800, sidebar open: what a Lesson figure is planned for
-CELL_MAX = 14.0  # px: a cell no larger (a short input would draw huge squares)
-LABEL_PX = 9.6  # px a token label needs at the smallest font (8 px, 1.2 line height)
-GAP = 14  # px between panels
+COLUMN_PX = 540  # the main column's width at 1000x800, sidebar open: the plan until the page has measured it
+CELL_MAX = 40.0  # px: a cell no larger (a short input would draw huge squares)
+FONT_PX = 10  # px: token labels and tick labels are never smaller
+LABEL_PX = 12.0  # px a token label needs at `FONT_PX` (1.2 line height)
+GAP = 16  # px between panels
 MARK = "#e6550d"  # the outline and title colour of the head the step names
-TITLE_PX = 18  # a panel's title line
+TITLE_FONT = 11  # px: a panel's title
+LINE_PX = 15  # px: one line of a panel's title
+CHAR_EM = 0.6  # a title character's width in em (plotly's default sans-serif, a little generous)
 
 
 def positions(tokens: list[str]) -> list[str]:
     """Axis labels "3 the": each token with its position (the step's words name positions), unique."""
     return axis_labels([f"{i} {t}" for i, t in enumerate(tokens)])
+
+
+def text_px(text: str, size: float, bold: bool = False) -> float:
+    """About how many pixels `text` takes at `size` px (tags left out)."""
+    plain = html.unescape(text.replace("<b>", "").replace("</b>", ""))
+    return len(plain) * size * CHAR_EM * (1.08 if bold else 1.0)
+
+
+def fit_title(title: str, width: float, bold: bool = False) -> tuple[str, int, int]:
+    """(the title's HTML, its lines, its font size): one line where it fits `width` px; else broken at " · " or
+    ": " or a space into lines that fit; the font shrinks (to `FONT_PX` - 1 at least) only where a line still does
+    not. Escaped here."""
+    size = TITLE_FONT
+    lines = [title]
+    if text_px(title, size, bold) > width:
+        words = title.replace(" · ", " ·\x00").replace(": ", ":\x00").replace(" ", "\x01").split("\x00")
+        pieces = [p for w in words for p in w.split("\x01") if p] if len(words) == 1 else \
+            [w.replace("\x01", " ") for w in words]
+        lines, line = [], ""
+        for p in pieces:
+            candidate = f"{line} {p}".strip() if line else p
+            if line and text_px(candidate, size, bold) > width:
+                lines.append(line)
+                line = p
+            else:
+                line = candidate
+        lines.append(line)
+    while size > FONT_PX - 1 and max(text_px(x, size, bold) for x in lines) > width:
+        size -= 1
+    body = "<br>".join(html.escape(x, quote=False) for x in lines)
+    return (f"<b>{body}</b>" if bold else body), len(lines), size
 
 
 @dataclass(frozen=True)
@@ -50,44 +86,51 @@ class Panel:
     marked: bool = False
     name: str = ""
     mask: np.ndarray | None = None  # (rows, columns) bool: cells drawn grey under the values (a causal mask)
+    row: int | None = None  # a row outlined in black: the one query the step follows
 
 
-def _cell(widest: int, rows: int, n_tokens: int) -> tuple[float, int]:
+def _cell(widest: int, n_panels: int, n_tokens: int, column: float, y_room: float) -> tuple[float, int]:
     """(cell px, label every k-th token): the largest square cell that fits `widest` cells across the column, and
-    the step between labelled tokens (1 where every token fits)."""
-    cell = min(CELL_MAX, (COLUMN_PX - 90 - GAP * 3) / max(widest, 1))
+    the step between labelled tokens (1 where every token fits at `FONT_PX`)."""
+    cell = min(CELL_MAX, (column - y_room - 26 - GAP * (n_panels - 1)) / max(widest, 1))
     return cell, max(1, math.ceil(LABEL_PX / cell)) if n_tokens > 1 else 1
 
 
-def panel_grid(rows: list[list[Panel]], title: str = "") -> go.Figure:
-    """Panels in rows, one square cell size for all, every token labelled where the column allows it. The
-    figure's `layout.meta["labelled"]` says how many token labels each axis shows of how many (the caller says it
-    under the figure when it is not all)."""
+def panel_grid(rows: list[list[Panel]], title: str = "", column: float = COLUMN_PX) -> go.Figure:
+    """Panels in rows, one square cell size for all, as large as `column` px allows, every token labelled where
+    it allows. The figure's `layout.meta["labelled"]` says how many token labels each axis shows of how many (the
+    caller says it under the figure when it is not all)."""
     n_tokens = max(len(p.y) for row in rows for p in row)
     widest = max(sum(p.z.shape[1] for p in row) for row in rows)
-    cell, every = _cell(widest, len(rows), n_tokens)
-    font = dict(size=9 if cell >= 11 and every == 1 else 8)
+    most = max(len(r) for r in rows)
+    font = dict(size=FONT_PX)
+    y_room = _label_room(rows[0][0].y, FONT_PX)
+    cell, every = _cell(widest, most, n_tokens, column, y_room)
     shown = lambda labels: labels[::every]  # noqa: E731
-    y_room = _label_room(shown(rows[0][0].y), font["size"])
-    heights, tops = [], []
+    y_room = _label_room(shown(rows[0][0].y), FONT_PX)
+    heights, tops, fitted = [], [], []
     for row in rows:
-        x_room = max((_label_room(shown(p.x), font["size"]) for p in row if p.x), default=12)
-        tops.append(TITLE_PX + x_room)
+        x_room = max((_label_room(shown(p.x), FONT_PX) for p in row if p.x), default=18)
+        titles = [fit_title(("▶ " if p.marked else "") + p.title, p.z.shape[1] * cell + GAP - 4, p.marked)
+                  for p in row]
+        fitted.append(titles)
+        tops.append(max(lines for _, lines, _ in titles) * LINE_PX + 4 + x_room)
         heights.append(max(p.z.shape[0] for p in row) * cell)
-    plot_w = widest * cell + GAP * (max(len(r) for r in rows) - 1)
+    plot_w = widest * cell + GAP * (most - 1)
     plot_h = sum(heights) + sum(tops) + GAP * (len(rows) - 1)
     top_margin = 22 if title else 4
     layout = dict(template=NO_TEMPLATE, font=FONT, showlegend=False, width=int(plot_w + y_room + 26),
                   height=int(plot_h + top_margin + 6), margin=dict(l=y_room + 20, r=6, t=top_margin, b=6),
-                  annotations=[], shapes=[], meta=dict(labelled=len(shown(rows[0][0].y)), tokens=n_tokens))
+                  annotations=[], shapes=[],
+                  meta=dict(labelled=len(shown(rows[0][0].y)), tokens=n_tokens, cell=cell, font=FONT_PX))
     if title:
         layout["title"] = dict(text=html.escape(title, quote=False), font=dict(size=12), x=0, xanchor="left",
                                y=1, yref="container", yanchor="top", pad=dict(t=4))
     data, y_at, i = [], 0.0, 0
-    for row, top, h in zip(rows, tops, heights):
+    for row, top, h, titles in zip(rows, tops, heights, fitted):
         x_at = 0.0
         y_at += top
-        for j, p in enumerate(row):
+        for j, (p, (text, _, size)) in enumerate(zip(row, titles)):
             w = p.z.shape[1] * cell
             xa, ya = ("x", "y") if i == 0 else (f"x{i + 1}", f"y{i + 1}")
             dom_x = [x_at / plot_w, (x_at + w) / plot_w]
@@ -110,15 +153,18 @@ def panel_grid(rows: list[list[Panel]], title: str = "") -> go.Figure:
             layout["yaxis" if i == 0 else f"yaxis{i + 1}"] = dict(
                 domain=dom_y, anchor=xa, autorange="reversed", tickfont=font, showgrid=False, fixedrange=True,
                 tickmode="array", tickvals=shown(p.y), showticklabels=j == 0)
-            name = html.escape(p.title, quote=False)
             layout["annotations"].append(dict(
-                text=f"<b>▶ {name}</b>" if p.marked else name, x=(dom_x[0] + dom_x[1]) / 2, y=1 - (y_at - top) / plot_h,
+                text=text, x=(dom_x[0] + dom_x[1]) / 2, xanchor="center", y=1 - (y_at - top) / plot_h,
                 xref="paper", yref="paper", yanchor="top", showarrow=False, name=p.name or p.title,
-                font=dict(size=11, color=MARK if p.marked else "#222")))
+                font=dict(size=size, color=MARK if p.marked else "#222")))
             if p.marked:
                 layout["shapes"].append(dict(type="rect", xref="paper", yref="paper", x0=dom_x[0], x1=dom_x[1],
                                              y0=dom_y[0], y1=dom_y[1], line=dict(color=MARK, width=3),
                                              name=p.name))
+            if p.row is not None:  # the query the step follows: its row outlined
+                layout["shapes"].append(dict(type="rect", xref=xa, yref=ya, x0=-0.5, x1=p.z.shape[1] - 0.5,
+                                             y0=p.row - 0.5, y1=p.row + 0.5, line=dict(color="#000", width=2),
+                                             name=f"{p.title} (query {p.row})"))
             x_at += w + GAP
             i += 1
         y_at += h + GAP
@@ -138,16 +184,17 @@ def labels_note(fig: go.Figure) -> str:
 
 
 def heads_grid(patterns: torch.Tensor, tokens: list[str], titles: list[str], off: list[bool],
-               marked: list[bool], names: list[str]) -> go.Figure:
+               marked: list[bool], names: list[str], column: float = COLUMN_PX) -> go.Figure:
     """(N, Q, K) patterns, as many heads a row as the column holds at a readable cell, the named head marked."""
     z_all = _as_np(patterns)  # (N, Q, K)
     labels = positions(tokens)
     n, t = z_all.shape[0], z_all.shape[-1]
-    per_row = max(1, min(n, int((COLUMN_PX - 90) // (t * 10 + GAP))))  # heads a row at 10 px a cell or more
+    per_row = max(1, min(n, int((column - 90) // (t * LABEL_PX + GAP))))  # heads a row, every token labelled
+    per_row = math.ceil(n / math.ceil(n / per_row))  # rows as even as they can be
     panels = [Panel(z_all[i], titles[i] + (" (off)" if off[i] else ""), labels, labels,
                     OFF_SCALE if off[i] else sqrt_scale(ATTN_SCALE), 0.0, 1.0, "weight", marked[i], names[i])
               for i in range(n)]
-    return panel_grid([panels[i:i + per_row] for i in range(0, n, per_row)])
+    return panel_grid([panels[i:i + per_row] for i in range(0, n, per_row)], column=column)
 
 
 def _bound(*tensors: torch.Tensor) -> float:
@@ -155,85 +202,174 @@ def _bound(*tensors: torch.Tensor) -> float:
     return max(finite + [1e-6])
 
 
-def mechanism_figure(tokens: list[str], heads: list[dict]) -> go.Figure:
-    """Two (or more) heads of one layer on the same tokens, one head a block of two rows: its queries and keys
-    (tokens x the head's dimensions, one red-blue scale for both), then its scores q·k as the model scales them
-    (grey where the causal mask forbids the key) and their softmax, the attention pattern. Each entry of `heads`:
-    name, q (T, dh), k (T, dh), scores (Q, K) with -inf where masked, weights (Q, K), marked."""
+def mechanism_figure(tokens: list[str], heads: list[dict], query: int | None = None,
+                     column: float = COLUMN_PX) -> go.Figure:
+    """Two (or more) heads of one layer on the same tokens, one head a block of two rows: its queries Q, keys K and
+    values V (tokens x the head's dimensions, one red-blue scale for the three), then its scores q·k as the model
+    scales them (grey where the causal mask forbids the key), their softmax (the attention pattern) and the
+    weighted sum of values, the head's output (tokens x dimensions). `query`: the row outlined in Q, the scores,
+    the softmax and the output, the one query the step follows. Each entry of `heads`: name, q, k, v (T, dh),
+    scores (Q, K) with -inf where masked, weights (Q, K), marked."""
     labels = positions(tokens)
     rows = []
     for h in heads:
-        qk = _bound(h["q"], h["k"])
+        out = h["weights"] @ h["v"]  # (Q, dh): each query's weighted sum of the values
+        qkv = _bound(h["q"], h["k"], h["v"], out)
         scores = h["scores"].clone()  # (Q, K), -inf where masked
         masked = ~torch.isfinite(scores)  # (Q, K)
         s = _bound(scores)
         shown = scores.masked_fill(masked, float("nan"))  # NaN: drawn as the grey background, the mask
         mark = dict(marked=h["marked"], name=h["name"])
-        rows.append([Panel(_as_np(h["q"]), f"{h['name']}: queries Q", labels, None, DIFF_SCALE, -qk, qk,
-                           "value", **mark),
-                     Panel(_as_np(h["k"]), f"{h['name']}: keys K", labels, None, DIFF_SCALE, -qk, qk, "value",
+        rows.append([Panel(_as_np(h["q"]), f"{h['name']} · Q", labels, None, DIFF_SCALE, -qkv, qkv, "value",
+                           row=query, **mark),
+                     Panel(_as_np(h["k"]), f"{h['name']} · K", labels, None, DIFF_SCALE, -qkv, qkv, "value",
+                           **mark),
+                     Panel(_as_np(h["v"]), f"{h['name']} · V", labels, None, DIFF_SCALE, -qkv, qkv, "value",
                            **mark)])
-        rows.append([Panel(_as_np(shown), f"{h['name']}: q·k scaled", labels, labels, DIFF_SCALE, -s, s,
-                           "score", mask=masked.numpy(), **mark),
-                     Panel(_as_np(h["weights"]), f"{h['name']}: softmax", labels, labels, ATTN_SCALE,
-                           0.0, 1.0, "weight", **mark)])
-    return panel_grid(rows)
+        rows.append([Panel(_as_np(shown), f"{h['name']} · q·k scaled", labels, labels, DIFF_SCALE, -s, s,
+                           "score", mask=masked.numpy(), row=query, **mark),
+                     Panel(_as_np(h["weights"]), f"{h['name']} · softmax", labels, labels, ATTN_SCALE,
+                           0.0, 1.0, "weight", row=query, **mark),
+                     Panel(_as_np(out), f"{h['name']} · weights × V", labels, None, DIFF_SCALE, -qkv, qkv,
+                           "value", row=query, **mark)])
+    return panel_grid(rows, column=column)
 
 
-def concat_figure(names: list[str], outputs: torch.Tensor, contributions: torch.Tensor, bias: torch.Tensor | None,
-                  off: list[bool], marked: int | None, bound_z: float, bound_c: float, title: str) -> go.Figure:
-    """One token through the combination: the heads' outputs (H, dh) placed side by side as the concatenation
-    (one strip, H x dh wide), each head's part projected by its slice of the output projection into its
-    contribution (H, D), then the bias and their sum, the layer's output. `bound_z`, `bound_c`: the colour
-    ranges, fixed by the caller so the picture with a head off is read on the same scale as with every head on."""
-    out, con = _as_np(outputs), _as_np(contributions)  # (H, dh), (H, D)
+def _tiny_axis(**extra) -> dict:
+    return dict(fixedrange=True, showgrid=False, zeroline=False, tickfont=dict(size=FONT_PX), **extra)
+
+
+def concat_figure(names: list[str], outputs: torch.Tensor, w_o: torch.Tensor, contributions: torch.Tensor,
+                  bias: torch.Tensor | None, off: list[bool], marked: int | None, bounds: tuple[float, float, float],
+                  title: str, column: float = COLUMN_PX) -> go.Figure:
+    """One token through the combination, drawn as the matrix product it is. Top: the concatenation z, the heads'
+    outputs (H, dh) stood head under head as one column of H x dh numbers, beside the output projection W_O
+    (H x dh rows, D columns), cut into each head's slice (its dh rows). Below: each head's part of z times its
+    slice, its contribution (H, D); the bias (D,); and their sum, the layer's output for the token (D,).
+    `bounds`: the colour ranges of z, W_O and the projected rows, fixed by the caller so the picture with a head
+    off is read on the same scale as with every head on. Cells are square where the column allows, and the
+    projected rows at least one label high."""
+    out, wo, con = _as_np(outputs), _as_np(w_o), _as_np(contributions)  # (H, dh), (H, dh, D), (H, D)
     n_heads, dh = out.shape
     d = con.shape[1]
     b = np.zeros(d, dtype=np.float32) if bias is None else _as_np(bias)
     total = con.sum(0) + b  # (D,)
-    cell = min(CELL_MAX, (COLUMN_PX - 130) / max(d, n_heads * dh))
-    row_h = 18  # px a row of the projected picture: its label's line
+    bound_z, bound_w, bound_c = bounds
     rows_c = [f"{'▶ ' if marked == h else ''}{names[h]}{' (off)' if off[h] else ''}" for h in range(n_heads)]
     y_c = rows_c + ["bias", "sum = output"]
-    z_c = np.vstack([con, b[None], total[None]])  # (H + 2, D)
-    plot_w, h_top, h_bot = max(d, n_heads * dh) * cell, row_h, len(y_c) * row_h
-    gap, head = 46, 40
-    plot_h = h_top + gap + h_bot
-    domain_top = [1 - h_top / plot_h, 1.0]
-    domain_bot = [0.0, h_bot / plot_h]
-    data = [dict(type="heatmap", z=out.reshape(1, -1), y=["concatenation"], x=list(range(n_heads * dh)),
-                 customdata=np.repeat(np.array(names)[:, None], dh, 1).reshape(1, -1),
-                 zmin=-bound_z, zmax=bound_z, colorscale=DIFF_SCALE, showscale=False, name="concatenation",
-                 hovertemplate="%{customdata}, dim %{x}: %{z:+.3f}<extra>concatenation</extra>"),
-            dict(type="heatmap", z=z_c, y=y_c, x=list(range(d)), xaxis="x2", yaxis="y2", zmin=-bound_c,
-                 zmax=bound_c, colorscale=DIFF_SCALE, showscale=False, name="projected",
-                 hovertemplate="%{y}<br>dim %{x}: %{z:+.3f}<extra></extra>")]
-    shapes = [dict(type="line", xref="x", yref="paper", x0=h * dh - 0.5, x1=h * dh - 0.5, y0=domain_top[0],
-                   y1=domain_top[1], line=dict(color="#222", width=2)) for h in range(1, n_heads)]
-    shapes.append(dict(type="line", xref="x2", yref="y2", x0=-0.5, x1=d - 0.5, y0=n_heads + 0.5, y1=n_heads + 0.5,
+    left = 20 + _label_room(y_c, FONT_PX)
+    cell = min(CELL_MAX, (column - left - 10 - GAP) / (d + 1))
+    row_c = max(cell, LABEL_PX + 2)  # a projected row: at least its label's line
+    plot_w = (d + 1) * cell + GAP
+    t_top, lines_top, size_top = fit_title(f"z, the concatenation: {n_heads} heads' outputs ({dh} numbers each) "
+                                           f"one under another · W_O, the output projection: {n_heads * dh} rows "
+                                           f"x {d}, each head's {dh} rows its slice", plot_w)
+    t_bot, lines_bot, size_bot = fit_title("each head's part of z × its slice of W_O = its contribution; then the "
+                                           "bias; their sum is the layer's output for this token", plot_w)
+    axis_room = 36  # under a panel: its tick numbers and its axis title
+    h_top, h_bot = n_heads * dh * cell, len(y_c) * row_c
+    head_top, head_bot = lines_top * LINE_PX + 6, lines_bot * LINE_PX + 6
+    plot_h = head_top + h_top + axis_room + head_bot + h_bot + axis_room
+    y = lambda px: 1 - px / plot_h  # noqa: E731  (pixels from the top of the plot -> paper)
+    dom_top = [y(head_top + h_top), y(head_top)]
+    dom_bot = [y(head_top + h_top + axis_room + head_bot + h_bot), y(head_top + h_top + axis_room + head_bot)]
+    x_z = [0, cell / plot_w]
+    x_w = [(cell + GAP) / plot_w, 1.0]
+    concat = out.reshape(-1, 1)  # (H * dh, 1)
+    who = np.repeat(np.array(names), dh)  # (H * dh,) whose output each row of z is
+    data = [dict(type="heatmap", z=concat, x=[0], y=list(range(n_heads * dh)), customdata=who[:, None],
+                 zmin=-bound_z, zmax=bound_z, colorscale=DIFF_SCALE, showscale=False, name="concatenation z",
+                 hovertemplate="z: %{customdata}, its dim %{y}: %{z:+.3f}<extra></extra>"),
+            dict(type="heatmap", z=wo.reshape(n_heads * dh, d), x=list(range(d)), y=list(range(n_heads * dh)),
+                 customdata=np.repeat(who[:, None], d, 1), xaxis="x2", yaxis="y2", zmin=-bound_w, zmax=bound_w,
+                 colorscale=DIFF_SCALE, showscale=False, name="W_O",
+                 hovertemplate="W_O: %{customdata}'s slice, row %{y}, output dim %{x}: %{z:+.3f}<extra></extra>"),
+            dict(type="heatmap", z=np.vstack([con, b[None], total[None]]), x=list(range(d)), y=y_c, xaxis="x3",
+                 yaxis="y3", zmin=-bound_c, zmax=bound_c, colorscale=DIFF_SCALE, showscale=False, name="projected",
+                 hovertemplate="%{y}<br>output dim %{x}: %{z:+.3f}<extra></extra>")]
+    shapes = []
+    for h in range(1, n_heads):  # where one head's part (and its slice) ends and the next begins
+        for xa, ya, x1 in (("x", "y", 0.5), ("x2", "y2", d - 0.5)):
+            shapes.append(dict(type="line", xref=xa, yref=ya, x0=-0.5, x1=x1, y0=h * dh - 0.5, y1=h * dh - 0.5,
+                               line=dict(color="#222", width=2)))
+    shapes.append(dict(type="line", xref="x3", yref="y3", x0=-0.5, x1=d - 0.5, y0=n_heads + 0.5, y1=n_heads + 0.5,
                        line=dict(color="#222", width=2)))  # the sum under its parts
-    annotations = [dict(text=f"<b>▶ {names[h]}</b>" if marked == h else names[h], x=h * dh + (dh - 1) / 2,
-                        xref="x", y=domain_top[1], yref="paper", yanchor="bottom", showarrow=False,
-                        name=names[h], font=dict(size=10, color=MARK if marked == h else "#222"))
-                   for h in range(n_heads)]
-    annotations.append(dict(text="each head's part × its slice of the output projection ↓ (then add them up)",
-                            x=0, xref="paper", xanchor="left", y=(domain_top[0] + domain_bot[1]) / 2, yref="paper",
-                            showarrow=False, font=dict(size=10, color="#555")))
     if marked is not None:
-        shapes.append(dict(type="rect", xref="x", yref="paper", x0=marked * dh - 0.5, x1=(marked + 1) * dh - 0.5,
-                           y0=domain_top[0], y1=domain_top[1], line=dict(color=MARK, width=3)))
-        shapes.append(dict(type="rect", xref="x2", yref="y2", x0=-0.5, x1=d - 0.5, y0=marked - 0.5,
-                           y1=marked + 0.5, line=dict(color=MARK, width=3)))
-    layout = dict(template=NO_TEMPLATE, font=FONT, showlegend=False, width=int(plot_w + 130),
-                  height=int(plot_h + head + 50), margin=dict(l=110, r=10, t=head, b=50),  # b: the dims axis
+        for xa, ya, x1 in (("x", "y", 0.5), ("x2", "y2", d - 0.5)):
+            shapes.append(dict(type="rect", xref=xa, yref=ya, x0=-0.5, x1=x1, y0=marked * dh - 0.5,
+                               y1=(marked + 1) * dh - 0.5, line=dict(color=MARK, width=3), name=names[marked]))
+        shapes.append(dict(type="rect", xref="x3", yref="y3", x0=-0.5, x1=d - 0.5, y0=marked - 0.5,
+                           y1=marked + 0.5, line=dict(color=MARK, width=3), name=names[marked]))
+    annotations = [dict(text=t_top, x=0.5, xanchor="center", xref="paper", y=1, yref="paper", yanchor="top",
+                        showarrow=False, font=dict(size=size_top, color="#222"), name="z and W_O"),
+                   dict(text=t_bot, x=0.5, xanchor="center", xref="paper", y=y(head_top + h_top + axis_room),
+                        yref="paper", yanchor="top", showarrow=False, font=dict(size=size_bot, color="#222"),
+                        name="contributions")]
+    dims = dict(tickmode="array", tickvals=[0, d - 1])
+    layout = dict(template=NO_TEMPLATE, font=FONT, showlegend=False, width=int(plot_w + left + 10),
+                  height=int(plot_h + 30), margin=dict(l=left, r=10, t=26, b=4),
                   title=dict(text=html.escape(title, quote=False), font=dict(size=12), x=0, xanchor="left",
                              y=1, yref="container", yanchor="top", pad=dict(t=4)),
-                  xaxis=dict(domain=[0, n_heads * dh * cell / plot_w], anchor="y", showticklabels=False,
-                             fixedrange=True, showgrid=False),
-                  yaxis=dict(domain=domain_top, anchor="x", fixedrange=True, showgrid=False),
-                  xaxis2=dict(domain=[0, d * cell / plot_w], anchor="y2", fixedrange=True, showgrid=False,
-                              title=dict(text=f"the layer's {d} output dimensions", font=dict(size=10))),
-                  yaxis2=dict(domain=domain_bot, anchor="x2", autorange="reversed", fixedrange=True,
-                              showgrid=False, tickmode="array", tickvals=y_c),
-                  shapes=shapes, annotations=annotations)
+                  xaxis=_tiny_axis(domain=x_z, anchor="y", showticklabels=False),
+                  yaxis=_tiny_axis(domain=dom_top, anchor="x", autorange="reversed", tickmode="array",
+                                   tickvals=[h * dh + (dh - 1) / 2 for h in range(n_heads)],
+                                   ticktext=[f"{'▶ ' if marked == h else ''}{names[h]}" for h in range(n_heads)]),
+                  xaxis2=_tiny_axis(domain=x_w, anchor="y2", **dims,
+                                    title=dict(text="output dimension (what the layer adds to the token's vector)",
+                                               font=dict(size=FONT_PX), standoff=2)),
+                  yaxis2=_tiny_axis(domain=dom_top, anchor="x2", autorange="reversed", showticklabels=False),
+                  xaxis3=_tiny_axis(domain=x_w, anchor="y3", **dims,
+                                    title=dict(text="output dimension", font=dict(size=FONT_PX), standoff=2)),
+                  yaxis3=_tiny_axis(domain=dom_bot, anchor="x3", autorange="reversed", tickmode="array",
+                                    tickvals=y_c),
+                  shapes=shapes, annotations=annotations,
+                  meta=dict(cell=cell, font=FONT_PX, row_px=row_c))
     return go.Figure(data=data, layout=layout, _validate=False)
+
+
+def square_maps(fig: go.Figure, column: float) -> go.Figure:
+    """A figure of heatmaps side by side (each axis pair `x{i}`/`y{i}`, as census maps are drawn) made `column` px
+    wide with square cells: each y axis held to its x axis's scale, and the height from the widest map's cells."""
+    layout = fig.layout
+    pairs = [(k, "yaxis" + k[5:]) for k in layout.to_plotly_json() if k.startswith("xaxis")]
+    cells = []
+    for xk, yk in pairs:
+        trace = next((t for t in fig.data if (t.xaxis or "x") == "x" + xk[5:]), None)
+        if trace is None or trace.z is None:
+            continue
+        z = np.asarray(trace.z)
+        dom = layout[xk].domain or (0, 1)
+        cells.append((dom[1] - dom[0], z.shape[1], z.shape[0]))
+        layout[yk].update(scaleanchor="x" + xk[5:], scaleratio=1, constrain="domain")
+    if not cells:
+        return fig
+    margin = (layout.margin.l or 80) + (layout.margin.r or 80)
+    cell = min(80.0, min(share * (column - margin) / cols for share, cols, _ in cells))  # a map is small
+    rows = max(r for _, _, r in cells)
+    height = rows * cell / max(1e-6, min((layout[yk].domain or (0, 1))[1] - (layout[yk].domain or (0, 1))[0]
+                                         for _, yk in pairs))
+    fig.update_layout(width=int(column), height=int(height + (layout.margin.t or 80) + (layout.margin.b or 80)))
+    return fig
+
+
+def query_row(weights: torch.Tensor, tokens: list[str], query: int, head: str, column: float = COLUMN_PX
+              ) -> go.Figure:
+    """One query's attention weights (K,) in one head, as bars over the keys it may read (up to itself)."""
+    labels = positions(tokens)[: query + 1]
+    w = _as_np(weights)[: query + 1]  # (query + 1,)
+    room = _label_room(labels, FONT_PX)
+    text, lines, size = fit_title(f"{head}: the weights of query {query}, {tokens[query]}, over the keys "
+                                  "(they sum to 1)", column - 60)
+    fig = go.Figure(go.Bar(x=labels, y=w, marker_color="#08519c", name=head,
+                           hovertemplate="key %{x}: weight %{y:.2f}<extra></extra>"))
+    fig.update_layout(template=NO_TEMPLATE, font=FONT, showlegend=False, width=int(column),
+                      height=int(150 + room + lines * LINE_PX), margin=dict(l=50, r=10, t=10 + lines * LINE_PX,
+                                                                              b=room + 24),
+                      title=dict(text=text, font=dict(size=size), x=0, xanchor="left", y=1, yref="container",
+                                 yanchor="top", pad=dict(t=4)),
+                      yaxis=dict(title=dict(text="weight", font=dict(size=FONT_PX)), range=[0, 1], fixedrange=True,
+                                 tickfont=dict(size=FONT_PX)),
+                      xaxis=dict(tickmode="array", tickvals=labels, tickangle=-90, tickfont=dict(size=FONT_PX),
+                                 fixedrange=True, title=dict(text="key", font=dict(size=FONT_PX), standoff=4)),
+                      meta=dict(font=FONT_PX))
+    return fig

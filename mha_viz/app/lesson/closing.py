@@ -24,9 +24,10 @@ from mha_viz.app.lesson.readings import (
     tok,
 )
 
-YES_NO_SAME = ("Yes: they read the result of the head that was switched off", "No: they run side by side")
-YES_NO_KEY = ("Yes: the same input gives the same key", "No: each head picks its own")
-YES_NO_LOUD = ("Yes: a strong pattern means the head matters", "No: attention is not importance")
+# Plain choices: the reason is the measured answer's to give (`why`), never the wording's.
+YES_NO_SAME = ("Yes", "No")
+YES_NO_KEY = ("Yes: every head weights the same key most", "No: not every head weights the same key most")
+YES_NO_LOUD = ("Yes", "No")
 NEXT_VIEWS = {"Layer": "every head of a layer on your sentence",
               "Inside a head": "queries, keys, values and the sum of the heads",
               "Census": "what each head does across many inputs",
@@ -52,8 +53,10 @@ def check_questions(name: str) -> list[Question]:
         Question("Given the same token, do all heads of a layer put their largest weight on the same key?",
                  YES_NO_KEY, YES_NO_KEY[0] if len(set(tops)) == 1 else YES_NO_KEY[1],
                  f"On your step 2 input, for token {query}, {tok(run2.tokens[query])}, the heads of layer 0 weight "
-                 f"{len(set(tops))} different keys most: "
-                 + ", ".join(f"{head_name((0, h))} key {k}" for h, k in enumerate(tops)) + "."),
+                 f"{len(set(tops))} different key{'s' if len(set(tops)) > 1 else ''} most: "
+                 + ", ".join(f"{head_name((0, h))} key {k}" for h, k in enumerate(tops))
+                 + (f"; {max(tops.count(k) for k in tops)} of {len(tops)} share one key." if len(set(tops)) > 1
+                    else ".")),
         Question("Is the head with a strong, clear pattern always the one whose removal changes the prediction "
                  "most?", YES_NO_LOUD, YES_NO_LOUD[0] if quiet == loudest else YES_NO_LOUD[1],
                  f"On your step 6 input, switching off {head_name(quiet)} (a strongly patterned head) moves the "
@@ -68,7 +71,7 @@ def draw_closing(name: str, text: str, n: int) -> None:
     st.caption("Three questions from the steps. Each answer is measured on the inputs you gave those steps; "
                "nothing is kept beyond this session and its link.")
     for i, q in enumerate(check_questions(name), 1):
-        ask(f"check_{i}", q, label=f"Question {i}")
+        ask(f"check_{i}", q, label=f"Question {i}", reveals="the measured answer and why")
     st.markdown("Every number in these steps was measured on the run in front of you; change the lesson's model "
                 "above to another seed and the heads named follow it. Go on with the views:")
     for view, what in NEXT_VIEWS.items():

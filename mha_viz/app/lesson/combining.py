@@ -7,10 +7,11 @@ import torch
 
 from mha_viz import plotting
 from mha_viz.analysis import combine_heads, next_token_kl
-from mha_viz.app.cache import side_model
+from mha_viz.app.cache import side_model, side_result
 from mha_viz.app.common import head_name
 from mha_viz.app.lesson.frame import (
     Question,
+    column_px,
     figure_config,
     look,
     named,
@@ -46,6 +47,15 @@ def _parts(name: str, text: str, layer: int, position: int, off: frozenset[Head]
     outputs = torch.stack([torch.zeros_like(h.v[0]) if (layer, h.head) in off else h.weights[position] @ h.v
                            for h in inside])  # (H, dh)
     return outputs, torch.stack([h.contribution[position] for h in inside]), inside[0].bias  # (H, D)
+
+
+def slices(name: str, text: str, layer: int) -> torch.Tensor | None:
+    """(H, dh, D): each head's slice of layer `layer`'s output projection W_O, the model's own weights (read off
+    `Model.readout`); None where the model does not hand them over."""
+    def make():
+        readout = side_model(name).readout(text)
+        return None if readout is None else readout.w_o[layer]
+    return side_result(("lesson-wo", layer), name, make)
 
 
 def _largest(contributions: torch.Tensor, bias: torch.Tensor | None) -> float:
@@ -101,14 +111,23 @@ def draw_combining(name: str, text: str, n: int) -> None:
     bound_z = max(float(z.abs().max()) for z, _, _ in parts.values())
     bound_c = max(_largest(c, b) for _, c, b in parts.values())
     z, c, b = parts[switch]
-    st.caption(f"Token {position}, {tok(run.tokens[position])}, through layer {layer}'s combination (red +, blue −, "
-               "one colour range with and without the head off). Top: each head's output, its weighted sum of "
-               f"values ({z.shape[1]} numbers each), placed side by side: the concatenation. Below: each part "
-               "times its slice of the output projection, the head's contribution; the bias; and their sum, the "
-               "layer's output.")
-    show(lesson_figures.concat_figure(names, z, c, b, [(layer, h) in off for h in range(model.n_heads)], biggest[1],
-                                      bound_z, bound_c, f"Layer {layer}, token {position}: concatenate, project, add"
-                                      + (f" ({head_name(biggest)} off)" if switch else "")), f"lesson_concat_{n}")
+    w_o = slices(name, text, layer)
+    st.caption(f"Token {position}, {tok(run.tokens[position])}, through layer {layer}'s combination (red +, blue −; "
+               "one colour range each, the same with and without the head off). Top: z, the **concatenation**: each "
+               f"head's output for this token (its weighted sum of values, {z.shape[1]} numbers) stood one under "
+               f"another, {z.shape[0] * z.shape[1]} numbers; beside it W_O, the **output projection**, "
+               f"{z.shape[0] * z.shape[1]} rows by the model's {c.shape[1]} dimensions: each head's {z.shape[1]} "
+               "rows are its slice. Below: each head's part of z times its slice, its **contribution** "
+               f"({c.shape[1]} numbers); the bias; and their sum, what the layer adds to the token's vector.")
+    if w_o is None:
+        st.caption("This model does not hand over its output projection, so the step draws no W_O.")
+    else:
+        bound_w = float(w_o.abs().max())
+        show(lesson_figures.concat_figure(names, z, w_o, c, b, [(layer, h) in off for h in range(model.n_heads)],
+                                          biggest[1], (bound_z, bound_w, bound_c),
+                                          f"Layer {layer}, token {position}: concatenate, project, add"
+                                          + (f" ({head_name(biggest)} off)" if switch else ""), column_px()),
+             f"lesson_concat_{n}")
     st.plotly_chart(fig, width="stretch", key=f"lesson_fig_{n}", config=figure_config())
     look(f"{named(biggest)} (▶, outlined): its part of the concatenation, its contribution, and its dark bar, its "
          f"share of what layer {layer} writes for the last token, {tok(run.tokens[position])}. The bars add up, with "

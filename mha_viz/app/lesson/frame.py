@@ -3,6 +3,7 @@ the input each step runs, and the pieces every step draws with (a row of heads, 
 just saw")."""
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -19,8 +20,12 @@ from mha_viz.plotting import lesson as lesson_figures
 from mha_viz.plotting.lesson import MARK
 
 # -- predict, then see: a step asks first, and its figure answers -----------------------------------------------
-ANSWERS = "_lesson_answers"  # {question key: the choice picked}, a plain session key: kept across steps and views
+# {question key: "<digest of the question>:<index of the first pick>"}: the student's first pick, kept across steps,
+# views, a reload and a shared link (state.py carries it as `?lesson_pick_KEY=`). The digest ties a pick to the
+# question asked: a changed sentence asks another question (other tokens, another answer), which is asked afresh.
+ANSWERS = state.LESSON_PICKS_KEY
 TYPED = state.LESSON_TYPED_KEY  # {step number: what the student typed into its box} (views/lesson.py keeps it)
+SHARED = 0  # the key in TYPED of the sentence every step on the learned model shares (one box, `?lesson_text_0=`)
 
 
 @dataclass(frozen=True)
@@ -33,24 +38,48 @@ class Question:
     why: str
 
 
-def ask(key: str, q: Question, label: str = "Predict first") -> bool:
-    """Draw `q` as a choice with none picked; once the student picks one, say whether the measured answer agrees
-    and why. True once answered. The pick is kept under `key` across steps and views (a widget's own state is
-    dropped on a run that does not draw it)."""
+def _digest(q: Question) -> str:
+    return hashlib.blake2s(q.ask.encode(), digest_size=3).hexdigest()
+
+
+def first_pick(key: str, q: Question) -> str | None:
+    """The student's first pick for `q` under `key`, or None while they have not picked (or picked for another
+    question: the sentence changed)."""
+    kept = str(st.session_state.get(ANSWERS, {}).get(key, ""))
+    digest, _, index = kept.partition(":")
+    if digest != _digest(q) or not index.isdigit() or int(index) >= len(q.choices):
+        return None
+    return q.choices[int(index)]
+
+
+def ask(key: str, q: Question, label: str = "Predict first", reveals: str = "the figure and the measured answer"
+        ) -> bool:
+    """Draw `q` as a choice with none picked; once the student picks one, that first pick is kept (under `key`,
+    with the question's digest) and shown beside the measured answer: the choice is not offered again, so a later
+    pick cannot turn a miss into a match. True once answered. `reveals`: what appears once they pick."""
     saved = st.session_state.setdefault(ANSWERS, {})
     widget = f"lesson_q_{key}"
-    if st.session_state.get(widget) not in q.choices:
-        st.session_state.pop(widget, None)
-    if widget not in st.session_state and saved.get(key) in q.choices:
-        st.session_state[widget] = saved[key]
-
-    def keep() -> None:
-        saved[key] = st.session_state[widget]
-
-    pick = st.radio(f"**{label}:** {q.ask}", q.choices, index=None, key=widget, on_change=keep)
+    pick = first_pick(key, q)
     if pick is None:
-        st.caption("Pick an answer: the figure and the measured answer appear once you have made your prediction.")
-        return False
+        if st.session_state.get(widget) not in q.choices:
+            st.session_state.pop(widget, None)
+
+        def keep() -> None:
+            if st.session_state.get(widget) in q.choices and first_pick(key, q) is None:
+                saved[key] = f"{_digest(q)}:{q.choices.index(st.session_state[widget])}"
+
+        pick = st.radio(f"**{label}:** {q.ask}", q.choices, index=None, key=widget, on_change=keep)
+        if pick is None:
+            st.caption(f"Pick an answer: {reveals} appear once you have made your prediction.")
+            return False
+        if first_pick(key, q) is None:  # a value set without its callback (a test, a resent click)
+            saved[key] = f"{_digest(q)}:{q.choices.index(pick)}"
+    st.session_state.pop(widget, None)
+    st.radio(f"**{label}:** {q.ask}", q.choices, index=q.choices.index(pick), key=f"{widget}_kept", disabled=True,
+             help="Your first pick, kept: the measurement is shown beside it, and picking again changes nothing.")
+    mine, measured = st.columns(2)
+    mine.markdown(f"**Your prediction:** {pick}")
+    measured.markdown(f"**Measured:** {q.answer}")
     if pick == q.answer:
         st.success(f"**Your prediction matches the measurement.** {q.why}", icon=":material/check_circle:")
     else:
@@ -65,9 +94,11 @@ ALL_STEPS: list = []
 
 
 def step_text(n: int) -> str:
-    """The input step `n` (1-based) runs: what the student typed into its box, else its prepared sentence."""
-    typed = st.session_state.get(TYPED, {}).get(n, "")
-    return typed.rstrip() or ALL_STEPS[n - 1].text
+    """The input step `n` (1-based) runs: the sentence the student typed into the steps' shared box (their own
+    box for the written step), else the step's prepared sentence."""
+    step = ALL_STEPS[n - 1]
+    typed = st.session_state.get(TYPED, {}).get(n if step.written else SHARED, "")
+    return typed.rstrip() or step.text
 
 
 MOVED = 0.01  # a pattern weight that moved less than this did not change (numerical noise is ~1e-7)
@@ -82,6 +113,8 @@ class Step:
     written: bool = False  # runs on the written model, not the lesson's learned one
     # (learned model, input) -> what the step asks before it draws, answered by the run; None: it asks nothing
     question: Callable[[str, str], Question] | None = None
+    # (learned model, input) -> what the step says before its question (the first step: what attention is)
+    intro: Callable[[str, str], None] | None = None
 
 
 def heads_row(run: AttentionRun, heads: list[Head], titles: list[str], off: set[Head] = frozenset(),
@@ -91,8 +124,56 @@ def heads_row(run: AttentionRun, heads: list[Head], titles: list[str], off: set[
     patterns = torch.stack([run.attentions[h] for h in heads])  # (N, Q, K)
     fig = lesson_figures.heads_grid(patterns, marked_tokens(run.tokens, run.unknown), titles,
                                     [h in off for h in heads], [h == marked for h in heads],
-                                    [head_name(h) for h in heads])
+                                    [head_name(h) for h in heads], column=column_px())
     show(fig, key)
+
+
+COLUMN_KEY = "_lesson_column"  # the main column's width in px, as the page measured it (`watch_column`)
+# The main column's width, sent back whenever it changes by 20 px or more (a resize, the sidebar opened or closed), so
+# the figures are planned for the column the student has: square cells as large as it allows.
+_WIDTH = st.components.v2.component("mha_viz.lesson_width", html="", js="""
+export default function ({ parentElement, setStateValue }) {
+  const measure = () => {
+    const main = document.querySelector('[data-testid="stMainBlockContainer"]');
+    let w = parentElement.getBoundingClientRect().width;
+    if (main) {
+      const cs = getComputedStyle(main);
+      w = main.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight);
+    }
+    w = Math.floor(w / 20) * 20;
+    if (w > 0 && w !== parentElement.__lessonWidth) {
+      parentElement.__lessonWidth = w;
+      setStateValue('width', w);
+    }
+  };
+  if (!parentElement.__lessonObserver) {
+    let timer = null;
+    parentElement.__lessonObserver = new ResizeObserver(() => {
+      clearTimeout(timer);
+      timer = setTimeout(measure, 120);
+    });
+    parentElement.__lessonObserver.observe(document.querySelector('[data-testid="stMain"]') || parentElement);
+  }
+  measure();
+}""", isolate_styles=False)
+COLUMN_MIN, COLUMN_MAX = 320, 1600  # px: a width the page reports outside these is not believed
+
+
+def watch_column() -> None:
+    """Mount the width probe; what it reports is kept under `COLUMN_KEY` for `column_px`."""
+    def keep() -> None:
+        width = getattr(st.session_state.get("lesson_width"), "width", None)
+        if isinstance(width, (int, float)) and COLUMN_MIN <= width <= COLUMN_MAX:
+            st.session_state[COLUMN_KEY] = int(width)
+    result = _WIDTH(key="lesson_width", on_width_change=keep)
+    width = getattr(result, "width", None)
+    if isinstance(width, (int, float)) and COLUMN_MIN <= width <= COLUMN_MAX:
+        st.session_state[COLUMN_KEY] = int(width)
+
+
+def column_px() -> int:
+    """The width the Lesson's figures are planned for: the main column as measured, else `COLUMN_PX`."""
+    return int(st.session_state.get(COLUMN_KEY, lesson_figures.COLUMN_PX))
 
 
 def show(fig, key: str) -> None:

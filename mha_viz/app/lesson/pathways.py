@@ -13,6 +13,7 @@ from mha_viz.app.common import NO_VALUE_NOTE, head_name, md_safe, program_value,
 from mha_viz.app.lesson.frame import (
     TYPED,
     Question,
+    column_px,
     figure_config,
     heads_row,
     look,
@@ -45,7 +46,8 @@ from mha_viz.app.lesson.readings import (
 from mha_viz.contract import Head
 from mha_viz.models import seeds
 from mha_viz.models.registry import twins
-from mha_viz.models.twin_records import held_out_texts
+from mha_viz.models.twins.train import held_out_texts
+from mha_viz.plotting import lesson as lesson_figures
 from mha_viz.plotting.lesson import MARK
 
 OUTPUT_CHOICES = ("Not one of them", "Some, not all", "All of them")
@@ -134,8 +136,8 @@ def draw_written(name: str, text: str, n: int) -> None:
                          f"{measures.get(m).label} score on this input is {float(r.scores[m][h]):.2f} over "
                          f"{queries(r.support[m])} (uniform attention: {r.base[m]:.2f}). Here the label is true.")
         else:
-            lines.append(f"{head_name(h)}: the program wrote that {written[h].selects}. A true role need not be "
-                         "one a measure names.")
+            lines.append(f"{head_name(h)}: the program wrote that {written[h].selects}. {_unmeasured(run, h)}"
+                         "A true role need not be one a measure names.")
     before = model.program_output(run)
     if switch:
         after = model.program_output(shown)
@@ -147,6 +149,23 @@ def draw_written(name: str, text: str, n: int) -> None:
         lines.append(f"With {head_name(prev)} off the program's output changed at {len(changed)} of "
                      f"{len(before)} positions{no_value}.")
     saw(lines)
+
+
+def _unmeasured(run, head: Head) -> str:
+    """Where a written head no measure names puts its weight on this input, and, where that is one position just
+    after the tokens the tokenizer added, why no measure names it: the program counts its indices from the first
+    word, the census's first token measure reads position 0."""
+    tops = {int(k) for k in run.attentions[head][1:].argmax(-1)}  # each query's top key (the added token left out)
+    if len(tops) != 1:
+        return ""
+    top = tops.pop()
+    said = f"On this input every query puts its weight on position {top}, {tok(run.tokens[top])}"
+    added = sorted(set(run.special))
+    if added and top == len(added) and added == list(range(len(added))):
+        return (f"{said}: the first word. The program counts its indices from the first word, so its index 0 is "
+                f"position {top}, one after {tok(run.tokens[0])}; the census's first token measure reads position 0, "
+                "so no measure names this head. ")
+    return said + ". "
 
 
 def _tie(name: str, role: str) -> str:
@@ -204,7 +223,8 @@ def draw_learned(name: str, text: str, n: int) -> None:
                   y1=quiet[0] + 0.5, line=dict(color=MARK, width=3))
     fig.add_annotation(text=f"<b>▶ {head_name(quiet)}</b>", xref=xa, yref=ya, x=quiet[1], y=quiet[0],
                        showarrow=False, font=dict(size=10, color=MARK), bgcolor="rgba(255,255,255,0.7)")
-    st.plotly_chart(fig, width="stretch", key=f"lesson_fig_{n}", config=figure_config())
+    lesson_figures.square_maps(fig, column_px())  # square cells, the column's width
+    st.plotly_chart(fig, width="content", key=f"lesson_fig_{n}", config=figure_config())
     look(f"the {label} score of every head in {len(family)} models trained by the same recipe from different seeds, "
          f"and {named(quiet)} of {name} (▶, outlined), a strongly patterned head.", html=True)
     switch = try_switch(f"switch {head_name(quiet)} of {name} off", f"lesson_try_{n}",

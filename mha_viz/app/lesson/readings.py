@@ -226,12 +226,45 @@ def unknown_words(name: str, text: str) -> str:
 
 # -- plain words: each technical word gets one sentence where a step first uses it -----------------------------
 GLOSSARY = {
+    "token": "A token is one piece of the input as the model reads it: a word or a mark, numbered from 0.",
+    "special token": "A special token is one the tokenizer adds, not a word of the input (tiny's <bos> at position "
+                     "0 marks the start); unknown words are read as one shared unknown token.",
+    "query": "The query is the token doing the reading: each row of an attention map is one query.",
+    "key": "A key is a token a query may read: each column of an attention map is one key.",
+    "value": "A value is what a key hands on: the head passes on each key's value in proportion to its weight.",
+    "weight": "A weight is how much of a query's attention goes to one key, 0 to 1; a query's weights sum to 1.",
+    "head": "A head is one attention operation of a layer, with its own query, key and value matrices; "
+            "“L1 H3” is head 3 of layer 1, both counted from 0.",
+    "layer": "A layer is one stage of the model; its heads run side by side, and the next layer reads their sum.",
+    "softmax": "The softmax turns a query's row of scores into weights: positive, summing to 1, the largest score "
+               "getting the most.",
+    "causal mask": "The causal mask forbids a query to read a later token (grey in the figures): the model predicts "
+                   "the next word, so it may not look ahead.",
+    "census": "The census is this app's measurement of every head on many inputs made for one question each; it "
+              "names a head for a pattern when the head beats a control (the same head where the pattern is made "
+              "impossible) and is not clearly below the best head.",
+    "previous token": "A previous token head puts its weight on the token just before the query.",
+    "induction": "An induction head, at a word seen before, attends to the word that followed it the first time: a "
+                 "guess at what comes next (Olsson et al. 2022).",
+    "first token": "A first token head puts its weight on position 0, often a resting place when nothing else fits.",
+    "fixed offset": "A fixed offset is always the word k positions back: the baseline a grammatical relation must "
+                    "beat, so a head is not credited with grammar for reading a distance.",
+    "queries": "“Over 18 queries”: a reading of one input averages over the query positions where the pattern can "
+               "be measured; fewer than the floor give no number.",
     "uniform attention": "Uniform attention spreads a query's weight evenly over every key it may read: the score a "
                          "head with no preference at all would get, the baseline every score is read against.",
+    "seed": "A seed fixes the random start of training: the same recipe from another seed gives another model.",
     "KL": "KL (Kullback–Leibler divergence, in nats) says how far the model's next-word probabilities moved: 0 means "
           "unchanged; about 0.1 is a small shift; 1 or more means the prediction changed a lot.",
+    "nats": "Nats and bits are units of information: natural log or log base 2 (1 nat = 1.44 bits).",
+    "Jensen-Shannon": "Jensen-Shannon divergence (in bits) compares two heads' attention: 0 when they attend alike, "
+                      "1 when they never read the same keys.",
     "total variation": "Total variation between two rows of attention weights is the share of weight that sits in "
                        "different places: 0 means the same row, 1 means no key in common.",
+    "concatenation": "The concatenation lays the heads' outputs for one token side by side (here one under "
+                     "another): one vector of all their numbers.",
+    "output projection": "The output projection W_O is the matrix that maps the concatenation back to the model's "
+                         "size; each head's rows of it are its slice.",
     "contribution": "A head's contribution is what it adds to the layer's output for one token: its output vector "
                     "after its slice of the output projection.",
     "along the total": "A share along the total is how much of a head's contribution points the same way as the "
@@ -240,8 +273,13 @@ GLOSSARY = {
 }
 
 
+FIRST_SCREEN = ("token", "query", "key", "weight", "head", "layer")  # said on step 1's first screen, before any use
+
+
 def plain(text: str) -> str | None:
     """The one-sentence explanations of the technical words `text` uses, for a help icon beside it; None if none."""
-    used = [GLOSSARY[w] for w in GLOSSARY if w in text]
+    lower = text.lower()
+    used = [GLOSSARY[w] for w in GLOSSARY if w not in FIRST_SCREEN
+            and (w in text if w == "KL" else w.lower() in lower)]
     return "\n\n".join(used) or None
 

@@ -103,17 +103,20 @@ def _moved(n: int, n_steps: int, went_back: bool, went_on: bool) -> None:
 
 
 def _step_input(n: int, step: lesson_steps.Step) -> str:
-    """The step's box, holding what the student typed into it (kept in `lesson_steps.TYPED` across Next/Back, other
-    views and, through the link, a reload); returns the input the step runs. A paste over `LIMIT` characters is
-    cut there with a notice; an empty box runs the prepared sentence and says so."""
+    """The box of the steps on the learned model: one sentence they all share (`lesson_steps.SHARED` in
+    `lesson_steps.TYPED`; the written step, whose program knows six symbols, keeps its own), kept across Next/Back,
+    other views and, through the link, a reload; beside it, the step's own prepared input, offered with a button
+    where the box holds another. Returns the input the step runs. A paste over `LIMIT` characters is cut there with
+    a notice; an empty box runs the prepared sentence and says so."""
     typed = st.session_state.setdefault(lesson_steps.TYPED, {})
+    slot = n if step.written else lesson_steps.SHARED
     key = f"lesson_text_{n}"
     # The box's first draw in a session rebuilt after its server process died takes the browser's resent value
     # (reconnect.resends), typed as the process died, never run; the link's value is then only its default.
     resent = reconnect.resends(key)
-    if not resent and key not in st.session_state:  # a widget's state is dropped on runs that do not draw it
-        st.session_state[key] = typed.get(n, step.text)
-    default = typed.get(n, step.text) if resent and key not in st.session_state else ""
+    if not resent:  # the shared sentence, typed on another step, reaches this one's box
+        st.session_state[key] = typed.get(slot, step.text)
+    default = typed.get(slot, step.text) if resent and key not in st.session_state else ""
 
     def keep() -> None:
         value, cut = st.session_state[key], st.session_state.setdefault(_CUT, {})
@@ -122,14 +125,26 @@ def _step_input(n: int, step: lesson_steps.Step) -> str:
             cut[n] = len(value)
             value = st.session_state[key] = value[:LIMIT]
         if value == step.text:
-            typed.pop(n, None)
+            typed.pop(slot, None)
         else:
-            typed[n] = value
+            typed[slot] = value
 
-    st.text_input("Input (replace it with your own)", value=default, key=key, on_change=keep,
-                  help=f"Up to {LIMIT} characters; it stays while you move between steps and views, and in the link.")
+    def prepared() -> None:
+        typed.pop(slot, None)
+        st.session_state[key] = step.text
+
+    box, offer = st.columns([3, 1.4], vertical_alignment="bottom")
+    label = "Your own input for this step" if step.written else "Input, shared by the steps (replace it with your own)"
+    box.text_input(label, value=default, key=key, on_change=keep,
+                   help=f"Up to {LIMIT} characters; it stays while you move between steps and views, and in the "
+                        "link." + ("" if step.written else " Every step on the learned model reads this sentence."))
     if reconnect.drawn(key):  # its first draw: a resent value reached no callback (the box was not drawn yet)
         keep()
+    if read_text(st.session_state[key]) != step.text:
+        offer.button("Use this step's prepared input", key=f"lesson_prepared_{n}", on_click=prepared,
+                     icon=":material/undo:", help=f"“{step.text}”", width="stretch")
+    else:
+        offer.caption("This step's prepared input.")
     if n in st.session_state.get(_CUT, {}):
         st.info(f"Your input had {st.session_state[_CUT][n]:,} characters; the lesson keeps the first {LIMIT}, "
                 "shown in the box.", icon=":material/content_cut:")
@@ -162,6 +177,7 @@ def render(ctx: ViewContext) -> None:
                    help="The tiny recipe trained from different seeds: every head a step names is measured on the "
                         "model picked here, so the names follow it.")
     _TOP(data={"step": n, "moved": bool(st.session_state.get(_MOVED))}, key="lesson_top")
+    lesson_steps.watch_column()
     top = _bar(n, len(steps), "top")
     st.markdown(f"**{step.claim}**")
     text = step.text
