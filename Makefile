@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PORT ?= 8501
 STAMP := $(VENV)/.installed
 
-.PHONY: setup setup-test setup-compile compile setup-browser setup-nginx lint run serve test test-fast train train-seeds probe bench train-twins
+.PHONY: setup setup-test setup-compile compile setup-browser setup-nginx lint run serve test test-fast train train-seeds probe study bench train-twins
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -104,6 +104,14 @@ train-twins: setup
 # Every saved step of assets/tiny/ and of each seed under it: assets/tiny/probes.json, seeds/seedN/probes.json.
 probe: setup
 	$(PY) -m mha_viz.tiny_probes
+
+# tiny and its seeds measured at every saved step as a study (assets/tiny/study.duckdb, which the Training view
+# opens first): made again from scratch whenever the census or the weights change. Needs ray and duckdb (the
+# `scale` extra, installed with the test requirements).
+study: setup-test
+	rm -f assets/tiny/study.duckdb
+	$(PY) -m mha_viz.cli study assets/tiny assets/tiny/seeds/seed1 assets/tiny/seeds/seed2 assets/tiny/seeds/seed3 \
+	  --out assets/tiny/study.duckdb
 
 bench: setup setup-browser
 	$(PY) benchmarks/bench_compute.py

@@ -18,7 +18,7 @@ from mha_viz.settings import ASSETS
 
 REPO = Path(__file__).resolve().parents[2]
 INDUCTION = ASSETS / "compiled" / "induction"
-SUBCOMMANDS = ("serve", "compile", "train-twin", "check")
+SUBCOMMANDS = ("serve", "compile", "train-twin", "check", "study")
 
 
 @pytest.fixture(autouse=True)
