@@ -35,8 +35,10 @@ def logits_at(model: Model, text: str | EncodedText, view: str) -> tuple[int, ..
     """The positions whose logits the page's runs need for `view`: the prediction position this panel reads
     (`Model.prediction_position`, read off the text's tokens before any run; none when there is none, such as a
     masked LM's text without a mask), or None (every position) for a view outside PREDICTION_ONLY and for a
-    model with cross-attention (its logits are over the target, which the run makes)."""
-    if view not in PREDICTION_ONLY or model.has_cross_attention:
+    model with cross-attention (its logits are over the target, which the run makes). A model without an LM head
+    (an encoder such as MiniLM, a program) predicts nowhere: None, so its runs share the other views' key and a text
+    is kept once."""
+    if view not in PREDICTION_ONLY or model.has_cross_attention or model.info.kind not in ("causal-lm", "masked-lm"):
         return None
     tokens = model.encode_text(text).encoded.labels
     # prediction_position reads a run's tokens, and whether it has logits at all (a placeholder here: the run's

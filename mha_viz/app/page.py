@@ -112,10 +112,10 @@ def main() -> None:
     if model is None:
         return
     # Links name heads of every kind an encoder-decoder model has (web/kinds.py's one set).
-    for notice in state.apply_pending(name, all_layers(model), model.n_heads):
+    for notice in state.apply_pending(name, all_layers(model), model.n_heads, model=model):
         st.warning(f"Link: {notice}")
     n_cols, shared_scale, hide_special, merge = sidebar.display_options(model)
-    ablation = sidebar.ablation()
+    ablation = sidebar.ablation(model)
     sidebar.learned_note(model)
     boxed = state.current_view(list(VIEWS)) not in OWN_INPUT
     if not boxed:
@@ -186,7 +186,8 @@ def heads_and_views(model: Model, name: str, text: str, n_cols: int, shared_scal
         if about_run:
             off_panel.effect_panel(ctx)
     finally:  # the URL is written here only, after the view chose its defaults (the selected token)
-        state.write_url(name, text, layer, set(heads_off), view, two_texts=model.has_cross_attention)
+        state.write_url(name, text, layer, set(heads_off), view, two_texts=model.has_cross_attention,
+                        model=model)
 
 
 def _running(model: Model, read, layer: int, summary_box, grid_on_layer, sent: dict):

@@ -55,14 +55,14 @@ def display_options(model: Model) -> tuple[int, bool, bool, bool]:
     return n_cols, scale == SHARED_SCALE, hide_special, merge
 
 
-def ablation() -> str:
+def ablation(model) -> str:
     """What switching a head off means: one of `Ablation.kinds()` by its key (Model.run's `ablation`); carried in
-    the URL. The choices and their help are each meaning's own words."""
+    the URL. The choices and their help are each meaning's own words, as they hold for `model` (`help_for`)."""
     st.sidebar.header("Switching a head off")
     return st.sidebar.radio(
         "Sets the head's output to", list(ABLATION_LABELS), format_func=ABLATION_LABELS.get, key="ablation",
         help="A head's output is its slice of the output projection's input.\n\n"
-             + "\n\n".join(f"**{a.label}**: {a.help}" for a in Ablation.kinds())
+             + "\n\n".join(f"**{a.label}**: {a.help_for(model)}" for a in Ablation.kinds())
              + "\n\nSee the Patching view's notes.",
     )
 

@@ -83,8 +83,8 @@ def read_url_once(views: list[str]) -> list[str]:
         if not reconnect.rebuilt():  # as the source's box: a rebuilt session leaves the box to the browser
             st.session_state[TARGET_BOX] = get["target"]
     if "kind" in get:  # range-checked here: the kinds are the same for every model with cross-attention
-        if get["kind"] in kinds.KINDS:
-            st.session_state[KIND_KEY] = st.session_state[KIND_KEPT] = get["kind"]
+        if kinds.canonical(get["kind"]):  # in any case: kind=cross opens the Cross grid
+            st.session_state[KIND_KEY] = st.session_state[KIND_KEPT] = kinds.canonical(get["kind"])
         else:
             notices.append(f"kind={_quoted(get['kind'], 20)} in the link is not one of {', '.join(kinds.KINDS)} "
                            "and was ignored.")
@@ -94,13 +94,12 @@ def read_url_once(views: list[str]) -> list[str]:
             pending["layer"] = int(get["layer"])
         except ValueError:
             notices.append(f"layer={_quoted(get['layer'], 20)} in the link is not a number and was ignored.")
-    for key in ("off", "compare"):
-        if key in get:
-            heads, bad = parse_link_heads(get[key])
-            if bad:
-                notices.append(f"{key}: {', '.join(_quoted(b, 20) for b in bad[:5])} in the link are not heads like "
-                               "'L0H3' and were ignored.")
-            pending[key] = heads
+    if "off" in get:  # read against the loaded model (apply_pending): "Cross L0 H3" needs its layer counts
+        pending["off_link"] = get["off"]
+    if "compare" in get:
+        heads, bad = parse_link_heads(get["compare"])
+        notices += _not_heads("compare", bad)
+        pending["compare"] = heads
     if "token" in get:  # range-checked by the token views, against the text's own tokens
         try:
             st.session_state["token"] = int(get["token"])
@@ -133,12 +132,23 @@ def read_url_once(views: list[str]) -> list[str]:
     return notices
 
 
-def apply_pending(model_name: str, n_layers: int, n_heads: int) -> list[str]:
-    """Range-check the URL's layer and heads against the loaded model, then apply them."""
+def _not_heads(key: str, bad: list[str]) -> list[str]:
+    return [f"{key}: {', '.join(_quoted(b, 20) for b in bad[:5])} in the link are not heads like 'L0H3' and were "
+            "ignored."] if bad else []
+
+
+def apply_pending(model_name: str, n_layers: int, n_heads: int, model=None) -> list[str]:
+    """Range-check the URL's layer and heads against the loaded model, then apply them. `model`: the loaded model,
+    whose kinds of attention the heads off may name ("Cross L0 H3"); None reads them as one stack's."""
     pending = st.session_state.pop("_url_pending", None)
     if not pending:
         return []
     notices = []
+    if "off_link" in pending:
+        raw = pending.pop("off_link")
+        heads, bad = kinds.parse_set_link_heads(model, raw) if model is not None else parse_link_heads(raw)
+        notices += _not_heads("off", bad)
+        pending["off"] = heads
     if "layer" in pending:
         layer = pending["layer"]
         if 0 <= layer < n_layers:
@@ -161,11 +171,13 @@ def apply_pending(model_name: str, n_layers: int, n_heads: int) -> list[str]:
     return notices
 
 
-def write_url(model_name: str, text: str, layer: int, off: set, view: str, two_texts: bool = False) -> None:
+def write_url(model_name: str, text: str, layer: int, off: set, view: str, two_texts: bool = False,
+              model=None) -> None:
     """The one place the URL is written: once per run of the page, after the view has drawn (so a view's default,
     such as the selected token, is in it). The browser components never write it themselves. `two_texts`: the
     model has cross-attention, so the link also carries its target and the kind its grid shows (the layer is
-    numbered within that kind)."""
+    numbered within that kind). `model`: the loaded model, so heads off read as the page names them ("Cross L0
+    H3"); None writes them as one stack's."""
     state = {"model": model_name, "layer": str(layer), "view": view}
     if len(text) <= MAX_TEXT_IN_URL:
         state["text"] = text
@@ -177,7 +189,7 @@ def write_url(model_name: str, text: str, layer: int, off: set, view: str, two_t
         if kind in kinds.KINDS and kind != kinds.ENCODER:  # the Encoder is the default: such links stay as they were
             state["kind"] = kind
     if off:
-        state["off"] = link_heads(off)
+        state["off"] = kinds.set_link_heads(model, off) if model is not None else link_heads(off)
     compare = st.session_state.get("compare")
     if compare:
         state["compare"] = ",".join(c.replace(" ", "") for c in compare)  # head_name()s without the space

@@ -24,6 +24,26 @@ def _set_text(text: str) -> None:
     st.session_state["text"] = text
 
 
+def _set_pair(source: str, target: str) -> None:
+    """Both boxes of a model with cross-attention, and the texts the run reads (an example pair; an example without
+    a target clears it: the model's own greedy continuation)."""
+    _set_text(source)
+    st.session_state[TARGET_BOX] = st.session_state[TARGET] = target
+
+
+def _first_pair(model: Model) -> None:
+    """A model with cross-attention opened on the page's default sentence and no target (the one-text models'
+    first sentence, the decoder left to continue it greedily) starts on its first example pair instead, once per
+    session: a source with the target it is paired with. A sentence the visitor or a link chose is kept."""
+    pairs = model.example_pairs()  # [] for a model that reads one text
+    if not pairs or st.session_state.get(FIRST_PAIR):
+        return
+    st.session_state[FIRST_PAIR] = True
+    if (st.session_state.get("text") == DEFAULT_TEXT and st.session_state.get("text_box", DEFAULT_TEXT) == DEFAULT_TEXT
+            and not st.session_state.get(TARGET) and not st.session_state.get(TARGET_BOX)):
+        _set_pair(pairs[0][1], pairs[0][2])
+
+
 def _submit_text() -> None:
     st.session_state["text"] = st.session_state.get("text_box", "")
     if TARGET_BOX in st.session_state:
@@ -31,6 +51,7 @@ def _submit_text() -> None:
 
 
 TARGET_BOX = state.TARGET_BOX  # the target box's value; the target sent is cache.TARGET, which the link carries
+FIRST_PAIR = "_first_pair_given"  # a model with cross-attention was given its first example pair in this session
 
 
 def text_input(model: Model) -> str:
@@ -39,6 +60,8 @@ def text_input(model: Model) -> str:
     # The box's first draw in a session rebuilt after its server process died takes the browser's resent value: the
     # last sentence the visitor sent from it (reconnect.resends).
     resent = reconnect.resends("text_box")
+    if not resent:
+        _first_pair(model)
     if not resent:
         st.session_state.setdefault("text_box", st.session_state["text"])
     default = st.session_state["text"] if resent and "text_box" not in st.session_state else ""
@@ -62,9 +85,14 @@ def text_input(model: Model) -> str:
                                   "dropped.")
         buttons.form_submit_button("Show attention", type="primary", on_click=_submit_text, width="stretch")
         with buttons.popover("Examples", width="stretch"):
+            if two and model.example_pairs():  # source and target at once; the sentences alone after them
+                for i, (label, source, target) in enumerate(model.example_pairs()[:8]):
+                    st.form_submit_button(label, key=f"pair{i}", on_click=_set_pair, args=(source, target),
+                                          help=f"Source “{source}”, target “{target}”", width="stretch")
             for i, (label, text, hint) in enumerate(examples[:8]):
-                st.form_submit_button(label, key=f"ex{i}", on_click=_set_text, args=(text,),
-                                      help=f"{hint} — “{text}”", width="stretch")
+                st.form_submit_button(label, key=f"ex{i}", on_click=_set_pair if two else _set_text,
+                                      args=(text, "") if two else (text,), help=f"{hint} — “{text}”",
+                                      width="stretch")
     reconnect.drawn("text_box")
     if resent and sent and sent.strip() and sent != st.session_state["text"]:
         st.session_state["text"] = sent  # run the sentence the visitor sent as the old process died

@@ -61,6 +61,11 @@ class Ablation(str):
         """Every meaning of "off", in the order they were defined (the first is the default)."""
         return tuple(kind() for kind in Ablation._KINDS.values())
 
+    def help_for(self, model: "Model") -> str:
+        """`help` as it holds for `model`; a meaning whose words depend on the model (mean: which positions it
+        averages) says so here."""
+        return self.help
+
     def outputs(self, model: "Model", reference: Iterable[str] | None) -> torch.Tensor | None:
         """What a switched-off head outputs instead, the same vector at every position -> (L, H, dh), or None
         for zero (cheaper than a tensor of zeros: the edit multiplies by 0 and adds nothing). A meaning whose
@@ -95,11 +100,17 @@ class MeanAblation(Ablation):
     label = "mean"
     describe = "set to its average over the example sentences"
     adjective = "mean-ablated"
-    help = ("A head switched off outputs its average output instead: the mean over the example sentences' ordinary "
-            "tokens (special tokens such as [CLS], [SEP] and `<bos>` left out, each sentence weighted equally), "
-            "with every head on, the same vector at every position. It removes what the head says about this input "
+    help = ("A head switched off outputs its average output instead: its mean over the example sentences run with "
+            "every head on, the same vector at every position. It removes what the head says about this input "
             "while keeping its typical output.")
     source = "Wang et al. 2022, IOI (theirs is position by position, over aligned template sentences)"
+
+    def help_for(self, model: "Model") -> str:
+        """The help with which positions the mean takes and how sentences weigh, in `model`'s words
+        (`Model.mean_over`): the engine's definition differs from an encoder-decoder model's."""
+        return (f"A head switched off outputs its average output instead: the mean over {model.mean_over}, with "
+                "every head on, the same vector at every position. It removes what the head says about this input "
+                "while keeping its typical output.")
 
     def outputs(self, model, reference):
         return model.head_means(reference)  # (L, H, dh)

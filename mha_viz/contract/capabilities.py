@@ -80,6 +80,11 @@ class Capabilities:
         """(button label, sentence, what to look for) triples offered as one-click examples; [] for none."""
         return []
 
+    def example_pairs(self) -> list[tuple[str, str, str]]:
+        """(button label, source, target) triples an encoder-decoder model offers as one-click examples, both of
+        its texts at once; [] for a model that reads one text, or has none."""
+        return []
+
     def lexicon(self) -> Lexicon:
         """Whole words this model reads as one token each, sorted by the part they play in a template sentence
         (see `Lexicon`): what the head census builds its inputs from."""

@@ -33,6 +33,10 @@ class Model(Capabilities, ProgramCapabilities, TrainingCapability, ABC):
     """
 
     info: ModelInfo
+    # What mean ablation averages a head's output over (which positions, how texts weigh), in the words the
+    # sidebar's help uses (`MeanAblation.help_for`): the engine's definition (EditableModel.head_means).
+    mean_over = ("the example sentences' ordinary tokens (special tokens such as [CLS], [SEP] and `<bos>` left out, "
+                 "each sentence weighted equally)")
 
     @property
     def n_layers(self) -> int:

@@ -16,6 +16,15 @@ def shipped_examples() -> list[tuple[str, str, str]]:
     return [(e["label"], e["text"], e["text"]) for e in json.loads(path.read_text())]
 
 
+def shipped_pairs() -> list[tuple[str, str, str]]:
+    """(button label, source, target) for an encoder-decoder model: the shipped sentences the file gives a target
+    (`"target"`: the sentence in German, what a translation model's decoder reads); [] without the file."""
+    path = ASSETS / "examples.json"
+    if not path.exists():
+        return []
+    return [(f"{e['label']} → German", e["text"], e["target"]) for e in json.loads(path.read_text()) if e.get("target")]
+
+
 def census_texts(model: Model) -> tuple[str, ...]:
     """The natural text a census of `model` reads when none is given: its own example sentences, the shipped ones
     for a model without its own. The analysis layer loads nothing, so its callers (`mha_viz.head_census`, the Census

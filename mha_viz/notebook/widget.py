@@ -291,10 +291,13 @@ class HeadGrid(FallbackDisplay, anywidget.AnyWidget):
             self.kind = change["old"]
             raise InputError("kind applies to an encoder-decoder model's grid (Encoder, Decoder, Cross).")
         try:
-            _kinds.check_kind(self._model, change["new"])
+            kind = _kinds.check_kind(self._model, change["new"])
         except InputError:
             self.kind = change["old"]
             raise
+        if kind != change["new"]:  # "cross" -> "Cross": this observer runs again with the page's spelling
+            self.kind = kind
+            return
         self.layer = min(self.layer, _kinds.n_layers(self._model, change["new"]) - 1)
         self._send_run()
 

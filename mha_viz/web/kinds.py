@@ -8,12 +8,13 @@ as the model takes them (`Model.run`'s `ablate`: encoder layers 0 .. L_enc - 1, 
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import torch
 
 from mha_viz.contract import AttentionRun, Head, InputError, Model
-from mha_viz.names import head_name
+from mha_viz.names import MAX_HEADS_IN_LINK, head_name, link_heads, parse_link_heads
 
 ENCODER, DECODER, CROSS = "Encoder", "Decoder", "Cross"
 KINDS = (ENCODER, DECODER, CROSS)
@@ -29,11 +30,22 @@ def kinds(model: Model) -> tuple[str, ...]:
     return KINDS if model.has_cross_attention else ()
 
 
+def canonical(kind) -> str | None:
+    """`kind` as the page spells it, in any case ("cross" -> "Cross"); None when it names no kind."""
+    return {k.lower(): k for k in KINDS}.get(str(kind).strip().lower())
+
+
 def check_kind(model: Model, kind: str) -> str:
-    if kind not in kinds(model):
-        allowed = ", ".join(kinds(model)) or "none: it has one self-attention stack"
-        raise InputError(f"kind {kind!r} does not apply to {model.info.name}; its kinds are {allowed}.")
-    return kind
+    """`kind` as the page spells it ("cross", "CROSS" -> "Cross"), or an InputError that says which kinds there are:
+    a model with one self-attention stack has none, and says so."""
+    if not kinds(model):
+        raise InputError(f"kind= picks one of an encoder-decoder model's kinds of attention ({', '.join(KINDS)}); "
+                         f"{model.info.name} has one self-attention stack: leave kind out.")
+    found = canonical(kind)
+    if found is None:
+        raise InputError(f"kind {kind!r} is not a kind of attention of {model.info.name}; its kinds are "
+                         f"{', '.join(KINDS)} (in any case).")
+    return found
 
 
 @dataclass(frozen=True)
@@ -47,7 +59,8 @@ class KindView:
 
 
 def view(run: AttentionRun, kind: str) -> KindView:
-    """The attention of `kind` in an encoder-decoder run, its raw tokens as labels."""
+    """The attention of `kind` (in any case) in an encoder-decoder run, its raw tokens as labels."""
+    kind = canonical(kind) or kind
     if kind == ENCODER:
         return KindView(run.attentions, list(run.tokens), None)  # (L_enc, H, S, S)
     if kind == DECODER:
@@ -160,3 +173,38 @@ def set_head_name(model: Model, head: Head) -> str:
     kind, layer = kind_of(model, int(head[0]))
     name = head_name((layer, int(head[1])))
     return f"{kind} {name}" if kind else name
+
+
+def set_link_heads(model: Model, heads) -> str:
+    """The one set as a link carries it: "L0H3,L2H11" for a model with one stack; with cross-attention each head as
+    the page names it ("Encoder L0 H3,Cross L0 H3"), not by its index in the one set."""
+    if not model.has_cross_attention:
+        return link_heads(heads)
+    return ",".join(set_head_name(model, h) for h in sorted(heads))
+
+
+_KINDED = re.compile(r"^\s*(encoder|decoder|cross)\b\s*(.*)$", re.IGNORECASE)
+
+
+def parse_set_link_heads(model: Model, raw: str) -> tuple[list[Head], list[str]]:
+    """A link's heads in the one set's numbering, plus the items that did not parse. "Cross L0 H3" (kind in any
+    case, spaces optional) is cross-attention layer 0's head 3; a head without a kind ("L12H3") is read in the one
+    set's numbering, as links before the kinds were written, so they open as they did. A kinded head past its
+    kind's layers comes back as (-1, head): a head that does not exist, which the page counts as such."""
+    if not model.has_cross_attention:
+        return parse_link_heads(raw)
+    heads, bad = [], []
+    for item in raw.split(",")[:MAX_HEADS_IN_LINK]:
+        match = _KINDED.match(item)
+        if not match:
+            plain, wrong = parse_link_heads(item)
+            heads, bad = heads + plain, bad + wrong
+            continue
+        kind = canonical(match.group(1))
+        parsed, wrong = parse_link_heads(match.group(2))
+        if wrong or not parsed:
+            bad.append(item[:20])
+            continue
+        layer, head = parsed[0]
+        heads.append((set_offset(model, kind) + layer, head) if layer < n_layers(model, kind) else (-1, head))
+    return heads, bad

@@ -110,3 +110,14 @@ def test_a_masked_lm_reads_its_mask_and_nothing_without_one(masked_lm):
     full = model.run(text)
     now, p = top_predictions(model, full.logits[mask], 1)[0]
     assert f"top prediction now “{now}” ({p:.0%})" in _caption(at), _caption(at)
+
+
+def test_a_model_without_an_lm_head_names_no_prediction_position():
+    """MiniLM (an encoder: no LM head) predicts nowhere, so the page asks its runs for no particular positions and a
+    text is kept once in the run cache, not once per view (as a run keyed by a prediction position it has not got)."""
+    from mha_viz import load_model
+
+    model = load_model("minilm")
+    assert model.info.kind == "encoder"
+    assert logits_at(model, "The cat sat on the mat.", "Layer") is None
+    assert logits_at(cache.get_model("tiny"), TEXT, "Layer") == (len(cache.get_model("tiny").run(TEXT).tokens) - 1,)

@@ -229,3 +229,65 @@ def test_views_that_hold_for_one_text_say_why(folder, view, words):
     assert not at.exception, at.exception
     notes = [i.value for i in at.info]
     assert any(all(w in n for w in words) for n in notes), notes
+
+
+def test_a_cross_head_in_the_link_reads_as_the_page_names_it_and_old_links_still_open(folder):
+    """The link writes a cross head as the page names it ("Cross L0 H3"), not by its index in the page's one set
+    (L_enc + L_dec + layer); a link of either spelling opens with that cross head off."""
+    from mha_viz.models.hf.loading import load_custom
+
+    at = _page(folder)
+    at.session_state["grid_kind"] = "Cross"
+    at.run()
+    [t for t in at.toggle if t.label.startswith("Cross ")][3].set_value(False).run()
+    off = at.query_params["off"]
+    assert (off[0] if isinstance(off, list) else off) == "Cross L0 H3"
+    model = load_custom(str(folder))
+    old = f"L{model.n_layers + model.decoder_layers()}H3"  # as links were written before the kinds
+    for spelling in ("Cross L0 H3", "cross l0h3", old):
+        again = open_link({"model": str(folder), "text": SOURCE, "target": TARGET, "kind": "Cross", "off": spelling})
+        again.button(key="link_model_load").click().run()
+        assert not again.exception, again.exception
+        assert not [w.value for w in again.warning if "off" in w.value], spelling
+        assert grid_data(again)["off"] == [[0, 3]], spelling
+
+
+def test_an_encoder_decoder_model_opens_on_an_example_pair_and_offers_pairs(folder):
+    """Loaded after a one-text model, the Source box holds a sentence of the examples file and the Target its
+    pair, so the first run is teacher-forced on a real target, not a greedy continuation of the default sentence;
+    the Examples menu sets both boxes at once."""
+    from mha_viz.app.cache import TARGET as SENT_TARGET
+    from mha_viz.models.examples import shipped_pairs
+
+    pairs = shipped_pairs()
+    assert pairs
+    at = app_at()
+    at.sidebar.selectbox(key="model_choice").set_value("custom").run()
+    at.sidebar.text_input(key="custom_id").input(str(folder)).run()
+    assert not at.exception, at.exception
+    _, source, target = pairs[0]
+    assert (at.session_state["text"], at.session_state[SENT_TARGET]) == (source, target)
+    assert at.text_area(key="target_box").value == target
+    assert grid_data(at)["T"] == len(load_model_tokens(folder, source))  # the first run read the pair's source
+    label, source, target = pairs[1]
+    at.button(key="pair1").click().run()
+    assert not at.exception, at.exception
+    assert (at.session_state["text"], at.session_state[SENT_TARGET], label) == (source, target, pairs[1][0])
+
+
+def load_model_tokens(folder, source):
+    from mha_viz.models.hf.loading import load_custom
+
+    return load_custom(str(folder)).run(source).tokens
+
+
+def test_the_mean_ablation_help_is_true_for_each_model(folder):
+    """The sidebar's help for mean ablation says which positions the mean takes as this model computes it: the
+    one-text engine's ordinary tokens, each sentence weighed the same; an encoder-decoder model's every position,
+    each token weighed the same."""
+    at = _page(folder)
+    seq2seq = at.sidebar.radio(key="ablation").help
+    assert "special tokens included" in seq2seq and "each token weighted equally" in seq2seq
+    assert "left out" not in seq2seq and "each sentence weighted equally" not in seq2seq
+    one_text = app_at("tiny").sidebar.radio(key="ablation").help
+    assert "left out" in one_text and "each sentence weighted equally" in one_text

@@ -70,7 +70,7 @@ def test_show_takes_cross_off_and_greedy_without_target(model):
 
 def test_misuse_says_why(model):
     with pytest.raises(InputError, match="Encoder, Decoder, Cross"):
-        mha_viz.show(model, SOURCE, kind="cross", display=False)
+        mha_viz.show(model, SOURCE, kind="sideways", display=False)
     with pytest.raises(InputError, match="decoder accepts at most"):
         mha_viz.show(model, SOURCE, target=" ".join([TARGET] * 10), display=False)
     tiny = mha_viz.load_model("tiny")
@@ -126,3 +126,16 @@ def test_show_circuits_of_each_kind_offers_what_was_measured_and_says_why(model)
         assert (c.composition_note in note) if kind == "Cross" else not c.composition_note, kind
     with pytest.raises(InputError, match="composition"):
         mha_viz.show_circuits(mha_viz.circuits(model, kind="Cross"), modes=("k",), display=False)
+
+
+def test_kinds_are_read_in_any_case_and_a_wrong_one_names_the_valid_kinds(model):
+    """`kind="cross"` is the Cross grid, in show, on the widget and in circuits; a kind that is none says which
+    kinds there are, not that the model lacks cross-attention."""
+    w = mha_viz.show(model, SOURCE, target=TARGET, kind="cross", display=False)
+    assert w.kind == "Cross" and "Q" in w.grid
+    w.kind = "DECODER"
+    assert w.kind == "Decoder" and w.grid["kind"] == "Decoder"
+    assert mha_viz.circuits(model, kind="cross") is mha_viz.circuits(model, kind="Cross")
+    with pytest.raises(InputError, match="Encoder, Decoder, Cross") as err:
+        mha_viz.show(model, SOURCE, target=TARGET, kind="sideways", display=False)
+    assert "one self-attention stack" not in str(err.value)

@@ -89,11 +89,21 @@ def left_out_words(c: Circuits | None) -> str:
 ENCODER = "Encoder"  # the kind whose layers `model.n_layers` counts (the others: `model.decoder_layers()`)
 
 
+_KINDS = (ENCODER, "Decoder", "Cross")  # a model with cross-attention's kinds, as the page spells them
+
+
 def _check_kind(model, kind: str | None) -> str | None:
+    """`kind` as the page spells it, in any case ("cross" -> "Cross"); None stays None."""
     if kind is not None and not model.has_cross_attention:
         raise InputError(f"kind {kind!r} applies to models with cross-attention; {model.info.name} has one "
                          "self-attention stack: leave kind out")
-    return kind
+    if kind is None:
+        return None
+    found = {k.lower(): k for k in _KINDS}.get(str(kind).strip().lower())
+    if found is None:
+        raise InputError(f"kind {kind!r} is not a kind of attention of {model.info.name}; its kinds are "
+                         f"{', '.join(_KINDS)} (in any case)")
+    return found
 
 
 def head_weights(model, kind: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
@@ -124,12 +134,11 @@ def circuits(model, kind: str | None = None) -> Circuits:
     "Decoder" (the decoder's self-attention: one stack over the target) or "Cross" (its cross-attention: queries
     read the decoder's stream, keys and values the encoder's output, so only the composition modes the model's
     `composition_modes(kind)` names are measured, and `composition_note` says why)."""
-    if kind is None and model.has_cross_attention:
-        kind = ENCODER
+    kind = ENCODER if kind is None and model.has_cross_attention else _check_kind(model, kind)
     with _CIRCUITS_LOCK:
         per_kind = _CIRCUITS.setdefault(model, {})
         if kind not in per_kind:
-            per_kind[kind] = _circuits(model, _check_kind(model, kind))
+            per_kind[kind] = _circuits(model, kind)
         return per_kind[kind]
 
 

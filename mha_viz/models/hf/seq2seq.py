@@ -114,6 +114,9 @@ class Seq2SeqModel(Model):
         self.max_target = int(getattr(config, "max_position_embeddings", 0) or settings().max_tokens)
 
     has_cross_attention = True
+    # As `_replacements` computes it: its mean is not head_means' (which leaves special tokens out, each text first).
+    mean_over = ("every position of the example sentences (each as a source, its greedy continuation as the target), "
+                 "special tokens included, each token weighted equally, so a longer sentence weighs more")
 
     def decoder_layers(self) -> int:
         return self.n_dec
@@ -122,6 +125,11 @@ class Seq2SeqModel(Model):
         from mha_viz.models.examples import shipped_examples
 
         return shipped_examples()
+
+    def example_pairs(self) -> list[tuple[str, str, str]]:
+        from mha_viz.models.examples import shipped_pairs
+
+        return shipped_pairs()
 
     # -- encoding ------------------------------------------------------------------------------------------------
     def _source_ids(self, source: str) -> list[int]:

@@ -52,9 +52,11 @@ def sublayers(model, kind: str) -> list[Sublayer]:
 
 
 def _check_kind(kind: str) -> str:
-    if kind not in KINDS:
-        raise InputError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}.")
-    return kind
+    """`kind` as the page spells it, in any case ("cross" -> "Cross")."""
+    found = {k.lower(): k for k in KINDS}.get(str(kind).strip().lower())
+    if found is None:
+        raise InputError(f"kind must be one of {', '.join(KINDS)} (in any case); got {kind!r}.")
+    return found
 
 
 def _replace(model, ablation: str, reference, source: str, self_heads: frozenset, cross_heads: frozenset,
