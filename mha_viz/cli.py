@@ -2,7 +2,7 @@
 
     mha-viz                         the app, as `make run` starts it (http://localhost:8501)
     mha-viz --port 8600 [--host 0.0.0.0] [any streamlit option, e.g. --server.maxUploadSize 10]
-    mha-viz serve --procs 3 [--port 8080 --host 0.0.0.0 --private]     N app processes behind nginx (README)
+    mha-viz serve --procs 3 [--port 8080 --host 0.0.0.0 --private]     N app processes behind nginx (docs/deploy.md)
     mha-viz compile PROGRAM.py --out FOLDER     a RASP program compiled by Tracr into a model folder
     mha-viz train-twin FOLDER --seeds 3 [--out DIR]   learned twins of a compiled folder (DIR/seed<N>, loadable)
     mha-viz check MODEL                         whether a folder (or any name load_model takes) loads, or why not

@@ -218,7 +218,7 @@ class Settings:
 
     @staticmethod
     def documented() -> list[tuple[str, str]]:
-        """(variable, help) for every setting, for the README and error messages."""
+        """(variable, help) for every setting, for docs/settings.md and error messages."""
         return [(f.metadata["env"], f.metadata["help"]) for f in fields(Settings) if "env" in f.metadata]
 
 

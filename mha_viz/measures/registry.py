@@ -340,7 +340,7 @@ def score_words(score: str) -> str:
 
 
 def markdown_table() -> str:
-    """The README's table of measures, made from the entries (the relations share one row): README.md holds it
+    """The table of measures, made from the entries (the relations share one row): docs/measures.md holds it
     between `<!-- measures -->` markers and a test checks it is this."""
     rows = ["| name | label | what it measures | source (and where ours differs) |", "| --- | --- | --- | --- |"]
     relations = [n for n in _REGISTRY if n in RELATIONS]

@@ -381,9 +381,30 @@ def test_the_analysis_package_lists_every_module_it_holds():
     assert set(listed) == files, f"listed, not there: {set(listed) - files}; there, not listed: {files - set(listed)}"
 
 
+def _page_map(page: str) -> dict[str, list[str]]:
+    """The file lists of ARCHITECTURE.md's "Where everything is": {folder: the names listed under it}."""
+    block = page.split("## Where everything is", 1)[1].split("```", 2)[1]
+    lists: dict[str, list[str]] = {}
+    folder = None
+    for line in block.splitlines():
+        if line.startswith("mha_viz/"):
+            folder = line.split()[0]
+            lists[folder] = []
+        elif line.startswith("  ") and folder and line.strip():
+            lists[folder].append(line.split()[0])
+    return lists
+
+
+def _in_tree(folder: Path) -> set[str]:
+    """What a folder holds as the page lists it: modules and assets by file name, packages and folders with a '/'."""
+    return ({p.name for p in folder.iterdir() if p.is_file() and p.suffix in (".py", ".js", ".css")}
+            | {p.name + "/" for p in folder.iterdir() if p.is_dir() and p.name != "__pycache__"})
+
+
 def test_the_architecture_page_names_what_exists():
-    """docs/ARCHITECTURE.md's every claim names its test: each `tests/...py::name` it cites is a test function of
-    that file, each `mha_viz/...` path it names exists, and every claim of its lists cites at least one test."""
+    """docs/ARCHITECTURE.md's every rule names its test: each `tests/...py::name` it cites is a test function of
+    that file, each `mha_viz/...` path it names exists, every list item (a rule) cites at least one test, and each
+    file list of "Where everything is" is its folder's, file for file (no file left out, none that is gone)."""
     page = (PKG.parent / "docs" / "ARCHITECTURE.md").read_text()
     cited = re.findall(r"(tests/[\w/]+\.py)::(\w+)", page)
     assert len(cited) >= 10
@@ -391,7 +412,16 @@ def test_the_architecture_page_names_what_exists():
                or not re.search(rf"^def {name}\(", (PKG.parent / path).read_text(), re.MULTILINE)]
     assert not missing, f"ARCHITECTURE.md cites tests that are not there: {missing}"
     paths = set(re.findall(r"(mha_viz/[\w/]+(?:\.py|/))", page))
-    assert not [p for p in paths if not (PKG.parent / p).exists()], "ARCHITECTURE.md names paths that are not there"
-    claims = re.split(r"\n(?=- |\d\. )", page.split("## The layers", 1)[1])
-    uncited = [c.splitlines()[0] for c in claims if c.startswith(("- ", "1.", "2.", "3.", "4.")) and "tests/" not in c]
-    assert not uncited, f"claims without a test: {uncited}"
+    gone = [p for p in paths if not (PKG.parent / p).exists()]
+    assert not gone, f"ARCHITECTURE.md names paths that are not there: {gone}"
+    prose = re.sub(r"```.*?```", "", page, flags=re.DOTALL)
+    rules = re.split(r"\n(?=- |\d\. )", prose)
+    uncited = [r.splitlines()[0] for r in rules if re.match(r"- |\d\. ", r) and "tests/" not in r]
+    assert not uncited, f"rules without a test: {uncited}"
+    lists = _page_map(page)
+    assert len(lists) >= 7, sorted(lists)
+    wrong = {folder: {"not listed": sorted(_in_tree(PKG.parent / folder) - set(names) - {"__init__.py"}),
+                      "not there": sorted(set(names) - _in_tree(PKG.parent / folder))}
+             for folder, names in lists.items()}
+    wrong = {f: w for f, w in wrong.items() if w["not listed"] or w["not there"]}
+    assert not wrong, f"ARCHITECTURE.md's file lists differ from the tree: {wrong}"

@@ -114,13 +114,14 @@ def test_confidence_is_the_mean_largest_weight():
     assert base == pytest.approx(sum(1 / (q + 1) for q in range(1, t)) / (t - 1))
 
 
-def test_the_readme_table_is_the_registry():
-    """README.md's table of measures is made from the entries, so a new or reworded measure cannot leave it stale."""
-    readme = (PKG.parent / "README.md").read_text()
+def test_the_measures_page_table_is_the_registry():
+    """docs/measures.md's table of measures is made from the entries, so a new or reworded measure cannot leave it
+    stale."""
+    readme = (PKG.parent / "docs" / "measures.md").read_text()
     start = readme.index("<!-- measures:")
     start = readme.index("\n", start) + 1
     table = readme[start:readme.index("<!-- /measures -->")].strip()
-    assert table == M.markdown_table(), ("README.md's measures table differs from the registry: replace it with "
+    assert table == M.markdown_table(), ("docs/measures.md's measures table differs from the registry: replace it with "
                                         "python -c 'from mha_viz import measures; print(measures.markdown_table())'")
 
 

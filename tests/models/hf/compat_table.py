@@ -1,9 +1,9 @@
-"""README.md's compatibility table, rendered from the architecture matrix's expectations (test_architectures.py),
+"""docs/models.md's compatibility table, rendered from the architecture matrix's expectations (test_architectures.py),
 which the matrix holds to with strict xfails: a check marked failing that passes, or one unmarked that fails, fails
 the suite, so the table says what the matrix measured.
 
-    python -m tests.models.hf.compat_table          write the table into README.md between its markers
-    python -m tests.models.hf.compat_table --check  exit 1 when README.md's table differs
+    python -m tests.models.hf.compat_table          write the table into docs/models.md between its markers
+    python -m tests.models.hf.compat_table --check  exit 1 when docs/models.md's table differs
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tests.models.hf import matrix
 from tests.models.hf.architectures import ARCHS
 from tests.models.hf.expected import FAILING, NOT_LOADING
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+PAGE = Path(__file__).resolve().parents[3] / "docs" / "models.md"  # the page the table lives on
 START = "<!-- architecture-matrix:start (python -m tests.models.hf.compat_table) -->"
 END = "<!-- architecture-matrix:end -->"
 # Checks that compare against transformers say "exact"; the others run and check their own shapes.
@@ -62,17 +62,17 @@ def render() -> str:
 
 
 def current() -> str | None:
-    text = README.read_text(encoding="utf-8")
+    text = PAGE.read_text(encoding="utf-8")
     if START not in text or END not in text:
         return None
     return text.split(START, 1)[1].split(END, 1)[0].strip("\n")
 
 
 def write() -> None:
-    text = README.read_text(encoding="utf-8")
+    text = PAGE.read_text(encoding="utf-8")
     before, rest = text.split(START, 1)
     after = rest.split(END, 1)[1]
-    README.write_text(f"{before}{START}\n{render()}\n{END}{after}", encoding="utf-8")
+    PAGE.write_text(f"{before}{START}\n{render()}\n{END}{after}", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""What the architecture matrix expects to fail today (test_architectures.py marks these xfail(strict=True); README's
-table is rendered from them by compat_table.py)."""
+"""What the architecture matrix expects to fail today (test_architectures.py marks these xfail(strict=True);
+docs/models.md's table is rendered from them by compat_table.py)."""
 
 # Architectures of the matrix refused before any weights load, and why (what the refusal names).
 NOT_LOADING: dict[str, str] = {}

@@ -2,7 +2,7 @@
 itself: the model reads matrix.TEXT as its source and matrix.SOURCE as its target (teacher-forced), and edits are
 made on the reference by a forward pre-hook on the output projection of the head's kind (encoder self-attention,
 decoder self-attention, cross-attention), as matrix.py does for one stack. Checks that do not hold for two texts
-raise the model's own UnavailableError (expected.py says so, and the README's table)."""
+raise the model's own UnavailableError (expected.py says so, and docs/models.md's table)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,7 +1,7 @@
 """The architecture matrix: one tiny random model per transformers architecture (tests/models/hf/architectures.py),
 built here, loaded as a user's folder, and checked against transformers itself (tests/models/hf/matrix.py says
 what each check compares). What fails today is marked `xfail(strict=True)` with its reason, so a fix flips it and
-a regression fails; README.md's compatibility table is rendered from the same marks (`compat_table.py`)."""
+a regression fails; docs/models.md's compatibility table is rendered from the same marks (`compat_table.py`)."""
 from __future__ import annotations
 
 import functools
@@ -77,9 +77,9 @@ def test_refused_before_any_weights_load(arch, root, monkeypatch):
     assert "Try a model" in str(refused.value)
 
 
-def test_readme_table_is_current():
+def test_the_models_page_table_is_current():
     from tests.models.hf import compat_table
 
     assert compat_table.current() == compat_table.render(), (
-        "README.md's architecture table differs from the matrix's expectations (tests/models/hf/expected.py); "
+        "docs/models.md's architecture table differs from the matrix's expectations (tests/models/hf/expected.py); "
         "regenerate it with: python -m tests.models.hf.compat_table")
