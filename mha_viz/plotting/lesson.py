@@ -25,7 +25,7 @@ from mha_viz.plotting.layout import FONT, NO_TEMPLATE, _as_np, _label_room
 from mha_viz.plotting.tokens import axis_labels
 
 COLUMN_PX = 540  # the main column's width at 1000x800, sidebar open: the plan until the page has measured it
-CELL_MAX = 40.0  # px: a cell no larger (a short input would draw huge squares)
+CELL_MAX = 64.0  # px: a cell no larger (a short input would draw huge squares)
 FONT_PX = 10  # px: token labels and tick labels are never smaller
 LABEL_PX = 12.0  # px a token label needs at `FONT_PX` (1.2 line height)
 GAP = 16  # px between panels
@@ -202,6 +202,18 @@ def _bound(*tensors: torch.Tensor) -> float:
     return max(finite + [1e-6])
 
 
+def _flow(panels: list[Panel], room: float) -> list[list[Panel]]:
+    """`panels` in order, as many a row as fit `room` px with every token labelled (a cell of `LABEL_PX`)."""
+    rows: list[list[Panel]] = [[]]
+    for p in panels:
+        row = rows[-1] + [p]
+        if rows[-1] and sum(q.z.shape[1] for q in row) * LABEL_PX + GAP * (len(row) - 1) > room:
+            rows.append([p])
+        else:
+            rows[-1] = row
+    return rows
+
+
 def mechanism_figure(tokens: list[str], heads: list[dict], query: int | None = None,
                      column: float = COLUMN_PX) -> go.Figure:
     """Two (or more) heads of one layer on the same tokens, one head a block of two rows: its queries Q, keys K and
@@ -212,6 +224,7 @@ def mechanism_figure(tokens: list[str], heads: list[dict], query: int | None = N
     scores (Q, K) with -inf where masked, weights (Q, K), marked."""
     labels = positions(tokens)
     rows = []
+    room = column - _label_room(labels, FONT_PX) - 26  # px across for cells and gaps, every token labelled
     for h in heads:
         out = h["weights"] @ h["v"]  # (Q, dh): each query's weighted sum of the values
         qkv = _bound(h["q"], h["k"], h["v"], out)
@@ -220,18 +233,18 @@ def mechanism_figure(tokens: list[str], heads: list[dict], query: int | None = N
         s = _bound(scores)
         shown = scores.masked_fill(masked, float("nan"))  # NaN: drawn as the grey background, the mask
         mark = dict(marked=h["marked"], name=h["name"])
-        rows.append([Panel(_as_np(h["q"]), f"{h['name']} · Q", labels, None, DIFF_SCALE, -qkv, qkv, "value",
-                           row=query, **mark),
-                     Panel(_as_np(h["k"]), f"{h['name']} · K", labels, None, DIFF_SCALE, -qkv, qkv, "value",
-                           **mark),
-                     Panel(_as_np(h["v"]), f"{h['name']} · V", labels, None, DIFF_SCALE, -qkv, qkv, "value",
-                           **mark)])
-        rows.append([Panel(_as_np(shown), f"{h['name']} · q·k scaled", labels, labels, DIFF_SCALE, -s, s,
-                           "score", mask=masked.numpy(), row=query, **mark),
-                     Panel(_as_np(h["weights"]), f"{h['name']} · softmax", labels, labels, ATTN_SCALE,
-                           0.0, 1.0, "weight", row=query, **mark),
-                     Panel(_as_np(out), f"{h['name']} · weights × V", labels, None, DIFF_SCALE, -qkv, qkv,
-                           "value", row=query, **mark)])
+        # In reading order: Q and K, their scaled scores, the softmax, then V and the weighted sum.
+        panels = [Panel(_as_np(h["q"]), f"{h['name']} · Q", labels, None, DIFF_SCALE, -qkv, qkv, "value",
+                        row=query, **mark),
+                  Panel(_as_np(h["k"]), f"{h['name']} · K", labels, None, DIFF_SCALE, -qkv, qkv, "value", **mark),
+                  Panel(_as_np(shown), f"{h['name']} · q·k scaled", labels, labels, DIFF_SCALE, -s, s, "score",
+                        mask=masked.numpy(), row=query, **mark),
+                  Panel(_as_np(h["weights"]), f"{h['name']} · softmax", labels, labels, ATTN_SCALE, 0.0, 1.0,
+                        "weight", row=query, **mark),
+                  Panel(_as_np(h["v"]), f"{h['name']} · V", labels, None, DIFF_SCALE, -qkv, qkv, "value", **mark),
+                  Panel(_as_np(out), f"{h['name']} · weights × V", labels, None, DIFF_SCALE, -qkv, qkv, "value",
+                        row=query, **mark)]
+        rows += _flow(panels, room)
     return panel_grid(rows, column=column)
 
 

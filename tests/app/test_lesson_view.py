@@ -21,6 +21,7 @@ from streamlit.testing.v1 import AppTest
 from mha_viz import head_census, load_model, measures, seeds
 from mha_viz.analysis import combine_heads
 from mha_viz.analysis.agreement import agreement
+from mha_viz.analysis.census_run import census_inputs
 from mha_viz.analysis.importance import head_importance
 from mha_viz.analysis.scores import run_scores, run_support
 from mha_viz.app import lesson_steps
@@ -110,7 +111,8 @@ def test_a_step_asks_first_and_its_question_and_answer_follow_the_model():
         prev = next(h for h in _named(model, "previous") if h[0] == 0)
         question = next(r for r in at.radio if r.key == "lesson_q_1")
         assert f"switch off {head_name(prev)}" in question.label
-        assert not [c for c in at.get("plotly_chart")], "the figure is shown before the prediction"
+        # Before the prediction only the first screen's figure (what attention is) is drawn, none of the step's.
+        assert [c.key for c in at.get("plotly_chart")] == ["lesson_intro"], "a step's figure before the prediction"
         question.set_value("Only the other heads of layer 0").run()
         assert at.get("plotly_chart")
         assert "the answer is “Only the heads of the later layers”" in at.info[0].value
@@ -123,7 +125,8 @@ def test_the_typed_input_stays_across_next_and_back_and_a_long_paste_is_cut():
     at.button(key="lesson_next").click().run()
     at.button(key="lesson_back").click().run()
     assert at.text_input(key="lesson_text_1").value == "anna saw ben . ben saw anna ."
-    assert at.query_params["lesson_text_1"] in ("anna saw ben . ben saw anna .", ["anna saw ben . ben saw anna ."])
+    # One sentence the steps share: the link carries it once.
+    assert at.query_params["lesson_text_0"] in ("anna saw ben . ben saw anna .", ["anna saw ben . ben saw anna ."])
     at.text_input(key="lesson_text_1").input("anna " * 100).run()
     assert len(at.text_input(key="lesson_text_1").value) == 400
     assert any("keeps the first 400" in i.value for i in at.info)
@@ -209,17 +212,21 @@ def test_step2_draws_each_heads_queries_keys_scores_and_softmax_from_the_run():
     b = max((h for h in range(len(inside)) if h != a[1]), key=lambda h: float((rows[h] - rows[a[1]]).abs().sum()))
     for head in (a[1], b):
         name = head_name((0, head))
-        soft = heatmap_z(_trace(at, f"{name}: softmax"))
+        soft = heatmap_z(_trace(at, f"{name} · softmax"))
         assert np.allclose(soft, run.attentions[0, head].numpy(), atol=1e-6), name
-        scores = heatmap_z(_trace(at, f"{name}: q·k scaled"))
+        scores = heatmap_z(_trace(at, f"{name} · q·k scaled"))
         finite = torch.isfinite(inside[head].scores).numpy()
         assert np.isnan(scores[~finite]).all() and (~finite).any()  # the causal mask, drawn as blank cells
         assert np.allclose(scores[finite], inside[head].scores.numpy()[finite], atol=1e-5)
         assert np.allclose(torch.softmax(torch.tensor(np.nan_to_num(scores, nan=-np.inf)), -1).numpy(), soft,
                            atol=1e-5)  # the softmax of the drawn scores is the drawn pattern
-        assert np.allclose(heatmap_z(_trace(at, f"{name}: keys K")), inside[head].k.numpy(), atol=1e-6)
-    assert np.allclose(heatmap_z(_trace(at, f"{head_name(a)}: queries Q")), inside[a[1]].q.numpy(), atol=1e-6)
-    mech = next(f for f in _figures(at) if any(t.get("name") == f"{head_name(a)}: keys K" for t in f["data"]))
+        assert np.allclose(heatmap_z(_trace(at, f"{name} · K")), inside[head].k.numpy(), atol=1e-6)
+        # The values and the weighted sum: each query's output is its softmax row times V.
+        assert np.allclose(heatmap_z(_trace(at, f"{name} · V")), inside[head].v.numpy(), atol=1e-6)
+        assert np.allclose(heatmap_z(_trace(at, f"{name} · weights × V")),
+                           (inside[head].weights @ inside[head].v).numpy(), atol=1e-5)
+    assert np.allclose(heatmap_z(_trace(at, f"{head_name(a)} · Q")), inside[a[1]].q.numpy(), atol=1e-6)
+    mech = next(f for f in _figures(at) if any(t.get("name") == f"{head_name(a)} · K" for t in f["data"]))
     marked = [x["text"] for x in mech["layout"]["annotations"] if x["text"].startswith("<b>▶")]
     assert marked and all(head_name(a) in x for x in marked)
     assert len(mech["layout"]["yaxis"]["tickvals"]) == len(run.tokens)  # every token labelled
@@ -232,13 +239,18 @@ def test_step2_picking_another_token_names_that_tokens_keys():
     a = next(h for h in _named("tiny", "previous") if h[0] == 0)
     inside = model.inside_layer(lesson_steps.TEXT_PARALLEL, 0)
     query = 5
-    at.selectbox(key="lesson_try_2").set_value(query).run()
+    _query_box(at).set_value(query).run()
     assert not at.exception, at.exception
     row = inside[a[1]].weights[query]
     top = int(row.argmax())
     assert top == query - 1  # a previous-token head: the token before
     assert f"{head_name(a)}'s query for" in _saw(at) and f"scores key {top}," in _saw(at)
     assert f"weight {float(row[top]):.2f}" in _saw(at)
+
+
+def _query_box(at):
+    """Step 2's "follow another query token" box (its key carries the input it was drawn for)."""
+    return next(b for b in at.selectbox if (b.key or "").startswith("lesson_try_2"))
 
 
 def _input_check(name: str, role: str, text: str) -> str:
@@ -298,7 +310,7 @@ def test_a_long_input_labels_every_kth_token_and_the_step_says_which():
     at.text_input(key="lesson_text_2").set_value(text).run()
     _answer(at)
     assert not at.exception, at.exception
-    mech = next(f for f in _figures(at) if any(t.get("name", "").endswith(": keys K") for t in f["data"]))
+    mech = next(f for f in _figures(at) if any(t.get("name", "").endswith(" · K") for t in f["data"]))
     labels, shown = mech["data"][0]["y"], mech["layout"]["yaxis"]["tickvals"]
     step = -(-len(labels) // len(shown))
     assert len(labels) > 60 and shown == labels[::step] and step > 1
@@ -324,7 +336,7 @@ def test_step4_draws_the_concatenation_projected_and_summed_and_its_words_follow
         if switch:
             at.toggle(key="lesson_try_4").set_value(True).run()
             assert not at.exception, at.exception
-        concat, projected = _trace(at, "concatenation"), _trace(at, "projected")
+        concat, projected = _trace(at, "concatenation z"), _trace(at, "projected")
         rows = heatmap_z(projected)  # (H + 2, D): the contributions, the bias, their sum
         assert np.allclose(rows[:-2].sum(0) + rows[-2], rows[-1], atol=1e-5)  # the sum row is their sum
         bars = _bars(at)
@@ -445,6 +457,7 @@ def test_the_named_heads_follow_the_lessons_model():
     assert f"Try: switch {head_name(heads['tiny#seed2'])} off" in [t.label for t in at.toggle]
     at.selectbox(key="lesson_model_pick").set_value("tiny").run()
     assert not at.exception, at.exception
+    _answer(at)  # another model asks another question
     assert f"Try: switch {head_name(heads['tiny'])} off" in [t.label for t in at.toggle]
     assert "lesson_model" not in at.query_params  # tiny is the default: the link stays short
     quiet, loud, importance = _quiet_and_loud("tiny#seed2", lesson_steps.TEXT_PREDICT)
@@ -458,6 +471,7 @@ def test_a_typed_sentence_is_measured_instead():
     at = _lesson({"lesson": "3"})
     at.text_input(key="lesson_text_3").set_value(text).run()
     assert not at.exception, at.exception
+    _answer(at)  # a new sentence asks its own question
     assert _input_check("tiny", "induction", text) in _saw(at)
     assert "On the prepared sentence: " + _input_check("tiny", "previous", lesson_steps.TEXT_REPEAT) in _saw(at)
 
@@ -478,6 +492,7 @@ def test_script_tags_are_unknown_words_and_give_no_induction_reading():
     at = _lesson({"lesson": "1"})
     at.text_input(key="lesson_text_1").set_value("<script>alert(1)</script>").run()
     assert not at.exception, at.exception
+    _answer(at)
     assert "11 of 11 words are unknown to tiny" in _captions(at)
     assert not re.search(r"(induction|same token earlier) \d+%", _saw(at)), _saw(at)
     for line in _saw(at).splitlines()[2:-1]:  # each head's line: its reading says how many queries it averaged
@@ -493,6 +508,7 @@ def test_unknown_words_are_counted_marked_and_make_no_role_in_step3():
     at = _lesson({"lesson": "3"})
     at.text_input(key="lesson_text_3").set_value(text).run()
     assert not at.exception, at.exception
+    _answer(at)
     assert "9 of 14 words are unknown to tiny" in _captions(at)
     saw = _saw(at)
     assert _support("tiny", text)["induction"] < measures.SUPPORT_FLOOR
@@ -628,3 +644,193 @@ def test_visitors_get_the_viewer_toolbar():
         config.get_config_options(force_reparse=True)
     argv = streamlit_argv(8501, None, [])
     assert argv[argv.index("--client.toolbarMode") + 1] == "viewer"
+
+
+# -- A student alone: one input and one query, the whole mechanism, words before use, what moved, first picks, a
+#    relation of grammar, figures from the column, one shared box. Heads and words are read from the census and the
+#    model, never typed, so these hold when tiny's tokenizer or training changes.
+
+def _content(run) -> list[int]:
+    return [i for i in range(len(run.tokens)) if i not in set(run.special)]
+
+
+def test_step2_a_new_sentence_starts_its_query_box_on_the_questions_token():
+    """A query picked on one sentence does not carry to the next: the box, the question, the figure's outlined
+    row and the lines all follow the new sentence's last token."""
+    at = _lesson({"lesson": "2"})
+    _query_box(at).set_value(3).run()
+    text = "the red fox and the red fox saw anna at the park again ."
+    at.text_input(key="lesson_text_2").input(text).run()
+    _answer(at)
+    assert not at.exception, at.exception
+    run = load_model("tiny").run(text)
+    last = _content(run)[-1]
+    box = _query_box(at)
+    assert box.value == last and len(box.options) == len(_content(run)), (box.value, box.options)
+    kept = next(r for r in at.radio if r.key == "lesson_q_2_kept")
+    assert f"Token {last}, “{run.tokens[last]}”" in kept.label
+    mech = next(f for f in _figures(at) if any(t.get("name", "").endswith(" · K") for t in f["data"]))
+    outlined = {s.get("name", "") for s in mech["layout"]["shapes"] if "(query" in s.get("name", "")}
+    assert outlined and all(name.endswith(f"(query {last})") for name in outlined), outlined
+    assert f"query for “{run.tokens[last]}”" in _saw(at)
+
+
+def test_step2_explains_the_scale_factor_where_it_is_not_one_over_root_d():
+    at = _lesson({"lesson": "2"})
+    model, text = load_model("tiny"), lesson_steps.TEXT_PARALLEL
+    inside = model.inside_layer(text, 0)
+    query = _content(model.run(text))[-1]
+    dh = inside[0].q.shape[-1]
+    assert f"1/√{dh} = {dh ** -0.5:.3f}" in _saw(at)
+    if inside[0].query_scale is not None and abs(float(inside[0].query_scale[query]) - 1) > 1e-4:
+        assert f"ln {query + 1} = {float(inside[0].query_scale[query]):.3f}" in _saw(at), _saw(at)
+
+
+def test_step4_draws_each_heads_slice_of_w_o_and_each_contribution_is_its_part_times_its_slice():
+    at = _lesson({"lesson": "4"})
+    model, text = load_model("tiny"), lesson_steps.TEXT_PARALLEL
+    layer = model.n_layers // 2
+    w_o = model.readout(text).w_o[layer]  # (H, dh, D)
+    n_heads, dh, d = w_o.shape
+    drawn = heatmap_z(_trace(at, "W_O"))
+    assert drawn.shape == (n_heads * dh, d) and np.allclose(drawn, w_o.reshape(-1, d).numpy(), atol=1e-6)
+    z = heatmap_z(_trace(at, "concatenation z")).reshape(n_heads, dh)
+    rows = heatmap_z(_trace(at, "projected"))
+    for h in range(n_heads):
+        assert np.allclose(z[h] @ w_o[h].numpy(), rows[h], atol=1e-4), h
+    fig = next(f for f in _figures(at) if any(t.get("name") == "W_O" for t in f["data"]))
+    assert "output dimension" in fig["layout"]["xaxis2"]["title"]["text"]
+    assert fig["layout"]["yaxis"]["ticktext"][0].endswith(head_name((layer, 0)))  # z's rows named by head
+
+
+def test_the_first_screen_says_what_attention_is_and_every_term_is_in_the_glossary():
+    at = _lesson({"lesson": "1"}, answer=False)
+    block = next(m.value for m in at.markdown if m.value.startswith("1. The model reads the input as **tokens**"))
+    assert len(re.findall(r"^\d\. ", block, flags=re.M)) == 3
+    prev = next(h for h in _named("tiny", "previous") if h[0] == 0)
+    assert f"{head_name(prev)} is head {prev[1]} of layer {prev[0]}" in block  # a head's name, before its use
+    intro = next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if c.key == "lesson_intro")
+    run = load_model("tiny").run(lesson_steps.TEXT_PARALLEL)
+    assert np.allclose(heatmap_z({"z": intro["data"][0]["y"]}).ravel(), run.attentions[prev][-1].numpy(), atol=1e-6)
+    at = _lesson({"lesson": "1"})
+    assert "The **census** is this app's measurement" in _text(at)  # said on the step that first uses it
+    used = ("census", "query", "key", "value", "softmax", "causal mask", "special token", "uniform attention",
+            "total variation", "KL", "nats", "Jensen-Shannon", "concatenation", "output projection", "contribution",
+            "fixed offset", "seed", "induction", "previous token", "first token", "queries")
+    assert [t for t in used if t not in lesson_steps.GLOSSARY] == []
+
+
+def test_step1_draws_the_later_layer_head_that_moved_before_and_after():
+    at = _lesson({"lesson": "1"})
+    at.toggle(key="lesson_try_1").set_value(True).run()
+    assert not at.exception, at.exception
+    model, text = load_model("tiny"), lesson_steps.TEXT_PARALLEL
+    prev = next(h for h in _named("tiny", "previous") if h[0] == 0)
+    run, off = model.run(text), model.run(text, ablate={prev})
+    moved = (off.attentions[1:] - run.attentions[1:]).abs().amax((-1, -2))  # (L - 1, H)
+    layer, head = divmod(int(moved.flatten().argmax()), moved.shape[1])
+    head = (layer + 1, head)
+    before = heatmap_z(_trace(at, f"{head_name(head)} · before"))
+    after = heatmap_z(_trace(at, f"{head_name(head)} · {head_name(prev)} off"))
+    assert np.allclose(before, run.attentions[head].numpy(), atol=1e-6)
+    assert np.allclose(after, off.attentions[head].numpy(), atol=1e-6)
+    change = float((off.attentions[head] - run.attentions[head]).abs().max())
+    assert f"{head_name(head)} moved most: its largest change of one weight is {change:.3f}" in _saw(at)
+
+
+def test_a_prediction_is_the_first_pick_kept_beside_the_answer_and_across_a_link():
+    at = _lesson({"lesson": "1"}, answer=False)
+    question = next(r for r in at.radio if r.key == "lesson_q_1")
+    first = question.options[0]
+    question.set_value(first).run()
+    assert not at.exception, at.exception
+    kept = next(r for r in at.radio if r.key == "lesson_q_1_kept")
+    assert kept.disabled and kept.value == first
+    assert not [r for r in at.radio if r.key == "lesson_q_1"]  # not offered again: a later pick changes nothing
+    assert f"**Your prediction:** {first}" in _text(at) and "**Measured:** " in _text(at)
+    pick = at.query_params["lesson_pick_1"]
+    pick = pick[0] if isinstance(pick, list) else pick
+    again = AppTest.from_file(APP, default_timeout=240)  # a reload, or the link sent to someone
+    again.query_params.update({"model": "tiny", "view": "Lesson", "lesson": "1", "lesson_pick_1": pick})
+    again.run()
+    assert not again.exception, again.exception
+    assert next(r for r in again.radio if r.key == "lesson_q_1_kept").value == first
+    assert again.get("plotly_chart") and not [r for r in again.radio if r.key == "lesson_q_1"]
+
+
+def test_no_question_that_asks_where_a_head_looks_names_its_role():
+    """Steps 2 and 3 ask where a head puts its weight: the question names the head, never its role (the answer)."""
+    labels = [measures.get(m).label for m in ROLES]
+    for n in (2, 3):
+        at = _lesson({"lesson": str(n)}, answer=False)
+        ask = next(r for r in at.radio if r.key == f"lesson_q_{n}").label
+        assert not [label for label in labels if label in ask], (n, ask)
+        assert "the census" not in ask, (n, ask)
+
+
+def test_check_yourself_choices_carry_no_answer_and_no_figure_is_promised():
+    for model in seeds("tiny"):
+        at = _lesson({"lesson": str(N_STEPS), "lesson_model": model}, answer=False)
+        options = [o for r in at.radio if (r.key or "").startswith("lesson_q_check") for o in r.options]
+        claims = ("each head picks its own", "attention is not importance", "they run side by side")
+        assert options and not [o for o in options if any(c in o for c in claims)], (model, options)
+        assert "the figure" not in _captions(at), model
+
+
+def test_step3_teaches_a_relation_of_grammar_against_the_fixed_offset():
+    model = load_model("tiny")
+    census = head_census(model)
+    beats = [(r, census.named(r)[0][0]) for r in measures.RELATIONS if r in census.scores and census.named(r)
+             and float(census.scores[r][census.named(r)[0][0]]) > census.baseline(r)]
+    assert beats, "tiny's census names no head for a relation: the step has nothing to teach"
+    at = _lesson({"lesson": "3"})
+    text = _text(at)
+    assert "##### A relation of grammar" in text
+    rel, head = next((r, h) for r, h in beats if f"{head_name(h)} · {r}" in
+                     {t.get("name") for f in _figures(at) for t in f["data"]})
+    best = int(census.offset[rel][0])
+    item, q, k = next((it, q, k) for it in census_inputs(model)["templates"] for q, k in it.pairs.get(rel, ())
+                      if k != q - 1 and k - q != best)
+    run = model.run(item.text)
+    words = _content(run)
+    z = heatmap_z(_trace(at, f"{head_name(head)} · {rel}"))
+    assert np.allclose(z, run.attentions[head].numpy(), atol=1e-6)
+    q, k = words[q], words[k]
+    assert k != q - 1  # the relation and the nearest word disagree
+    assert f"puts {float(run.attentions[head][q, k]):.0%} of query {q}'s weight on the word the relation" in text
+    assert f"the best fixed offset, always the word {-best} back, scores {float(census.offset[rel][1]):.0%}" in text
+    assert "The census's caveat" in text
+
+
+def test_figures_are_planned_from_the_column_with_square_cells_and_labels_of_10px():
+    """At a 1140 px column (1600x1000), no token figure leaves more than a third of it empty, and every token
+    label is 10 px or more."""
+    for n in (1, 2, 3, 4, 6):
+        at = AppTest.from_file(APP, default_timeout=240)
+        at.query_params.update({"model": "tiny", "view": "Lesson", "lesson": str(n)})
+        at.session_state["_lesson_column"] = 1140
+        at.run()
+        _answer(at)
+        assert not at.exception, at.exception
+        for c in at.get("plotly_chart"):
+            spec = json.loads(c.proto.spec) if c.proto.spec else {}
+            layout = spec.get("layout", {})
+            if not any(t.get("type") == "heatmap" for t in spec.get("data", [])):
+                continue
+            assert layout.get("width", 0) >= 1140 * 2 / 3, (n, c.key, layout.get("width"))
+            fonts = [a.get("tickfont", {}).get("size", 10) for k, a in layout.items() if k[1:5] == "axis"]
+            assert min(fonts) >= 10, (n, c.key, fonts)
+
+
+def test_one_sentence_box_the_steps_share_with_each_steps_prepared_input_beside_it():
+    text = "anna saw ben at the park . ben saw anna ."
+    at = _lesson({"lesson": "1"})
+    at.text_input(key="lesson_text_1").input(text).run()
+    at.button(key="lesson_next").click().run()
+    _answer(at)
+    assert at.text_input(key="lesson_text_2").value == text
+    run = load_model("tiny").run(text)
+    assert f"Token {_content(run)[-1]}, “{run.tokens[-1]}”" in _text(at) + "".join(r.label for r in at.radio)
+    at.button(key="lesson_prepared_2").click().run()
+    assert at.text_input(key="lesson_text_2").value == lesson_steps.STEPS[1].text
+    assert "lesson_text_0" not in at.query_params
