@@ -17,6 +17,10 @@ def __getattr__(name: str):
         from . import notebook
 
         return getattr(notebook, name)
+    if name == "study":  # mha_viz.study(run_dirs, out): a callable module; ray and duckdb only when a study runs
+        import importlib
+
+        return importlib.import_module(f"{__name__}.study")
     raise AttributeError(f"module 'mha_viz' has no attribute {name!r}")
 
 

@@ -205,3 +205,11 @@ def test_the_app_starts_without_ray_or_duckdb():
             "assert 'ray' not in sys.modules and 'duckdb' not in sys.modules, sorted(sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_mha_viz_study_is_the_callable_study_module_without_loading_ray():
+    """`mha_viz.study(run_dirs, out)` as the package's docstring promises, read through the package root."""
+    code = ("import sys, mha_viz; assert callable(mha_viz.study) and mha_viz.study.run_study; "
+            "assert 'ray' not in sys.modules and 'duckdb' not in sys.modules")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
