@@ -834,3 +834,17 @@ def test_one_sentence_box_the_steps_share_with_each_steps_prepared_input_beside_
     at.button(key="lesson_prepared_2").click().run()
     assert at.text_input(key="lesson_text_2").value == lesson_steps.STEPS[1].text
     assert "lesson_text_0" not in at.query_params
+
+
+def test_the_sidebar_note_follows_the_step_written_or_learned():
+    """Step 5 runs a written model: the sidebar's note says its heads are labeled modules, and the page's note
+    about learned heads ("not labeled modules") is hidden on the Lesson; the other steps keep the learned note."""
+    from mha_viz.app.common import LEARNED_NOTE, WRITTEN_NOTE
+    for n, note, other in ((5, WRITTEN_NOTE, LEARNED_NOTE), (1, LEARNED_NOTE, WRITTEN_NOTE)):
+        at = _lesson({"lesson": str(n)})
+        notes = [m.value for m in at.sidebar.markdown if 'class="lesson-note"' in m.value]
+        assert len(notes) == 1 and note.split(".")[0].replace("**", "") in notes[0].replace("<b>", "").replace(
+            "</b>", ""), (n, notes)
+        assert other.split(".")[0].replace("**", "") not in notes[0].replace("<b>", "").replace("</b>", "")
+        assert any('[data-testid="stAlert"]' in h.proto.body and "display:none" in h.proto.body
+                   for h in at.get("html")), n

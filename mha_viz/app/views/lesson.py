@@ -6,16 +6,29 @@ student's place. The widgets keep their own keys and copy into those: a widget's
 does not draw it, and the student may visit another view and come back."""
 from __future__ import annotations
 
+import html
+import re
+
 import streamlit as st
 
 from mha_viz.app import lesson_steps, reconnect, state
-from mha_viz.app.common import md_safe
+from mha_viz.app.common import LEARNED_NOTE, WRITTEN_NOTE, md_safe
 from mha_viz.app.context import ViewContext
 from mha_viz.app.text import read_text
 from mha_viz.contract import InputError
 from mha_viz.models import seeds
 
 LEARNED_DEFAULT = "tiny"
+# On the Lesson the sidebar's note follows the step, not the page's model: the page's own note (an alert, about the
+# model picked for the other views) is hidden, and the step's is drawn in its place, so the written step is never told
+# beside "Heads are not labeled modules" that its heads are.
+_NOTE_CSS = ('<style>[data-testid="stSidebar"] [data-testid="stElementContainer"]:has([data-testid="stAlert"])'
+             "{display:none}</style>")
+
+
+def _note(text: str) -> str:
+    """One of the app's own notes as HTML: escaped, its **bold** kept."""
+    return re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", html.escape(text, quote=False))
 
 
 def learned_choices() -> list[str]:
@@ -178,6 +191,10 @@ def render(ctx: ViewContext) -> None:
                         "model picked here, so the names follow it.")
     _TOP(data={"step": n, "moved": bool(st.session_state.get(_MOVED))}, key="lesson_top")
     lesson_steps.watch_column()
+    st.html(_NOTE_CSS)
+    st.sidebar.markdown(f'<div class="lesson-note" style="background:#eef4fb;border-radius:6px;padding:10px 12px;'
+                        f'font-size:0.9em">{_note(WRITTEN_NOTE if step.written else LEARNED_NOTE)}</div>',
+                        unsafe_allow_html=True)
     top = _bar(n, len(steps), "top")
     st.markdown(f"**{step.claim}**")
     text = step.text
