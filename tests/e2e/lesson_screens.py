@@ -9,7 +9,8 @@ JS errors, a step that did not settle).
 One server on loopback, one browser; each step is opened by its link (`?view=Lesson&lesson=N`) in its own browser
 context (a fresh session, as a reader following the README meets it), closed after use; the server is stopped by
 its PID at the end. The shot is the main column (`stMain`), grown to its whole height, at device scale 1; with
-Pillow it is then quantized to a 256-colour palette so each file stays small (about 200 KB or less).
+Pillow it is then quantized to a palette, and scaled down where it must be, so each file stays under
+`MAX_KB`.
 """
 from __future__ import annotations
 
@@ -76,6 +77,9 @@ def first_sentence(text: str) -> str:
     return parts[0] if parts else ""
 
 
+MAX_KB = 150  # a screenshot for the docs stays under this
+
+
 def shrink(path: Path, margin: int = 32) -> str:
     """With Pillow: cut the empty band below the step (the main column is at least the window's height) to `margin`
     px and quantize to a 256-colour palette; the size before and after, for the log."""
@@ -92,6 +96,13 @@ def shrink(path: Path, margin: int = 32) -> str:
     if box:
         rgb = rgb.crop((0, 0, w, min(h, box[3] + margin)))
     rgb.quantize(colors=256, dither=Image.Dither.NONE).save(path, optimize=True)
+    for colors in (128, 64, 32):  # fewer colours first (the figures' scales survive it), then a smaller picture
+        if path.stat().st_size <= MAX_KB * 1024:
+            break
+        rgb.quantize(colors=colors, dither=Image.Dither.NONE).save(path, optimize=True)
+    while path.stat().st_size > MAX_KB * 1024 and rgb.size[0] > 600:
+        rgb = rgb.resize((int(rgb.size[0] * 0.85), int(rgb.size[1] * 0.85)), Image.Resampling.LANCZOS)
+        rgb.quantize(colors=64, dither=Image.Dither.NONE).save(path, optimize=True)
     return f"{before / 1024:.0f} KB -> {path.stat().st_size / 1024:.0f} KB, {rgb.size[0]}x{rgb.size[1]} px"
 
 
