@@ -271,9 +271,10 @@ def concat_figure(names: list[str], outputs: torch.Tensor, w_o: torch.Tensor, co
     rows_c = [f"{'▶ ' if marked == h else ''}{names[h]}{' (off)' if off[h] else ''}" for h in range(n_heads)]
     y_c = rows_c + ["bias", "sum = output"]
     left = 20 + _label_room(y_c, FONT_PX)
-    cell = min(CELL_MAX, (column - left - 10 - GAP) / (d + 1))
+    z_cells = 3  # z's one column drawn 3 cells wide, so its colours can be read
+    cell = min(CELL_MAX, (column - left - 10 - GAP) / (d + z_cells))
     row_c = max(cell, LABEL_PX + 2)  # a projected row: at least its label's line
-    plot_w = (d + 1) * cell + GAP
+    plot_w = (d + z_cells) * cell + GAP
     t_top, lines_top, size_top = fit_title(f"z, the concatenation: {n_heads} heads' outputs ({dh} numbers each) "
                                            f"one under another · W_O, the output projection: {n_heads * dh} rows "
                                            f"x {d}, each head's {dh} rows its slice", plot_w)
@@ -286,8 +287,8 @@ def concat_figure(names: list[str], outputs: torch.Tensor, w_o: torch.Tensor, co
     y = lambda px: 1 - px / plot_h  # noqa: E731  (pixels from the top of the plot -> paper)
     dom_top = [y(head_top + h_top), y(head_top)]
     dom_bot = [y(head_top + h_top + axis_room + head_bot + h_bot), y(head_top + h_top + axis_room + head_bot)]
-    x_z = [0, cell / plot_w]
-    x_w = [(cell + GAP) / plot_w, 1.0]
+    x_z = [0, z_cells * cell / plot_w]
+    x_w = [(z_cells * cell + GAP) / plot_w, 1.0]
     concat = out.reshape(-1, 1)  # (H * dh, 1)
     who = np.repeat(np.array(names), dh)  # (H * dh,) whose output each row of z is
     data = [dict(type="heatmap", z=concat, x=[0], y=list(range(n_heads * dh)), customdata=who[:, None],
