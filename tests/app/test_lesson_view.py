@@ -716,7 +716,8 @@ def test_the_first_screen_says_what_attention_is_and_every_term_is_in_the_glossa
     assert "The **census** is this app's measurement" in _text(at)  # said on the step that first uses it
     used = ("census", "query", "key", "value", "softmax", "causal mask", "special token", "uniform attention",
             "total variation", "KL", "nats", "Jensen-Shannon", "concatenation", "output projection", "contribution",
-            "fixed offset", "seed", "induction", "previous token", "first token", "queries")
+            "fixed offset", "seed", "induction", "previous token", "first token", "queries", "bits", "nearby",
+            "itself", "special tokens")
     assert [t for t in used if t not in lesson_steps.GLOSSARY] == []
 
 

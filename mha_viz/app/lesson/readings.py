@@ -227,8 +227,8 @@ def unknown_words(name: str, text: str) -> str:
 # -- plain words: each technical word gets one sentence where a step first uses it -----------------------------
 GLOSSARY = {
     "token": "A token is one piece of the input as the model reads it: a word or a mark, numbered from 0.",
-    "special token": "A special token is one the tokenizer adds, not a word of the input (tiny's <bos> at position "
-                     "0 marks the start); unknown words are read as one shared unknown token.",
+    "special token": "A special token is one the tokenizer adds, not a word of the input (a start marker such as "
+                     "<bos> at position 0); unknown words are read as one shared unknown token.",
     "query": "The query is the token doing the reading: each row of an attention map is one query.",
     "key": "A key is a token a query may read: each column of an attention map is one key.",
     "value": "A value is what a key hands on: the head passes on each key's value in proportion to its weight.",
@@ -257,6 +257,7 @@ GLOSSARY = {
     "KL": "KL (Kullback–Leibler divergence, in nats) says how far the model's next-word probabilities moved: 0 means "
           "unchanged; about 0.1 is a small shift; 1 or more means the prediction changed a lot.",
     "nats": "Nats and bits are units of information: natural log or log base 2 (1 nat = 1.44 bits).",
+    "bits": "Bits and nats are units of information: log base 2 or natural log (1 bit = 0.69 nats).",
     "Jensen-Shannon": "Jensen-Shannon divergence (in bits) compares two heads' attention: 0 when they attend alike, "
                       "1 when they never read the same keys.",
     "total variation": "Total variation between two rows of attention weights is the share of weight that sits in "
@@ -272,6 +273,11 @@ GLOSSARY = {
                        "the total's length.",
 }
 
+
+# Every measure a step may read a head by ("nearby", "itself", "special tokens", ...), in the registry's own words.
+for _m in measures.BADGES:
+    _label = measures.get(_m).label
+    GLOSSARY.setdefault(_label, f"{_label[0].upper()}{_label[1:]}: {meaning(_m)}.")
 
 FIRST_SCREEN = ("token", "query", "key", "weight", "head", "layer")  # said on step 1's first screen, before any use
 
