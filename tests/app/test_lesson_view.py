@@ -849,3 +849,20 @@ def test_the_sidebar_note_follows_the_step_written_or_learned():
         assert other.split(".")[0].replace("**", "") not in notes[0].replace("<b>", "").replace("</b>", "")
         assert any('[data-testid="stAlert"]' in h.proto.body and "display:none" in h.proto.body
                    for h in at.get("html")), n
+
+
+def test_step5_says_why_no_measure_names_a_head_written_to_read_index_0():
+    """A written head whose line selects `k == 0` (the first word, one after the added start token) is said to
+    attend there, and why the first token measure (position 0) does not name it."""
+    model = load_model(lesson_steps.WRITTEN)
+    written = model.written_heads()
+    heads = [h for h, w in written.items() if not w.pattern and "k == 0" in w.source_line]
+    if not heads:
+        pytest.skip("the written model has no head whose line selects index 0")
+    at = _lesson({"lesson": "5"})
+    run = model.run(lesson_steps.STEPS[4].text)
+    for h in heads:
+        top = int(run.attentions[h][-1].argmax())
+        line = next(x for x in _saw(at).splitlines() if x.startswith(f"- {head_name(h)}:"))
+        assert f"every query puts its weight on position {top}" in line, line
+        assert "counts its indices from the first word" in line and "first token measure reads position 0" in line
