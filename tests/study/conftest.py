@@ -4,11 +4,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-STEPS = (0, 4, 8, 12, 16)  # five good checkpoints
-DAMAGED = 20  # a sixth whose weights file is cut short
+from study_run import DAMAGED, HERE, ROOT, STEPS  # noqa: F401
 
 
 def pytest_configure(config):

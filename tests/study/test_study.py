@@ -10,8 +10,8 @@ import sys
 import time
 
 import pytest
-from conftest import DAMAGED, ROOT, STEPS
 from killing import killed_once
+from study_run import DAMAGED, ROOT, STEPS
 
 from mha_viz.analysis.census_run import CensusConfig
 from mha_viz.study import main, read_study, run_study
