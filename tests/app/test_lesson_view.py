@@ -431,7 +431,7 @@ def test_step6_contrasts_a_written_model_with_its_learned_twin_measured(every_st
     """Step 6 sets written-induction beside learned-induction: for each written head the learned head(s) that took
     its role and what switching each side off does, the numbers of `compare_twins` on the same held-out inputs."""
     from mha_viz.analysis.twins import compare_twins
-    from mha_viz.models.twins.train import held_out_texts
+    from mha_viz.models.twin_records import held_out_texts
 
     _, texts, _, _ = every_step
     written, learned = load_model("written-induction"), load_model("learned-induction")

@@ -46,7 +46,7 @@ from mha_viz.app.lesson.readings import (
 from mha_viz.contract import Head
 from mha_viz.models import seeds
 from mha_viz.models.registry import twins
-from mha_viz.models.twins.train import held_out_texts
+from mha_viz.models.twin_records import held_out_texts
 from mha_viz.plotting import lesson as lesson_figures
 from mha_viz.plotting.lesson import MARK
 

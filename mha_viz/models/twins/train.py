@@ -35,7 +35,6 @@ from mha_viz.models.twin_records import (
     SHIP_AT,
     TRIED,
     TWIN_ASSETS,
-    held_out_texts,  # noqa: F401  (tests/app/test_lesson_view.py reads it here)
     random_texts,
     seed_folder,
 )
