@@ -172,14 +172,14 @@ class HeadCensus:
         control, the inputs, and where it ties, the paired gap to the leader."""
         n = self.naming.get(name)
         v, lo, hi = (float(t[head]) for t in (self.scores[name], self.low[name], self.high[name]))
-        words = f"{v:.2f} [{lo:.2f}, {hi:.2f}] over {self.n_inputs[name]} inputs"
+        words = f"{v:.2f} [{lo:.2f}–{hi:.2f}] over {self.n_inputs[name]} inputs"
         if n is None:
             return words
-        words += (f"; {float(n.against_low[head]):+.2f} to {float(n.against_high[head]):+.2f} against its control "
-                  f"({self.control_of.get(name, self.control_kind)}; it must pass {float(n.margin[head]):.2f})")
+        # the control itself is said once per score (`control_of`, the Census view's column), not per head
+        words += f", {float(n.against_low[head]):.2f} or more above its control (needs {float(n.margin[head]):.2f})"
         if n.leader is not None and head != n.leader and head in n.named:
-            words += (f"; {float(n.gap_low[head]):.3f} to {float(n.gap_high[head]):.3f} below "
-                      f"{head_name(n.leader)}, the leader (a tie: under {TIE_TOLERANCE} cannot be ruled out)")
+            words += (f", {float(n.gap_low[head]):.3f}–{float(n.gap_high[head]):.3f} below {head_name(n.leader)} "
+                      f"(under {TIE_TOLERANCE}: a tie)")
         return words
 
     def head_label(self, name: str, head: Head) -> str:
