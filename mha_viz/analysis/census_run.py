@@ -399,12 +399,16 @@ def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | 
     # Every control reads the inputs with the relation destroyed; a twin reads the main inputs as well.
     n_control = (n_main if twin is not None else 0) + (sum(len(sets[k]) for k in DESTROYED) if control else 0)
     n_loss = min(cfg.n_loss, len(sets["repeated"])) if model.causal else 0
-    total, done = n_main + n_control + n_loss, [0]
+    # The most it may read: every round of more inputs too. Progress never goes back; it ends at 1 when done.
+    step = cfg.one_round()
+    n_round = step.n_random + step.n_repeated + step.n_templates
+    n_round += (n_round if twin is not None else 0) + ((step.n_repeated + step.n_templates) if control else 0)
+    total, done = n_main + n_control + n_loss + cfg.rounds * n_round, [0]
 
     def tick(n: int, what: str) -> None:
         done[0] += n
         if progress is not None:
-            progress(min(1.0, done[0] / total), f"{model.name}: {what} ({done[0]}/{total} inputs read)")
+            progress(min(1.0, done[0] / total), f"{model.name}: {what} ({done[0]} of at most {total} inputs read)")
 
     # One `run_many` over the model's inputs, the destroyed-relation control's with them (so they share batches):
     # the relations' controls, with an untrained twin too (it keeps what a fixed offset scores on them).
@@ -426,7 +430,6 @@ def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | 
             break
         more = census_inputs(model, seed + EXTEND_SEED * extra, cfg.one_round(), sets["texts"])
         add = kinds + (tuple(DESTROYS[k] for k in kinds if k in DESTROYS) if control else ())
-        total += sum(len(more[k]) for k in add) + (sum(len(more[k]) for k in kinds) if twin is not None else 0)
         new = _read(model, more, add, cfg, tick, "more inputs, to separate heads that tie: " + ", ".join(kinds))
         twin_new = _read(twin, more, kinds, cfg, tick, f"the same on {twin.name}") if twin is not None else {}
         for k in add:
@@ -464,6 +467,8 @@ def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | 
     }
     where = {name: inputs for name, _, inputs in measures.census_scores()}
     text_names = [name for name, inputs in where.items() if inputs == "texts"]
+    if progress is not None:
+        progress(1.0, f"{model.name}: done ({done[0]} inputs read)")
     return HeadCensus(
         model=model.name, seed=seed, n_layers=model.n_layers, n_heads=model.n_heads, causal=model.causal,
         scores={n: p.mean for n, p in pooled.items()}, uniform={n: p.uniform for n, p in pooled.items()},

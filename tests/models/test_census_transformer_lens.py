@@ -31,8 +31,9 @@ from mha_viz.analysis.census_run import census_inputs
 
 tl = pytest.importorskip("transformer_lens")
 
+# first=1.0, rounds=0: the census reads every input of `census_inputs` at once, the inputs re-derived here
 CONFIG = CensusConfig(n_random=4, random_length=12, n_repeated=4, repeated_lengths=(4, 7), n_templates=2, n_loss=1,
-                      n_other_sets=1, n_boot=10)
+                      n_other_sets=1, n_boot=10, first=1.0, rounds=0)
 TEXTS = ["The cat sat on the mat."]
 
 
