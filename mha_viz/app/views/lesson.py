@@ -31,6 +31,14 @@ def _note(text: str) -> str:
     return re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", html.escape(text, quote=False))
 
 
+def sidebar_note(text: str) -> None:
+    """The step's own note in the sidebar, in place of the page's (hidden on the Lesson by `_NOTE_CSS`): one of the
+    app's constant notes, escaped by `_note`, so no text a visitor typed reaches this HTML."""
+    st.html(_NOTE_CSS)
+    st.sidebar.markdown(f'<div class="lesson-note" style="background:#eef4fb;border-radius:6px;padding:10px 12px;'
+                        f'font-size:0.9em">{_note(text)}</div>', unsafe_allow_html=True)
+
+
 def learned_choices() -> list[str]:
     """The learned models the lesson can run on: the tiny recipe and its seeds (small, so every step is instant)."""
     return seeds(LEARNED_DEFAULT) or [LEARNED_DEFAULT]
@@ -191,10 +199,7 @@ def render(ctx: ViewContext) -> None:
                         "model picked here, so the names follow it.")
     _TOP(data={"step": n, "moved": bool(st.session_state.get(_MOVED))}, key="lesson_top")
     lesson_steps.watch_column()
-    st.html(_NOTE_CSS)
-    st.sidebar.markdown(f'<div class="lesson-note" style="background:#eef4fb;border-radius:6px;padding:10px 12px;'
-                        f'font-size:0.9em">{_note(WRITTEN_NOTE if step.written else LEARNED_NOTE)}</div>',
-                        unsafe_allow_html=True)
+    sidebar_note(WRITTEN_NOTE if step.written else LEARNED_NOTE)
     top = _bar(n, len(steps), "top")
     st.markdown(f"**{step.claim}**")
     text = step.text
