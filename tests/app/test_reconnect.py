@@ -25,6 +25,9 @@ def _page() -> None:
         def examples(self):
             return []
 
+        def example_pairs(self):
+            return []
+
         def token_count(self, s: str) -> int:
             return len(s.split())
 
