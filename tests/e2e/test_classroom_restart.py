@@ -27,6 +27,8 @@ import pytest
 from deployment import N_HEADS, STRIP, TIMEOUT_MS, sentence, serve
 from deployment import deployment as _deployment
 
+from mha_viz.app.views.lesson import SHARED_INPUT
+
 from harness import GRID_DRAWN, IDLE, Server, page_problems, wait
 
 LESSON_INPUT = "tom lind saw anna berg at the market ."  # the student's own input on step 3 (the tiny vocabulary)
@@ -200,7 +202,7 @@ def test_the_lesson_step_survives_a_kill(browser, deployment):
         wait(page, HEADING, "step 3 after Next", arg=3)
         wait(page, IDLE, "idle on step 3")
         assert "lesson=3" in page.url, page.url
-        own = page.get_by_label("Input (replace it with your own)", exact=True)
+        own = page.get_by_label(SHARED_INPUT, exact=True)
         own.fill(LESSON_INPUT)
         own.press("Enter")
         wait(page, IDLE, "idle after the student's own input")

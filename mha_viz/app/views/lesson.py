@@ -26,6 +26,10 @@ _NOTE_CSS = ('<style>[data-testid="stSidebar"] [data-testid="stElementContainer"
              "{display:none}</style>")
 
 
+# The Lesson's sentence box: one the learned model's steps share, one per step on a written model.
+SHARED_INPUT, OWN_INPUT = "Input, shared by the steps (replace it with your own)", "Your own input for this step"
+
+
 def _note(text: str) -> str:
     """One of the app's own notes as HTML: escaped, its **bold** kept."""
     return re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", html.escape(text, quote=False))
@@ -155,7 +159,7 @@ def _step_input(n: int, step: lesson_steps.Step) -> str:
         st.session_state[key] = step.text
 
     box, offer = st.columns([3, 1.4], vertical_alignment="bottom")
-    label = "Your own input for this step" if step.written else "Input, shared by the steps (replace it with your own)"
+    label = OWN_INPUT if step.written else SHARED_INPUT
     box.text_input(label, value=default, key=key, on_change=keep,
                    help=f"Up to {LIMIT} characters; it stays while you move between steps and views, and in the "
                         "link." + ("" if step.written else " Every step on the learned model reads this sentence."))
