@@ -200,10 +200,15 @@ def _controls(model: Model, reads: dict, twin_reads: dict | None, twin_name: str
 EXTEND_SEED = 101  # a census of seed s reads its extra inputs from seed s + 101 * round: another draw
 
 
-def _name_all(values: dict[str, torch.Tensor], control: dict[str, torch.Tensor], seed: int, cfg: CensusConfig
-              ) -> dict[str, census.Naming]:
-    return {n: census.name_heads(values[n], control[n], measures.get(n).lower_is_notable, seed, cfg.n_boot)
-            for n in values}
+def _name_all(values: dict[str, torch.Tensor], control: dict[str, torch.Tensor], seed: int, cfg: CensusConfig,
+              kinds: tuple[str, ...] | None = None, named: dict | None = None) -> dict[str, census.Naming]:
+    """Every score's naming; given `kinds` and the earlier `named`, only the scores read on those input sets are
+    named again (the others' inputs did not change)."""
+    where = {name: inputs for name, _, inputs in measures.census_scores()}
+    out = dict(named or {})
+    out.update({n: census.name_heads(values[n], control[n], measures.get(n).lower_is_notable, seed, cfg.n_boot)
+                for n in values if kinds is None or where[n] in kinds})
+    return out
 
 
 def _undecided(naming: dict[str, census.Naming]) -> tuple[str, ...]:
@@ -437,7 +442,7 @@ def head_census(model: Model, texts=None, seed: int = 0, config: CensusConfig | 
             if k in twin_new:
                 twin_reads[k] = twin_reads[k] + twin_new[k]
         per_input, paired, control_of = _controls(model, reads, twin_reads, twin.name if twin else "", bool(control))
-        naming = _name_all(per_input, paired, seed, cfg)
+        naming = _name_all(per_input, paired, seed, cfg, kinds, naming)
     acc = _ScoresByName({k: reads[k] for k in MAIN})
     mass = {n[len(MASS):]: census.summarise(v, acc.uniform[n], seed, 1).mean for n, v in acc.values.items()
             if n.startswith(MASS)}
