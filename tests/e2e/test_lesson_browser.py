@@ -20,7 +20,7 @@ from test_browser import _assert_no_exception, _full_page_screenshot
 from test_nothing_cut_browser import CUT
 
 from mha_viz import measures, seeds
-from mha_viz.app.lesson_steps import ROLES, STEPS
+from mha_viz.app.lesson.steps import ROLES, STEPS
 
 from harness import STEP_DRAWN, answer_predictions, new_page, settle, wait, wait_idle
 
