@@ -54,6 +54,7 @@ from mha_viz.contract import (
 from mha_viz.heads import out_proj_per_head, repeat_kv
 from mha_viz.models.batching import Batching
 from mha_viz.models.edits import Change, intervention
+from mha_viz.models.generation import Generation
 from mha_viz.models.points import FinalParts, Forward, HeadEdit
 from mha_viz.models.records import Attended, Records
 from mha_viz.models.schedule import (
@@ -91,10 +92,11 @@ def reuse_clear() -> None:
     _EARLIER.clear()
 
 
-class EditableModel(Batching, Model):
+class EditableModel(Batching, Generation, Model):
     """The engine: `run`, `inside_layer`, `norm_inputs`, `head_outputs`, `head_gradients`, `head_means` and
-    `readout` here, `run_batch_keep` and `run_many` in `Batching`, each written once on the adapter's `encoding`
-    and `forward`. Subclasses are read-only after construction, so one instance serves every session."""
+    `readout` here, `run_batch_keep` and `run_many` in `Batching`, `generate` in `Generation`, each written once on
+    the adapter's `encoding` and `forward`. Subclasses are read-only after construction, so one instance serves
+    every session."""
 
     # -- what an adapter implements --------------------------------------------------------------------------
     def encoding(self, text: str) -> Encoded:

@@ -165,6 +165,16 @@ class HFModel(EditableModel):
             return _byte_piece_text("".join(self._tokenizer.convert_ids_to_tokens(ids)))
         return self._tokenizer.decode(ids)
 
+    def end_of_text(self) -> frozenset[int]:
+        """The ids transformers' own `generate` stops at: the generation config's eos_token_id (one id or a list),
+        else the model config's, else the tokenizer's end-of-text token."""
+        for config in (getattr(self._model, "generation_config", None), self._model.config):
+            ids = getattr(config, "eos_token_id", None)
+            if ids is not None:
+                return frozenset(int(i) for i in (ids if isinstance(ids, (list, tuple)) else [ids]))
+        eos = getattr(self._tokenizer, "eos_token_id", None)
+        return frozenset() if eos is None else frozenset([int(eos)])
+
     @property
     def mask_token(self) -> str | None:
         return getattr(self._tokenizer, "mask_token", None)
