@@ -28,6 +28,7 @@ Axis letters as in mha_viz.contract; dh = one head's width, H_kv = key/value hea
 """
 from __future__ import annotations
 
+from abc import abstractmethod
 from typing import Callable, Iterable, Sequence
 
 import torch
@@ -98,11 +99,12 @@ class EditableModel(Batching, Generation, Model):
     the adapter's `encoding` and `forward`. Subclasses are read-only after construction, so one instance serves
     every session."""
 
-    # -- what an adapter implements --------------------------------------------------------------------------
+    # -- what an adapter implements (abstract: a family that leaves one out cannot be made) -------------------
+    @abstractmethod
     def encoding(self, text: str) -> Encoded:
         """Valid, non-empty `text` as tokens (see `Encoded`)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def forward(self, ids: torch.Tensor, edit: HeadEdit, attentions: bool = False,
                 lengths: Sequence[int] | None = None) -> Forward:
         """ids (B, T) -> one forward pass with `edit` applied at every layer's head-combine step (see `HeadEdit`

@@ -264,11 +264,11 @@ def test_the_column_check_finds_what_it_looks_for(tmp_path):
     assert sorted(_column_by_hand(sample)) == [2, 3, 5]
 
 
-CONTRACT_ROOMS = ("records", "capabilities", "model", "ablation")  # mha_viz/contract/<room>.py, in import order
+CONTRACT_ROOMS = ("records", "kinds", "capabilities", "model", "ablation")  # mha_viz/contract/<room>.py, in import order
 
 
 def test_the_contract_is_split_by_what_it_holds_and_no_room_is_over_500_lines():
-    """records, capabilities, model, then ablation (the meanings of "off", computed through the Model interface):
+    """records, kinds, capabilities, model, then ablation (the meanings of "off", computed through the Model interface):
     each room imports only earlier ones, and none grows past 500 lines; `mha_viz.contract` only re-exports them."""
     folder = PKG / "contract"
     rooms = {p.stem for p in folder.glob("*.py")} - {"__init__"}
