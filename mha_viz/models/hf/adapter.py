@@ -159,10 +159,14 @@ class HFModel(EditableModel):
         return self.decode_ids([token_id])
 
     def decode_ids(self, ids: list[int]) -> str:
-        """The text of these ids; with byte-level BPE a character cut off at either end shows as `⟨e6⟩`."""
+        """The text of these ids; with byte-level BPE a character cut off at either end shows as `⟨e6⟩`, and an id
+        past the tokenizer's vocabulary (a model may write one: its embedding rows are padded) as `⟨id N⟩`."""
         ids = [int(i) for i in ids]
         if _byte_level(self._tokenizer):
-            return _byte_piece_text("".join(self._tokenizer.convert_ids_to_tokens(ids)))
+            pieces = self._tokenizer.convert_ids_to_tokens(ids)
+            if None not in pieces:  # joined first: a character may be split over two pieces
+                return _byte_piece_text("".join(pieces))
+            return "".join(self.decode_ids([i]) if p is not None else f"⟨id {i}⟩" for i, p in zip(ids, pieces))
         return self._tokenizer.decode(ids)
 
     def end_of_text(self) -> frozenset[int]:
