@@ -4,13 +4,17 @@ settings and reopens the same continuation; a step shows that step's top-5; with
 written again and set beside the original (and in Ablation effects); bad input is one line and nothing is written."""
 from __future__ import annotations
 
+import json
+
 import pytest
+from test_page_truth import downloads  # noqa: F401  (the download buttons' files)
+
+from mha_viz.app import continuation
+from mha_viz.app.continue_link import N_KEY
+from mha_viz.app.markdown import md_safe
+from mha_viz.contract.records import GenerationSettings
 
 from helpers import loaded, open_link
-from mha_viz.app import continuation
-from mha_viz.app.markdown import md_safe
-from mha_viz.app.continue_link import N_KEY
-from mha_viz.contract.records import GenerationSettings
 from page_steps import open_view
 
 TEXT = "anna met ben at the park . later ben gave the book to"  # in tiny's vocabulary
@@ -104,3 +108,13 @@ def test_bad_input_is_one_line_and_nothing_is_written(params, says):
     lines = [w.value for w in at.warning if says in w.value]
     assert len(lines) == 1 and "\n" not in lines[0], [w.value for w in at.warning]
     assert not _written(at)
+
+
+def test_the_exports_hold_the_written_tokens(downloads):  # noqa: F811
+    at = open_link({"model": "tiny", "text": TEXT, "write": "5", "off": OFF})
+    at = open_view(at, "Notes & export")
+    button = [b for b in at.get("download_button") if "JSON" in b.label][0]
+    payload = json.loads(downloads(button))
+    cont = loaded("tiny").generate(TEXT, GenerationSettings(tokens=5), ablate=OFF_HEADS)
+    assert payload["written_from"] == cont.n_prompt and payload["written"] == cont.written
+    assert payload["tokens"] == cont.run.tokens and payload["ablated"] == sorted([list(h) for h in OFF_HEADS])
