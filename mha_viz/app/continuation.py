@@ -112,9 +112,14 @@ def labels(cont: Continuation) -> list[str]:
     return [token_label(t) + (MARK if i >= cont.n_prompt else "") for i, t in enumerate(cont.run.tokens)]
 
 
+def written_text(cont: Continuation) -> str:
+    """The written tokens' labels, one after another, Markdown-safe: `berg · at · the · city`."""
+    return " · ".join(md_safe(token_label(t)) for t in cont.written)
+
+
 def written_line(model, cont: Continuation) -> str:
-    """The written tokens as text (Markdown-safe), with how writing stopped."""
-    text = md_safe(model.decode_ids(cont.written_ids))
+    """The written tokens, each as the page labels a token (Markdown-safe), with how writing stopped."""
+    text = written_text(cont)
     why = "its end-of-text token" if cont.stopped == "end" else f"the limit of {cont.settings.tokens} tokens"
     return f"**Written:** {text}  \n*({len(cont.written_ids)} tokens; it stopped at {why})*"
 

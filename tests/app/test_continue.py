@@ -11,7 +11,6 @@ from test_page_truth import downloads  # noqa: F401  (the download buttons' file
 
 from mha_viz.app import continuation
 from mha_viz.app.continue_link import N_KEY
-from mha_viz.app.markdown import md_safe
 from mha_viz.contract.records import GenerationSettings
 
 from helpers import loaded, open_link
@@ -27,9 +26,7 @@ def _written(at) -> list[str]:
 
 
 def _expected(settings: GenerationSettings, ablate=()) -> str:
-    model = loaded("tiny")
-    ids = model.generate(TEXT, settings, ablate=ablate).written_ids
-    return md_safe(model.decode_ids(ids))
+    return continuation.written_text(loaded("tiny").generate(TEXT, settings, ablate=ablate))
 
 
 def _tables(at) -> list:
