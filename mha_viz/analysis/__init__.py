@@ -37,7 +37,7 @@ from mha_viz.analysis.effects import (
                                       topk_predictions,
 )
 from mha_viz.analysis.inside import HeadCombination, combine_heads, update_sizes, value_norms, weighted_values
-from mha_viz.analysis.norms import norm_view, out_proj_per_head, repeat_kv, split_heads
+from mha_viz.analysis.norms import norm_view
 from mha_viz.analysis.rollout import rollout
 from mha_viz.analysis.scores import (
                                       SCORE_NAMES,

@@ -52,7 +52,7 @@ from mha_viz.contract import (
     head_keep_mask,
     reference_texts,
 )
-from mha_viz.heads import out_proj_per_head, repeat_kv
+from mha_viz.contract.head_slices import out_proj_per_head, repeat_kv
 from mha_viz.models.batching import Batching
 from mha_viz.models.edits import Change, intervention
 from mha_viz.models.generation import Generation
