@@ -4,9 +4,9 @@ the steps, a reload keeps the step (the URL carries it). The page's sentence box
 step has its own input), and comes back on the Layer view. Visitors see no Deploy button. Screenshots of every step
 go to the artifacts folder (MHA_VIZ_LESSON_SHOTS names another).
 
-Roles, read off the page's own text for tiny and each of its seeds: every step together gives each role one head, or
-a tie said as a tie; a head with two roles is said to have both; a head whose reading on this input is a role's
-without being its census head says so."""
+Roles, read off the page's own text (`role_problems`; tiny here, each seed in test_lesson_items_browser.py's walks):
+every step together gives each role one head, or a tie said as a tie; a head with two roles is said to have both; a
+head whose reading on this input is a role's without being its census head says so."""
 from __future__ import annotations
 
 import itertools
@@ -83,20 +83,6 @@ def answer(page) -> None:
     answer_predictions(page, wait_idle)
 
 
-def _walk(page, n_steps: int) -> dict[int, str]:
-    """From step 1, Next through every step: each step's main-column text once it is drawn."""
-    texts = {}
-    for n in range(1, n_steps + 1):
-        if n > 1:
-            page.get_by_role("button", name="Next →").last.click()
-        wait(page, HEADING, f"step {n}'s heading", arg=n)
-        wait(page, STEP_DRAWN, f"step {n} drawn to its foot")
-        wait_idle(page)
-        answer(page)
-        texts[n] = page.evaluate(MAIN_TEXT)
-    return texts
-
-
 @pytest.mark.parametrize("width, height", [(1000, 800), (1600, 1000)])
 def test_the_lesson_opens_first_and_every_step_draws_whole(browser, streamlit_url, artifacts, width, height):
     shots = Path(os.environ.get("MHA_VIZ_LESSON_SHOTS") or artifacts)
@@ -146,22 +132,6 @@ def test_the_lesson_opens_first_and_every_step_draws_whole(browser, streamlit_ur
         page.locator(".mhn .mhn-view[data-view=\"Layer\"]").click()
         wait(page, f"() => ({SENTENCE_BOX})() === 1", "the page's sentence box on the Layer view")
         wait_idle(page)
-        assert not page.js_errors, page.js_errors
-    finally:
-        context.close()
-
-
-def test_each_seed_names_one_head_per_role(browser, streamlit_url):
-    """tiny's seeds (tiny itself is read above): each step's text on one page, opened once per seed by its link."""
-    context, page = new_page(browser, 1600, 1000)
-    try:
-        for model in [m for m in seeds("tiny") if m != "tiny"]:
-            query = urlencode({"model": "tiny", "view": "Lesson", "lesson": 1, "lesson_model": model})  # '#' too
-            page.goto(f"{streamlit_url}/?{query}", wait_until="domcontentloaded")
-            texts = _walk(page, N)
-            assert f"Model: {model} " in texts[1], texts[1][:300]  # the link's model, not the default
-            _assert_no_exception(page, f"the lesson on {model}")
-            assert role_problems(model, texts) == []
         assert not page.js_errors, page.js_errors
     finally:
         context.close()

@@ -13,6 +13,7 @@ from urllib.parse import urlencode
 
 import pytest
 from test_browser import _assert_no_exception
+from test_lesson_browser import role_problems
 
 from mha_viz import seeds
 
@@ -476,3 +477,12 @@ def test_item9_a_sentence_typed_on_step1_reaches_steps_2_and_4(browser, streamli
         _assert_no_exception(page, f"steps 1-4 at {size}")
     finally:
         context.close()
+
+
+@pytest.mark.parametrize("size, model", WALKS)
+def test_every_step_gives_each_role_one_head_or_a_tie_said_as_one(browser, streamlit_url, size, model):
+    """Read off the same walks: every step together gives each role one head, or a tie said as a tie
+    (test_lesson_browser.role_problems), on tiny and each seed."""
+    steps = walk(browser, streamlit_url, size, model)
+    assert f"Model: {model} " in steps[1]["after"]["text"]  # the link's model, not the default
+    assert role_problems(model, {n: rec["after"]["text"] for n, rec in steps.items()}) == []
