@@ -64,12 +64,13 @@ from mha_viz.contract.ablation import (
     reference_texts,
 )
 from mha_viz.contract.capabilities import Capabilities, ProgramCapabilities, TrainingCapability
+from mha_viz.contract.kinds import Seq2SeqRun
 from mha_viz.contract.model import Model
 
 __all__ = [
     "ABLATIONS", "Ablation", "AttentionRun", "Capabilities", "Embeddings", "Encoded", "EncodedText", "Head",
     "HeadInside", "HeadWeights", "InputError", "Lexicon", "MeanAblation", "Metric", "Model", "ModelInfo",
-    "ModelLoadError", "ProgramCapabilities", "R", "Readout", "ResampleAblation", "TrainingCapability",
+    "ModelLoadError", "ProgramCapabilities", "R", "Readout", "ResampleAblation", "Seq2SeqRun", "TrainingCapability",
     "UnavailableError", "ZeroAblation", "check_ablate", "check_ablation", "check_index", "check_text", "clean_text",
     "head_keep_mask", "line_up", "reference_texts",
 ]

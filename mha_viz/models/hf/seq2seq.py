@@ -9,14 +9,12 @@ so heads are switched off at the one place every family shares: the output proje
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 import torch
 
 from mha_viz.contract import (
     Ablation,
-    AttentionRun,
     Encoded,
     EncodedText,
     InputError,
@@ -26,8 +24,10 @@ from mha_viz.contract import (
     UnavailableError,
     check_text,
 )
+from mha_viz.contract.kinds import Seq2SeqRun
 from mha_viz.models.hf import seq2seq_circuits, seq2seq_inside, seq2seq_patch, seq2seq_rows
-from mha_viz.settings import settings, torch_device
+from mha_viz.models.hf.seq2seq_load import out_projections
+from mha_viz.settings import settings
 
 # How many tokens the model's own greedy continuation runs to when no target is given (fewer where it ends
 # with its end-of-sequence token first).
@@ -38,48 +38,6 @@ _WHY_NOT = ("{what} is not available for encoder-decoder models yet: it is defin
             "three attention kinds, switching heads off (ablate, ablate_cross), patching them from a second source "
             "(patch, patch_cross), batched rows of both (run_batch_keep over every kind), opening a head of any kind "
             "(inside, inside_layer), circuits per kind (circuits(model, kind=...)) and run.output are available.")
-
-
-@dataclass(frozen=True)
-class Seq2SeqRun(AttentionRun):
-    """An encoder-decoder run. The inherited fields describe the encoder over the source (`tokens`, `token_ids`,
-    `attentions` (L_enc, H, S, S)); `output` is the decoder's last hidden state (T, D) and `logits` its next-token
-    logits (T, V). The decoder's own:
-
-        target_tokens       list[str]  len T   the decoder's input: its start token, then the target's ids
-        target_ids          list[int]  len T
-        decoder_attentions  (L_dec, H, T, T)   decoder self-attention (causal)
-        cross_attentions    (L_dec, H, T, S)   target positions (rows) reading source positions (columns)
-        ablated_cross       cross-attention heads switched off, (decoder layer, head)
-        patched_cross       cross-attention heads patched from a second source, (decoder layer, head)
-        target_special      positions of the tokenizer's special tokens among target_ids (its start token)
-    """
-    decoder_attentions: torch.Tensor | None = None
-    cross_attentions: torch.Tensor | None = None
-    target_tokens: list[str] = field(default_factory=list)
-    target_ids: list[int] = field(default_factory=list)
-    ablated_cross: frozenset = frozenset()
-    patched_cross: frozenset = frozenset()
-    target_special: tuple[int, ...] = ()  # positions of special tokens in the target (the decoder's start token)
-
-
-def _out_projections(model) -> tuple[list, list, list]:
-    """(encoder self, decoder self, cross) output projections, in layer order, for BART/Marian-style and T5-style
-    stacks; ModelLoadError for a layout we do not know."""
-    base = model.get_encoder(), model.get_decoder()
-    enc, dec = base
-    if hasattr(enc, "block"):  # T5: block[i].layer[0] self-attention, decoder layer[1] cross-attention
-        return ([b.layer[0].SelfAttention.o for b in enc.block], [b.layer[0].SelfAttention.o for b in dec.block],
-                [b.layer[1].EncDecAttention.o for b in dec.block])
-    if hasattr(enc, "layers") and hasattr(dec, "layers"):  # BART, Marian, mBART, Pegasus, ...
-        try:
-            return ([layer.self_attn.out_proj for layer in enc.layers],
-                    [layer.self_attn.out_proj for layer in dec.layers],
-                    [layer.encoder_attn.out_proj for layer in dec.layers])
-        except AttributeError:
-            pass
-    raise ModelLoadError(f"'{model.config.model_type}' is an encoder-decoder model whose layers mha-viz does not "
-                         "know how to find; BART, Marian and T5 are supported.")
 
 
 class Seq2SeqModel(Model):
@@ -94,7 +52,7 @@ class Seq2SeqModel(Model):
         self._model = model
         self._tokenizer = tokenizer
         self._device = device
-        self._enc, self._dec, self._cross = _out_projections(model)
+        self._enc, self._dec, self._cross = out_projections(model)
         config = model.config
         self.n_enc, self.n_dec = len(self._enc), len(self._dec)
         self.dh = self._enc[0].in_features // self.n_heads
@@ -414,30 +372,3 @@ class Seq2SeqModel(Model):
         (B, keep_layers, H) in `_modules()` order; `replace` one entry per projection, `source` a second source
         the heads off are patched from, or `ablation` what "off" means (models/hf/seq2seq_rows.py)."""
         return seq2seq_rows.run_batch_keep(self, text, keep, replace, positions, target, source, ablation, reference)
-
-
-
-def build_seq2seq_model(name: str, title: str, source: str, config) -> Seq2SeqModel:
-    """Load an encoder-decoder `source` (folder or hub id) with eager attention, safetensors only, no remote code."""
-    import transformers
-
-    from mha_viz.models.hf import policy
-
-    n_heads = getattr(config, "num_attention_heads", None) or getattr(config, "num_heads", None) or \
-        getattr(config, "encoder_attention_heads", None)
-    if not n_heads:
-        raise ModelLoadError(f"'{config.model_type}' config has no attention head count.")
-    device = torch_device()
-    try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(source, trust_remote_code=False)
-        model = transformers.AutoModelForSeq2SeqLM.from_pretrained(
-            source, attn_implementation="eager", trust_remote_code=False, use_safetensors=True,
-            dtype=torch.float32).to(device)
-    except (OSError, ValueError, EnvironmentError) as err:
-        raise ModelLoadError(policy.explain_load_failure(name, err)) from None
-    model.eval()
-    max_pos = int(getattr(config, "max_position_embeddings", 0) or 10**9)
-    enc, dec, _ = _out_projections(model)
-    info = ModelInfo(name=name, title=title, kind="encoder-decoder", n_layers=len(enc), n_heads=int(n_heads),
-                     max_tokens=min(max_pos, settings().max_tokens), causal=False)
-    return Seq2SeqModel(info, model, tokenizer, model.device)
