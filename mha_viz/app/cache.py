@@ -116,7 +116,7 @@ def get_run(name: str, text: str | EncodedText, off: tuple[Head, ...] | frozense
         source = None
     model = get_model(name)
     # Checked and encoded once: the size estimate and the run both read it. The page passes the EncodedText it
-    # made for the positions it reads (heads_off.logits_at), taken as it is; runs are keyed by the checked text.
+    # made for the positions it reads (effect_panel.logits_at), taken as it is; runs are keyed by the checked text.
     read = model.encode_text(text)
     text = read.text
     need, scope = work_bytes(model, read), (name, text)

@@ -1,5 +1,5 @@
 """The page frame: the sidebar (sidebar.py), link consent (link.py), the sentence (text.py), then a fragment with
-the views' navigation, the effect of the heads that are off (heads_off.py) around the chosen view (views/),
+the views' navigation, the effect of the heads that are off (effect_panel.py) around the chosen view (views/),
 and the URL, written once at the end. `main()` lays the page out from small functions."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from contextlib import nullcontext
 
 import streamlit as st
 
-from mha_viz.app import heads_off as off_panel
+from mha_viz.app import effect_panel as off_panel
 from mha_viz.app import reconnect, sidebar, state
 from mha_viz.app.cache import get_model, get_run
 from mha_viz.app.common import METRIC_ROOM, display, display_notes, encoded_run, md_safe

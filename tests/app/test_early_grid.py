@@ -54,10 +54,10 @@ def _check_early(data: dict, handed: list[int], layer: int, rest: list[int]) -> 
 
 def test_a_new_sentence_sends_the_layer_on_screen_before_the_layers_above_are_made(monkeypatch):
     mounted = _spy(monkeypatch)
-    from mha_viz.app import heads_off
+    from mha_viz.app import effect_panel
 
-    running, real_running = [], heads_off.running
-    monkeypatch.setattr(heads_off, "running", lambda layer, first: running.append(
+    running, real_running = [], effect_panel.running
+    monkeypatch.setattr(effect_panel, "running", lambda layer, first: running.append(
         (layer, [l for d, _ in mounted for l in [d["layer"]]])) or real_running(layer, first))
     model = loaded("minilm")
     at = AppTest.from_file(APP, default_timeout=180)

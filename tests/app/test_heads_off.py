@@ -1,4 +1,4 @@
-"""The heads-off summary above the views (app/heads_off.py) through the page (AppTest): the box is reserved at one
+"""The heads-off summary above the views (app/effect_panel.py) through the page (AppTest): the box is reserved at one
 height whether heads are off or not (so a toggle does not move the grid: tests/e2e/test_page_layout.py measures
 that), and with every head on it says what a switch will show instead of leaving the box blank."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The page's runs compute the LM head only where the open view reads it (app/heads_off.logits_at): the Layer view's
+"""The page's runs compute the LM head only where the open view reads it (app/effect_panel.logits_at): the Layer view's
 readout needs the prediction position, the Ablation effects view every position. Counted on the tiny model's LM
 head through the page (AppTest), never timed; the page's numbers equal those of a run with every position's
 logits; and the run cache answers a request for fewer positions from a kept superset, never with rows it lacks."""
@@ -10,7 +10,7 @@ import torch
 from mha_viz import analysis
 from mha_viz.app import cache
 from mha_viz.app.common import top_predictions
-from mha_viz.app.heads_off import logits_at
+from mha_viz.app.effect_panel import logits_at
 
 from helpers import app_at, open_link, tiny_masked_lm
 from page_steps import open_view

@@ -42,7 +42,7 @@ def test_a_patched_run_checks_each_of_its_two_texts_once(checks):
 
 def test_the_page_checks_its_text_once_for_each_of_its_two_parts(checks):
     """The page's first run asks for the run twice, from its frame and from the fragment under it (page.py), and
-    reads the positions whose logits the view needs from the text's tokens (heads_off.logits_at): each part checks
+    reads the positions whose logits the view needs from the text's tokens (effect_panel.logits_at): each part checks
     the text once and hands the value on, so the positions and the run do not check it again."""
     from streamlit.testing.v1 import AppTest
 

@@ -21,7 +21,7 @@ def test_the_font_waits_for_the_first_grid(monkeypatch):
         thread.start()
         assert not warmed.wait(0.5), "the font was made before any page drew its grid"
         assert len(ran) == 1  # the default model's run came first, with the Layer view's logits only: the
-        # default model (an encoder) has no LM head, so none (heads_off.logits_at names no prediction position)
+        # default model (an encoder) has no LM head, so none (effect_panel.logits_at names no prediction position)
         model = page.get_model(next(iter(page.BUILTIN)))
         assert ran[0] == page.off_panel.logits_at(model, model.encode_text(page.DEFAULT_TEXT), "Layer")
         layer.FIRST_GRID.set()
