@@ -13,6 +13,7 @@ from mha_viz.app.cache import logit_row
 from mha_viz.app.markdown import md_safe  # the views' one import of it (state.py imports markdown)
 from mha_viz.app.names import distinct_labels, head_name, layer_name, marked_tokens, parse_head, quoted, token_label
 from mha_viz.contract import Ablation, AttentionRun, EncodedText, Model
+from mha_viz.web import kinds
 
 LEARNED_NOTE = (
     "Each heatmap is one head's **learned** attention pattern on this sentence. Heads are not labeled modules: "
@@ -361,3 +362,18 @@ def pick_clicked_head(clicked, options: list, pick_key: str, seen_key: str) -> N
     if clicked in options and clicked != st.session_state.get(seen_key):
         st.session_state[seen_key] = clicked
         st.session_state[pick_key] = clicked
+
+
+# -- the kind switch of a model with cross-attention: the Layer, Circuits and Inside views show one kind at a time --
+KIND_KEY = state.KIND_KEY  # the switch's key: the kind shown, the same for every model with cross-attention
+
+
+def current_kind() -> str:
+    """The kind to show; call before the switch is drawn (a switch clicked off again, None, keeps the last kind,
+    which `state.KIND_KEPT` holds while no view draws the switch, as the link carries it)."""
+    kind = st.session_state.get(KIND_KEY)
+    if kind not in kinds.KINDS:
+        kept = st.session_state.get(state.KIND_KEPT)
+        kind = kept if kept in kinds.KINDS else kinds.ENCODER
+    st.session_state[KIND_KEY] = st.session_state[state.KIND_KEPT] = kind
+    return kind

@@ -1,12 +1,15 @@
-"""What both patching views read (views/patching.py for one-text models, app/patching_kinds.py for
-encoder-decoder models): the default answer tokens, a token as a text box shows it, the second sentence's
-session key, and the baseline a patch is read against."""
+"""What the Patching view (views/patching.py) reads beside its drawing, for one-text and encoder-decoder models: the
+default answer tokens, a token as a text box shows it, the second sentence's session key, the baseline a patch is
+read against, where the metric is read (`read_position`) and the example pairs a model can run (`example_pair`)."""
 from __future__ import annotations
 
+import streamlit as st
+
+from mha_viz.analysis.patching import Metric
 from mha_viz.app import cache
-from mha_viz.app.common import md_safe
+from mha_viz.app.common import md_safe, quoted, where
 from mha_viz.app.context import ViewContext
-from mha_viz.app.name_swap import changed_words
+from mha_viz.app.name_swap import changed_words, final_name
 from mha_viz.contract import Ablation, AttentionRun, InputError, Model
 
 
@@ -73,3 +76,72 @@ def off_baseline(ctx: ViewContext, column, heads, metric, before: float) -> None
     value = float(metric(run.output, run.logits))
     column.metric(f"Baseline: the same head(s) {off.adjective}", f"{value:.3f}", delta=f"{value - before:+.3f}",
                   help=f"Off as the sidebar says: {off.help}")
+
+
+def read_position(model: Model, base: AttentionRun, text: str,
+                  name: str) -> tuple[int | None, tuple[str, str] | None]:
+    """(where the metric is read, the (final name, other name) read there or None). On a causal LM whose text ends
+    with one of the swapped names, the token before that name (where the name is predicted), when the text up to
+    it has the same first tokens; otherwise the model's prediction position, and no names."""
+    position = model.prediction_position(base)
+    ending = final_name(text, model.name_words())
+    if position is None or not model.causal or ending is None:
+        return position, None
+    prompt = text[:ending[0]].rstrip()
+    try:
+        tokens = cache.get_run(name, prompt).tokens
+    except InputError:
+        return position, None
+    if 0 < len(tokens) < len(base.tokens) and base.tokens[:len(tokens)] == tokens:
+        return len(tokens) - 1, ending[1:]
+    return position, None
+
+
+# Pairs that differ in one word, tried in order; a model gets the first whose words it knows (no unknown token)
+# and whose two sentences have the same number of tokens. The first is Wang et al. 2022's indirect-object
+# template; the second is in the tiny model's own vocabulary (a list said again: the model copies its next word).
+# "{mask}" is the model's mask token, for a masked LM to predict at.
+PAIRS = [
+    ("When Mary and John went to the store, John gave a drink to{mask}",
+     "When Mary and John went to the store, Mary gave a drink to{mask}", "Mary", "John"),
+    ("anna berg said : red lamp river cup . then tom lind said : red lamp river",
+     "anna berg said : red lamp river box . then tom lind said : red lamp river", "cup", "box"),
+]
+
+
+def example_pair(name: str, model: Model) -> tuple[str, str] | None:
+    """The first of PAIRS this model can run as a patching pair: (text, second sentence), or None."""
+    mask = f" {model.mask_token}." if model.info.kind == "masked-lm" and model.mask_token else ""
+    for text, source, *_ in PAIRS:
+        text, source = text.format(mask=mask), source.format(mask=mask)
+        try:
+            a, b = cache.get_run(name, text), cache.get_run(name, source)
+        except InputError:
+            continue
+        if not a.unknown and not b.unknown and len(a.tokens) == len(b.tokens) and a.tokens != b.tokens:
+            return text, source
+    return None
+
+
+def kinds_metric(ctx: ViewContext, other, position: int, second: str) -> Metric | None:
+    """The logit difference at the decoder's prediction position, its two tokens typed or kept (by default the
+    swapped words, else each source's top prediction, as the one-stack view picks them)."""
+    model, base = ctx.model, ctx.base
+    first, against = answer_tokens(model, base, other, position, ctx.text, second)
+    c1, c2 = st.columns(2)
+    answer = c1.text_input("Answer token", value=shown_token(first), key=f"patch_answer|{first}",
+                           help="The metric is logit(answer) − logit(against) at the decoder's prediction after "
+                                "the target. Write a newline as \\n and a tab as \\t.")
+    against = c2.text_input("Against", value=shown_token(against), key=f"patch_against|{against}")
+    try:
+        ids = model.token_id(typed_token(answer)), model.token_id(typed_token(against))
+    except InputError as err:
+        st.warning(md_safe(str(err)))
+        return None
+    return Metric("logit_diff", position=position, answer=ids[0], other=ids[1])
+
+
+def describe_metric(ctx: ViewContext, metric: Metric) -> str:
+    answer, other = (ctx.model.decode(i) for i in (metric.answer, metric.other))
+    return md_safe(f"logit({quoted(answer)}) − logit({quoted(other)}) at "
+                   f"{where(ctx.model, ctx.base, metric.position)}")

@@ -37,7 +37,7 @@ def _heatmap(at, title_part: str) -> dict:
 
 def test_cross_heads_circuits_and_the_encoders(folder):
     from mha_viz.analysis import circuits as circ
-    from mha_viz.app.layer_kinds import KIND_KEY
+    from mha_viz.app.state import KIND_KEY
     from mha_viz.models.hf.loading import load_custom
 
     model = load_custom(str(folder))

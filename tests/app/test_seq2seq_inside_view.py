@@ -44,7 +44,7 @@ def _values(array) -> list[float]:
 
 
 def test_a_cross_head_draws_the_runs_cross_attention_row(folder):
-    from mha_viz.app.layer_kinds import KIND_KEY
+    from mha_viz.app.state import KIND_KEY
     from mha_viz.models.hf.loading import load_custom
 
     run = load_custom(str(folder)).run(SOURCE, target=TARGET)
@@ -69,7 +69,7 @@ def test_a_cross_head_draws_the_runs_cross_attention_row(folder):
 
 
 def test_the_decoder_and_encoder_kinds_open_too(folder):
-    from mha_viz.app.layer_kinds import KIND_KEY
+    from mha_viz.app.state import KIND_KEY
     from mha_viz.models.hf.loading import load_custom
 
     run = load_custom(str(folder)).run(SOURCE, target=TARGET)

@@ -79,3 +79,10 @@ def test_what_a_new_family_writes_is_abstract():
 
     with pytest.raises(TypeError, match="forward"):
         Half()
+
+
+def test_each_view_handles_the_kinds_itself():
+    """An encoder-decoder model is drawn by the same view as any other (the Layer, Patching and Ablation effects
+    views draw every kind themselves): no second view module for the kinds beside app/views/."""
+    beside = sorted(p.name for p in (PKG / "app").glob("*.py") if "kinds" in p.stem)
+    assert not beside, f"views for the kinds outside app/views/: {beside}"

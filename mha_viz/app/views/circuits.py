@@ -12,9 +12,8 @@ import torch
 from mha_viz import plotting
 from mha_viz.analysis import circuits as circ
 from mha_viz.app.cache import get_model, side_model, side_result, training_evidence
-from mha_viz.app.common import head_name, md_safe, metric_row, quoted, trained_here, visible
+from mha_viz.app.common import KIND_KEY, current_kind, head_name, md_safe, metric_row, quoted, trained_here, visible
 from mha_viz.app.context import ViewContext
-from mha_viz.app.layer_kinds import KIND_KEY, current_kind
 from mha_viz.contract import Head, InputError, ModelLoadError, UnavailableError
 from mha_viz.models import checkpoints, load_model, seeds
 from mha_viz.web import kinds

@@ -1,14 +1,18 @@
-"""Ablation effects: predictions before and after, how much every head's pattern moved, and head importance."""
+"""Ablation effects: predictions before and after, how much every head's pattern moved, and head importance (for a
+model with cross-attention, of every kind's heads: `every_kind`)."""
 from __future__ import annotations
 
 import math
 
 import streamlit as st
+import torch
 
 from mha_viz import analysis, plotting
 from mha_viz.analysis.importance import effect_measure, head_importance
+from mha_viz.analysis.patch_kinds import every_kind_importance
 from mha_viz.analysis.patching import rank_correlation
 from mha_viz.app import continuation
+from mha_viz.app.cache import current_target
 from mha_viz.app.common import (
     ABLATION_LABELS,
     ABLATION_SHORT,
@@ -16,6 +20,7 @@ from mha_viz.app.common import (
     exact_map_step,
     fitted_chart,
     head_name,
+    md_safe,
     predictions_panel,
     visible,
     where,
@@ -23,6 +28,7 @@ from mha_viz.app.common import (
 from mha_viz.app.context import ViewContext
 from mha_viz.app.estimates import ESTIMATE_SAMPLES, exact_seconds, importance_estimate_cached
 from mha_viz.contract import AttentionRun, Head, InputError, Model, UnavailableError, head_keep_mask
+from mha_viz.web import kinds
 
 BUTTON = "imp_btn"  # the exact map's button; common.exact_map_step keeps its running job beside it
 
@@ -87,11 +93,8 @@ def importance(model: Model, model_name: str, text: str, base: AttentionRun, hea
                position: int | None, ablation: str = "zero") -> None:
     """Each head switched off alone; measured at the same position as the predictions above."""
     st.markdown("**Head importance for this input**")
-    if model.has_cross_attention:  # every kind's heads, each map its own kind's (importance_kinds.py)
-        from mha_viz.app import importance_kinds
-
-        importance_kinds.render(model, model_name, text, base, heads_off, position, ablation,
-                                ABLATION_SHORT[ablation])
+    if model.has_cross_attention:  # every kind's heads, each map its own kind's (`every_kind`)
+        every_kind(model, model_name, text, base, heads_off, position, ablation, ABLATION_SHORT[ablation])
         return
     measure = effect_measure(model)
     if base.logits is not None:
@@ -137,3 +140,50 @@ def importance(model: Model, model_name: str, text: str, base: AttentionRun, hea
                        + ("not defined (every head scores the same)" if math.isnan(rho) else f"{rho:.2f}")
                        + f" over {n_heads} heads.")
 
+
+KINDS_BUTTON = "imp_kinds_btn"  # the exact map over every kind (a model with cross-attention)
+NO_KINDS_ESTIMATE = ("No instant estimate here: it comes from gradients along one self-attention stack over one "
+                     "text, and this model reads two texts with three kinds of heads. The exact map measures each "
+                     "head.")
+
+
+def every_kind(model: Model, model_name: str, text: str, base: AttentionRun, heads_off: frozenset[Head],
+               position: int | None, ablation: str, ablation_short: str) -> None:
+    """Head importance for a model with cross-attention (encoder-decoder): every head of every kind switched off
+    alone, on top of the heads already off, and what that does to the decoder's prediction at the position the
+    predictions above read, one map per kind (Encoder, Decoder, Cross) in the page's one set of heads
+    (web/kinds.py). The one-stack gradient estimate is not drawn: it is defined along one stack over one text."""
+    target = current_target(model)
+    position = base.logits.shape[0] - 1 if position is None else position  # along the target
+    st.caption(f"Each head of every kind is switched off alone (on top of the heads already off) and the change "
+               f"of the decoder's prediction at {where(model, base, position)} is measured as the KL "
+               f"divergence from the prediction with only those heads off. One batched forward per chunk of heads. "
+               + NO_KINDS_ESTIMATE)
+    n = kinds.all_layers(model) * model.n_heads - len(heads_off)
+    key = (model_name, text, target, tuple(sorted(heads_off)), position, ablation)
+    store = st.session_state.setdefault("importance_kinds", {})
+    try:
+        measured = exact_map_step(
+            KINDS_BUTTON, key, n, exact_seconds(model_name, text, n),
+            lambda progress: every_kind_importance(model, text, target, heads_off, position, ablation, progress),
+            "Switching off one head at a time", model_name=model_name)
+    except InputError as err:  # e.g. mean ablation for a model with no example sentences
+        st.warning(md_safe(str(err)))
+        return
+    if measured is not None:
+        store.clear()
+        store[key] = measured
+    if key not in store:
+        return
+    scores = store[key]  # (L_enc + 2 L_dec, H)
+    top = float(scores.nan_to_num(0.0).max()) or 1.0  # one colour range for the three maps
+    for column, kind in zip(st.columns(len(kinds.KINDS)), kinds.KINDS):
+        start, count = kinds.set_offset(model, kind), kinds.n_layers(model, kind)
+        off = {(l - start, h) for l, h in heads_off if start <= l < start + count}
+        fig = plotting.layer_head_map(scores[start:start + count], f"{kind}: {ablation_short} alone",
+                                      "KL", off=off, fmt=".4f", zmax=top)
+        column.plotly_chart(fig, width="stretch", key=f"imp_kinds_map_{kind}", config=chart_config())
+    best = [(int(i) // model.n_heads, int(i) % model.n_heads)
+            for i in torch.argsort(scores.nan_to_num(-1.0).flatten(), descending=True)[:5]]
+    st.markdown("Heads that move it most: " + ", ".join(
+        f"{kinds.set_head_name(model, h)} ({float(scores[h]):.4f})" for h in best if float(scores[h]) > 0))

@@ -12,8 +12,10 @@ from mha_viz import analysis, measures, plotting
 from mha_viz.analysis.agreement import head_agreement
 from mha_viz.app import cache, state
 from mha_viz.app.common import (
+    KIND_KEY,
     TOKEN_KEY,
     chart_config,
+    current_kind,
     fitted_chart,
     head_name,
     layer_picker,
@@ -24,7 +26,6 @@ from mha_viz.app.common import (
     visible,
 )
 from mha_viz.app.context import ViewContext
-from mha_viz.app.layer_kinds import KIND_KEY, current_kind
 from mha_viz.app.names import UNKNOWN_MARK, marked_tokens, unknown_words
 from mha_viz.contract import Ablation, InputError, UnavailableError
 from mha_viz.names import layer_name

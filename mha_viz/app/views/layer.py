@@ -21,11 +21,20 @@ import torch
 from mha_viz import analysis, measures
 from mha_viz.analysis.agreement import agreement, census_heads
 from mha_viz.app import cache, continuation, state
-from mha_viz.app.common import NO_VALUE_NOTE, display, encoded_run, program_value
-from mha_viz.app.components.head_grid import AsMade, early_payload, encode_soon, grid_rest, head_grid, held, payload
+from mha_viz.app.common import KIND_KEY, NO_VALUE_NOTE, current_kind, display, encoded_run, md_safe, program_value
+from mha_viz.app.components.head_grid import (
+    AsMade,
+    early_payload,
+    encode_soon,
+    grid_rest,
+    head_grid,
+    held,
+    payload,
+)
 from mha_viz.app.context import ViewContext
 from mha_viz.app.names import column_names, head_name, layer_name, token_label
 from mha_viz.contract import AttentionRun, EncodedText, Model
+from mha_viz.web import kinds
 
 ONLY_PROMPT = "Only one on…"
 # Set once this process has sent a page its first grid (the first heatmaps drawn): the server's warm-up waits for
@@ -44,11 +53,9 @@ def grid(ctx: ViewContext) -> None:
     the page lacks follow at the end of the view); under it the same switches for that layer as Streamlit
     toggles. Heatmaps show the display transform (`ctx.att`); scores are always measured on the run itself. A
     layer tab clicked in the grid comes back as the page's layer (the heading, the bulk switches, the views and the
-    URL follow it). A model with cross-attention: layer_kinds.grid (Encoder, Decoder and Cross)."""
+    URL follow it). A model with cross-attention: `kinds_grid` (Encoder, Decoder and Cross)."""
     if ctx.model.has_cross_attention:
-        from mha_viz.app import layer_kinds
-
-        return layer_kinds.grid(ctx, labels_for)
+        return kinds_grid(ctx)
     tokens = [token_label(t) for t in ctx.tokens]
     codes = encode_soon(tokens, ctx.att, ctx.shared_scale)  # beside the badges' measuring, not after it
     # The layer on screen's captions go with its heads; every layer's follow with the layers off screen (SmolLM2 at
@@ -129,11 +136,12 @@ def against_census(ctx: ViewContext) -> None:
                    f"{layer_name(ctx.layer)}: " + " ".join(lines))
 
 
-def toggled(model_name: str, layer: int, head: int, on: bool) -> None:
+def toggled(model_name: str, layer: int, head: int, on: bool, start: int = 0) -> None:
     """A head's switch clicked in the grid: its layer is the one on screen, which a tab may have changed without
-    telling the page (web/grid/tabs.js, layerFor), so it becomes the page's too."""
+    telling the page (web/grid/tabs.js, layerFor), so it becomes the page's too. `start`: where the grid's layer 0
+    is in the page's one set of heads (a kind's grid, web/kinds.set_offset)."""
     state.set_layer(model_name, layer)
-    state.set_head(model_name, layer, head, on)
+    state.set_head(model_name, start + layer, head, on)
 
 
 def written(ctx: ViewContext) -> None:
@@ -252,14 +260,14 @@ def stack_labels(model: Model, run: AttentionRun, layers) -> dict:
     return {(j, head): text for j in layers for head, text in kept[j].items()}
 
 
-def bulk(model_name: str, n_heads: int, layer: int, action: str, head: int | None) -> None:
+def bulk(model_name: str, n_heads: int, layer: int, action: str, head: int | None, start: int = 0) -> None:
     """A bulk switch clicked in the grid, on the layer the grid showed: that layer becomes the page's (it is
-    already the one on screen), then its heads switch."""
+    already the one on screen), then its heads switch (`start` as in `toggled`)."""
     state.set_layer(model_name, layer)
     if action in ("off", "on"):
-        state.layer_off(model_name, layer, n_heads, action == "off")
+        state.layer_off(model_name, start + layer, n_heads, action == "off")
     elif action == "only" and head is not None:
-        state.only_head(model_name, layer, n_heads, head)
+        state.only_head(model_name, start + layer, n_heads, head)
     elif action == "reset":
         state.reset(model_name)
 
@@ -288,3 +296,89 @@ def controls(model: Model, model_name: str, layer: int) -> None:
                  help=f"Switch off every other head of {name}.")
     c4.button("Reset", width="stretch", on_click=state.reset, args=(model_name,), key=f"reset|{model_name}",
               help="Every head of every layer on.")
+
+
+# -- a model with cross-attention: one kind's grid at a time -------------------------------------------------------
+def kinds_grid(ctx: ViewContext) -> None:
+    """A model with cross-attention: the kind switch (Encoder, Decoder, Cross), then the grid of that kind (its
+    badges measured on this run's encoder or decoder self-attention; cross-attention heads show none, and the
+    caption says why), its switches, and the decoder's predictions along the target. Each kind's grid numbers its
+    layers from 0; the page keeps every kind's heads off in its one set (web/kinds.py), which `cache.get_run`
+    splits into `ablate` and `ablate_cross`."""
+    model, name, n_heads = ctx.model, ctx.name, ctx.model.n_heads
+    kind = current_kind()
+    st.segmented_control("Attention", kinds.KINDS, key=KIND_KEY,
+                         help="Encoder: the source reading itself. Decoder: the target reading its earlier tokens. "
+                              "Cross: each target token (row) reading the source (columns).")
+    n_layers, start = kinds.n_layers(model, kind), kinds.set_offset(model, kind)
+    layer = min(ctx.layer, n_layers - 1)
+    if kind == kinds.ENCODER:  # the page's display (special tokens hidden, word pieces merged) applies
+        tokens, att, queries, badges = [token_label(t) for t in ctx.tokens], ctx.att, None, labels_for(model, ctx.run)
+    else:
+        shown = kinds.view(ctx.run, kind)
+        tokens, att = [token_label(t) for t in shown.keys], shown.att
+        queries = None if shown.queries is None else [token_label(t) for t in shown.queries]
+        badges = _readings(ctx, kind)
+    st.caption(f"{kind}: {kinds.ABOUT[kind]}." + ("" if kind == kinds.ENCODER else
+               " Every token is shown (the sidebar's hiding and merging apply to the encoder's grid).") +
+               (f" {kinds.NO_READINGS[kind]}" if kind in kinds.NO_READINGS else ""))
+    off = {(l - start, h) for l, h in ctx.heads_off if start <= l < start + n_layers}
+    codes = encode_soon(tokens, att, ctx.shared_scale, queries)
+    key = f"grid|{name}|{kind}"
+    unknown = list(ctx.run.unknown) if kind == kinds.ENCODER and len(ctx.tokens) == len(ctx.run.tokens) else []
+    data = payload(tokens, att, layer, off, ctx.n_cols, ctx.shared_scale, badges, unknown=unknown, controls=True,
+                   encoded=codes, held=held(key))
+    head_grid(data, key=key, on_toggle=lambda l, h, on: toggled(name, l, h, on, start),
+              on_layer=lambda l: state.set_layer(name, l),
+              on_bulk=lambda l, action, h: bulk(name, n_heads, l, action, h, start))
+    with st.expander(f"Switches for the heads of {kind} layer {layer} (the same as in each head's corner above)",
+                     key=f"switches|{name}|{kind}"):
+        for head in range(n_heads):
+            _kind_switch(name, kind, start, layer, head)
+    along_target(ctx)
+    grid_rest(data, codes, key)
+
+
+def _readings(ctx: ViewContext, kind: str) -> dict:
+    """The badges under each head of `kind`, measured on this run: the decoder's self-attention read as a causal
+    run over the target (the measures hold there as over any one text); none for cross-attention (NO_READINGS)."""
+    stack = kinds.one_stack(ctx.run, kind)
+    if stack is None:
+        return {}
+    run, causal = stack
+    # Keyed by what else shapes the decoder's attention: the source it reads and the cross heads off.
+    return labels_for(ctx.model, run, causal=causal, n_layers=kinds.n_layers(ctx.model, kind),
+                      key=(kind, tuple(ctx.run.tokens), tuple(sorted(getattr(ctx.run, "ablated_cross", ())))))
+
+
+def _kind_switch(name: str, kind: str, start: int, layer: int, head: int) -> None:
+    key = state.toggle_key(name, start + layer, head)
+    st.session_state[key] = (start + layer, head) not in state.off_set(name)
+    st.toggle(f"{kind} {head_name((layer, head))}", key=key, on_change=state.on_toggle,
+              args=(name, start + layer, head),
+              help="On: the head contributes. Off: its output is replaced, by 0 or by its mean (the sidebar's "
+                   "'Switching a head off')." + (_CROSS_OFF if kind == kinds.CROSS else ""))
+
+
+_CROSS_OFF = " A cross-attention head is switched off at its slice of the cross-attention's output projection."
+
+
+def along_target(ctx: ViewContext) -> None:
+    """The decoder's top next-token prediction at every target position, all heads on and now, with the KL
+    between the two: what the heads that are off (of every kind) change along the target."""
+    rows = kinds.along_target(ctx.model, ctx.base, ctx.run)
+    if not rows:
+        return
+    ablate, cross = kinds.split(ctx.model, ctx.heads_off)
+    n_off = len(ablate) + len(cross)
+    st.markdown("**The decoder's next-token prediction along the target**" +
+                (f" ({n_off} head{'s' if n_off != 1 else ''} off)" if n_off else " (all heads on)"))
+    st.dataframe([{"position": r["position"], "reads": token_label(r["token"]),
+                   "all heads on": f"{token_label(r['before'][0])} {r['before'][1]:.0%}",
+                   "now": f"{token_label(r['after'][0])} {r['after'][1]:.0%}",
+                   "KL (nats)": float(f"{r['kl']:.3g}")} for r in rows], hide_index=True, key="along_target")
+    if not n_off:
+        st.caption("Switch heads off (any kind) to see their effect at every target position.")
+    else:
+        changed = sum(r["before"][0] != r["after"][0] for r in rows)
+        st.caption(md_safe(f"The top prediction changed at {changed} of {len(rows)} target positions."))
