@@ -10,9 +10,12 @@ view draws too).
 
 Bad input (a number that is not one, more tokens than the context leaves, a temperature of 0 or below, a model that
 cannot write) is one line on the page, and nothing runs. The settings live in the session (`ON_KEY`) and travel in
-the link (app/continue_link.py: ?write=N&sample=1&temp=T&seed=S); the continuations themselves are kept for
-the session's last request only (`KEPT`), so what a session holds is bounded by the token limit and let go when it
-asks for another.
+the link (app/continue_link.py: ?write=N&sample=1&temp=T&seed=S). The continuations are entries of the run cache
+(`written`), so they count in the process's byte budget (MHA_VIZ_RUN_CACHE_MB) like runs: writing one holds a
+page's share for the final sequence while it is written and drawn (memory.PAGE_FACTOR x its attention), a kept one
+weighs its tensors (at SmolLM2's 512-token limit about 366 MB: attention 270 MB, logits 96 MB) and goes least
+recently used first. The session keeps only their keys, for its last request (`KEPT`), and lets them go when it
+asks for another, presses Clear, or moves to another model or text (continue_link.let_go).
 """
 from __future__ import annotations
 
@@ -23,17 +26,18 @@ import streamlit as st
 
 from mha_viz import plotting
 from mha_viz.analysis.continuations import first_difference, step_kl
+from mha_viz.app import cache
 from mha_viz.app.common import chart_config
 from mha_viz.app.components.head_grid import encode_soon, grid_rest, head_grid, held, payload
 from mha_viz.app.context import ViewContext
-from mha_viz.app.continue_link import GREEDY, MODE_KEY, N_KEY, ON_KEY, SAMPLING, SEED_KEY, TEMP_KEY
+from mha_viz.app.continue_link import GREEDY, KEPT, MODE_KEY, N_KEY, ON_KEY, SAMPLING, SEED_KEY, TEMP_KEY, let_go
 from mha_viz.app.markdown import md_safe
+from mha_viz.app.memory import PAGE_FACTOR, queued
 from mha_viz.app.names import head_name, layer_name, token_label
 from mha_viz.contract import InputError, UnavailableError
 from mha_viz.contract.records import Continuation, GenerationSettings
 
 STEP_KEY = "write_step"
-KEPT = "_written"  # {"key": what was asked, "pair": (every head on, heads off or None)}: the last request only
 MARK = " ✎"  # after a written token's label
 PLAY_SECONDS = 0.6  # between steps while playing
 
@@ -48,7 +52,8 @@ def _pressed() -> None:
 
 
 def _stopped() -> None:
-    for key in (ON_KEY, KEPT, STEP_KEY):
+    let_go()
+    for key in (ON_KEY, STEP_KEY):
         st.session_state.pop(key, None)
 
 
@@ -83,19 +88,42 @@ def continuations(ctx: ViewContext, raw: dict) -> tuple[Continuation, Continuati
     try:
         settings = GenerationSettings.read(**raw)
         key = (ctx.name, ctx.text, settings, ctx.heads_off, str(ctx.ablation))
-        kept = st.session_state.get(KEPT)
-        if kept is not None and kept["key"] == key:
-            return kept["pair"]
-        st.session_state.pop(KEPT, None)  # the last request's continuations go before the new ones are made
+        entries = [entry(ctx.name, ctx.text, settings)]
+        if ctx.heads_off:
+            entries.append(entry(ctx.name, ctx.text, settings, ctx.heads_off, ctx.ablation))
+        let_go(keep=tuple(entries))  # the last request's continuations go before the new ones are made
+        st.session_state[KEPT] = {"key": key, "entries": entries}
         with st.spinner(f"Writing up to {settings.tokens} tokens..."):
-            original = ctx.model.generate(ctx.text, settings)
-            off = ctx.model.generate(ctx.text, settings, ablate=ctx.heads_off,
-                                     ablation=ctx.ablation) if ctx.heads_off else None
+            original = written(ctx.model, ctx.name, ctx.text, settings)
+            off = written(ctx.model, ctx.name, ctx.text, settings, ctx.heads_off,
+                          ctx.ablation) if ctx.heads_off else None
     except (InputError, UnavailableError) as err:
+        let_go()
         st.warning(md_safe(str(err)))
         return None
-    st.session_state[KEPT] = {"key": key, "pair": (original, off)}
     return original, off
+
+
+def entry(name: str, text: str, settings: GenerationSettings, off=frozenset(), ablation="zero") -> tuple:
+    """The run cache's key of a continuation: greedy settings differ only in what they ignore (temperature,
+    seed), so those are left out; nothing off writes the same whatever "off" means."""
+    if not settings.sampling:
+        settings = GenerationSettings(tokens=settings.tokens)
+    off = tuple(sorted(off))
+    return ("continuation", name, text, settings, off, str(ablation) if off else "zero")
+
+
+def written(model, name: str, text: str, settings: GenerationSettings, off=frozenset(),
+            ablation="zero") -> Continuation:
+    """The continuation of `text` by model `name` (loaded: `model`) with heads `off`: from the run cache, or
+    written and kept there. Writing it holds a page's share of the budget for the final sequence (prompt and every
+    token asked for, at most the context), once per page run for both continuations of one request, as a page's
+    run does; a request that does not fit is the run cache's RunBudgetError (an InputError: one line)."""
+    key = entry(name, text, settings, off, ablation)
+    T = min(model.token_count(text) + settings.tokens, model.info.max_tokens)
+    need = PAGE_FACTOR * model.n_layers * model.n_heads * T * T * 4  # float32 attention (L, H, T, T), x its copies
+    return cache.runs().get(key, lambda: model.generate(text, key[3], ablate=off, ablation=ablation), need=need,
+                            on_wait=queued, scope_key=("continuation", name, text, settings.tokens))
 
 
 def kept_for(ctx: ViewContext) -> tuple[Continuation, Continuation | None] | None:
@@ -103,7 +131,10 @@ def kept_for(ctx: ViewContext) -> tuple[Continuation, Continuation | None] | Non
     kept = st.session_state.get(KEPT)
     if kept is None or kept["key"][:2] != (ctx.name, ctx.text) or kept["key"][3] != ctx.heads_off:
         return None
-    return kept["pair"]
+    pair = [cache.runs().peek(key) for key in kept["entries"]]  # None where the budget let one go meanwhile
+    if pair[0] is None or (len(pair) > 1 and pair[1] is None):
+        return None
+    return pair[0], (pair[1] if len(pair) > 1 else None)
 
 
 # -- what is drawn -----------------------------------------------------------------------------------------------

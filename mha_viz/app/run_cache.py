@@ -166,6 +166,13 @@ class RunCache:
             self._flight.pop(key, None)
             self._changed.notify_all()
 
+    def drop(self, key: tuple) -> None:
+        """Let the entry for `key` go now, if it is kept (a session moved on from what it asked for)."""
+        with self._changed:
+            if key in self._runs:
+                del self._runs[key], self._sizes[key]
+                self._changed.notify_all()
+
     def find(self, answers):
         """The most recently used entry whose key `answers(key)` accepts, or None."""
         with self._changed:

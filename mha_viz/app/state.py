@@ -179,6 +179,7 @@ def write_url(model_name: str, text: str, layer: int, off: set, view: str, two_t
     model has cross-attention, so the link also carries its target and the kind its grid shows (the layer is
     numbered within that kind). `model`: the loaded model, so heads off read as the page names them ("Cross L0
     H3"); None writes them as one stack's."""
+    continue_link.let_go(model_name, text)  # the continuations of another model or text go from the run cache
     state = {"model": model_name, "layer": str(layer), "view": view}
     if len(text) <= MAX_TEXT_IN_URL:
         state["text"] = text

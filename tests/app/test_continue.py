@@ -1,7 +1,8 @@
 """Continue under the Layer grid (app/continuation.py) through the page (AppTest): pressed, or opened from a link, it
 writes what `Model.generate` writes with the same settings (the page's path is that call); the link carries the
 settings and reopens the same continuation; a step shows that step's top-5; with heads off the continuation is
-written again and set beside the original (and in Ablation effects); bad input is one line and nothing is written."""
+written again and set beside the original (and in Ablation effects); bad input is one line and nothing is written;
+the continuations are the run cache's, counted in its byte budget, and go when the session moves on."""
 from __future__ import annotations
 
 import json
@@ -9,12 +10,13 @@ import json
 import pytest
 from test_page_truth import downloads  # noqa: F401  (the download buttons' files)
 
-from mha_viz.app import continuation
-from mha_viz.app.continue_link import N_KEY
-from mha_viz.contract.records import GenerationSettings
+from mha_viz.app import cache, continuation
+from mha_viz.app.continue_link import KEPT, N_KEY
+from mha_viz.app.run_cache import entry_bytes, tensor_bytes
+from mha_viz.contract.records import Continuation, GenerationSettings
 
 from helpers import loaded, open_link
-from page_steps import open_view
+from page_steps import open_view, send_sentence
 
 TEXT = "anna met ben at the park . later ben gave the book to"  # in tiny's vocabulary
 OFF = "L1H0,L1H2,L2H1"
@@ -115,3 +117,49 @@ def test_the_exports_hold_the_written_tokens(downloads):  # noqa: F811
     cont = loaded("tiny").generate(TEXT, GenerationSettings(tokens=5), ablate=OFF_HEADS)
     assert payload["written_from"] == cont.n_prompt and payload["written"] == cont.written
     assert payload["tokens"] == cont.run.tokens and payload["ablated"] == sorted([list(h) for h in OFF_HEADS])
+
+
+def _held(at) -> list:
+    """The session's continuations as the run cache holds them (None where it holds none)."""
+    return [cache.runs().peek(key) for key in at.session_state[KEPT]["entries"]]
+
+
+def test_continuations_at_the_token_limit_count_in_the_run_budget_and_go_when_the_text_changes(monkeypatch):
+    """Written at the token limit with heads off, both continuations are entries of the run cache, weighed by their
+    tensors within its budget; the session holds their keys only. A new sentence, or Clear, lets them go."""
+    monkeypatch.setenv("MHA_VIZ_RUN_CACHE_MB", "2")
+    cache.runs.cache_clear()
+    try:
+        model = loaded("tiny")
+        limit = model.info.max_tokens - model.token_count(TEXT)
+        at = open_link({"model": "tiny", "text": TEXT, "write": str(limit), "off": OFF})
+        pair = _held(at)
+        assert all(isinstance(c, Continuation) for c in pair) and len(pair) == 2, pair
+        T = model.info.max_tokens
+        assert all(len(c.run.tokens) == T for c in pair)
+        runs = cache.runs()
+        sizes = [runs._sizes[key] for key in at.session_state[KEPT]["entries"]]
+        assert sizes == [entry_bytes(c) for c in pair]  # counted as what they hold
+        attention = model.n_layers * model.n_heads * T * T * 4
+        assert all(size >= attention for size in sizes), (sizes, attention)  # 255,832 B each for tiny
+        assert runs.kept_bytes() + runs.flight_bytes() <= runs.budget and runs.flight_bytes() == 0
+        assert tensor_bytes(dict(at.session_state[KEPT])) == 0  # the session: keys only
+        before = runs.kept_bytes()
+
+        gone = [continuation.entry("tiny", TEXT, GenerationSettings(tokens=limit)),
+                continuation.entry("tiny", TEXT, GenerationSettings(tokens=limit), OFF_HEADS)]
+        at = open_view(at, "Ablation effects")  # where nothing is written: the page itself lets them go
+        assert all(runs.peek(key) is not None for key in gone)
+        send_sentence(at, "ben met anna at the park")  # another text: the first text's continuations go
+        assert all(runs.peek(key) is None for key in gone) and KEPT not in at.session_state
+        assert runs.kept_bytes() < before
+
+        at = open_view(at, "Layer")  # the new text's, written at once (the settings stay)
+        assert all(isinstance(c, Continuation) for c in _held(at))
+
+        at.button(key="write_clear").click().run()  # Clear: nothing of the session's is kept
+        assert KEPT not in at.session_state
+        assert runs.peek(continuation.entry("tiny", "ben met anna at the park", GenerationSettings(tokens=limit))) \
+            is None
+    finally:
+        cache.runs.cache_clear()
