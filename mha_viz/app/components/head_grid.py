@@ -27,7 +27,7 @@ import zlib
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Hashable
 
 import pyarrow as pa
 import streamlit as st
@@ -228,10 +228,34 @@ class AsMade:
     def __init__(self, shared_scale: bool):
         self.shared = bool(shared_scale)
         self._parts: dict[int, Future] = {}
+        self._key: Callable[[int], Hashable] | None = None
+
+    def keyed(self, key: Callable[[int], Hashable]) -> None:
+        """key(layer): what shapes that layer's attention (views/layer.early_grid: the model, the tokens, the heads
+        off below the layer and what "off" meant), under which every session shares its codes (`_LAYER_PARTS`): a
+        toggle in layer l hands layers 0..l over unchanged from the run before, whose codes were made then. Without
+        it, each layer's codes are made afresh."""
+        self._key = key
 
     def add(self, layer: int, weights: torch.Tensor) -> None:
         """weights (H, Q, K): layer `layer`'s attention as the run computed it."""
-        self._parts[layer] = _ENCODER.submit(layer_part, weights, self.shared)
+        if self._key is None:
+            self._parts[layer] = _ENCODER.submit(layer_part, weights, self.shared)
+            return
+        global _layer_parts_bytes
+        key = (self._key(layer), self.shared)
+        with _LAYER_PARTS_LOCK:
+            kept = _LAYER_PARTS.get(key)
+            if kept is not None and not (kept[0].done() and kept[0].exception() is not None):
+                _LAYER_PARTS.move_to_end(key)  # used last: let go last
+                self._parts[layer] = kept[0]
+                return
+            made = _ENCODER.submit(layer_part, weights, self.shared)
+            _LAYER_PARTS[key] = (made, weights.numel())  # one byte of codes per cell
+            _layer_parts_bytes += weights.numel() - (kept[1] if kept is not None else 0)
+            while _layer_parts_bytes > _LAYER_PARTS_MAX_BYTES and len(_LAYER_PARTS) > 1:
+                _layer_parts_bytes -= _LAYER_PARTS.popitem(last=False)[1][1]
+        self._parts[layer] = made
 
     def filed(self, att: torch.Tensor) -> None:
         """att (L, H, Q, K): the run's attention these layers are of; kept (the last few) for its encoding."""
@@ -258,6 +282,13 @@ class AsMade:
 # Runs whose codes were made as their forward went (AsMade), until their encoding takes them: keyed as _ENCODED.
 _MADE: OrderedDict = OrderedDict()
 _MADE_MAX = 2
+# Each layer's (codes, scales, digest) made by AsMade.add under its key (AsMade.keyed), shared by every session (the
+# key names the content, not a session), least recently used let go first past _LAYER_PARTS_MAX_BYTES of codes
+# (SmolLM2 at 128 tokens: 147 kB a layer, 4.4 MB a run; at 512 tokens 70 MB a run, so most layers of the last run).
+_LAYER_PARTS: OrderedDict = OrderedDict()  # (key, shared scale) -> (Future of layer_part, bytes of its codes)
+_LAYER_PARTS_MAX_BYTES = 64 * 2**20
+_LAYER_PARTS_LOCK = threading.Lock()
+_layer_parts_bytes = 0
 
 
 def grid_rest(data: dict, encoded: Future, key: str, badges: dict[Head, str] | None = None,

@@ -102,6 +102,15 @@ def early_grid(model: Model, name: str, read: EncodedText, layer: int, heads_off
     computes the layers above it (benchmarks/RESULTS.md, "The layer on screen sent while the forward computes")."""
     sent: dict = {}
     L, H = model.n_layers, model.n_heads
+    ids = tuple(read.ids)
+
+    def shaped_by(j: int) -> tuple:
+        """What layer j's attention depends on: the text, and the heads off below j with what "off" meant (its own
+        weights come before its heads' outputs), as `stack_labels` keys its captions."""
+        below = frozenset(h for h in heads_off if h[0] < j)
+        return name, ids, below, ablation if below else "", j
+
+    made.keyed(shaped_by)  # a layer that did not move: its codes from the run that made them
 
     def on_layer(j: int, weights: torch.Tensor) -> None:
         made.add(j, weights)
