@@ -51,7 +51,7 @@ def test_the_census_control_of_tiny_is_its_twin_as_a_side_model(budget):
 
 
 def test_a_training_steps_circuits_are_a_side_result_beside_its_side_model(budget):
-    from mha_viz.app.views.circuits import step_circuits
+    from mha_viz.app.circuit_cache import step_circuits
 
     runs = budget(64)
     first = step_circuits("tiny@400")
@@ -65,7 +65,7 @@ def test_a_training_steps_circuits_are_a_side_result_beside_its_side_model(budge
 
 def test_a_timeline_of_steps_keeps_only_what_fits(budget):
     """Every step's model and circuits go into one budget and leave least recently used, as runs do."""
-    from mha_viz.app.views.circuits import step_circuits
+    from mha_viz.app.circuit_cache import step_circuits
 
     one = run_cache.model_bytes(cache.side_model("tiny@0"))
     runs = budget(max(1, int(2.5 * one) // 2**20 + 1))  # room for two steps' models, not four

@@ -11,87 +11,24 @@ import torch
 
 from mha_viz import plotting
 from mha_viz.analysis import circuits as circ
-from mha_viz.app.cache import get_model, side_model, side_result, training_evidence
+from mha_viz.app.cache import get_model, training_evidence
+from mha_viz.app.circuit_cache import (
+    by_kind,
+    causal,
+    embeddings,
+    head_maps,
+    measured_path,
+    model_circuits,
+    step_circuits,
+)
 from mha_viz.app.common import KIND_KEY, current_kind, head_name, md_safe, metric_row, quoted, trained_here, visible
 from mha_viz.app.context import ViewContext
 from mha_viz.contract import Head, InputError, ModelLoadError, UnavailableError
-from mha_viz.models import checkpoints, load_model, seeds
+from mha_viz.models import checkpoints, seeds
 from mha_viz.web import kinds
 
-FULL_MAP_VOCAB = 512  # vocabularies up to this size get the full token x token maps; larger ones a chosen row
 TOP_TOKENS = 15
 NAMES = {"q": "queries", "k": "keys", "v": "values"}
-
-
-@st.cache_resource(show_spinner=False, max_entries=8)
-def model_circuits(name: str, kind: str | None = None) -> circ.Circuits:
-    """`mha_viz.circuits` of a loaded model, one per model name (and kind of attention, for a model with
-    cross-attention) for every session (the weights never change)."""
-    return circ.circuits(get_model(name), kind=kind)
-
-
-def step_circuits(name: str) -> circ.Circuits:
-    """The same for a model loaded only for its weights (a training step such as tiny@800): the model is a side
-    model and its circuits a side result, both in the run cache under its memory budget, so a timeline of many
-    steps holds only what fits and drops the least recently used."""
-    return side_result("circuits", name, lambda: circ.circuits(side_model(name)))
-
-
-@st.cache_resource(show_spinner=False, max_entries=8)
-def formation(name: str) -> circ.Formation:
-    """Every saved training step of `name` measured once per server: its circuits, and its heads' induction and
-    previous-token scores on the same repeated random texts at every step (`analysis.circuits.measured_formation`,
-    as the notes measure it). Each step's model is loaded for this and dropped. Shared by this view and the Training
-    view."""
-    return circ.measured_formation(name, checkpoints(name), load_model)
-
-
-@st.cache_resource(show_spinner=False, max_entries=8)
-def measured_path(name: str) -> tuple[Head, Head] | None:
-    """(previous-token head, induction head) of `name`, found by measuring both patterns on repeated random texts
-    (`circ.induction_path`, as the notes find them); None where the vocabulary has too few plain words."""
-    model = get_model(name)
-    try:
-        texts = circ.repeated_texts(model)
-    except ValueError:
-        return None
-    return circ.induction_path(*circ.induction_and_previous(model, texts))
-
-
-@st.cache_resource(show_spinner=False, max_entries=32)
-def causal(name: str, off: Head, ablation: str) -> circ.CausalCheck:
-    return circ.causal_check(get_model(name), off, ablation=ablation)
-
-
-def _by_kind(kind: str | None) -> dict:
-    """The `kind` argument a model with cross-attention takes (its weights and embeddings per kind); none else."""
-    return {} if kind is None else {"kind": kind}
-
-
-@st.cache_resource(show_spinner=False, max_entries=8)
-def embeddings(name: str, kind: str | None = None):
-    """`Model.embeddings()` once per model (and kind): its labels take seconds to build for a 49k-token vocabulary."""
-    return get_model(name).embeddings(**_by_kind(kind))
-
-
-@st.cache_resource(show_spinner=False, max_entries=16)
-def head_maps(name: str, layer: int, head: int, kind: str | None = None) -> dict:
-    """One head's maps from the weights: the full token maps for a small vocabulary, the position map for learned
-    positions, and what a big vocabulary needs to show one row at a time. `kind`: a model with cross-attention's
-    Encoder, Decoder or Cross (layers numbered within it)."""
-    model = get_model(name)
-    w = model.head_weights(layer, **_by_kind(kind))
-    emb = embeddings(name, kind)
-    out = {"vocab": emb.labels, "rotary": w.rotary, "kv_head": w.kv_head[head],
-           "full": len(emb.labels) <= FULL_MAP_VOCAB, "logits": emb.unembed is not None}
-    wq, wk, wv, wo = w.w_q[head], w.w_k[head], w.w_v[head], w.w_o[head]  # (D, dh) x 3, (dh, D)
-    if out["full"]:
-        out["ov"] = circ.ov_token_map(emb.tokens, wv, wo, emb.unembed)  # (V, V)
-        out["qk"] = circ.qk_token_map(emb.tokens, wq, wk)  # (V, V)
-    if emb.positions is not None and not w.rotary:
-        causal = model.causal if kind is None else kind == kinds.DECODER  # the decoder sees earlier targets only
-        out["positions"] = circ.qk_position_map(emb.positions, wq, wk, causal=causal)  # (P, P)
-    return out
 
 
 # The token maps' colours end at this quantile of |value|: a few rows or columns far from the rest (tiny's OV map:
@@ -268,7 +205,7 @@ def _top_tokens(ctx: ViewContext, maps: dict, name: str, layer: int, head: int, 
                        index=min(1, len(ids) - 1), format_func=lambda i: f"{i}: {visible(tokens[i], 24)}",
                        key="circ_token")
     model = get_model(ctx.name)
-    w, emb = model.head_weights(layer, **_by_kind(kind)), embeddings(ctx.name, kind)
+    w, emb = model.head_weights(layer, **by_kind(kind)), embeddings(ctx.name, kind)
     row = circ.ov_token_map(emb.tokens, w.w_v[head], w.w_o[head], emb.unembed, rows=torch.tensor([ids[pos]]))[0]
     top = row.topk(TOP_TOKENS)
     labels = [maps["vocab"][i] for i in top.indices.tolist()]

@@ -15,10 +15,10 @@ from mha_viz import checkpoints, measures, plotting, seeds
 from mha_viz.analysis.circuits import describe_formation
 from mha_viz.analysis.pairs import SUBJECT
 from mha_viz.app.cache import checkpoint_run, training_evidence
+from mha_viz.app.circuit_cache import formation
 from mha_viz.app.common import chart_config, head_name, md_safe, trained_here
 from mha_viz.app.context import ViewContext
 from mha_viz.app.names import layer_name
-from mha_viz.app.views.circuits import formation
 from mha_viz.contract import InputError, ModelLoadError, UnavailableError
 from mha_viz.settings import ASSETS
 
