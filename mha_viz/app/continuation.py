@@ -2,11 +2,12 @@
 
 Drawn under the Layer view's grid (views/layer.py calls `panel`): the settings (how many tokens, greedy or
 sampling with a temperature and a seed) and a Continue button; once it is pressed, the grid over the prompt and
-the written tokens (written ones marked ✎), a step control with Play that shows, for each written token, the row
-of the position that wrote it in every head of the layer, with that step's top-5 and the chosen token's
-probability. With heads off the continuation is written again with them off and set beside the one with every head
-on: aligned, the first step where they part marked, the KL at each step (`comparison`, which the Ablation effects
-view draws too).
+the written tokens (written ones marked ✎), in which the step on screen lights the row of the position that wrote
+its token in every head of the layer, with that step's top-5 and the chosen token's probability in the grid's info
+line (web/grid/written.js; hovering a written token shows the same), and a step control with Play that draws the
+same row and top-5 beside the grid. With heads off the continuation is written again with them off and set beside
+the one with every head on: aligned, the first step where they part marked, the KL at each step (`comparison`,
+which the Ablation effects view draws too).
 
 Bad input (a number that is not one, more tokens than the context leaves, a temperature of 0 or below, a model that
 cannot write) is one line on the page, and nothing runs. The settings live in the session (`ON_KEY`) and travel in
@@ -23,6 +24,7 @@ import time
 from typing import Callable
 
 import streamlit as st
+import torch
 
 from mha_viz import plotting
 from mha_viz.analysis.continuations import first_difference, step_kl
@@ -36,6 +38,7 @@ from mha_viz.app.memory import PAGE_FACTOR, queued
 from mha_viz.app.names import head_name, layer_name, token_label
 from mha_viz.contract import InputError, UnavailableError
 from mha_viz.contract.records import Continuation, GenerationSettings
+from mha_viz.web.payload import written_steps
 
 STEP_KEY = "write_step"
 MARK = " ✎"  # after a written token's label
@@ -172,11 +175,26 @@ def panel(ctx: ViewContext, on_toggle: Callable[[int, int, bool], None], on_laye
     key = f"grid|write|{ctx.name}"
     data = payload(tokens, att, ctx.layer, ctx.heads_off, ctx.n_cols, ctx.shared_scale, {}, encoded=codes,
                    held=held(key))
+    data["steps"] = grid_steps(ctx.model, shown, st.session_state.get(STEP_KEY, 1))
     head_grid(data, key=key, on_toggle=on_toggle, on_layer=on_layer)
     steps(ctx, shown)
     if off is not None:
         comparison(ctx.model, original, off)
     grid_rest(data, codes, key)
+
+
+def grid_steps(model, cont: Continuation, step: int) -> dict:
+    """The grid's "steps" (web/payload.written_steps): every written token's top-5 and probability, step `step`
+    (1-based, the step control's; out of range: the first) lit."""
+    n_written = len(cont.written_ids)
+    t = cont.settings.temperature if cont.settings.sampling else 1.0
+    probs = torch.softmax(cont.run.logits[:n_written].float() / t, dim=-1)  # (written, V): as Continuation.step_probs
+    top_p, top_ids = probs.topk(min(5, probs.shape[-1]), dim=-1)  # (written, 5) each
+    chosen = probs[torch.arange(n_written), torch.tensor(cont.written_ids)]  # (written,)
+    top = [[(token_label(model.decode(int(i))), float(p)) for i, p in zip(ids, ps)]
+           for ids, ps in zip(top_ids, top_p)]
+    lit = step - 1 if 1 <= step <= n_written else 0
+    return written_steps(cont.n_prompt, [token_label(w) for w in cont.written], top, chosen.tolist(), lit)
 
 
 def step_view(ctx: ViewContext, cont: Continuation, step: int) -> None:

@@ -134,6 +134,21 @@ def _described(tokens: list[str], shape: tuple[int, int, int, int], shared_scale
     return data
 
 
+def written_steps(n_prompt: int, written: list[str], top: list[list[tuple[str, float]]], chosen: list[float],
+                  lit: int | None) -> dict:
+    """A continuation's steps as the grid shows them (web/grid/written.js), the data's optional "steps": the token
+    written at step k (0-based) is at position n_prompt + k, chosen reading row n_prompt + k - 1, which is lit in
+    every head of the layer while step `lit` is on screen (None: none) and while its token is hovered, with
+    `chosen[k]`, the token's probability, and `top[k]`, that step's most likely tokens [(label, probability)]."""
+    if not len(written) == len(top) == len(chosen):
+        raise ValueError(f"{len(written)} written tokens, {len(top)} top lists, {len(chosen)} probabilities")
+    if lit is not None and not 0 <= lit < len(written):
+        raise ValueError(f"step {lit} lit of {len(written)} written tokens")
+    return {"from": int(n_prompt), "lit": None if lit is None else int(lit), "tokens": list(written),
+            "chosen": [round(float(p), 4) for p in chosen],
+            "top": [[[str(t), round(float(p), 4)] for t, p in row] for row in top]}
+
+
 def shown_fields(layer: int, heads_off, n_cols: int, badges: dict[Head, str], unknown) -> dict:
     """What the data says of how the run is shown: the layer on screen, the heads off, the columns, the captions
     and the unknown positions."""

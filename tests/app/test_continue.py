@@ -72,6 +72,36 @@ def test_a_step_shows_its_top_five_and_the_chosen_token():
     assert any(f"p = {cont.chosen_prob(2):.3f}" in spec and "Step 3" in spec for spec in titles)
 
 
+def _steps(at) -> dict:
+    """The "steps" of the continuation's grid, as the page sent them (web/grid/written.js draws them)."""
+    from helpers import _component_data
+
+    grids = [_component_data(e.proto) for e in at.get("bidi_component")
+             if e.proto.component_name == "mha_viz.head_grid"]
+    written = [g["steps"] for g in grids if g.get("steps")]
+    assert len(grids) == 2 and len(written) == 1, [sorted(g) for g in grids]
+    return written[0]
+
+
+def test_the_grid_lights_the_step_with_its_top_five_and_the_chosen_probability():
+    """The continuation's grid carries every step's top-5 and chosen probability, and the step on screen: the grid
+    lights its row in every head (web/grid/written.js); moving the step control moves it."""
+    at = open_link({"model": "tiny", "text": TEXT, "write": "4"})
+    model = loaded("tiny")
+    cont = model.generate(TEXT, GenerationSettings(tokens=4))
+    steps = _steps(at)
+    assert steps["from"] == cont.n_prompt and steps["lit"] == 0
+    assert steps["tokens"] == cont.written
+    for k in range(4):
+        assert [t for t, _ in steps["top"][k]] == [model.decode(i) for i, _ in cont.top(k)]
+        assert [p for _, p in steps["top"][k]] == pytest.approx([p for _, p in cont.top(k)], abs=1e-4)
+        assert steps["chosen"][k] == pytest.approx(cont.chosen_prob(k), abs=1e-4)
+    at.session_state[continuation.STEP_KEY] = 3
+    at.run()
+    assert not at.exception, at.exception
+    assert _steps(at)["lit"] == 2
+
+
 def test_play_steps_through_every_written_token(monkeypatch):
     monkeypatch.setattr(continuation, "PLAY_SECONDS", 0.0)
     at = open_link({"model": "tiny", "text": TEXT, "write": "3"})

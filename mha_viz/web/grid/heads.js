@@ -4,10 +4,11 @@ import { legend, paint } from "./colour.js";
 import { headingFor } from "./controls.js";
 import { el, headName } from "./dom.js";
 import { openFocus } from "./focus.js";
-import { hover, paintRows } from "./hover.js";
+import { hover, hoverWritten, paintRows } from "./hover.js";
 import { tileLabels } from "./labels.js";
 import { badgeOf } from "./layers.js";
 import { showDraw } from "./lines.js";
+import { stepOf } from "./written.js";
 
 const MIN_CELL = 3;       // px per token in a grid tile: below this the columns of the grid fold into fewer
 
@@ -18,7 +19,12 @@ export function buildStrip(s) {
     const chip = el("span", "mhv-tok" + (d.unknown.includes(i) && d.Q === d.T ? " mhv-tok-unk" : ""), t);
     chip.dataset.q = i;
     chip.title = "position " + i + ": hover to light this query's row in every head, click to keep it";
-    chip.addEventListener("mouseenter", () => hover(s, i, null, null));
+    const step = d.Q === d.T ? stepOf(d, i) : null;
+    if (step !== null) {  // written by the model: hovering it shows the step that wrote it (written.js)
+      chip.classList.add("mhv-tok-written");
+      chip.title = `position ${i}, written at step ${step + 1}: hover to light the row that wrote it in every head`;
+    }
+    chip.addEventListener("mouseenter", () => (step !== null ? hoverWritten(s, i) : hover(s, i, null, null)));
     chip.addEventListener("mouseleave", () => hover(s, null, null, null));
     chip.addEventListener("click", () => { s.pinQ = s.pinQ === i ? null : i; paintRows(s); });
     s.strip.append(chip);

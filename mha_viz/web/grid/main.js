@@ -19,6 +19,8 @@
 //         grid_rest.js hands it to layers.js), which the first drawing does not wait for; a first message sent
 //         while the run still computes names the layers not yet known by null digests, and the second completes
 //         it ({completes: its digest, scale}: layers.js, completed)
+//        optional: steps: {from, lit, tokens, chosen, top} (a continuation's steps, written.js: the step on screen's
+//         row lit in every head, its top-5 in the info line; hovering a written token shows the same)
 //        optional: controls: {bulk: true, link: true} (the Streamlit page): the layer's heading and its bulk
 //         switches are drawn here, so every layer control shows the one layer at once, and a tab writes the
 //         link's `layer` itself (the server's next run writes the same value)
@@ -31,7 +33,7 @@ import { el } from "./dom.js";
 import { base64, save } from "./export.js";
 import { drawFocus, openFocus } from "./focus.js";
 import { buildHeads, buildStrip, drawBadges, drawLayer, layoutGrid } from "./heads.js";
-import { HINT } from "./hover.js";
+import { HINT, hover } from "./hover.js";
 import { completed, fontOf, gather, receive, waitFor } from "./layers.js";
 import { showDraw } from "./lines.js";
 import { buildTabs, layerFor } from "./tabs.js";
@@ -239,5 +241,6 @@ async function update(s, d, received) {
   if (newText) s.labelsFor = null;  // new tokens: the tiles' labels are drawn again
   layoutGrid(s);
   drawLayer(s);
+  if (d.steps && s.hoverQ === null) hover(s, null, null, null);  // the step on screen's words in the info line
   if (s.focus) openFocus(s, s.focus[0], s.focus[1]);
 }
