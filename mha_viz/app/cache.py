@@ -99,11 +99,12 @@ def get_run(name: str, text: str | EncodedText, off: tuple[Head, ...] | frozense
     logits_at: the positions whose logits the caller reads (negative ones count from the end); None, the default,
     every position. The LM head then runs at those positions only (`Model.run`'s logits_at), and `logit_row`
     reads a row by its position. A kept run of the same request holding every position, or a superset of
-    these, answers it instead of a new run; a position no kept run holds makes a new one.
+    these, answers it instead of a new run; a position no kept run holds makes a new one. One call to `Model.run`
+    for every model: its signature declares every keyword passed here.
 
     on_layer(layer, weights): handed each layer's attention as the run computes it (the engine's `run`), where this
     call makes the run; a run from the cache, or one another session is making, calls nothing. Not part of the
-    key: it changes nothing the run holds. A one-stack model only (a model with cross-attention ignores it).
+    key: it changes nothing the run holds. A model with cross-attention hands its encoder's layers after its forward.
 
     A model with cross-attention: `text` is its source, the target is the page's target box (current_target),
     and `off` (and `patch`) is the page's one set of heads (web/kinds.py: cross-attention layers after the
@@ -120,18 +121,16 @@ def get_run(name: str, text: str | EncodedText, off: tuple[Head, ...] | frozense
     read = model.encode_text(text)
     text = read.text
     need, scope = work_bytes(model, read), (name, text)
-    if model.has_cross_attention:
-        target, (ablate, cross) = current_target(model), kinds.split(model, off)
-        patch_self, patch_cross = kinds.split(model, patch)  # the same one set, patched from a second source
-        return runs().get((name, text, off, ablation, patch, source, target, None),
-                          lambda: model.run(read, ablate=ablate, ablation=ablation, patch=patch_self, source=source,
-                                            target=target, ablate_cross=cross, patch_cross=patch_cross),
-                          need=need, on_wait=queued, scope_key=scope)
+    # The one set of heads as Model.run takes it: (ablate, ablate_cross), the cross heads empty for one stack; the
+    # same for the heads patched from a second source. The target is None for a model that reads one text.
+    target, (ablate, cross), (patch_self, patch_cross) = current_target(model), kinds.split(model, off), \
+        kinds.split(model, patch)
     at = None if logits_at is None else tuple(sorted({p % read.n_tokens for p in logits_at}))
-    request = (name, text, off, ablation, patch, source)
+    request = (name, text, off, ablation, patch, source, target)
     return runs().get(request + (at,),
-                      lambda: model.run(read, ablate=off, ablation=ablation, patch=patch, source=source,
-                                        logits_at=None if at is None else list(at), on_layer=on_layer),
+                      lambda: model.run(read, ablate=ablate, ablation=ablation, patch=patch_self, source=source,
+                                        logits_at=None if at is None else list(at), target=target,
+                                        ablate_cross=cross, patch_cross=patch_cross, on_layer=on_layer),
                       need=need, on_wait=queued, scope_key=scope,
                       answers=None if at is None else lambda k: _holds(k, request, at))
 
@@ -190,7 +189,7 @@ def checkpoint_run(name: str, step: int, text: str) -> AttentionRun:
     """`name` at training step `step` on `text`, all heads on; shared by every session like `get_run`."""
     # The key has get_run's shape, so get_run(f"{name}@{step}", text) finds this run instead of making it again.
     model = side_model(f"{name}@{step}")
-    return runs().get((f"{name}@{step}", text, (), "zero", (), None, None), lambda: model.run(text),
+    return runs().get((f"{name}@{step}", text, (), "zero", (), None, None, None), lambda: model.run(text),
                       need=work_bytes(model, text), on_wait=queued, scope_key=(f"{name}@{step}", text))
 
 

@@ -98,7 +98,7 @@ def show(model_or_run, text: str | None = None, layer: int = 0, *, heads_off=(),
         elif seed is not None:
             raise InputError("seed= samples a continuation: give generate=N (how many tokens to write) with it")
         else:
-            base = m.run(text, target=target) if m.has_cross_attention else m.run(text)
+            base = m.run(text, target=target)  # a target for one text was refused above
         widget = HeadGrid(base, model=m, text=text, layer=layer, cols=cols, ablation=ablation,
                           shared_scale=shared_scale, base=base, target=target, kind=kind, writing=writing)
         if heads_off or cross_off:

@@ -140,8 +140,7 @@ def split(model: Model, heads) -> tuple[frozenset[Head], frozenset[Head]]:
     """The one set as `Model.run` takes it: (ablate, ablate_cross)."""
     cut = model.info.n_layers + model.decoder_layers()
     heads = [(int(l), int(h)) for l, h in heads]
-    return (frozenset(x for x in heads if x[0] < cut),
-            frozenset((l - cut, h) for l, h in heads if l >= cut) if model.has_cross_attention else frozenset())
+    return frozenset(x for x in heads if x[0] < cut), frozenset((l - cut, h) for l, h in heads if l >= cut)
 
 
 def kind_of(model: Model, layer: int) -> tuple[str, int]:
