@@ -17,7 +17,7 @@ import anywidget
 import traitlets
 
 from mha_viz.contract import InputError
-from mha_viz.notebook import maps
+from mha_viz.notebook import circuit_map, maps
 from mha_viz.notebook.display import FallbackDisplay, esm
 
 _CSS = """
@@ -194,7 +194,7 @@ class CircuitsMaps(_Maps):
             best = circuits.top_pairs(mode, 1)
             selected = best[0][1] if best else None
         controls = [{"trait": "mode", "label": "Composition through the later head's",
-                     "options": [[m, f"{maps.MODE_WORDS[m]} ({m.upper()})"] for m in modes]}]
+                     "options": [[m, f"{circuit_map.MODE_WORDS[m]} ({m.upper()})"] for m in modes]}]
         super().__init__(circuits.n_layers, circuits.n_heads, mode=mode, selected=selected, controls=controls,
                          filename=f"circuits-{circuits.name}.svg")
 
@@ -208,14 +208,14 @@ class CircuitsMaps(_Maps):
 
     def to_svg(self) -> str:
         """The picture now: the composition map of `mode`, OV copying, the selected head's singular values."""
-        return maps.circuits_svg(self._circuits, self.mode, self.selected)
+        return circuit_map.circuits_svg(self._circuits, self.mode, self.selected)
 
     def _send_hover(self) -> None:
         c = self._circuits
         labels = [maps.head_name((layer, head)) for layer in range(c.n_layers) for head in range(c.n_heads)]
         self.hover = {"composition": {"n": len(labels), "labels": labels, "base": c.baseline[self.mode].mean,
-                                      "mode": self.mode, "what": maps.MODE_WORDS[self.mode]}}
-        self.hover_values = maps.composition_values(c, self.mode)
+                                      "mode": self.mode, "what": circuit_map.MODE_WORDS[self.mode]}}
+        self.hover_values = circuit_map.composition_values(c, self.mode)
 
     def _plain(self) -> str:
         sel = "" if self.selected is None else f", selected {maps.head_name(self.selected)}"

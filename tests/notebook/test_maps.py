@@ -15,7 +15,7 @@ from test_widget import png_pixels, recorder
 
 import mha_viz
 from mha_viz.contract import InputError
-from mha_viz.notebook import maps
+from mha_viz.notebook import circuit_map, maps
 from mha_viz.notebook import svg as svg_mod
 
 NS = {"s": "http://www.w3.org/2000/svg"}
@@ -190,7 +190,7 @@ def test_circuits_composition_map_and_its_hover_values(circuits):
         assert (pixels[~finite] == 244).all()
         assert (pixels[finite & (want <= c.baseline[mode].mean)] == 255).all()
         r, k = np.unravel_index(np.nanargmax(want), want.shape)
-        assert "#%02x%02x%02x" % tuple(pixels[r, k]) == maps.COMPOSITION[-1].lower()
+        assert "#%02x%02x%02x" % tuple(pixels[r, k]) == circuit_map.COMPOSITION[-1].lower()
         labels = [t.text for t in ET.fromstring(w.picture).iter(f"{{{NS['s']}}}text")
                   if t.get("class") == "mhm-baseline-label"]
         assert f"random 99th pct {c.baseline[mode].p99:.3g}" in labels
