@@ -3,8 +3,9 @@
 One module per area: colours (the scales and the heads' palette), tokens (how a token is labelled), layout (the
 fast path, token axes, the square heatmap), heatmaps (one head, a row of heads, differences, vectors), overview
 (all layers as one tiled heatmap), continuation (a written token's row in every head of a layer), head_maps (one
-number per head; predictions), inside (one opened-up head), follow (one token through many heads), census, circuits (maps read from the weights), training (scores against
-the step) and lesson (the Lesson's drawn mechanism: q, k and scores; the concatenation and the output projection).
+number per head; predictions), inside (one opened-up head), follow (one token through many heads), census,
+circuits (maps read from the weights), training (scores against the step) and lesson (the Lesson's drawn
+mechanism: q, k and scores; the concatenation and the output projection).
 Every figure is re-exported here, so callers write `plotting.head_figure(...)`.
 
 Rendering notes (measured in benchmarks/, results in benchmarks/RESULTS.md): a figure with dozens of subplot
