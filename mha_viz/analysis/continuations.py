@@ -30,3 +30,16 @@ def step_kl(logits_a: torch.Tensor, logits_b: torch.Tensor, temperature: float =
     log_b = torch.log_softmax(logits_b[:n].float() / temperature, dim=-1)  # (n, V)
     kl = (log_a.exp() * (log_a - log_b)).sum(dim=-1).clamp_min(0.0)  # (n,)
     return [float(x) for x in kl]
+
+
+def step_tops(logits: torch.Tensor, written: list[int], temperature: float = 1.0,
+              n: int = 5) -> tuple[list[list[tuple[int, float]]], list[float]]:
+    """Each written token's step: logits (P, V), row k the scores written token k was chosen from, p =
+    softmax(logits / temperature) -> ([the n most likely (token id, p)] per step, p of the token written), for the
+    steps of `written` (a last row past them, what would come next, is left out)."""
+    k = len(written)
+    probs = torch.softmax(logits[:k].float() / temperature, dim=-1)  # (k, V)
+    top_p, top_ids = probs.topk(min(n, probs.shape[-1]), dim=-1)  # (k, n) each
+    chosen = probs[torch.arange(k), torch.tensor(written, dtype=torch.long)]  # (k,)
+    tops = [[(int(i), float(p)) for i, p in zip(ids, ps)] for ids, ps in zip(top_ids, top_p)]
+    return tops, [float(p) for p in chosen]

@@ -24,10 +24,9 @@ import time
 from typing import Callable
 
 import streamlit as st
-import torch
 
 from mha_viz import plotting
-from mha_viz.analysis.continuations import first_difference, step_kl
+from mha_viz.analysis.continuations import first_difference, step_kl, step_tops
 from mha_viz.app import cache
 from mha_viz.app.common import chart_config
 from mha_viz.app.components.head_grid import encode_soon, grid_rest, head_grid, held, payload
@@ -187,14 +186,11 @@ def grid_steps(model, cont: Continuation, step: int) -> dict:
     """The grid's "steps" (web/payload.written_steps): every written token's top-5 and probability, step `step`
     (1-based, the step control's; out of range: the first) lit."""
     n_written = len(cont.written_ids)
-    t = cont.settings.temperature if cont.settings.sampling else 1.0
-    probs = torch.softmax(cont.run.logits[:n_written].float() / t, dim=-1)  # (written, V): as Continuation.step_probs
-    top_p, top_ids = probs.topk(min(5, probs.shape[-1]), dim=-1)  # (written, 5) each
-    chosen = probs[torch.arange(n_written), torch.tensor(cont.written_ids)]  # (written,)
-    top = [[(token_label(model.decode(int(i))), float(p)) for i, p in zip(ids, ps)]
-           for ids, ps in zip(top_ids, top_p)]
+    t = cont.settings.temperature if cont.settings.sampling else 1.0  # as Continuation.step_probs
+    tops, chosen = step_tops(cont.run.logits, cont.written_ids, t)
+    top = [[(token_label(model.decode(i)), p) for i, p in row] for row in tops]
     lit = step - 1 if 1 <= step <= n_written else 0
-    return written_steps(cont.n_prompt, [token_label(w) for w in cont.written], top, chosen.tolist(), lit)
+    return written_steps(cont.n_prompt, [token_label(w) for w in cont.written], top, chosen, lit)
 
 
 def step_view(ctx: ViewContext, cont: Continuation, step: int) -> None:

@@ -20,13 +20,14 @@ import numpy as np
 import traitlets
 
 from mha_viz import analysis, measures
+from mha_viz.analysis.continuations import step_tops
 from mha_viz.contract import AttentionRun, Head, InputError, Model, check_ablate, check_ablation
 from mha_viz.names import head_names
 from mha_viz.notebook import svg as _svg
 from mha_viz.notebook.display import FallbackDisplay, esm
 from mha_viz.web import grid_css, grid_js
 from mha_viz.web import kinds as _kinds
-from mha_viz.web.payload import deflate, grid_data, layer_codes
+from mha_viz.web.payload import deflate, grid_data, layer_codes, written_steps
 
 TOP_K = 5
 
@@ -253,6 +254,8 @@ class HeadGrid(FallbackDisplay, anywidget.AnyWidget):
                 labels = [t + (" ✎" if i > run.logits_at[0] else "") for i, t in enumerate(labels)]
             data, codes = grid_data(labels, run.attentions, self.layer, run.ablated, self._cols,
                                     self._shared, self._badges, run.unknown)
+            if self._writing is not None:  # hovering a written token shows its step (web/grid/written.js)
+                data["steps"] = self._steps(run)
         self._codes = codes
         readout = {}
         if self._model is not None and self._base is not None:
@@ -268,6 +271,15 @@ class HeadGrid(FallbackDisplay, anywidget.AnyWidget):
             self.readout = readout
             self.status = ""
         self._update_fallback()
+
+    def _steps(self, run: AttentionRun) -> dict:
+        """The grid's "steps" of a continuation (web/payload.written_steps), none lit: the notebook has no step
+        control, so a written token's step shows where it is hovered."""
+        n = run.logits_at[0] + 1  # the prompt's length: the first written token was chosen at its last position
+        t = self._writing.temperature if self._writing.sampling else 1.0
+        tops, chosen = step_tops(run.logits, list(run.token_ids[n:]), t)
+        top = [[(token_labels([self._model.decode(i)])[0], p) for i, p in row] for row in tops]
+        return written_steps(n, token_labels(run.tokens[n:]), top, chosen, None)
 
     def _layer_codes(self, layer: int) -> np.ndarray:
         L, H, T = self.grid["L"], self.grid["H"], self.grid["T"]

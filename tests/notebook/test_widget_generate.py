@@ -31,6 +31,11 @@ def test_a_seed_samples_the_same_continuation_again(tiny):
     w = mha_viz.show(tiny, TEXT, generate=6, seed=4, temperature=1.5, display=False)
     want = tiny.generate(TEXT, GenerationSettings(tokens=6, sampling=True, temperature=1.5, seed=4))
     assert w.run.token_ids == want.run.token_ids
+    steps = w.grid["steps"]  # hovering a written token shows its step (web/grid/written.js): at the temperature
+    assert steps["from"] == want.n_prompt and steps["lit"] is None and steps["tokens"] == want.written
+    for k in range(6):
+        assert steps["chosen"][k] == pytest.approx(want.chosen_prob(k), abs=1e-4)
+        assert [t for t, _ in steps["top"][k]] == [tiny.decode(i) for i, _ in want.top(k)]
 
 
 def test_a_switch_writes_it_again_with_the_head_off(tiny):
