@@ -32,6 +32,8 @@ N_FIGURES = "() => document.querySelectorAll('[data-testid=\"stMain\"] .js-plotl
 TITLES = """() => [...document.querySelectorAll('[data-testid="stMain"] .js-plotly-plot')].map(gd =>
   [...gd.querySelectorAll('.annotation-text, .infolayer .gtitle, .infolayer g[class$="title"] text')]
     .map(t => t.textContent))"""
+# Step 1 with its switch on: the figure of the later-layer head that moved, titled "L1 H3 · before".
+SWITCHED_DRAWN = f"() => ({TITLES})().flat().some(t => / · before$/.test(t))"
 # The questions in the main column: each radio's label, its choices, the checked one (or null) and whether it can
 # still be changed.
 RADIOS = """() => [...document.querySelectorAll('[data-testid="stMain"] [data-testid="stRadio"]')].map(r => ({
@@ -182,6 +184,9 @@ def walk(browser, url: str, size: tuple[int, int], model: str) -> dict:
             if n == 1:
                 page.locator('[data-testid="stMain"] [data-testid="stCheckbox"]', has_text="switch").first.click()
                 wait_idle(page)
+                # The rerun the switch starts may begin after the page looks idle (a loaded machine): wait for the
+                # later head's figure itself, which only a switched step draws (item 5's test fails on its absence).
+                wait(page, SWITCHED_DRAWN, "step 1's later-layer head, before and after")
                 _drawn(page, n)
                 rec["switched"] = _record(page)
         assert not page.js_errors, page.js_errors
