@@ -64,7 +64,7 @@ def build_hf_model(name: str, title: str, source: str, *, gguf_file: str | None 
     except (OSError, ValueError) as err:
         raise ModelLoadError(policy.explain_load_failure(name, err)) from None
     if getattr(config, "is_encoder_decoder", False) and not gguf_file:
-        from mha_viz.models.hf.seq2seq_load import build_seq2seq_model
+        from mha_viz.models.hf.seq2seq import build_seq2seq_model
 
         check_size(config, name)
         return build_seq2seq_model(name, title, source, config)

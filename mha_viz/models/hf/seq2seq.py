@@ -26,7 +26,7 @@ from mha_viz.contract import (
 )
 from mha_viz.contract.kinds import Seq2SeqRun
 from mha_viz.models.hf import seq2seq_circuits, seq2seq_inside, seq2seq_patch, seq2seq_rows
-from mha_viz.models.hf.seq2seq_load import out_projections
+from mha_viz.models.hf.seq2seq_load import load_seq2seq, out_projections
 from mha_viz.settings import settings
 
 # How many tokens the model's own greedy continuation runs to when no target is given (fewer where it ends
@@ -372,3 +372,8 @@ class Seq2SeqModel(Model):
         (B, keep_layers, H) in `_modules()` order; `replace` one entry per projection, `source` a second source
         the heads off are patched from, or `ablation` what "off" means (models/hf/seq2seq_rows.py)."""
         return seq2seq_rows.run_batch_keep(self, text, keep, replace, positions, target, source, ablation, reference)
+
+
+def build_seq2seq_model(name: str, title: str, source: str, config) -> Seq2SeqModel:
+    """Load an encoder-decoder `source` (folder or hub id) with eager attention, safetensors only, no remote code."""
+    return Seq2SeqModel(*load_seq2seq(name, title, source, config))

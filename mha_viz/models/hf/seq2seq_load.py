@@ -1,5 +1,6 @@
-"""Loading an encoder-decoder transformers model (BART, Marian, T5) for `Seq2SeqModel` (hf/seq2seq.py): eager
-attention, safetensors only, no remote code, and where its three kinds of attention keep their output projections.
+"""Loading an encoder-decoder transformers model (BART, Marian, T5) for `Seq2SeqModel` (hf/seq2seq.py, which makes
+one with `build_seq2seq_model`): eager attention, safetensors only, no remote code, and where its three kinds of
+attention keep their output projections.
 """
 from __future__ import annotations
 
@@ -28,12 +29,12 @@ def out_projections(model) -> tuple[list, list, list]:
                          "know how to find; BART, Marian and T5 are supported.")
 
 
-def build_seq2seq_model(name: str, title: str, source: str, config):
-    """Load an encoder-decoder `source` (folder or hub id) with eager attention, safetensors only, no remote code."""
+def load_seq2seq(name: str, title: str, source: str, config) -> tuple[ModelInfo, object, object, torch.device]:
+    """An encoder-decoder `source` (folder or hub id) loaded with eager attention, safetensors only, no remote code
+    -> (its ModelInfo, the transformers model, its tokenizer, its device), what `Seq2SeqModel` is made from."""
     import transformers
 
     from mha_viz.models.hf import policy
-    from mha_viz.models.hf.seq2seq import Seq2SeqModel
 
     n_heads = getattr(config, "num_attention_heads", None) or getattr(config, "num_heads", None) or \
         getattr(config, "encoder_attention_heads", None)
@@ -52,4 +53,4 @@ def build_seq2seq_model(name: str, title: str, source: str, config):
     enc, dec, _ = out_projections(model)
     info = ModelInfo(name=name, title=title, kind="encoder-decoder", n_layers=len(enc), n_heads=int(n_heads),
                      max_tokens=min(max_pos, settings().max_tokens), causal=False)
-    return Seq2SeqModel(info, model, tokenizer, model.device)
+    return info, model, tokenizer, model.device
