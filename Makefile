@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PORT ?= 8501
 STAMP := $(VENV)/.installed
 
-.PHONY: setup setup-test setup-compile compile setup-browser setup-nginx lint run serve test test-fast train train-seeds probe study bench train-twins
+.PHONY: english setup setup-test setup-compile compile setup-browser setup-nginx lint run serve test test-fast train train-seeds probe study bench train-twins
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,14 @@ $(TEST_STAMP): requirements-test.txt $(STAMP)
 
 setup-test: $(TEST_STAMP) $(COMPILE_STAMP)
 
+
+# The ordinary English tiny trains on (assets/tiny/english.txt.gz, shipped): WordNet 3.0's example sentences, read
+# from Debian's wordnet-base. Only to rebuild that file; `make train` reads the shipped one.
+english: setup
+	@[ -f /usr/share/wordnet/data.noun ] || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q wordnet-base; \
+	  else sudo apt-get update -q && sudo apt-get install -y -q wordnet-base; fi; }
+	$(PY) -m mha_viz.models.tiny.english
 
 # Every shipped program (assets/compiled/NAME/program.py) compiled again into its own folder, bit for bit.
 compile: setup-compile

@@ -1,7 +1,8 @@
 """The adapter from TinyLM to the data contract: `load_tiny()` -> a `Model` whose `run(text)` is an AttentionRun.
 
-Token labels are the words as typed (lowercased), with "<bos>" first. A word the vocabulary does not know is
-shown as typed, fed to the model as <unk>, and its position is listed in `run.unknown`.
+Token labels are the vocabulary's tokens (lowercased words, and the pieces of a word it does not hold whole, e.g.
+"zx ##q ##v"), with "<bos>" first. A character no piece reads (an emoji, a letter of another script) is shown as
+typed, fed to the model as <unk>, and its position is listed in `run.unknown`.
 """
 from __future__ import annotations
 
@@ -34,7 +35,6 @@ from mha_viz.models.tiny.vocabulary import (
     build_vocab,
     example_sentences,
     ground_truth,
-    tokenize,
     vocabulary_words,
 )
 from mha_viz.settings import ASSETS
@@ -66,11 +66,11 @@ class TinyModel(EditableModel):
 
     def encode(self, text: str) -> tuple[list[str], list[int], int]:
         """Text -> (display labels, token ids, how many tokens were cut off); <bos> first, at most max_len."""
-        words = tokenize(text)
-        if not words:
+        shown, tokens = self.vocab.read(text)
+        if not tokens:
             raise InputError("The text has no words the tokenizer can read: type a sentence.")
-        labels = [BOS] + words
-        ids = [self.vocab.bos_id] + self.vocab.encode(words)
+        labels = [BOS] + shown
+        ids = [self.vocab.bos_id] + self.vocab.encode(tokens)
         cut = max(0, len(ids) - self.config.max_len)  # keep the first max_len tokens
         return labels[: self.config.max_len], ids[: self.config.max_len], cut
 
@@ -130,15 +130,16 @@ class TinyModel(EditableModel):
         return [(f"{e.relation}: {e.label}"[:48], e.text, e.label) for e in example_sentences()]
 
     def lexicon(self) -> Lexicon:
-        """The corpus's own words (nouns with their plurals, adjectives, prepositions, the agreeing verb forms):
-        the only words this model was trained on, each one token."""
-        return Lexicon(words=vocabulary_words(), nouns=NOUNS, adjectives=ADJECTIVES, prepositions=PREPOSITIONS,
-                       verbs=(("has", "have"),), determiner="the", object_determiner="a", period=".",
+        """The vocabulary's whole words (each one token) and the corpus's nouns with their plurals, adjectives,
+        prepositions and agreeing verb forms."""
+        return Lexicon(words=self.vocab.whole_words or vocabulary_words(), nouns=NOUNS, adjectives=ADJECTIVES,
+                       prepositions=PREPOSITIONS, verbs=(("has", "have"),), determiner="the", object_determiner="a",
+                       period=".",
                        source="the tiny model's corpus vocabulary")
 
     def token_id(self, piece: str) -> int:
-        words = tokenize(piece)
-        if len(words) != 1 or words[0] not in self.vocab:
+        words = self.vocab.tokenize(piece)
+        if len(words) != 1 or words[0] == self.vocab.word(self.vocab.unk_id):
             raise InputError(f"{piece!r} is not one word of the tiny model's vocabulary; pick one it knows "
                              f"(e.g. {self.vocab.word(3)!r})")
         return self.vocab.id(words[0])
