@@ -197,6 +197,8 @@ def load_tiny(trained: bool = True, folder: str | Path = TINY_ASSETS, step: int 
         # Checkpoints are float16 on disk; the model computes in float32 like the final weights.
         state = {k: v.float() for k, v in load_file(str(weights_path)).items()}
         missing, unexpected = lm.load_state_dict(state, strict=False)
+        if cfg.tied:  # the LM head is tok.weight, which the file holds once
+            missing = [k for k in missing if k != "head.weight"]
         if missing or unexpected:
             raise ModelLoadError(
                 f"{weights_path} does not match TinyConfig (missing {missing}, unexpected {unexpected}); "

@@ -17,11 +17,11 @@ from mha_viz.models.points import HeadEdit
 
 @dataclass(frozen=True)
 class TinyConfig:
-    vocab_size: int = 256
+    vocab_size: int = 5760
     n_layers: int = 3  # induction needs >= 2 (a previous-token head feeding a later head); 3 leaves room for agreement
     n_heads: int = 4
     d_model: int = 64  # 96 trained no better on these relations and took 1.6x as long per step
-    max_len: int = 64  # a few generated sentences; the longest text the app accepts for this model
+    max_len: int = 128  # a paragraph; the longest text the app accepts for this model
     # Positions trained past max_len, never served: a position's previous-token attention is trained only where a
     # later query's induction head reads it, so in a 64-position stack positions 62-63 were barely trained (one
     # seed's previous-token head put 0.45 and 0.00 there). With 6 more the served ones all have later
@@ -33,6 +33,9 @@ class TinyConfig:
     # position 20, 0.84-0.89 at 52-63). With it every seed's head holds to the end of the context.
     length_scaled: bool = True
     seed: int = 0  # initialisation seed: the untrained twin is exactly the trained model's starting point
+    # The LM head is the token embedding (Press & Wolf 2017): with a vocabulary of thousands the two tables are
+    # most of the weights, and one of them keeps every seed and checkpoint within assets/'s budget.
+    tied: bool = True
 
     def __post_init__(self):
         if self.d_model % self.n_heads != 0:
@@ -56,6 +59,7 @@ class TinyConfig:
         data = json.loads(text)
         data.setdefault("train_margin", 0)  # a model trained before the margin existed has a table of max_len
         data.setdefault("length_scaled", False)  # and one trained before length scaling has plain softmax
+        data.setdefault("tied", False)  # and one trained before issue 51 has its own LM head
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -83,7 +87,8 @@ class Block(nn.Module):
 
 
 class TinyLM(nn.Module):
-    """Token + position embeddings, L pre-LN blocks, a final LayerNorm and an (untied) LM head. With
+    """Token + position embeddings, L pre-LN blocks, a final LayerNorm and an LM head (the token embedding when
+    `cfg.tied`). With
     `cfg.length_scaled` each query's attention scores are multiplied by log(keys it sees) (Scalable-Softmax).
 
     forward(ids (B, T), head_keep (B, L, H) or (L, H) or None, edit (models/points.HeadEdit) or None)
@@ -98,9 +103,10 @@ class TinyLM(nn.Module):
         self.pos = nn.Embedding(cfg.n_positions, cfg.d_model)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)
-        # Untied from `tok` so safetensors can save every tensor once, with no shared-storage special case.
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.apply(self._init)
+        if cfg.tied:
+            self.head.weight = self.tok.weight  # one (V, D) table; files hold it once, as tok.weight
 
     @staticmethod
     def _init(module: nn.Module):
@@ -133,6 +139,13 @@ class TinyLM(nn.Module):
         targets = ids[:, 1:]  # (B, T-1)
         flat = logits.reshape(-1, logits.shape[-1])  # (B*(T-1), V)
         return F.cross_entropy(flat, targets.reshape(-1), ignore_index=ignore_index)  # scalar
+
+
+def saved_state(model: TinyLM, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """The tensors a weights file holds, by name: a tied LM head is not written twice (it is tok.weight)."""
+    skip = {"head.weight"} if model.cfg.tied else set()
+    return {k: (v.detach() if dtype is None else v.detach().to(dtype)).contiguous()
+            for k, v in sorted(model.state_dict().items()) if k not in skip}
 
 
 def build_model(cfg: TinyConfig) -> TinyLM:

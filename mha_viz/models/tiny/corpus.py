@@ -14,6 +14,10 @@
    induction-head experiments (repeated random tokens); it makes the nearby-context and repeated-term heads
    carry over to any word sequence a user types, not only to the grammar above.
 
+5. Ordinary English (issue 51): sentences of everyday English (WordNet's examples, `models.tiny.english`), so a
+   sentence a student types is in distribution, and a passage of them said twice, so copying pays on ordinary text
+   as on random words. Their tokens are the vocabulary's, pieces included.
+
 Every example records the ground truth: where the repeated names are, and where the subject and its verb are.
 Positions index `Example.tokens`, which starts with `<bos>`, so they are the model's input positions too.
 
@@ -38,6 +42,7 @@ from mha_viz.models.tiny.vocabulary import (
     PREPOSITIONS,
     STORY_VERBS,
     VERBS,
+    build_vocab,
     tokenize,
     vocabulary_words,
 )
@@ -270,19 +275,62 @@ def early_repeat_text(rng: random.Random, max_len: int) -> Example:
     return Example(tokens=(BOS, *prefix, *short, *short, *body), relation="early-repeat", repeats=repeats)
 
 
+def _english(rng: random.Random, room: int, part: str = "train") -> list[str]:
+    """Whole ordinary sentences drawn at random, as tokens, until the next would not fit in `room` tokens (at least
+    one sentence, cut to `room`)."""
+    from mha_viz.models.tiny.english import sentences
+
+    pool, vocab = sentences(part), build_vocab()
+    out: list[str] = []
+    while True:
+        s = rng.choice(pool)
+        tokens = vocab.tokenize(s if s[-1] in ".!?" else s + " .")
+        if out and len(out) + len(tokens) > room:
+            return out
+        out += tokens
+        if len(out) >= room:
+            return out[:room]
+
+
+def english_text(rng: random.Random, max_len: int, part: str = "train") -> Example:
+    """ "<bos> sentence . sentence . ..." : ordinary English sentences up to `max_len` tokens."""
+    return Example(tokens=(BOS, *_english(rng, max_len - 1, part)), relation="english")
+
+
+def english_repeat_text(rng: random.Random, max_len: int, part: str = "train") -> Example:
+    """ "<bos> [sentences] s1 s2 ... s1 s2 ..." : a passage of ordinary sentences (3 tokens up to half the room
+    left), said again until the text is full, after 0-3 other sentences. Copying pays on ordinary text, whose words
+    recur within a sentence too (so, unlike a random repeat, a token may have several earlier occurrences; repeats
+    lists the copy's own). Every token of a later copy is recorded as (its position in the first copy, its
+    position now)."""
+    prefix = _english(rng, rng.randint(0, max_len // 3), part) if rng.random() < 0.5 else []
+    room = max_len - 1 - len(prefix)
+    passage = _english(rng, rng.randint(3, max(3, room // 2)), part)
+    body, repeats = _said_again(passage, room, 1 + len(prefix))
+    return Example(tokens=(BOS, *prefix, *body), relation="english-repeat", repeats=repeats)
+
+
 def training_text(rng: random.Random, max_len: int, random_share: float = 0.0, late_share: float = 0.0,
-                  early_share: float = 0.0) -> Example:
+                  early_share: float = 0.0, english_share: float = 0.0, english_repeat_share: float = 0.0) -> Example:
     """A text of up to `max_len` tokens (with <bos>): with probability `random_share` a random repeat
     (`random_repeat_text`), with probability `late_share` ordinary sentences followed by a random repeat
     (`late_repeat_text`), with probability `early_share` a short sequence said twice right after <bos>, then a
-    random repeat (`early_repeat_text`), else a mix of stories, word lists, agreement sentences and set phrases."""
+    random repeat (`early_repeat_text`), with probability `english_share` ordinary English (`english_text`), with
+    probability `english_repeat_share` an English passage said again (`english_repeat_text`), else a mix of
+    stories, word lists, agreement sentences and set phrases."""
     r = rng.random()
     if r < random_share:
         return random_repeat_text(rng, max_len)
     if r < random_share + late_share:
         return late_repeat_text(rng, max_len)
-    if r < random_share + late_share + early_share:
+    r -= random_share + late_share
+    if r < early_share:
         return early_repeat_text(rng, max_len)
+    r -= early_share
+    if r < english_share:
+        return english_text(rng, max_len)
+    if r < english_share + english_repeat_share:
+        return english_repeat_text(rng, max_len)
     return _mixed_text(rng, max_len)
 
 
@@ -313,14 +361,17 @@ def _mixed_text(rng: random.Random, max_len: int) -> Example:
 
 
 def training_texts(n: int, seed: int, max_len: int, random_share: float = 0.0,
-                   late_share: float = 0.0, early_share: float = 0.0) -> list[Example]:
+                   late_share: float = 0.0, early_share: float = 0.0, english_share: float = 0.0,
+                   english_repeat_share: float = 0.0) -> list[Example]:
+    every = random_share + late_share + early_share + english_share + english_repeat_share
     shares = (("random_share", random_share), ("late_share", late_share), ("early_share", early_share),
-              ("their sum", random_share + late_share + early_share))
+              ("english_share", english_share), ("english_repeat_share", english_repeat_share), ("their sum", every))
     for name, share in shares:
         if not 0.0 <= share <= 1.0:
             raise ValueError(f"{name} is a probability; got {share}")
     rng = random.Random(seed)
-    return [training_text(rng, max_len, random_share, late_share, early_share) for _ in range(n)]
+    return [training_text(rng, max_len, random_share, late_share, early_share, english_share, english_repeat_share)
+            for _ in range(n)]
 
 
 def random_sequences(n: int, seed: int, length: int = 32) -> list[Example]:

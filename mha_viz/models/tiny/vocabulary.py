@@ -26,10 +26,17 @@ NOUNS = (
     ("car", "cars"), ("child", "children"), ("letter", "letters"), ("window", "windows"),
     ("teacher", "teachers"), ("farmer", "farmers"), ("lamp", "lamps"), ("chair", "chairs"), ("boat", "boats"),
     ("picture", "pictures"), ("cup", "cups"), ("horse", "horses"), ("girl", "girls"), ("boy", "boys"),
+    # Widened for issue 51: everyday nouns a student's sentence has, so agreement is learned on more than a few.
+    ("bottle", "bottles"), ("student", "students"), ("doctor", "doctors"), ("apple", "apples"), ("shoe", "shoes"),
+    ("flower", "flowers"), ("phone", "phones"), ("painting", "paintings"), ("player", "players"),
+    ("plate", "plates"), ("bag", "bags"), ("coat", "coats"), ("clock", "clocks"), ("woman", "women"),
+    ("man", "men"), ("baby", "babies"), ("story", "stories"), ("bridge", "bridges"), ("garden", "gardens"),
+    ("computer", "computers"), ("pencil", "pencils"), ("song", "songs"), ("friend", "friends"),
+    ("nurse", "nurses"), ("glass", "glasses"), ("wall", "walls"), ("road", "roads"), ("shop", "shops"),
 )
 ADJECTIVES = (
     "old", "new", "red", "small", "big", "green", "quiet", "dark", "bright", "little", "blue", "heavy", "happy",
-    "wet", "warm", "tall",
+    "wet", "warm", "tall", "young", "clean", "empty", "broken", "strange", "cold", "yellow", "white", "busy", "long",
 )
 PREPOSITIONS = ("near", "behind", "beside", "under", "by", "with", "to", "of", "above", "from", "on", "in")
 # (singular, plural) verb forms: the agreement target. The rest of the sentence never marks number.
