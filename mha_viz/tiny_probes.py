@@ -92,9 +92,9 @@ class ProbeConfig:
     n_loss: int = 200  # texts from the training distribution: held-out loss
     n_reference: int = 200  # other agreement sentences: the mean outputs that switched-off heads give instead
     # The whole context: previous-token and induction per position band (thirds of the text), at several input
-    # lengths (tokens with <bos>; 64 is the model's max_len), on distinct random words (corpus.unrepeated_sequences
+    # lengths (tokens with <bos>; 128 is the model's max_len), on distinct random words (corpus.unrepeated_sequences
     # and corpus.placed_repeats, a sequence said twice anywhere in the text).
-    context_lengths: tuple[int, ...] = (12, 40, 64)
+    context_lengths: tuple[int, ...] = (12, 40, 128)
     n_context: int = 60  # texts per length and relation
     n_bands: int = 3
     seed: int = 2024  # seed, seed + 1, ..., seed + 4 for the five sets; seed + 5 + 2i, seed + 6 + 2i for length i
@@ -244,7 +244,8 @@ class ProbeSets:
 
     @classmethod
     def build(cls, cfg: ProbeConfig, max_len: int, random_share: float = 0.0,
-              late_share: float = 0.0, early_share: float = 0.0) -> "ProbeSets":
+              late_share: float = 0.0, early_share: float = 0.0, english_share: float = 0.0,
+              english_repeat_share: float = 0.0) -> "ProbeSets":
         from mha_viz.models.tiny import corpus
 
         too_long = [n for n in cfg.context_lengths if n > max_len]
@@ -256,7 +257,7 @@ class ProbeSets:
                                      cfg.seed + 1),
             agreement=corpus.agreement_examples(cfg.n_agreement, cfg.seed + 2, "opposite", max_len),
             loss=corpus.training_texts(cfg.n_loss, cfg.seed + 3, max_len, random_share, late_share,
-                                      early_share),
+                                      early_share, english_share, english_repeat_share),
             reference=corpus.agreement_examples(cfg.n_reference, cfg.seed + 4, "opposite", max_len),
             context=tuple(ContextSets.build(n, cfg.n_context, cfg.seed + 5 + 2 * i)
                           for i, n in enumerate(cfg.context_lengths)),
@@ -356,7 +357,8 @@ def probe(folder, cfg: ProbeConfig = ProbeConfig(), quiet: bool = True, causal: 
         raise FileNotFoundError(f"no checkpoints in {folder / 'checkpoints'}; run `make train` first")
     log = json.loads((folder / LOG).read_text()) if (folder / LOG).exists() else {}
     train_config = log.get("train_config", {})
-    shares = tuple(train_config.get(k, 0.0) for k in ("random_share", "late_share", "early_share"))
+    shares = tuple(train_config.get(k, 0.0) for k in ("random_share", "late_share", "early_share", "english_share",
+                                                      "english_repeat_share"))
     before = torch.get_num_threads()
     torch.set_num_threads(1)  # the same sums in the same order on any machine, so the test can compare closely
     try:

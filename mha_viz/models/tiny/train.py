@@ -52,7 +52,7 @@ class TrainConfig:
     order_seed: int = 0
     # Random words said again and again (corpus.random_repeat_text): what forms the previous-token and induction
     # heads early. 0.25, since the early repeats (below) are random repeats too and took their share.
-    random_share: float = 0.2
+    random_share: float = 0.25
     # Ordinary sentences, then a random repeat whose first copy can start anywhere up to the end of the context
     # (corpus.late_repeat_text), so the previous-token head is needed, and trained, at every position; without them
     # it fades in a long text's last third. The rest (0.4) is the mixed text. With length-scaled attention
@@ -61,10 +61,10 @@ class TrainConfig:
     # A short sequence said twice right after <bos>, then a random repeat (corpus.early_repeat_text), so induction
     # is trained at the start of a text too (positions 4-12), not only later. Taken from the random repeats, which
     # it still contains; more of it weakens the previous-token head at the end of a long text.
-    early_share: float = 0.1
+    early_share: float = 0.15
     # Ordinary English (corpus.english_text) and an English passage said again (corpus.english_repeat_text), so a
     # sentence a student types is in distribution and copying is trained on ordinary text (issue 51).
-    english_share: float = 0.25
+    english_share: float = 0.15
     english_repeat_share: float = 0.1
     # Steps whose weights are saved (float16) for the training timeline: 0 is the initialisation, `steps` the end
     # (always saved). Dense from 800 to 2,000, where the heads form; sparse after, where little changes. Eight

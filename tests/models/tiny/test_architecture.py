@@ -103,3 +103,14 @@ def test_loss_ignores_padding():
     ids = torch.randint(3, 50, (2, 10))
     padded = torch.cat([ids, torch.zeros(2, 4, dtype=torch.long)], dim=1)
     torch.testing.assert_close(model.loss(ids, ignore_index=0), model.loss(padded, ignore_index=0))
+
+
+def test_a_tied_head_is_the_token_embedding_and_is_saved_once():
+    from mha_viz.models.tiny.architecture import saved_state
+
+    model = build_model(CFG)
+    assert CFG.tied and model.head.weight is model.tok.weight  # one (V, D) table
+    assert "head.weight" not in saved_state(model) and "tok.weight" in saved_state(model)
+    untied = build_model(TinyConfig.from_json('{"vocab_size": 50, "max_len": 16}'))  # a config from before
+    assert not untied.cfg.tied and untied.head.weight is not untied.tok.weight
+    assert "head.weight" in saved_state(untied)

@@ -59,16 +59,19 @@ def test_committed_assets_exist_are_small_and_load():
     state = load_file(str(weights))
     assert state["tok.weight"].shape == (cfg.vocab_size, cfg.d_model)
     assert 2 <= cfg.n_layers <= 4 and 4 <= cfg.n_heads <= 8 and 64 <= cfg.d_model <= 128
-    # The bound is on weights (screenshots and notes are not): every safetensors file, checkpoints included.
+    # A tied LM head (TinyConfig.tied): the (V, D) table is in the file once, as tok.weight.
+    assert "head.weight" not in state or not cfg.tied
+    # Issue 51's budget: all of assets/ under 30 MB with every seed and checkpoint. Weights are most of it: the
+    # shipped recipe (float32, 7 float16 checkpoints) and three more seeds (float16, 3 checkpoints each).
     total = sum(p.stat().st_size for p in ALL_ASSETS.rglob("*.safetensors"))
     print(f"weights in assets/: {total / 1e6:.2f} MB")
-    # The shipped recipe and two more training seeds (assets/tiny/seeds/), float16, checkpoints included.
-    assert total <= 10 * 1024 * 1024, "all weights in assets/, checkpoints and seeds included, stay under 10 MB"
-    # The bound on the whole folder (weights, probe files, logs), about as `du` counts it: whole 4 KiB
-    # blocks per file, one per folder.
-    tiny = sum(-(-p.stat().st_size // 4096) * 4096 if p.is_file() else 4096 for p in [ASSETS, *ASSETS.rglob("*")])
-    print(f"assets/tiny/: {tiny / 2**20:.2f} MiB")
-    assert tiny <= 12 * 2**20, "all of assets/tiny/ stays at most 12 MB"
+    assert total <= 25 * 1024 * 1024, "all weights in assets/, checkpoints and seeds included, stay under 25 MB"
+    # The whole of assets/ (weights, the English, probe files, logs, pictures), about as `du` counts it: whole
+    # 4 KiB blocks per file, one per folder.
+    every = sum(-(-p.stat().st_size // 4096) * 4096 if p.is_file() else 4096
+                for p in [ALL_ASSETS, *ALL_ASSETS.rglob("*")])
+    print(f"assets/: {every / 2**20:.2f} MiB")
+    assert every < 30 * 2**20, "all of assets/ stays under 30 MB"
 
 
 def test_committed_checkpoints_cover_the_run():
