@@ -33,9 +33,11 @@ class TinyConfig:
     # position 20, 0.84-0.89 at 52-63). With it every seed's head holds to the end of the context.
     length_scaled: bool = True
     seed: int = 0  # initialisation seed: the untrained twin is exactly the trained model's starting point
-    # The LM head is the token embedding (Press & Wolf 2017): with a vocabulary of thousands the two tables are
-    # most of the weights, and one of them keeps every seed and checkpoint within assets/'s budget.
-    tied: bool = True
+    # tied: the LM head is the token embedding (Press & Wolf 2017). With a vocabulary of thousands the two tables
+    # are most of the weights (tied: 2.1 MB float32, 1.06 MB a float16 checkpoint; untied 3.6 and 1.8), but at
+    # 5,751 tokens the tied model's previous-token head had not begun to form by step 1,600 (0.10 on random
+    # sequences), the untied one's had (0.18, rising): benchmarks/RESULTS.md, issue 51, trials B and C.
+    tied: bool = False
 
     def __post_init__(self):
         if self.d_model % self.n_heads != 0:

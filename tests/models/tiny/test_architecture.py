@@ -106,10 +106,12 @@ def test_loss_ignores_padding():
 
 
 def test_a_tied_head_is_the_token_embedding_and_is_saved_once():
+    from dataclasses import replace
+
     from mha_viz.models.tiny.architecture import saved_state
 
-    model = build_model(CFG)
-    assert CFG.tied and model.head.weight is model.tok.weight  # one (V, D) table
+    model = build_model(replace(CFG, tied=True))
+    assert model.head.weight is model.tok.weight  # one (V, D) table
     assert "head.weight" not in saved_state(model) and "tok.weight" in saved_state(model)
     untied = build_model(TinyConfig.from_json('{"vocab_size": 50, "max_len": 16}'))  # a config from before
     assert not untied.cfg.tied and untied.head.weight is not untied.tok.weight
