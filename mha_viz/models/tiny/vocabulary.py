@@ -119,6 +119,9 @@ class Vocab:
         self.marks = tuple(self.tokens[len(SPECIALS):start])  # punctuation and clitics
         self.whole_words = tuple(self.tokens[start:end])
         self.pieces = tuple(self.tokens[end:])
+        if n_words is None:  # a word list from before pieces: its punctuation marks are no words
+            self.marks = tuple(w for w in self.whole_words if not w[0].isalnum())
+            self.whole_words = tuple(w for w in self.whole_words if w[0].isalnum())
         self._longest = max(len(t.removeprefix(CONTINUES)) for t in self.tokens)
 
     @property
