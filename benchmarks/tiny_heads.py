@@ -35,7 +35,7 @@ from mha_viz.models.tiny.vocabulary import BOS  # noqa: E402
 from mha_viz.settings import ASSETS  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "tests" / "models" / "tiny"))
-from test_tokenizer import SENTENCES  # noqa: E402
+from ordinary_sentences import SENTENCES  # noqa: E402
 
 LENGTH = 128
 

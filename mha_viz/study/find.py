@@ -107,11 +107,13 @@ def find_checkpoints(run_dir: str | Path, run: str | None = None) -> list[Checkp
         return sorted(found, key=lambda c: c.step)
     steps = folder / "checkpoints"
     if steps.is_dir() and (folder / "config.json").is_file():
-        for f in sorted(steps.iterdir()):
-            m = STEP_FILE.match(f.name)
-            if m:
-                step = int(m.group(1))
-                found.append(Checkpoint(run, step, str(f), "steps", _shipped_name(folder, step)))
+        from mha_viz.models.tiny.adapter import checkpoint_steps
+
+        # The tiny trainer's steps, the two it derives rather than stores included (step 0 and the last): the
+        # path names the step's file, which `measure` hands to load_tiny as a folder and a step.
+        for step in checkpoint_steps(folder):
+            found.append(Checkpoint(run, step, str(steps / f"step-{step:06d}.safetensors"), "steps",
+                                    _shipped_name(folder, step)))
     if found:
         return sorted(found, key=lambda c: c.step)
     for sub in sorted(folder.iterdir()):

@@ -6,6 +6,7 @@ typed, fed to the model as <unk>, and its position is listed in `run.unknown`.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -23,7 +24,7 @@ from mha_viz.contract import (
 from mha_viz.models.interventions import EditableModel, Encoded, FinalParts, Forward, HeadEdit
 from mha_viz.models.placement import module_device, place
 from mha_viz.models.special import added_positions
-from mha_viz.models.tiny.architecture import TinyConfig, TinyLM, build_model
+from mha_viz.models.tiny.architecture import TinyConfig, TinyLM, build_model, saved_state
 from mha_viz.models.tiny.vocabulary import (
     ADJECTIVES,
     BOS,
@@ -149,14 +150,40 @@ CHECKPOINTS = "checkpoints"  # as in train.py, which writes step-NNNNNN.safetens
 
 
 def checkpoint_steps(folder: str | Path = TINY_ASSETS) -> list[int]:
-    """The training steps saved in `folder`/checkpoints, sorted; [] when there are none."""
-    found = []
-    for path in (Path(folder) / CHECKPOINTS).glob("step-*.safetensors"):
+    """The training steps whose weights `folder` holds, sorted; [] when there are none: one float16 file per step
+    in `folder`/checkpoints, and the two steps the trainer derives instead of storing (`train.CHECKPOINTS`), where
+    its log lists them: 0, the initialisation, and the last, the final weights rounded to float16."""
+    folder = Path(folder)
+    found = set()
+    for path in (folder / CHECKPOINTS).glob("step-*.safetensors"):
         try:
-            found.append(int(path.stem.removeprefix("step-")))
+            found.add(int(path.stem.removeprefix("step-")))
         except ValueError:
             continue  # not a file the trainer wrote
-    return sorted(found)
+    return sorted(found | _derived_steps(folder))
+
+
+def _derived_steps(folder: Path) -> set[int]:
+    """Step 0 and the last step, where the trainer's log lists them and the final weights are there."""
+    log = folder / "train_log.json"
+    if not (log.is_file() and (folder / "model.safetensors").is_file()):
+        return set()
+    try:
+        listed = json.loads(log.read_text()).get("checkpoints") or []
+    except (OSError, ValueError, AttributeError):
+        return set()  # a damaged log: the files alone say which steps there are
+    return {s for s in listed if isinstance(s, int) and s in (0, max(listed))}
+
+
+def _derived_state(folder: Path, cfg: TinyConfig, step: int) -> dict[str, torch.Tensor]:
+    """The weights of a step the trainer did not store, as its float16 file would have held them: step 0 is the
+    seeded initialisation (`build_model` of the config, which is where training started), the last step the final
+    weights. Both rounded to float16 and back, like a stored checkpoint."""
+    if step == 0:
+        state = saved_state(build_model(cfg), torch.float16)
+    else:
+        state = {k: v.to(torch.float16) for k, v in load_file(str(folder / "model.safetensors")).items()}
+    return {k: v.float() for k, v in state.items()}
 
 
 def training_record(folder: str | Path = TINY_ASSETS) -> TrainingEvidence:
@@ -171,18 +198,21 @@ def training_record(folder: str | Path = TINY_ASSETS) -> TrainingEvidence:
 def load_tiny(trained: bool = True, folder: str | Path = TINY_ASSETS, step: int | None = None) -> TinyModel:
     """The in-repo tiny model: trained weights from `folder`, or (trained=False) the same architecture at its
     seeded initialisation, i.e. exactly where training started. step=N loads the float16 checkpoint the trainer
-    saved at training step N (step 0 is the initialisation, rounded to float16)."""
+    saved at training step N (step 0 is the initialisation, rounded to float16; it and the last step are derived,
+    not stored: `checkpoint_steps`)."""
     folder = Path(folder)
     config_path, vocab_path, weights_path = (folder / n for n in ("config.json", "vocab.json", "model.safetensors"))
+    derived = False
     if step is not None:
         weights_path = folder / CHECKPOINTS / f"step-{step:06d}.safetensors"
-        if not weights_path.exists():
+        derived = not weights_path.exists() and step in _derived_steps(folder)
+        if not weights_path.exists() and not derived:
             saved = checkpoint_steps(folder)
             raise ModelLoadError(
                 f"the tiny model has no checkpoint at training step {step}; saved steps: "
                 f"{', '.join(map(str, saved)) or 'none (run `make train`)'}"
             )
-    if trained and not weights_path.exists():
+    if trained and not derived and not weights_path.exists():
         raise ModelLoadError(
             f"no trained tiny model at {weights_path}; run `make train` to create it (3-6 minutes)"
         )
@@ -195,7 +225,8 @@ def load_tiny(trained: bool = True, folder: str | Path = TINY_ASSETS, step: int 
     lm = build_model(cfg)
     if trained or step is not None:
         # Checkpoints are float16 on disk; the model computes in float32 like the final weights.
-        state = {k: v.float() for k, v in load_file(str(weights_path)).items()}
+        state = (_derived_state(folder, cfg, step) if derived
+                 else {k: v.float() for k, v in load_file(str(weights_path)).items()})
         missing, unexpected = lm.load_state_dict(state, strict=False)
         if cfg.tied:  # the LM head is tok.weight, which the file holds once
             missing = [k for k in missing if k != "head.weight"]

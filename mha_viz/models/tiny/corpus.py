@@ -206,7 +206,7 @@ def nearby_sentence(rng: random.Random) -> list[str]:
 
 
 
-def repeat_words(rng: random.Random) -> tuple[str, ...]:
+def repeat_words(rng: random.Random, pool: str = "mixed") -> tuple[str, ...]:
     """What the words of one random repeat are drawn from: half the time the generator's own 270 words, else every
     whole word of the vocabulary.
 
@@ -216,6 +216,10 @@ def repeat_words(rng: random.Random) -> tuple[str, ...]:
     2,400 (the previous-token score 0.07 on random sequences, induction 0.02), where the 210-word model had both
     by step 1,000. A few hundred words, seen often, let the circuit form as it did; the other half keeps it
     trained on the whole vocabulary, where the heads are measured."""
+    if pool not in ("mixed", "generator"):
+        raise ValueError(f"pool is 'mixed' or 'generator'; got {pool!r}")
+    if pool == "generator":
+        return tuple(sorted(generator_words()))
     return tuple(sorted(generator_words())) if rng.random() < 0.5 else vocabulary_words()
 
 
@@ -227,11 +231,11 @@ def _said_again(seq: list[str], room: int, start: int) -> tuple[list[str], tuple
     return body, tuple((start + i % n, start + i) for i in range(n, room - 1))
 
 
-def random_repeat_text(rng: random.Random, max_len: int) -> Example:
+def random_repeat_text(rng: random.Random, max_len: int, pool: str = "mixed") -> Example:
     """ "<bos> [a few random words] w1 w2 ... wn w1 w2 ... wn w1 ..." : n distinct random vocabulary words, repeated
     until the text is full, after an unrepeated random prefix (so a repeat does not always start at position 1).
     Every token of a later copy is recorded as (its position in the first copy, its position now)."""
-    words = repeat_words(rng)
+    words = repeat_words(rng, pool)
     prefix = [rng.choice(words) for _ in range(rng.randint(0, 8))]
     room = max_len - 1 - len(prefix)
     n = rng.randint(4, max(4, room // 2))  # at least two full copies fit
@@ -240,7 +244,7 @@ def random_repeat_text(rng: random.Random, max_len: int) -> Example:
     return Example(tokens=(BOS, *prefix, *body), relation="random-repeat", repeats=repeats)
 
 
-def late_repeat_text(rng: random.Random, max_len: int) -> Example:
+def late_repeat_text(rng: random.Random, max_len: int, pool: str = "mixed") -> Example:
     """ "<bos> [ordinary sentences] [a few random words] w1 w2 ... wn w1 w2 ... wn w1 ..." : n distinct random
     vocabulary words whose first copy starts anywhere in the context, after whole sentences of the mixed text
     (then random words up to that start), repeated until the text is full.
@@ -253,7 +257,7 @@ def late_repeat_text(rng: random.Random, max_len: int) -> Example:
     The prefix is mostly grammar, not random words, so it still has something to learn (long unrepeated random
     stretches delayed the heads' formation). Every token of a later copy is recorded as (its position in the
     first copy, its position now)."""
-    words = repeat_words(rng)
+    words = repeat_words(rng, pool)
     n = rng.randint(3, 12)
     last = max_len - n - 2  # the latest start that leaves room for two words of a second copy
     start = max(rng.randint(1, last) for _ in range(3))
@@ -265,7 +269,7 @@ def late_repeat_text(rng: random.Random, max_len: int) -> Example:
     return Example(tokens=(*prefix, *filler, *body), relation="late-repeat", repeats=repeats)
 
 
-def early_repeat_text(rng: random.Random, max_len: int) -> Example:
+def early_repeat_text(rng: random.Random, max_len: int, pool: str = "mixed") -> Example:
     """ "<bos> [0-2 random words] u1 u2 u3 u1 u2 u3 [a random repeat of other words]" : a short sequence (3-5
     words) said twice right after <bos>, so its second copy falls at positions 4 to 12, then the rest of the text
     as in `random_repeat_text`, its words distinct from the short sequence's.
@@ -277,7 +281,7 @@ def early_repeat_text(rng: random.Random, max_len: int) -> Example:
     sequence repeated to the end needs that head only at its first few words; here the random repeat that follows
     still needs it further on. Every token of a later copy is recorded as (its position in the first copy, its
     position now); the short sequence's last word is the one whose continuation differs the second time."""
-    words = repeat_words(rng)
+    words = repeat_words(rng, pool)
     p, m = rng.randint(0, 2), rng.randint(3, 5)
     room = max_len - 1 - p - 2 * m
     n = rng.randint(4, max(4, room // 2))  # the random repeat after it: at least two full copies fit
@@ -325,7 +329,8 @@ def english_repeat_text(rng: random.Random, max_len: int, part: str = "train") -
 
 
 def training_text(rng: random.Random, max_len: int, random_share: float = 0.0, late_share: float = 0.0,
-                  early_share: float = 0.0, english_share: float = 0.0, english_repeat_share: float = 0.0) -> Example:
+                  early_share: float = 0.0, english_share: float = 0.0, english_repeat_share: float = 0.0,
+                  pool: str = "mixed") -> Example:
     """A text of up to `max_len` tokens (with <bos>): with probability `random_share` a random repeat
     (`random_repeat_text`), with probability `late_share` ordinary sentences followed by a random repeat
     (`late_repeat_text`), with probability `early_share` a short sequence said twice right after <bos>, then a
@@ -334,12 +339,12 @@ def training_text(rng: random.Random, max_len: int, random_share: float = 0.0, l
     stories, word lists, agreement sentences and set phrases."""
     r = rng.random()
     if r < random_share:
-        return random_repeat_text(rng, max_len)
+        return random_repeat_text(rng, max_len, pool)
     if r < random_share + late_share:
-        return late_repeat_text(rng, max_len)
+        return late_repeat_text(rng, max_len, pool)
     r -= random_share + late_share
     if r < early_share:
-        return early_repeat_text(rng, max_len)
+        return early_repeat_text(rng, max_len, pool)
     r -= early_share
     if r < english_share:
         return english_text(rng, max_len)
@@ -376,7 +381,7 @@ def _mixed_text(rng: random.Random, max_len: int) -> Example:
 
 def training_texts(n: int, seed: int, max_len: int, random_share: float = 0.0,
                    late_share: float = 0.0, early_share: float = 0.0, english_share: float = 0.0,
-                   english_repeat_share: float = 0.0) -> list[Example]:
+                   english_repeat_share: float = 0.0, pool: str = "mixed") -> list[Example]:
     every = random_share + late_share + early_share + english_share + english_repeat_share
     shares = (("random_share", random_share), ("late_share", late_share), ("early_share", early_share),
               ("english_share", english_share), ("english_repeat_share", english_repeat_share), ("their sum", every))
@@ -384,8 +389,8 @@ def training_texts(n: int, seed: int, max_len: int, random_share: float = 0.0,
         if not 0.0 <= share <= 1.0:
             raise ValueError(f"{name} is a probability; got {share}")
     rng = random.Random(seed)
-    return [training_text(rng, max_len, random_share, late_share, early_share, english_share, english_repeat_share)
-            for _ in range(n)]
+    return [training_text(rng, max_len, random_share, late_share, early_share, english_share, english_repeat_share,
+                          pool) for _ in range(n)]
 
 
 def random_sequences(n: int, seed: int, length: int = 32) -> list[Example]:

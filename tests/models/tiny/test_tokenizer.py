@@ -3,41 +3,7 @@
 import pytest
 
 from mha_viz.models.tiny.vocabulary import CONTINUES, UNK, build_vocab, tokenize
-
-# Thirty ordinary sentences of the kind a student types (school, news, stories, instructions), written for this
-# test: none is from the training text.
-SENTENCES = (
-    "My little brother forgot his lunch box on the bus this morning.",
-    "Please read chapter four before Thursday and answer the questions at the end.",
-    "The city council voted to build a new bridge across the river next year.",
-    "Grandma baked two apple pies, and we ate one of them before dinner.",
-    "If it rains tomorrow, the football match will be moved to Saturday.",
-    "Mix the flour with the sugar, then add three eggs and stir slowly.",
-    "Our teacher, Mrs. Patel, showed us how volcanoes form under the ocean.",
-    "The museum opens at 9:30 and closes at 5 in the afternoon.",
-    "Sam didn't want to go to the dentist, but his mother made him go.",
-    "Scientists say the summer of 2023 was one of the hottest on record.",
-    "A fox crept quietly through the garden while the family was asleep.",
-    "I'm going to the library after school to return my books.",
-    "Turn left at the traffic lights and walk straight for about 200 meters.",
-    "The players celebrated loudly when the referee blew the final whistle.",
-    "Emma's favourite song played on the radio during the long drive home.",
-    "Water boils at 100 degrees Celsius at sea level.",
-    "We couldn't find the keys anywhere, so we called a neighbour for help.",
-    "The old lighthouse stood alone on the rocky cliff above the harbour.",
-    "Wash your hands with soap for at least twenty seconds.",
-    "The storm knocked down several trees and cut power to thousands of homes.",
-    "Who left the window open in the kitchen last night?",
-    "Maria and Ahmed are working together on a project about recycling.",
-    "The price of bread has gone up again this month.",
-    "Once the sun set, the children lit a small fire and told ghost stories.",
-    "You should always check the weather before you go hiking in the mountains.",
-    "The train to Manchester was delayed by forty minutes because of snow.",
-    "She smiled, closed her notebook, and walked out of the classroom.",
-    "Plants need light, water and air to grow healthy and strong.",
-    "The new phone costs $499, which is too expensive for most students.",
-    "After a long day at work, Dad likes to sit in the garden with a cup of tea.",
-)
+from tests.models.tiny.ordinary_sentences import SENTENCES
 
 
 @pytest.fixture(scope="module")
