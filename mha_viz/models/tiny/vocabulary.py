@@ -282,25 +282,29 @@ class ExampleSentence:
 
 
 def example_sentences() -> list[ExampleSentence]:
-    """Fixed, readable sentences for the app's one-click examples, labelled by the relation they show."""
+    """Fixed, readable sentences for the app's one-click examples, labelled by the relation they show: ordinary
+    English, typed as a student would (capitals, punctuation), which the tokenizer reads whole (issue 51)."""
     return [
         ExampleSentence("nearby", "Counting: each word follows from the one before",
-                        "one , two , three , four , five , six , seven ."),
+                        "One, two, three, four, five, six, seven."),
         ExampleSentence("nearby", "A set phrase",
-                        "once upon a time there was a little house . at the end of the day we went home ."),
+                        "Once upon a time there was a little house. At the end of the day we went home."),
+        ExampleSentence("repeat", "A sentence said twice: from its second word on, the second copy can be copied",
+                        "My cat likes to sleep on the warm windowsill after lunch. "
+                        "My cat likes to sleep on the warm windowsill after lunch."),
         ExampleSentence("repeat", "A name comes back: the last name can be copied from its first mention",
-                        "anna berg went to the market . tom lind saw anna berg at the park ."),
+                        "Anna Berg went to the market. Tom Lind saw Anna Berg at the park."),
         ExampleSentence("repeat", "Two people, each mentioned again",
-                        "mia frost and leo hart walked to the river . later leo hart found the keys . "
-                        "mia frost gave leo hart a red cup ."),
+                        "Mia Frost and Leo Hart walked to the river. Later Leo Hart found the keys. "
+                        "Mia Frost gave Leo Hart a red cup."),
         ExampleSentence("repeat", "A list of words said again: from its second word on, it can be copied",
-                        "anna berg said : red lamp river cup . then tom lind said : red lamp river cup ."),
+                        "Anna Berg said: red lamp, river, cup. Then Tom Lind said: red lamp, river, cup."),
         ExampleSentence("agreement", "The verb agrees with 'keys', not with the nearer 'cabinet'",
-                        "the keys to the cabinet are on the table ."),
+                        "The keys to the cabinet are on the table."),
         ExampleSentence("agreement", "The verb agrees with 'dog', not with the nearer 'trees'",
-                        "the old dog near the tall trees is happy ."),
+                        "The old dog near the tall trees is happy."),
         ExampleSentence("agreement", "The verb agrees with 'teachers', not with 'child'",
-                        "the teachers with the little child were quiet ."),
+                        "The teachers with the little child were quiet."),
     ]
 
 

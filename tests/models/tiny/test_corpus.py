@@ -113,12 +113,21 @@ def test_every_generated_word_is_in_the_vocabulary():
         assert tokenize(ex.text) == list(ex.tokens[1:])  # the text round-trips through the tokenizer
 
 
-def test_example_sentences_cover_each_relation_and_are_known_words():
+def test_example_sentences_cover_each_relation_are_ordinary_english_and_read_whole():
+    from mha_viz.models.tiny.vocabulary import ground_truth
+
     v = build_vocab()
     sentences = example_sentences()
     assert {s.relation for s in sentences} == {"nearby", "repeat", "agreement"}
     for s in sentences:
-        assert all(w in v for w in tokenize(s.text)), s.text
+        tokens = v.tokenize(s.text)
+        assert s.text[0].isupper() and s.text[-1] == "."  # typed as a student would
+        assert all(t in v.whole_words or not t[0].isalnum() for t in tokens), (s.text, tokens)
+        truth = ground_truth(["<bos>", *tokens])
+        if s.relation == "agreement":
+            assert truth.subjects, s.text
+        if s.relation == "repeat":
+            assert truth.repeats or s.text.count(". ") == 1, s.text
 
 
 def test_ground_truth_reads_back_what_the_generator_wrote():
