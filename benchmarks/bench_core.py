@@ -192,7 +192,7 @@ def smollm2(browser, reps: int, times: dict) -> None:
     from bench_compute import reference
 
     from mha_viz import load_model
-    from mha_viz.app.cache import set_threads
+    from mha_viz.app.threads import set_threads
 
     set_threads()  # the server's torch threads, so the bare forward runs as the page's would
     model = load_model("smollm2")

@@ -22,7 +22,7 @@ from _app import Page, Server, chromium
 from _common import REPO, load_avg, machine, median, table, verdict
 
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
-from mha_viz.app.lesson_steps import STEPS  # noqa: E402
+from mha_viz.app.lesson.steps import STEPS  # noqa: E402
 
 from harness import OPEN_PREDICTION, STEP_DRAWN  # noqa: E402
 

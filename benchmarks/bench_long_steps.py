@@ -5,7 +5,7 @@ one torch thread unless --threads says otherwise.
     python benchmarks/bench_long_steps.py --before acd96ab [--models smollm2,minilm] [--tokens 16,120] [--reps 1]
 
 --borrow instead compares, in this tree, one torch thread against the app's policy for long jobs
-(mha_viz.app.cache.long_job: every core while the machine is otherwise idle, re-checked after each chunk of heads),
+(mha_viz.app.threads.long_job: every core while the machine is otherwise idle, re-checked after each chunk of heads),
 interleaved, and prints the threads each chunk got and the load average beside every row:
 
     python benchmarks/bench_long_steps.py --borrow [--models smollm2,minilm] [--tokens 16,120] [--steps importance]
@@ -61,7 +61,7 @@ if len(sys.argv) > 8 and sys.argv[8] == "short-warm":
 else:
     step()  # warm: the cache of the unedited run, allocator
 if borrow:
-    from mha_viz.app.cache import long_job  # imports streamlit: before the clock starts
+    from mha_viz.app.threads import long_job  # imports streamlit: before the clock starts
 t0, c0 = time.perf_counter(), time.process_time()
 if borrow:
     with long_job() as tick:
@@ -134,7 +134,7 @@ def borrow_ab(args) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--before")
-    ap.add_argument("--borrow", action="store_true", help="one thread against cache.long_job, this tree only")
+    ap.add_argument("--borrow", action="store_true", help="one thread against threads.long_job, this tree only")
     ap.add_argument("--steps", default="importance,patching")
     ap.add_argument("--modes", default="one,long_job,all-cores", help="--borrow: one first, then long_job, all-cores")
     ap.add_argument("--models", default="smollm2,minilm")

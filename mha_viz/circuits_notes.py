@@ -64,15 +64,8 @@ def model_lines(name: str, path_heads=None) -> list[str]:
 
 
 def formation_of(name: str) -> circ.Formation:
-    """`analysis.circuits.formation` over every saved step of `name` (as the Training view measures it)."""
-    steps = checkpoints(name)
-    per_step, patterns, texts = [], [], None
-    for step in steps:
-        model = load_model(f"{name}@{step}")
-        texts = texts or circ.repeated_texts(model)
-        per_step.append(circ.circuits(model))
-        patterns.append(circ.induction_and_previous(model, texts))
-    return circ.formation(name, steps, per_step, patterns, texts)
+    """`analysis.circuits.measured_formation` over every saved step of `name` (as the Training view measures it)."""
+    return circ.measured_formation(name, checkpoints(name), load_model)
 
 
 def section(tiny: str = "tiny", others: tuple[str, ...] = OTHER_MODELS) -> str:

@@ -2,6 +2,7 @@
 Model" drive a model they are handed (`mha_viz.contract.Model`), never loading one:
 
     effects        how much the output moved (embedding cosine, per-token change, KL of predictions)
+    continuations  two continuations of one prompt: where they part, the KL at each step
     distance       Jensen-Shannon between patterns, head-to-head distance, an order that groups similar heads
     scores         measured pattern scores per head on one input against uniform attention, and their wording
     rollout        attention rollout (Abnar & Zuidema 2020)
@@ -36,7 +37,7 @@ from mha_viz.analysis.effects import (
                                       topk_predictions,
 )
 from mha_viz.analysis.inside import HeadCombination, combine_heads, update_sizes, value_norms, weighted_values
-from mha_viz.analysis.norms import norm_view, out_proj_per_head, repeat_kv, split_heads
+from mha_viz.analysis.norms import norm_view
 from mha_viz.analysis.rollout import rollout
 from mha_viz.analysis.scores import (
                                       SCORE_NAMES,

@@ -6,7 +6,6 @@ import torch
 
 from mha_viz.analysis._checks import attention as _attention
 from mha_viz.analysis._checks import tensor as _tensor
-from mha_viz.heads import out_proj_per_head, repeat_kv, split_heads  # noqa: F401  (re-exported)
 
 
 def norm_view(att: torch.Tensor, values: torch.Tensor, w_o: torch.Tensor) -> torch.Tensor:
@@ -20,7 +19,7 @@ def norm_view(att: torch.Tensor, values: torch.Tensor, w_o: torch.Tensor) -> tor
 
     att: (H, Q, K) attention of one layer; values: (H, K, dh) per-head values including the value bias,
     `repeat_kv(split_heads(v_proj(x), H_kv), H)`; w_o: (H, dh, D) per-head output projection,
-    `out_proj_per_head(o_proj.weight, H)`.
+    `out_proj_per_head(o_proj.weight, H)` (both in mha_viz.contract.head_slices).
     """
     att = _attention(att, "att", (3,), "(H, Q, K)")
     values = _tensor(values, "values", (3,), "(H, K, dh)")

@@ -305,13 +305,14 @@ def _running_key(button_key: str) -> str:
 
 def exact_map_step(button_key: str, job, n_heads: int, seconds: float, compute, doing: str, model_name: str):
     """The button of a long exact map, labelled with what it will cost before it is pressed (`seconds`, measured on
-    this server: cache.exact_seconds), then a Stop, a progress bar that counts heads, and the work itself:
-    `compute(progress)` under `cache.long_job` (idle cores may be borrowed). Returns what `compute` returned, or
+    this server: estimates.exact_seconds), then a Stop, a progress bar that counts heads, and the work itself:
+    `compute(progress)` under `threads.long_job` (idle cores may be borrowed). Returns what `compute` returned, or
     None when the button was not pressed. `job` identifies the work (model, text, ...): a job stopped mid-way (any
     click on the page ends the script run, Stop included) is still marked as running on the next run, which says
     so; nothing of it is kept. A finished map of `model_name` tells the next estimate how far off this one was
-    (cache.exact_finished)."""
-    from mha_viz.app.cache import exact_finished, long_job
+    (estimates.exact_finished)."""
+    from mha_viz.app.estimates import exact_finished
+    from mha_viz.app.threads import long_job
 
     running = _running_key(button_key)
     if st.session_state.pop(running, None) == job:

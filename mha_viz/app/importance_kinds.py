@@ -9,7 +9,7 @@ import torch
 
 from mha_viz import plotting
 from mha_viz.analysis.patch_kinds import every_kind_importance
-from mha_viz.app import cache
+from mha_viz.app import cache, estimates
 from mha_viz.app.common import chart_config, exact_map_step, md_safe, where
 from mha_viz.contract import AttentionRun, Head, InputError, Model
 from mha_viz.web import kinds
@@ -32,7 +32,7 @@ def render(model: Model, model_name: str, text: str, base: AttentionRun, heads_o
     store = st.session_state.setdefault("importance_kinds", {})
     try:
         measured = exact_map_step(
-            BUTTON, key, n, cache.exact_seconds(model_name, text, n),
+            BUTTON, key, n, estimates.exact_seconds(model_name, text, n),
             lambda progress: every_kind_importance(model, text, target, heads_off, position, ablation, progress),
             "Switching off one head at a time", model_name=model_name)
     except InputError as err:  # e.g. mean ablation for a model with no example sentences

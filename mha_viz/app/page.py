@@ -10,14 +10,16 @@ import streamlit as st
 
 from mha_viz.app import heads_off as off_panel
 from mha_viz.app import reconnect, sidebar, state
-from mha_viz.app.cache import get_model, get_run, memory_scope, set_threads
+from mha_viz.app.cache import get_model, get_run
 from mha_viz.app.common import METRIC_ROOM, display, display_notes, encoded_run, md_safe
 from mha_viz.app.components import figure_font
 from mha_viz.app.components.head_grid import AsMade
 from mha_viz.app.components.nav import nav
 from mha_viz.app.context import ViewContext
 from mha_viz.app.link import load_or_explain
+from mha_viz.app.memory import memory_scope
 from mha_viz.app.text import DEFAULT_TEXT, kept_text, text_input, token_strip
+from mha_viz.app.threads import set_threads
 from mha_viz.app.views import NOT_ABOUT_THIS_RUN, VIEWS, navigation
 from mha_viz.app.views import layer as layer_view
 from mha_viz.app.views.layer import FIRST_GRID

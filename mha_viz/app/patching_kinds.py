@@ -13,7 +13,7 @@ import torch
 from mha_viz import plotting
 from mha_viz.analysis.patch_kinds import every_kind_patching_map
 from mha_viz.analysis.patching import Metric, normalise, top_heads
-from mha_viz.app import cache
+from mha_viz.app import cache, estimates
 from mha_viz.app.common import chart_config, exact_map_step, md_safe, metric_row, predictions_panel, quoted, where
 from mha_viz.app.context import ViewContext
 from mha_viz.app.name_swap import swapped
@@ -113,7 +113,7 @@ def exact_maps(ctx: ViewContext, second: str, metric: Metric, text_value: float,
         # The heads measured: encoder heads only where the two sources line up.
         n = (kinds.all_layers(model) - (0 if lined_up else model.n_layers)) * model.n_heads
         result = exact_map_step(
-            "patch_exact_btn", job, n, cache.exact_seconds(ctx.name, ctx.text, n, second),
+            "patch_exact_btn", job, n, estimates.exact_seconds(ctx.name, ctx.text, n, second),
             lambda progress: _MAPS.get(job, lambda: every_kind_patching_map(model, ctx.text, second, target, metric,
                                                                             progress=progress)),
             "Patching one head at a time", model_name=ctx.name)

@@ -13,7 +13,7 @@ import torch
 
 from mha_viz.contract import AttentionRun, InputError, Model
 
-_SCOPE = threading.local()  # .open: the scope of the script run in this thread, if any (cache.memory_scope)
+_SCOPE = threading.local()  # .open: the scope of the script run in this thread, if any (memory.memory_scope)
 
 
 def tensor_bytes(value) -> int:

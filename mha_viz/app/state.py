@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from mha_viz.app import reconnect
+from mha_viz.app import continue_link, reconnect
 from mha_viz.app.cache import TARGET
 from mha_viz.app.markdown import md_safe
 from mha_viz.app.names import head_name, link_heads, parse_link_heads
@@ -123,6 +123,7 @@ def read_url_once(views: list[str]) -> list[str]:
             st.session_state.setdefault(LESSON_TYPED_KEY, {})[int(key[12:])] = value
         if key.startswith("lesson_pick_") and len(value) <= 20:  # the Lesson checks it against its question
             st.session_state.setdefault(LESSON_PICKS_KEY, {})[key[12:]] = value
+    continue_link.read_link(get)  # ?write=N&sample=1&temp=T&seed=S: checked where it is written, like typed settings
     if "view" in get:
         if get["view"] in views:
             st.session_state["view"] = get["view"]
@@ -205,6 +206,8 @@ def write_url(model_name: str, text: str, layer: int, off: set, view: str, two_t
                 state[f"lesson_text_{step}"] = typed
         for question, pick in sorted(st.session_state.get(LESSON_PICKS_KEY, {}).items()):
             state[f"lesson_pick_{question}"] = str(pick)
+    if view == "Layer":  # the continuation under the Layer grid: a reload writes the same again
+        state.update(continue_link.link_params())
     if st.session_state.get("ablation", "zero") != "zero":  # zero is the default: links without it stay as they were
         state["ablation"] = st.session_state["ablation"]
     current = {key: st.query_params.get(key) for key in st.query_params.keys()}

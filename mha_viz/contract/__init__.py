@@ -18,9 +18,11 @@ A `Model` turns text into an `AttentionRun`:
 
 Everything is on the CPU in float32, so views never care which model produced it.
 
-The contract is a package of four rooms, each importing only the ones listed before it:
+The contract is a package of six rooms, each importing only the ones listed before it:
 
+    head_slices.py   per-head slices of a layer's projections (split_heads, repeat_kv, out_proj_per_head)
     records.py       the records above, `EncodedText`, the errors and the boundary checks
+    kinds.py         the names of an encoder-decoder model's kinds of attention (Encoder, Decoder, Cross)
     capabilities.py  what only some models can do, each with its "not available" answer
     model.py         the `Model` interface: what every model answers
     ablation.py      the meanings of "off" (`Ablation`, one subclass each), `line_up`, `reference_texts`: each

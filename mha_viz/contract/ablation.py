@@ -1,12 +1,13 @@
 """The meanings of "off": what a switched-off head outputs instead (`Ablation` and one subclass per meaning),
 how another text's outputs line up with a run (`line_up`) and which texts mean and resample ablation read
 (`reference_texts`). Each meaning computes its replacement through the `Model` interface alone, so the engine
-(models/edits.py) applies every meaning the same way. Adding a meaning of "off" is one subclass here.
+(models/edits.py) and the encoder-decoder models (models/hf/seq2seq.py) apply every meaning the same way. Adding a
+meaning of "off" is one subclass here.
 """
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, ClassVar, Iterable
+from typing import TYPE_CHECKING, ClassVar, Iterable, Sequence
 
 import torch
 
@@ -67,20 +68,34 @@ class Ablation(str):
         return self.help
 
     def outputs(self, model: "Model", reference: Iterable[str] | None) -> torch.Tensor | None:
-        """What a switched-off head outputs instead, the same vector at every position -> (L, H, dh), or None
-        for zero (cheaper than a tensor of zeros: the edit multiplies by 0 and adds nothing). A meaning whose
-        replacement differs by position overrides `replacement` instead."""
+        """What a switched-off head outputs instead, the same vector at every position -> (L, H, dh), one row per
+        layer of heads the model edits (`Model.head_means`' layers), or None for zero (cheaper than a tensor of
+        zeros: the edit multiplies by 0 and adds nothing). A meaning whose replacement differs by position
+        overrides `replacements` instead."""
         raise NotImplementedError(f"{type(self).__name__} gives one output per position: ask for its "
-                                  "replacement(model, reference, text)")
+                                  "replacements(model, reference, text, lengths)")
+
+    def replacements(self, model: "Model", reference: Iterable[str] | None, text: "str | EncodedText",
+                     lengths: Sequence[int]) -> list[torch.Tensor | None]:
+        """What the switched-off heads output instead in a run on `text`, one entry per layer of heads the model
+        edits, in `Model.layer_outputs`' order (one text: its L layers; an encoder-decoder model: its encoder's,
+        its decoder's, then its cross-attention layers): (H, 1, dh), one vector for every position, or
+        (H, lengths[i], dh), one per position of that layer's queries; None for zero. `lengths[i]` is how many
+        positions layer i's heads have in the run. By default `outputs`, the same at every position.
+
+        This is the one implementation of a meaning of "off" that every model reads: the one-text engine through
+        `replacement`, an encoder-decoder model per layer of each kind."""
+        out = self.outputs(model, reference)  # (L, H, dh) or None
+        return [None] * len(lengths) if out is None else list(out[:, :, None])  # L x (H, 1, dh)
 
     def replacement(self, model: "Model", reference: Iterable[str] | None,
                     text: "str | EncodedText") -> torch.Tensor | None:
-        """What the switched-off heads output instead in a run on `text` -> (L, H, 1, dh): one vector for every
-        position, or (L, H, T, dh): one per position of `text`'s T tokens; None for zero. By default `outputs`,
-        the same at every position. `text` is the run's `EncodedText` when the engine asks (checked once, at the
-        run's entry), or a str from any other caller."""
-        out = self.outputs(model, reference)  # (L, H, dh) or None
-        return None if out is None else out[:, :, None]  # (L, H, 1, dh)
+        """`replacements` for a model with one text: (L, H, 1, dh), one vector for every position, or
+        (L, H, T, dh), one per position of `text`'s T tokens; None for zero. `text` is the run's `EncodedText`
+        when the engine asks (checked once, at the run's entry), or a str from any other caller."""
+        text = model.encode_text(text)  # a str is checked and encoded here; a run's EncodedText is taken as it is
+        parts = self.replacements(model, reference, text, [text.n_tokens] * model.n_layers)
+        return None if all(p is None for p in parts) else torch.stack(parts)  # (L, H, T or 1, dh)
 
 
 class ZeroAblation(Ablation):
@@ -156,10 +171,9 @@ class ResampleAblation(Ablation):
                              "holds only this one: pass reference=[other texts]")
         return random.Random(self.seed).choice(others)
 
-    def replacement(self, model, reference, text):
-        text = model.encode_text(text)  # a str is checked and encoded here; a run's EncodedText is taken as it is
-        other = model.head_outputs(self.chosen(model, reference, text))  # (L, H, P, dh)
-        return line_up(other, text.n_tokens)  # (L, H, T, dh)
+    def replacements(self, model, reference, text, lengths):
+        other = model.layer_outputs(self.chosen(model, reference, text))  # per layer (H, P, dh)
+        return [line_up(out[None], n)[0] for out, n in zip(other, lengths)]  # per layer (H, lengths[i], dh)
 
 
 def line_up(outputs: torch.Tensor, n_tokens: int) -> torch.Tensor:

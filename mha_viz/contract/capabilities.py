@@ -4,16 +4,27 @@ view asks any model and reads the answer, never the model's name or family.
 
     Capabilities         what several families may have: a mask token, names, weights per head, embeddings,
                          example sentences, a lexicon, the corpus's ground truth, cross-attention (a source and a
-                         target, encoder-decoder models)
+                         target, encoder-decoder models), writing a continuation (causal models)
     ProgramCapabilities  a model compiled from a program (or a twin trained on its output): the program's output
                          and the heads the program wrote
     TrainingCapability   a model trained in this repository: its training record
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
-from mha_viz.contract.records import AttentionRun, Embeddings, HeadWeights, Lexicon, ModelInfo, UnavailableError
+from mha_viz.contract.records import (
+    AttentionRun,
+    Continuation,
+    Embeddings,
+    EncodedText,
+    GenerationSettings,
+    Head,
+    HeadWeights,
+    Lexicon,
+    ModelInfo,
+    UnavailableError,
+)
 
 if TYPE_CHECKING:
     from mha_viz.training_record import TrainingEvidence  # the tiny model's record: its own module
@@ -89,6 +100,29 @@ class Capabilities:
         """Whole words this model reads as one token each, sorted by the part they play in a template sentence
         (see `Lexicon`): what the head census builds its inputs from."""
         raise UnavailableError(f"{self.info.title}: no list of single-token words is known for its tokenizer.")
+
+    # -- writing a continuation (causal models; the engine's is models/generation.py) -------------------------
+    def cannot_write(self) -> str | None:
+        """Why this model cannot write a continuation (`generate`), in one line a page can show before anything
+        runs; None where it can."""
+        if self.has_cross_attention:
+            return (f"{self.info.title} is an encoder-decoder model: its decoder's greedy continuation is what the "
+                    "Target box shows when left empty; Continue writes with one-text causal models (tiny, smollm2).")
+        return (f"{self.info.title} is not a causal language model (it is a {self.info.kind} model), so it has no "
+                "next token to write; load a causal model such as tiny or smollm2 to continue a text.")
+
+    def end_of_text(self) -> frozenset[int]:
+        """The token ids that end a continuation (a causal LM's end-of-text token): writing stops after writing
+        one. Empty where the model has none (the tiny model): only the token limit stops it."""
+        return frozenset()
+
+    def generate(self, text: "str | EncodedText", settings: GenerationSettings = GenerationSettings(),
+                 ablate: Iterable[Head] = (), ablation: str = "zero",
+                 reference: Iterable[str] | None = None) -> Continuation:
+        """Write up to `settings.tokens` tokens after `text` (see `GenerationSettings`), with the heads in `ablate`
+        switched off as `run` switches them off while every token is written -> a `Continuation` whose attention
+        covers the prompt and the written tokens. An UnavailableError (`cannot_write`) where the model cannot."""
+        raise UnavailableError(self.cannot_write() or f"{self.info.title} cannot write a continuation.")
 
 
 class ProgramCapabilities:

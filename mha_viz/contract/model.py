@@ -58,7 +58,9 @@ class Model(Capabilities, ProgramCapabilities, TrainingCapability, ABC):
     @abstractmethod
     def run(self, text: "str | EncodedText", ablate: Iterable[Head] = (), ablation: str = "zero",
             reference: Iterable[str] | None = None, patch: Iterable[Head] = (),
-            source: str | None = None) -> AttentionRun:
+            source: str | None = None, logits_at: Sequence[int] | None = None, target: str | None = None,
+            ablate_cross: Iterable[Head] = (), patch_cross: Iterable[Head] = (),
+            on_layer: Callable[[int, torch.Tensor], None] | None = None) -> AttentionRun:
         """One forward of `text` with heads intervened on; every later layer is recomputed.
 
         A head's output is its slice of the output projection's input. Heads in `ablate` are switched off as
@@ -66,7 +68,20 @@ class Model(Capabilities, ProgramCapabilities, TrainingCapability, ABC):
         `reference` texts, None: `examples()`, see `head_means`, "resample" to its outputs on another of those
         texts, see `ResampleAblation`). Heads in `patch` take their output, position by
         position, from a run on `source` with all heads on (activation patching); `source` must have as many
-        tokens as `text`. Their own patterns are still computed."""
+        tokens as `text`. Their own patterns are still computed.
+
+        logits_at: the positions whose logits are computed (negative ones count from the end); `run.logits` is
+        then (P, V) and `run.logits_at` names them. None: every position's. A model may compute more than asked
+        (`run.logits_at` None then says it holds every position's).
+
+        on_layer(layer, weights): called once per layer of `run.attentions`, in layer order, with that layer's
+        attention (H, Q, K) float32 on the CPU, as soon as it is known; it must not change `weights`.
+
+        target, ablate_cross, patch_cross: a model with cross-attention (`has_cross_attention`) reads `text` as
+        its source and `target` as the decoder's text (None: its own greedy continuation); `ablate` and `patch`
+        number its encoder's then its decoder's layers, `ablate_cross` and `patch_cross` its cross-attention
+        layers (contract/kinds.py names the kinds). A model with one text answers any of them with an
+        InputError that says so."""
 
     def run_many(self, texts: Sequence[str], reduce: Callable[[int, AttentionRun], R], logits: bool = False,
                  progress: Callable[[int], None] | None = None) -> list[R]:
@@ -118,10 +133,18 @@ class Model(Capabilities, ProgramCapabilities, TrainingCapability, ABC):
         """Every head's output on `text` with all heads on -> (L, H, T, dh): its slice of the output
         projection's input."""
 
+    def layer_outputs(self, text: "str | EncodedText") -> Sequence[torch.Tensor]:
+        """Every head's output on `text` with all heads on, one entry per layer of heads the model edits, as
+        `Ablation.replacements` lists them: (H, P, dh) each, P that layer's query positions. One text: the L
+        layers of `head_outputs`; an encoder-decoder model: its encoder's, its decoder's and its cross-attention
+        layers."""
+        return list(self.head_outputs(text))  # L x (H, T, dh)
+
     @abstractmethod
     def head_means(self, reference: Iterable[str] | None = None) -> torch.Tensor:
-        """Each head's mean output over the `reference` texts (None: `examples()`) -> (L, H, dh), what mean
-        ablation sets a head to. Which positions and how texts are weighted: see the implementation."""
+        """Each head's mean output over the `reference` texts (None: `examples()`) -> (L, H, dh), one row per
+        layer of `layer_outputs`, what mean ablation sets a head to. Which positions and how texts are
+        weighted: see the implementation."""
 
     @abstractmethod
     def head_gradients(self, text: "str | EncodedText", metric: Metric, ablate: Iterable[Head] = (),

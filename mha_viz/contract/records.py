@@ -9,6 +9,8 @@
     ModelInfo      a model's name, title, kind and sizes
     Encoded        one text as a tokenizer makes it
     EncodedText    a text checked and encoded once, at the engine's entry: what every step of a run reads
+    GenerationSettings  how a causal model writes a continuation: how many tokens, greedy or sampled, the seed
+    Continuation   a written continuation: the run over prompt + written tokens, and each step's distribution
 
 Errors: InputError (the request cannot be run), ModelLoadError, UnavailableError (an optional capability this
 model lacks). Checks: `check_text`, `check_ablate`, `check_index`, `clean_text`, `head_keep_mask`.
@@ -301,3 +303,98 @@ def check_text(text) -> str:
     if not text.strip():
         raise InputError("The text is empty: type a sentence to see its attention patterns.")
     return text
+
+
+MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a 64-bit seed
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """How a causal model writes a continuation (`Model.generate`): at most `tokens` new tokens, each the most
+    likely one (greedy, the default) or drawn from softmax(logits / temperature) by a `torch.Generator` seeded with
+    `seed`, so the same settings write the same tokens on every load of a link. Checked here, at the boundary:
+    a bad value is an InputError that says what to give instead."""
+
+    tokens: int = 16  # N: how many new tokens at most (an end-of-text token stops it earlier)
+    sampling: bool = False  # False: greedy, and temperature and seed change nothing
+    temperature: float = 1.0  # > 0; below 1 sharpens the distribution, above 1 flattens it
+    seed: int = 0  # the sampling generator's seed
+
+    def __post_init__(self):
+        if isinstance(self.tokens, bool) or not isinstance(self.tokens, int) or self.tokens < 1:
+            raise InputError(f"the number of tokens to write must be a whole number of at least 1; got "
+                             f"{str(self.tokens)[:20]!r}")
+        try:
+            temperature = float(self.temperature)
+        except (TypeError, ValueError):
+            raise InputError(f"the temperature must be a number above 0; got {str(self.temperature)[:20]!r}") from None
+        if not temperature > 0 or temperature == float("inf"):
+            raise InputError(f"the temperature must be above 0 (1 samples from the model's own distribution); got "
+                             f"{str(self.temperature)[:20]}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
+            raise InputError(f"the seed must be a whole number from 0 to {MAX_SEED}; got {str(self.seed)[:24]!r}")
+        object.__setattr__(self, "temperature", temperature)
+
+    @classmethod
+    def read(cls, tokens, sampling=False, temperature=1.0, seed=0) -> "GenerationSettings":
+        """Settings from what a person typed or a link carried (strings allowed): "12" tokens, "7" as a seed; a
+        value that is not a number is an InputError naming it."""
+        def whole(value, what: str) -> int:
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+            text = str(value).strip()
+            if not (text.isdigit() or (text.startswith("-") and text[1:].isdigit())):
+                raise InputError(f"the {what} must be a whole number; got {text[:24]!r}")
+            return int(text)
+
+        try:
+            temperature = float(temperature)
+        except (TypeError, ValueError):
+            raise InputError(f"the temperature must be a number above 0; got {str(temperature)[:20]!r}") from None
+        return cls(tokens=whole(tokens, "number of tokens to write"), sampling=bool(sampling),
+                   temperature=temperature, seed=whole(seed, "seed"))
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """A continuation a causal model wrote (`Model.generate`), with the heads in `run.ablated` switched off
+    while it wrote.
+
+        run        AttentionRun over the prompt and the written tokens (T = n_prompt + written): attentions
+                   (L, H, T, T), row t being what position t attended to when it was read, equal to one forward
+                   over the final sequence; logits (P, V) at run.logits_at = n_prompt - 1 .. T - 1, row k the
+                   scores the k-th written token was chosen from (the last row: what would come next)
+        n_prompt   positions 0 .. n_prompt - 1 are the prompt; n_prompt .. T - 1 were written
+        settings   how it was written
+        stopped    "end": the model wrote an end-of-text token (the last written); "limit": settings.tokens written
+    """
+
+    run: AttentionRun
+    n_prompt: int
+    settings: GenerationSettings
+    stopped: str
+
+    @property
+    def written_ids(self) -> list[int]:
+        return list(self.run.token_ids[self.n_prompt:])
+
+    @property
+    def written(self) -> list[str]:
+        """The written tokens' labels."""
+        return list(self.run.tokens[self.n_prompt:])
+
+    def step_probs(self, step: int) -> torch.Tensor:
+        """The distribution written token `step` (0-based) was chosen from -> (V,): softmax(logits / temperature)
+        when sampling, the model's own softmax(logits) when greedy."""
+        step = check_index(step, len(self.written_ids) + 1, "step")
+        t = self.settings.temperature if self.settings.sampling else 1.0
+        return torch.softmax(self.run.logits[step].float() / t, dim=-1)  # (V,)
+
+    def chosen_prob(self, step: int) -> float:
+        """The probability of the token written at `step` under the distribution it was chosen from."""
+        return float(self.step_probs(step)[self.written_ids[step]])
+
+    def top(self, step: int, n: int = 5) -> list[tuple[int, float]]:
+        """The `n` most likely tokens at `step`: [(token id, probability)], most likely first."""
+        probs, ids = self.step_probs(step).topk(n)  # (n,), (n,)
+        return [(int(i), float(p)) for i, p in zip(ids, probs)]

@@ -28,6 +28,7 @@ Axis letters as in mha_viz.contract; dh = one head's width, H_kv = key/value hea
 """
 from __future__ import annotations
 
+from abc import abstractmethod
 from typing import Callable, Iterable, Sequence
 
 import torch
@@ -51,9 +52,10 @@ from mha_viz.contract import (
     head_keep_mask,
     reference_texts,
 )
-from mha_viz.heads import out_proj_per_head, repeat_kv
+from mha_viz.contract.head_slices import out_proj_per_head, repeat_kv
 from mha_viz.models.batching import Batching
 from mha_viz.models.edits import Change, intervention
+from mha_viz.models.generation import Generation
 from mha_viz.models.points import FinalParts, Forward, HeadEdit
 from mha_viz.models.records import Attended, Records
 from mha_viz.models.schedule import (
@@ -91,16 +93,18 @@ def reuse_clear() -> None:
     _EARLIER.clear()
 
 
-class EditableModel(Batching, Model):
+class EditableModel(Batching, Generation, Model):
     """The engine: `run`, `inside_layer`, `norm_inputs`, `head_outputs`, `head_gradients`, `head_means` and
-    `readout` here, `run_batch_keep` and `run_many` in `Batching`, each written once on the adapter's `encoding`
-    and `forward`. Subclasses are read-only after construction, so one instance serves every session."""
+    `readout` here, `run_batch_keep` and `run_many` in `Batching`, `generate` in `Generation`, each written once on
+    the adapter's `encoding` and `forward`. Subclasses are read-only after construction, so one instance serves
+    every session."""
 
-    # -- what an adapter implements --------------------------------------------------------------------------
+    # -- what an adapter implements (abstract: a family that leaves one out cannot be made) -------------------
+    @abstractmethod
     def encoding(self, text: str) -> Encoded:
         """Valid, non-empty `text` as tokens (see `Encoded`)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def forward(self, ids: torch.Tensor, edit: HeadEdit, attentions: bool = False,
                 lengths: Sequence[int] | None = None) -> Forward:
         """ids (B, T) -> one forward pass with `edit` applied at every layer's head-combine step (see `HeadEdit`

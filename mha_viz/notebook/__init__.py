@@ -23,7 +23,8 @@ __all__ = ["show", "show_census", "show_circuits", "show_twins"]
 
 def show(model_or_run, text: str | None = None, layer: int = 0, *, heads_off=(), model: Model | None = None,
          cols: int = 4, ablation: str = "zero", shared_scale: bool = False, display: bool = True,
-         target: str | None = None, kind: str | None = None, cross_off=()) -> "HeadGrid":
+         target: str | None = None, kind: str | None = None, cross_off=(), generate: int | None = None,
+         seed: int | None = None, temperature: float = 1.0) -> "HeadGrid":
     """Every attention head of `layer` as its own heatmap, in the notebook, with the app's layer tabs, hover,
     enlarged head and on/off switches; a switch reruns the model and updates the grid and the effect readout.
 
@@ -38,6 +39,12 @@ def show(model_or_run, text: str | None = None, layer: int = 0, *, heads_off=(),
     (`kind`, settable from code), and `cross_off` switches cross-attention heads off:
 
         w = mha_viz.show(m, "The house is small.", target="Das Haus ist klein.", kind="Cross")
+
+    A causal model writes on from `text` with `generate=N` (greedy; with a `seed`, sampled at `temperature` by a
+    generator seeded with it): the grid covers the text and the written tokens (marked ✎), and a switch writes it
+    again with the heads off (`Model.generate`):
+
+        w = mha_viz.show("tiny", "anna met ben at the park .", generate=8, heads_off={(1, 0)})
 
     In IPython the widget is displayed here (once per cell, even if it is also the cell's last value) and
     returned; `display=False` only returns it.
@@ -78,9 +85,22 @@ def show(model_or_run, text: str | None = None, layer: int = 0, *, heads_off=(),
             what = "target=" if target is not None else "kind=" if kind is not None else "cross_off="
             raise InputError(f"{m.info.name} is a {m.info.kind} model with one text and no cross-attention, so "
                              f"{what} does not apply; show(model, text) draws its heads.")
-        base = m.run(text, target=target) if m.has_cross_attention else m.run(text)
+        writing = None
+        if generate is not None:
+            from mha_viz.contract import UnavailableError
+            from mha_viz.contract.records import GenerationSettings
+
+            if m.cannot_write():
+                raise UnavailableError(m.cannot_write())
+            writing = GenerationSettings.read(generate, sampling=seed is not None, temperature=temperature,
+                                              seed=0 if seed is None else seed)
+            base = m.generate(text, writing).run
+        elif seed is not None:
+            raise InputError("seed= samples a continuation: give generate=N (how many tokens to write) with it")
+        else:
+            base = m.run(text, target=target) if m.has_cross_attention else m.run(text)
         widget = HeadGrid(base, model=m, text=text, layer=layer, cols=cols, ablation=ablation,
-                          shared_scale=shared_scale, base=base, target=target, kind=kind)
+                          shared_scale=shared_scale, base=base, target=target, kind=kind, writing=writing)
         if heads_off or cross_off:
             widget.set_heads_off(heads_off, cross=cross_off if m.has_cross_attention else None)
     widget.t_show = t_show  # the time this call began: the browser tests and benchmarks measure show() -> drawn

@@ -10,6 +10,7 @@ and our JavaScript travels in the widget's state: nothing is fetched from a CDN.
 """
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 from typing import Iterable
@@ -71,17 +72,21 @@ def effect_readout(model: Model, base: AttentionRun, run: AttentionRun) -> dict:
             position = len(base.tokens) - 1
             note = (f"No {model.mask_token or 'mask token'} in the text: predictions are read at the last position; "
                     "put the mask token where a word should be predicted.")
-        kl = analysis.next_token_kl(base.logits, run.logits, position)
+        before, after, row = base.logits, run.logits, position  # (T, V) each, and the row of `position`
+        if base.logits_at is not None and run.logits_at is not None and base.logits_at[0] == run.logits_at[0]:
+            # Two continuations (show(..., generate=N)): the first written token, chosen after the same prompt.
+            position, before, after, row = base.logits_at[0], base.logits[:1], run.logits[:1], 0  # (1, V) each
+        kl = analysis.next_token_kl(before, after, row)
 
         def top(logits):
-            probs, ids = analysis.topk_predictions(logits[position], TOP_K)
+            probs, ids = analysis.topk_predictions(logits[row], TOP_K)
             return [[model.decode(int(i)), float(p)] for p, i in zip(probs, ids)]
 
         # An encoder-decoder run's logits are over its target (the decoder's tokens), not over `tokens`.
         tokens = getattr(base, "target_tokens", None) or base.tokens
         off += len(getattr(run, "ablated_cross", ()))
         return {"kind": "lm", "position": int(position), "token": tokens[position], "kl": float(kl),
-                "before": top(base.logits), "after": top(run.logits), "off": off, "note": note,
+                "before": top(before), "after": top(after), "off": off, "note": note,
                 "along": _kinds.along_target(model, base, run)}
     return {"kind": "encoder", "cosine": float(analysis.cosine_change(base.output, run.output)), "off": off,
             "note": ""}
@@ -114,7 +119,8 @@ class HeadGrid(FallbackDisplay, anywidget.AnyWidget):
 
     def __init__(self, run: AttentionRun, model: Model | None = None, text: str | None = None, layer: int = 0,
                  cols: int = 4, ablation: str = "zero", shared_scale: bool = False, base: AttentionRun | None = None,
-                 target: str | None = None, kind: str | None = None):
+                 target: str | None = None, kind: str | None = None, writing=None):
+        self._writing = writing  # GenerationSettings: the runs are continuations the model writes (show(generate=N))
         if target is not None and (model is None or not model.has_cross_attention):
             raise InputError("target= is the decoder's text of an encoder-decoder model (BART, Marian, T5); this "
                              "model reads one text: leave target out.")
@@ -191,10 +197,14 @@ class HeadGrid(FallbackDisplay, anywidget.AnyWidget):
         cross = self.cross_off if cross is None or not two else \
             check_ablate(cross, self._model.decoder_layers(), int(self._model.n_heads))
         extra = {"target": self._target, "ablate_cross": cross} if two else {}
+        if self._writing is not None:  # a continuation: written again with these heads off
+            def run_of(ablate=(), **_):
+                return self._model.generate(self._text, self._writing, ablate=ablate, ablation=self._ablation).run
+        else:
+            run_of = functools.partial(self._model.run, self._text)
         if self._base is None:
-            self._base = self._model.run(self._text, **{**extra, "ablate_cross": ()})
-        self._run = self._base if not (off or cross) else \
-            self._model.run(self._text, ablate=off, ablation=self._ablation, **extra)
+            self._base = run_of(**{**extra, "ablate_cross": ()})
+        self._run = self._base if not (off or cross) else run_of(ablate=off, ablation=self._ablation, **extra)
         self._send_run()
         return self._run
 
@@ -238,7 +248,10 @@ class HeadGrid(FallbackDisplay, anywidget.AnyWidget):
             data["kinds"], data["kind"] = list(_kinds.KINDS), self.kind
         else:
             self._badges = badge_labels(run, causal)
-            data, codes = grid_data(token_labels(run.tokens), run.attentions, self.layer, run.ablated, self._cols,
+            labels = token_labels(run.tokens)
+            if self._writing is not None:  # the written tokens marked, after the prompt (logits from its last)
+                labels = [t + (" ✎" if i > run.logits_at[0] else "") for i, t in enumerate(labels)]
+            data, codes = grid_data(labels, run.attentions, self.layer, run.ablated, self._cols,
                                     self._shared, self._badges, run.unknown)
         self._codes = codes
         readout = {}

@@ -2,8 +2,8 @@
 
 One module per area: colours (the scales and the heads' palette), tokens (how a token is labelled), layout (the
 fast path, token axes, the square heatmap), heatmaps (one head, a row of heads, differences, vectors), overview
-(all layers as one tiled heatmap), head_maps (one number per head; predictions), inside (one opened-up head),
-follow (one token through many heads), census, circuits (maps read from the weights), training (scores against
+(all layers as one tiled heatmap), continuation (a written token's row in every head of a layer), head_maps (one
+number per head; predictions), inside (one opened-up head), follow (one token through many heads), census, circuits (maps read from the weights), training (scores against
 the step) and lesson (the Lesson's drawn mechanism: q, k and scores; the concatenation and the output projection).
 Every figure is re-exported here, so callers write `plotting.head_figure(...)`.
 
@@ -40,6 +40,7 @@ from mha_viz.plotting.colours import (  # noqa: F401
     head_colour,
     sqrt_scale,
 )
+from mha_viz.plotting.continuation import step_rows_figure  # noqa: F401
 from mha_viz.plotting.follow import (  # noqa: F401
     _CHAR_EM,
     FOLLOW_PLOT_PX,

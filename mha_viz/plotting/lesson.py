@@ -96,6 +96,11 @@ def _cell(widest: int, n_panels: int, n_tokens: int, column: float, y_room: floa
     return cell, max(1, math.ceil(LABEL_PX / cell)) if n_tokens > 1 else 1
 
 
+
+def _unit(domain: list[float]) -> list[float]:
+    """An axis domain with each end inside [0, 1] (floating-point sums land a hair outside)."""
+    return [min(1.0, max(0.0, v)) for v in domain]
+
 def panel_grid(rows: list[list[Panel]], title: str = "", column: float = COLUMN_PX) -> go.Figure:
     """Panels in rows, one square cell size for all, as large as `column` px allows, every token labelled where
     it allows. The figure's `layout.meta["labelled"]` says how many token labels each axis shows of how many (the
@@ -133,8 +138,10 @@ def panel_grid(rows: list[list[Panel]], title: str = "", column: float = COLUMN_
         for j, (p, (text, _, size)) in enumerate(zip(row, titles)):
             w = p.z.shape[1] * cell
             xa, ya = ("x", "y") if i == 0 else (f"x{i + 1}", f"y{i + 1}")
-            dom_x = [x_at / plot_w, (x_at + w) / plot_w]
-            dom_y = [1 - (y_at + p.z.shape[0] * cell) / plot_h, 1 - y_at / plot_h]
+            # Clamped to [0, 1]: the last row's bottom is 1 - plot_h / plot_h, which rounds to -2e-16 on some
+            # sizes (11 tokens at 1600 px), a value plotly refuses.
+            dom_x = _unit([x_at / plot_w, (x_at + w) / plot_w])
+            dom_y = _unit([1 - (y_at + p.z.shape[0] * cell) / plot_h, 1 - y_at / plot_h])
             x = p.x if p.x is not None else list(range(p.z.shape[1]))
             if p.mask is not None:  # grey where masked, under the values (NaN there leaves it showing)
                 data.append(dict(type="heatmap", z=np.where(p.mask, 1.0, np.nan).astype(np.float32), x=x, y=p.y,

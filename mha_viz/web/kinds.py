@@ -1,6 +1,7 @@
 """The three kinds of attention of a model with cross-attention, as both hosts' grids show them: the encoder's
 self-attention over the source, the decoder's self-attention over the target, and cross-attention (target tokens
-as rows reading source tokens as columns). No streamlit, no Jupyter here.
+as rows reading source tokens as columns), whose names are `mha_viz.contract.kinds`'. No streamlit, no
+Jupyter here.
 
 A grid shows one kind; its layers are numbered from 0 within the kind. The run's heads switched off are numbered
 as the model takes them (`Model.run`'s `ablate`: encoder layers 0 .. L_enc - 1, decoder layers after them;
@@ -14,25 +15,13 @@ from dataclasses import dataclass
 import torch
 
 from mha_viz.contract import AttentionRun, Head, InputError, Model
+from mha_viz.contract.kinds import ABOUT, CROSS, DECODER, ENCODER, KINDS, canonical  # noqa: F401  (hosts read them here)
 from mha_viz.names import MAX_HEADS_IN_LINK, head_name, link_heads, parse_link_heads
-
-ENCODER, DECODER, CROSS = "Encoder", "Decoder", "Cross"
-KINDS = (ENCODER, DECODER, CROSS)
-ABOUT = {
-    ENCODER: "the encoder's self-attention: source tokens reading source tokens",
-    DECODER: "the decoder's self-attention: target tokens reading earlier target tokens",
-    CROSS: "cross-attention: target tokens (rows) reading source tokens (columns)",
-}
 
 
 def kinds(model: Model) -> tuple[str, ...]:
     """The kinds a grid can switch between: all three for a model with cross-attention, none (one stack) else."""
     return KINDS if model.has_cross_attention else ()
-
-
-def canonical(kind) -> str | None:
-    """`kind` as the page spells it, in any case ("cross" -> "Cross"); None when it names no kind."""
-    return {k.lower(): k for k in KINDS}.get(str(kind).strip().lower())
 
 
 def check_kind(model: Model, kind: str) -> str:

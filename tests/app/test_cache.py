@@ -5,8 +5,9 @@ import threading
 import pytest
 import torch
 
-from mha_viz.app.cache import RunBudgetError, attention_bytes
-from mha_viz.app.cache import RunCache as _RunCache
+from mha_viz.app.memory import attention_bytes
+from mha_viz.app.run_cache import RunBudgetError
+from mha_viz.app.run_cache import RunCache as _RunCache
 from mha_viz.contract import AttentionRun
 
 
@@ -194,7 +195,7 @@ def test_a_reservation_covers_the_runs_made_inside_it_and_holds_back_other_work(
 def test_inside_a_page_scope_each_text_holds_its_share_until_the_page_is_drawn():
     """page.main and the heads-and-views fragment run in a memory scope: a run found in the cache still holds
     the page's share (the page copies it), once per text, and the share goes back when the scope ends."""
-    from mha_viz.app.cache import memory_scope_of_run
+    from mha_viz.app.memory import memory_scope_of_run
 
     cache = _RunCache(budget_bytes=100_000)
     cache.get(("kept",), lambda: _run(10))
@@ -211,7 +212,7 @@ def test_inside_a_page_scope_each_text_holds_its_share_until_the_page_is_drawn()
 def test_a_long_job_borrows_idle_cores_only_alone_and_gives_them_back():
     """The exact maps may use the idle cores; torch's thread count is process-wide, so only while
     nothing else runs in the process or on the machine, and never past a page run that opens meanwhile."""
-    from mha_viz.app.cache import long_job_threads
+    from mha_viz.app.threads import long_job_threads
 
     assert long_job_threads(others=0.1, pages=1, long_jobs=1, cores=2, base=1) == 2
     assert long_job_threads(others=0.1, pages=2, long_jobs=1, cores=2, base=1) == 1  # another page run is open
@@ -221,13 +222,13 @@ def test_a_long_job_borrows_idle_cores_only_alone_and_gives_them_back():
 
 
 def test_long_job_threads_follow_the_machine_and_other_page_runs(monkeypatch):
-    from mha_viz.app import cache
+    from mha_viz.app import memory, threads
     from mha_viz.settings import settings
 
     base = settings().torch_threads
     clock = {"t": 0.0, "busy": 0.0, "own": 0.0}
-    monkeypatch.setattr(cache, "_cores", lambda: base + 1)
-    monkeypatch.setattr(cache, "_cpu_sample", lambda: (clock["t"], clock["busy"], clock["own"]))
+    monkeypatch.setattr(threads, "_cores", lambda: base + 1)
+    monkeypatch.setattr(threads, "_cpu_sample", lambda: (clock["t"], clock["busy"], clock["own"]))
 
     def chunk(own: float, others: float) -> None:  # one second of work: this process's cores, and the rest's
         clock["t"] += 1.0
@@ -236,7 +237,7 @@ def test_long_job_threads_follow_the_machine_and_other_page_runs(monkeypatch):
 
     torch.set_num_threads(base)
     try:
-        with cache.memory_scope_of_run(), cache.long_job() as tick:  # as the page runs it: inside its page run
+        with memory.memory_scope_of_run(), threads.long_job() as tick:  # as the page runs it: inside its page run
             chunk(1.0, 0.1)
             assert tick() == base + 1 and torch.get_num_threads() == base + 1  # idle machine: borrowed
             opened, release = threading.Event(), threading.Event()
@@ -244,7 +245,7 @@ def test_long_job_threads_follow_the_machine_and_other_page_runs(monkeypatch):
             seen = {}
 
             def other_page():
-                with cache.memory_scope_of_run():  # another session's page run, in its own thread
+                with memory.memory_scope_of_run():  # another session's page run, in its own thread
                     seen["page"] = torch.get_num_threads()
                     opened.set()
                     release.wait(10)
@@ -276,25 +277,25 @@ def test_long_job_threads_follow_the_machine_and_other_page_runs(monkeypatch):
 
 def test_a_long_job_looks_at_the_machine_before_its_first_chunk(monkeypatch):
     """A short job is one or two chunks: on an idle machine its first chunk borrows the cores already."""
-    from mha_viz.app import cache
+    from mha_viz.app import memory, threads
     from mha_viz.settings import settings
 
     base = settings().torch_threads
     clock = {"t": 0.0, "busy": 0.0, "own": 0.0, "others": 0.0}
-    monkeypatch.setattr(cache, "_cores", lambda: base + 1)
-    monkeypatch.setattr(cache, "_cpu_sample", lambda: (clock["t"], clock["busy"], clock["own"]))
+    monkeypatch.setattr(threads, "_cores", lambda: base + 1)
+    monkeypatch.setattr(threads, "_cpu_sample", lambda: (clock["t"], clock["busy"], clock["own"]))
 
     def sleep(seconds: float) -> None:  # the first look: the rest of the machine uses `others` cores meanwhile
         clock["t"] += seconds
         clock["busy"] += seconds * clock["others"]
 
-    monkeypatch.setattr(cache.time, "sleep", sleep)
+    monkeypatch.setattr(threads.time, "sleep", sleep)
     torch.set_num_threads(base)
     try:
-        for others, threads in ((0.1, base + 1), (0.9, base)):
+        for others, wanted in ((0.1, base + 1), (0.9, base)):
             clock["others"] = others
-            with cache.memory_scope_of_run(), cache.long_job():
-                assert torch.get_num_threads() == threads, (others, threads)
+            with memory.memory_scope_of_run(), threads.long_job():
+                assert torch.get_num_threads() == wanted, (others, wanted)
             assert torch.get_num_threads() == base
     finally:
         torch.set_num_threads(base)
@@ -304,7 +305,7 @@ def test_a_short_texts_exact_map_is_priced_per_token_on_a_longer_forward(monkeyp
     """The button's "about N s": a lone forward of a 14-token text is mostly per-call cost the map's batches do not
     pay (SmolLM2: 24 ms a token alone, 5.5 in the map), so a short text is timed on itself said over again to about
     CALIBRATION_TOKENS tokens (cut to the model's max), per token."""
-    from mha_viz.app import cache
+    from mha_viz.app import cache, estimates
 
     model = cache.get_model("tiny")
     text = "anna berg went to the market ."
@@ -313,11 +314,11 @@ def test_a_short_texts_exact_map_is_priced_per_token_on_a_longer_forward(monkeyp
     real = model.head_outputs
     monkeypatch.setattr(model, "head_outputs", lambda t, *a, **k: seen.append(model.token_count(t)) or real(t, *a, **k))
     clock = iter([10.0, 12.0])  # the forward takes 2 s
-    monkeypatch.setattr(cache.time, "perf_counter", lambda: next(clock))
-    monkeypatch.setattr(cache, "_FORWARD_SECONDS", {})
-    monkeypatch.setattr(cache, "_EXACT_FACTOR", {})  # no finished map of another test corrects this estimate
-    got = cache.exact_seconds("tiny", text, model.n_layers * model.n_heads)
-    m = min(model.info.max_tokens, cache.CALIBRATION_TOKENS)
+    monkeypatch.setattr(estimates.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(estimates, "_FORWARD_SECONDS", {})
+    monkeypatch.setattr(estimates, "_EXACT_FACTOR", {})  # no finished map of another test corrects this estimate
+    got = estimates.exact_seconds("tiny", text, model.n_layers * model.n_heads)
+    m = min(model.info.max_tokens, estimates.CALIBRATION_TOKENS)
     assert n < m and seen == [m]
     assert got == pytest.approx(2.0 * n / m * model.single_head_work(text))
 
@@ -326,19 +327,19 @@ def test_a_finished_exact_map_corrects_the_next_estimate(monkeypatch):
     """The button's "about N s" learns from the last finished map of the model: a map priced at 10 s that took
     13 s makes the next estimate of the same work 1.3x, whatever it was; other models are not touched; a map that
     took absurdly long moves it by at most EXACT_FACTOR_RANGE."""
-    from mha_viz.app import cache
+    from mha_viz.app import cache, estimates
 
     model = cache.get_model("tiny")
     text = "anna berg went to the market ."
-    monkeypatch.setattr(cache, "_FORWARD_SECONDS", {("tiny", model.token_count(text)): 0.5})
-    monkeypatch.setattr(cache, "_EXACT_FACTOR", {})
+    monkeypatch.setattr(estimates, "_FORWARD_SECONDS", {("tiny", model.token_count(text)): 0.5})
+    monkeypatch.setattr(estimates, "_EXACT_FACTOR", {})
     n = model.n_layers * model.n_heads
-    first = cache.exact_seconds("tiny", text, n)
-    cache.exact_finished("tiny", first, 1.3 * first)
-    assert cache.exact_seconds("tiny", text, n) == pytest.approx(1.3 * first)
-    again = cache.exact_seconds("tiny", text, n)  # priced with the factor: learning from it again is not compounded
-    cache.exact_finished("tiny", again, again)
-    assert cache.exact_seconds("tiny", text, n) == pytest.approx(again)
-    assert "tiny-untrained" not in cache._EXACT_FACTOR
-    cache.exact_finished("tiny", again, 1e6 * again)
-    assert cache.exact_seconds("tiny", text, n) == pytest.approx(first * cache.EXACT_FACTOR_RANGE[1])
+    first = estimates.exact_seconds("tiny", text, n)
+    estimates.exact_finished("tiny", first, 1.3 * first)
+    assert estimates.exact_seconds("tiny", text, n) == pytest.approx(1.3 * first)
+    again = estimates.exact_seconds("tiny", text, n)  # priced with the factor: learning from it again is not compounded
+    estimates.exact_finished("tiny", again, again)
+    assert estimates.exact_seconds("tiny", text, n) == pytest.approx(again)
+    assert "tiny-untrained" not in estimates._EXACT_FACTOR
+    estimates.exact_finished("tiny", again, 1e6 * again)
+    assert estimates.exact_seconds("tiny", text, n) == pytest.approx(first * estimates.EXACT_FACTOR_RANGE[1])

@@ -24,7 +24,7 @@ from mha_viz.analysis.agreement import agreement
 from mha_viz.analysis.census_run import census_inputs
 from mha_viz.analysis.importance import head_importance
 from mha_viz.analysis.scores import run_scores, run_support
-from mha_viz.app import lesson_steps
+from mha_viz.app.lesson import steps as lesson_steps
 from mha_viz.app.names import UNKNOWN_MARK
 from mha_viz.names import head_name
 

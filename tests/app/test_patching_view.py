@@ -289,12 +289,12 @@ def test_exact_map_says_its_cost_counts_stops_and_shares_the_estimates_colour_ra
     at.run()
     assert any("Stopped before every head was measured" in i.value for i in at.info)
     assert not [c for c in at.get("plotly_chart") if "Exact: share" in c.proto.spec]
-    from mha_viz.app import cache
+    from mha_viz.app import estimates
 
-    cache._EXACT_FACTOR.pop("tiny", None)
+    estimates._EXACT_FACTOR.pop("tiny", None)
     at.button(key="patch_exact_btn").click().run()
     assert not at.exception, at.exception
-    assert "tiny" in cache._EXACT_FACTOR, "the finished map corrects the next estimate (cache.exact_finished)"
+    assert "tiny" in estimates._EXACT_FACTOR, "the finished map corrects the next estimate (estimates.exact_finished)"
     exact, estimate = (_spec(at, t)["data"][0] for t in ("Exact: share", "Attribution estimate"))
     assert exact["zmin"] == estimate["zmin"] == -exact["zmax"] and exact["zmax"] == estimate["zmax"]
     source, metric = swapped(text), Metric(*metric_args)

@@ -3,6 +3,7 @@ under its memory budget, counted by the bytes of their weights, and leave it lea
 import pytest
 
 import mha_viz.app.cache as cache
+import mha_viz.app.run_cache as run_cache
 from mha_viz.contract import Model
 from mha_viz.settings import settings
 
@@ -26,11 +27,11 @@ def test_a_side_model_is_loaded_once_and_counted_by_its_weights(budget):
     first = cache.side_model("tiny@400")
     assert cache.side_model("tiny@400") is first
     weights = sum(p.numel() * p.element_size() for p in first.lm.parameters())
-    assert weights <= cache.model_bytes(first) == runs.kept_bytes() < 2 * weights  # parameters and a few buffers
+    assert weights <= run_cache.model_bytes(first) == runs.kept_bytes() < 2 * weights  # parameters and a few buffers
 
 
 def test_side_models_leave_least_recently_used_when_the_budget_is_full(budget):
-    one = cache.model_bytes(cache.side_model("tiny@0"))
+    one = run_cache.model_bytes(cache.side_model("tiny@0"))
     runs = budget(max(1, int(2.5 * one) // 2**20 + 1))  # room for two tiny steps, not three
     cap = runs.budget // one
     names = [f"tiny@{s}" for s in (0, 400, 800, 1000)][: cap + 1]
@@ -57,16 +58,16 @@ def test_a_training_steps_circuits_are_a_side_result_beside_its_side_model(budge
     assert step_circuits("tiny@400") is first  # measured once
     model = runs.peek(("side-model", "tiny@400"))
     assert model is not None  # loaded through side_model, not beside the budget
-    held = cache.tensor_bytes(first)
+    held = run_cache.tensor_bytes(first)
     assert held >= sum(first.composition[m].numel() * 4 for m in "qkv")  # its (L, H, L, H) maps at least
-    assert runs.kept_bytes() == cache.model_bytes(model) + held
+    assert runs.kept_bytes() == run_cache.model_bytes(model) + held
 
 
 def test_a_timeline_of_steps_keeps_only_what_fits(budget):
     """Every step's model and circuits go into one budget and leave least recently used, as runs do."""
     from mha_viz.app.views.circuits import step_circuits
 
-    one = cache.model_bytes(cache.side_model("tiny@0"))
+    one = run_cache.model_bytes(cache.side_model("tiny@0"))
     runs = budget(max(1, int(2.5 * one) // 2**20 + 1))  # room for two steps' models, not four
     steps = [f"tiny@{s}" for s in (0, 400, 800, 1000)]
     assert 4 * one > runs.budget
@@ -84,4 +85,4 @@ def test_the_census_loads_other_seeds_as_side_models(budget):
     runs = budget(64)
     seed = census._seed_model("tiny", "tiny#seed1")
     assert seed is cache.side_model("tiny#seed1")
-    assert runs.kept_bytes() == cache.model_bytes(seed)
+    assert runs.kept_bytes() == run_cache.model_bytes(seed)

@@ -28,7 +28,7 @@ sys.path.insert(0, str(HERE.parents[1]))
 
 from screenshot_matrix import settled  # noqa: E402  (idle, and the main column unchanged over a few polls)
 
-from mha_viz.app.lesson_steps import STEPS  # noqa: E402
+from mha_viz.app.lesson.steps import STEPS  # noqa: E402
 
 from harness import STEP_DRAWN, Server, answer_predictions, chromium, new_page, settle  # noqa: E402
 

@@ -4,9 +4,9 @@ the steps, a reload keeps the step (the URL carries it). The page's sentence box
 step has its own input), and comes back on the Layer view. Visitors see no Deploy button. Screenshots of every step
 go to the artifacts folder (MHA_VIZ_LESSON_SHOTS names another).
 
-Roles, read off the page's own text for tiny and each of its seeds: every step together gives each role one head, or
-a tie said as a tie; a head with two roles is said to have both; a head whose reading on this input is a role's
-without being its census head says so."""
+Roles, read off the page's own text (`role_problems`; tiny here, each seed in test_lesson_items_browser.py's walks):
+every step together gives each role one head, or a tie said as a tie; a head with two roles is said to have both; a
+head whose reading on this input is a role's without being its census head says so."""
 from __future__ import annotations
 
 import itertools
@@ -20,7 +20,7 @@ from test_browser import _assert_no_exception, _full_page_screenshot
 from test_nothing_cut_browser import CUT
 
 from mha_viz import measures, seeds
-from mha_viz.app.lesson_steps import ROLES, STEPS
+from mha_viz.app.lesson.steps import ROLES, STEPS
 
 from harness import STEP_DRAWN, answer_predictions, new_page, settle, wait, wait_idle
 
@@ -83,20 +83,6 @@ def answer(page) -> None:
     answer_predictions(page, wait_idle)
 
 
-def _walk(page, n_steps: int) -> dict[int, str]:
-    """From step 1, Next through every step: each step's main-column text once it is drawn."""
-    texts = {}
-    for n in range(1, n_steps + 1):
-        if n > 1:
-            page.get_by_role("button", name="Next →").last.click()
-        wait(page, HEADING, f"step {n}'s heading", arg=n)
-        wait(page, STEP_DRAWN, f"step {n} drawn to its foot")
-        wait_idle(page)
-        answer(page)
-        texts[n] = page.evaluate(MAIN_TEXT)
-    return texts
-
-
 @pytest.mark.parametrize("width, height", [(1000, 800), (1600, 1000)])
 def test_the_lesson_opens_first_and_every_step_draws_whole(browser, streamlit_url, artifacts, width, height):
     shots = Path(os.environ.get("MHA_VIZ_LESSON_SHOTS") or artifacts)
@@ -146,22 +132,6 @@ def test_the_lesson_opens_first_and_every_step_draws_whole(browser, streamlit_ur
         page.locator(".mhn .mhn-view[data-view=\"Layer\"]").click()
         wait(page, f"() => ({SENTENCE_BOX})() === 1", "the page's sentence box on the Layer view")
         wait_idle(page)
-        assert not page.js_errors, page.js_errors
-    finally:
-        context.close()
-
-
-def test_each_seed_names_one_head_per_role(browser, streamlit_url):
-    """tiny's seeds (tiny itself is read above): each step's text on one page, opened once per seed by its link."""
-    context, page = new_page(browser, 1600, 1000)
-    try:
-        for model in [m for m in seeds("tiny") if m != "tiny"]:
-            query = urlencode({"model": "tiny", "view": "Lesson", "lesson": 1, "lesson_model": model})  # '#' too
-            page.goto(f"{streamlit_url}/?{query}", wait_until="domcontentloaded")
-            texts = _walk(page, N)
-            assert f"Model: {model} " in texts[1], texts[1][:300]  # the link's model, not the default
-            _assert_no_exception(page, f"the lesson on {model}")
-            assert role_problems(model, texts) == []
         assert not page.js_errors, page.js_errors
     finally:
         context.close()
@@ -244,103 +214,5 @@ def test_step5_keeps_its_figure_for_a_word_out_of_vocabulary_and_puts_the_prepar
         assert box.input_value() == STEPS[4].text
         assert "lesson_text_5" not in page.url, page.url
         _assert_no_exception(page, f"step 5 at {width}x{height}")
-    finally:
-        context.close()
-
-
-# Every text box of every Lesson figure in the main column: the titles (panel titles are annotations, the figure's
-# title, axis titles), the tick labels and the legend's, each with the axis or group it belongs to and its box.
-TEXT_BOXES = """() => [...document.querySelectorAll('[data-testid="stMain"] .js-plotly-plot')].map((gd, i) => {
-  const box = el => { const r = el.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
-  const items = [];
-  const add = (el, kind, group) => {
-    if (!el.textContent.trim()) return;
-    const b = box(el);
-    if (b[2] - b[0] < 1 || b[3] - b[1] < 1) return;
-    items.push({kind, group, text: el.textContent.slice(0, 60), box: b});
-  };
-  gd.querySelectorAll('.annotation-text').forEach(el => add(el, 'title', 'annotation'));
-  gd.querySelectorAll('.infolayer .gtitle').forEach(el => add(el, 'title', 'figure'));
-  gd.querySelectorAll('.infolayer g[class^="g-"][class$="title"]:not(.g-gtitle) text')
-    .forEach(el => add(el, 'title', 'axis'));
-  gd.querySelectorAll('[class$="tick"] text').forEach(el => add(el, 'tick', el.parentNode.getAttribute('class')));
-  gd.querySelectorAll('.legend .legendtext').forEach(el => add(el, 'legend', 'legend'));
-  return {figure: i, items};
-})"""
-
-
-def overlaps(figures: list[dict]) -> list[str]:
-    """Pairs of text boxes that cross by more than a pixel each way, in one figure, where one is a title (a panel's,
-    the figure's or an axis's) or the two are labels of different axes; labels of one axis are left to plotly."""
-    found = []
-    for fig in figures:
-        items = fig["items"]
-        for i, a in enumerate(items):
-            for b in items[i + 1:]:
-                if a["kind"] != "title" and b["kind"] != "title" and a["group"] == b["group"]:
-                    continue
-                w = min(a["box"][2], b["box"][2]) - max(a["box"][0], b["box"][0])
-                h = min(a["box"][3], b["box"][3]) - max(a["box"][1], b["box"][1])
-                if w > 1 and h > 1:
-                    found.append(f"figure {fig['figure']}: {a['text']!r} ({a['kind']}) over {b['text']!r} "
-                                 f"({b['kind']})")
-    return found
-
-
-@pytest.mark.parametrize("model", seeds("tiny") or ["tiny"])
-@pytest.mark.parametrize("width, height", [(1000, 800), (1600, 1000)])
-def test_no_title_or_label_of_any_step_overlaps_another(browser, streamlit_url, width, height, model):
-    """Step 3 printed "L0 H2 · previous token" into "▶ L1 H3 · induction · first token", step 5 three titles on one
-    spot, step 2 "queries Q" over a tick (titles in paper coordinates, no xanchor): every step, both sizes, tiny and
-    each seed, the boxes of every title and label checked in the browser."""
-    context, page = new_page(browser, width, height)
-    try:
-        problems = []
-        for n in range(1, N + 1):
-            _open_step(page, streamlit_url, n, **({} if model == "tiny" else {"lesson_model": model}))
-            problems += [f"step {n} at {width}x{height} on {model}: {p}" for p in overlaps(page.evaluate(TEXT_BOXES))]
-        assert problems == [], "\n".join(problems[:20])
-        assert not page.js_errors, page.js_errors
-    finally:
-        context.close()
-
-
-# Each Lesson figure in the main column: its width beside the column's, its smallest tick label font, and for its
-# heatmaps with token axes the size of a cell across and down.
-SIZES = """() => {
-  const main = document.querySelector('[data-testid="stMainBlockContainer"]');
-  const cs = getComputedStyle(main);
-  const column = main.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight);
-  return [...document.querySelectorAll('[data-testid="stMain"] .js-plotly-plot')].map(gd => {
-    const fl = gd._fullLayout;
-    const fonts = [...gd.querySelectorAll('[class$="tick"] text')].map(t => parseFloat(t.style.fontSize || '10'));
-    const cells = gd.data.map((d, i) => {
-      if (d.type !== 'heatmap' || !Array.isArray(d.z) || !d.z.length) return null;
-      const xa = fl[d.xaxis ? 'xaxis' + d.xaxis.slice(1) : 'xaxis'];
-      const ya = fl[d.yaxis ? 'yaxis' + d.yaxis.slice(1) : 'yaxis'];
-      if (!xa || !ya || typeof d.x?.[0] !== 'string' || typeof d.y?.[0] !== 'string') return null;
-      return [xa._length / d.z[0].length, ya._length / d.z.length];
-    }).filter(Boolean);
-    return {name: (gd.data[0] || {}).name || '', width: gd.getBoundingClientRect().width, column,
-            heatmap: gd.data.some(d => d.type === 'heatmap'), font: Math.min(...fonts, 99), cells};
-  });
-}"""
-
-
-def test_figures_are_sized_from_the_column_at_1600(browser, streamlit_url):
-    """At 1600x1000 the heatmaps stayed 520-540 px wide in an 1140 px column, token labels 8 px, step 6's cells
-    55 x 35 px: now no heatmap figure leaves more than a third of the column empty, labels are 10 px or more and
-    token cells square."""
-    context, page = new_page(browser, 1600, 1000)
-    try:
-        for n in (1, 2, 3, 4, 5, 6):
-            _open_step(page, streamlit_url, n)
-            wait(page, f"() => ({SIZES})().filter(f => f.heatmap).every(f => f.width >= f.column * 2 / 3)",
-                 f"step {n}'s heatmaps planned for the column")
-            for fig in [f for f in page.evaluate(SIZES) if f["heatmap"]]:
-                assert fig["width"] >= fig["column"] * 2 / 3, (n, fig)
-                assert fig["font"] >= 10, (n, fig)
-                assert all(0.8 <= w / h <= 1.25 for w, h in fig["cells"]), (n, fig)
-        assert not page.js_errors, page.js_errors
     finally:
         context.close()

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from mha_viz import analysis as A
+from mha_viz.contract import head_slices as S
 
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, atol: float = 1e-5, rtol: float = 1e-5) -> None:
@@ -329,7 +330,7 @@ def test_norm_view_helpers_match_a_real_attention_layer():
         v = v_proj(x)  # (K, H*dh)
         ctx = att @ v.view(t, n_heads, dh).transpose(0, 1)  # (H, Q, dh)
         out = o_proj(ctx.transpose(0, 1).reshape(t, n_heads * dh))  # (Q, D) head outputs side by side
-        values, w_o = A.split_heads(v, n_heads), A.out_proj_per_head(o_proj.weight, n_heads)
+        values, w_o = S.split_heads(v, n_heads), S.out_proj_per_head(o_proj.weight, n_heads)
         f = torch.einsum("hkd,hdm->hkm", values, w_o)  # (H, K, D)
         assert_close(torch.einsum("hqk,hkm->qm", att, f) + o_proj.bias, out)  # sum of alpha f(x) + b_O
         assert_close(A.norm_view(att, values, w_o), att * f.norm(dim=-1)[:, None, :])
@@ -337,13 +338,13 @@ def test_norm_view_helpers_match_a_real_attention_layer():
 
 def test_split_heads_and_repeat_kv_for_grouped_query():
     v = torch.arange(8.0).view(2, 4)  # (K=2, H_kv=2 * dh=2)
-    heads = A.repeat_kv(A.split_heads(v, 2), n_heads=4)  # (4, 2, 2)
+    heads = S.repeat_kv(S.split_heads(v, 2), n_heads=4)  # (4, 2, 2)
     assert_close(heads[0], heads[1])
     assert_close(heads[2], torch.tensor([[2.0, 3.0], [6.0, 7.0]]))
     with pytest.raises(ValueError, match="H_kv dividing 3"):
-        A.repeat_kv(A.split_heads(v, 2), n_heads=3)
+        S.repeat_kv(S.split_heads(v, 2), n_heads=3)
     with pytest.raises(ValueError, match="divisible by 3"):
-        A.split_heads(v, 3)
+        S.split_heads(v, 3)
     with pytest.raises(ValueError, match="repeat_kv"):
         A.norm_view(torch.eye(2)[None], torch.ones(2, 2, 1), torch.ones(2, 1, 3))
 

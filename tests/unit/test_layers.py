@@ -14,8 +14,8 @@ PKG = Path(__file__).resolve().parents[2] / "mha_viz"
 # What each layer must not import (the layers above it). From the top: the two hosts (app/, notebook/), the browser
 # code both mount (web/), figures (plotting/), the probe command (tiny_probes.py, a consumer of analysis and the tiny
 # model), analysis/ (pure functions on tensors, handed any model it runs: never loads one), models/, and at the
-# bottom contract.py, training_record.py (the tiny model's record types), heads.py (per-head slicing), names.py
-# and settings.py.
+# bottom contract/ (per-head slicing in contract/head_slices.py among its rooms), training_record.py (the tiny
+# model's record types), names.py and settings.py.
 HOSTS = ("mha_viz.app", "mha_viz.notebook", "streamlit")
 FORBIDDEN = {
     "tiny_probes.py": (*HOSTS, "mha_viz.web", "mha_viz.plotting"),
@@ -29,7 +29,6 @@ FORBIDDEN = {
     "models": (*HOSTS, "mha_viz.web", "mha_viz.plotting", "mha_viz.tiny_probes", "mha_viz.analysis"),
     "contract": (*HOSTS, "mha_viz.web", "mha_viz.plotting", "mha_viz.tiny_probes", "mha_viz.analysis",
                     "mha_viz.models"),
-    "heads.py": ("mha_viz.", "streamlit"),
     "training_record.py": ("mha_viz.", "streamlit"),
     "names.py": ("mha_viz.", "streamlit"),
     "settings.py": ("mha_viz.", "streamlit"),
@@ -264,12 +263,14 @@ def test_the_column_check_finds_what_it_looks_for(tmp_path):
     assert sorted(_column_by_hand(sample)) == [2, 3, 5]
 
 
-CONTRACT_ROOMS = ("records", "capabilities", "model", "ablation")  # mha_viz/contract/<room>.py, in import order
+# mha_viz/contract/<room>.py, in import order
+CONTRACT_ROOMS = ("head_slices", "records", "kinds", "capabilities", "model", "ablation")
 
 
 def test_the_contract_is_split_by_what_it_holds_and_no_room_is_over_500_lines():
-    """records, capabilities, model, then ablation (the meanings of "off", computed through the Model interface):
-    each room imports only earlier ones, and none grows past 500 lines; `mha_viz.contract` only re-exports them."""
+    """head_slices, records, kinds, capabilities, model, then ablation (the meanings of "off", computed through the
+    Model interface): each room imports only earlier ones, and none grows past 500 lines; `mha_viz.contract` only
+    re-exports them."""
     folder = PKG / "contract"
     rooms = {p.stem for p in folder.glob("*.py")} - {"__init__"}
     assert rooms == set(CONTRACT_ROOMS), f"a contract module the order above does not place: {rooms}"

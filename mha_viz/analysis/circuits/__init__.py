@@ -45,7 +45,14 @@ from mha_viz.analysis.circuits.model import (
     left_out_words,
     repeated_texts,
 )
-from mha_viz.analysis.circuits.training import RISE_STARTS, Formation, describe_formation, formation, induction_path
+from mha_viz.analysis.circuits.training import (
+    RISE_STARTS,
+    Formation,
+    describe_formation,
+    formation,
+    induction_path,
+    measured_formation,
+)
 from mha_viz.analysis.circuits.weights import (
     GRAM_STRIP,
     MODES,

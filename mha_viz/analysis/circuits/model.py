@@ -24,6 +24,7 @@ from mha_viz.analysis.circuits.weights import (
     random_baselines,
 )
 from mha_viz.contract import InputError, UnavailableError
+from mha_viz.contract.kinds import ENCODER, KINDS, canonical  # ENCODER's layers: `model.n_layers`
 
 
 @dataclass(frozen=True)
@@ -86,12 +87,6 @@ def left_out_words(c: Circuits | None) -> str:
     return words
 
 
-ENCODER = "Encoder"  # the kind whose layers `model.n_layers` counts (the others: `model.decoder_layers()`)
-
-
-_KINDS = (ENCODER, "Decoder", "Cross")  # a model with cross-attention's kinds, as the page spells them
-
-
 def _check_kind(model, kind: str | None) -> str | None:
     """`kind` as the page spells it, in any case ("cross" -> "Cross"); None stays None."""
     if kind is not None and not model.has_cross_attention:
@@ -99,10 +94,10 @@ def _check_kind(model, kind: str | None) -> str | None:
                          "self-attention stack: leave kind out")
     if kind is None:
         return None
-    found = {k.lower(): k for k in _KINDS}.get(str(kind).strip().lower())
+    found = canonical(kind)
     if found is None:
         raise InputError(f"kind {kind!r} is not a kind of attention of {model.info.name}; its kinds are "
-                         f"{', '.join(_KINDS)} (in any case)")
+                         f"{', '.join(KINDS)} (in any case)")
     return found
 
 

@@ -1,6 +1,7 @@
 """Circuits over training: the previous-token head -> induction head path measured at each saved step
-(`Formation`, made by `formation` from each step's `Circuits` and pattern scores; `induction_path` finds the two
-heads by measurement) and `describe_formation`, what that measurement says in words.
+(`Formation`, made by `formation` from each step's `Circuits` and pattern scores, or by `measured_formation` from
+the steps themselves; `induction_path` finds the two heads by measurement) and `describe_formation`, what that
+measurement says in words.
 
 Axis letters: L layer, H head; S saved steps.
 """
@@ -8,11 +9,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
-from mha_viz.analysis.circuits.model import Circuits
+from mha_viz.analysis.circuits.model import Circuits, circuits, induction_and_previous, repeated_texts
 from mha_viz.analysis.circuits.weights import MODES, Baseline
+from mha_viz.contract import Model
 from mha_viz.names import head_name
 
 
@@ -88,6 +91,19 @@ def formation(name: str, steps: list[int], per_step: list[Circuits],
         induction=torch.stack([p[0][ind] for p in patterns]), previous=torch.stack([p[1][prev] for p in patterns]),
         copying=torch.stack([nan if c.copying is None else c.copying[ind] for c in per_step]),
         baseline=last.baseline, top_pair=top[0] if top else None, texts=tuple(texts))
+
+
+def measured_formation(name: str, steps: list[int], load: Callable[[str], Model]) -> Formation:
+    """`formation` over the saved `steps` of `name`, each loaded with `load(f"{name}@{step}")` (kept only while it
+    is measured): its circuits, and its heads' induction and previous-token scores on the same repeated random
+    texts at every step. What the Circuits and Training views show and the notes' circuits section writes."""
+    per_step, patterns, texts = [], [], None
+    for step in steps:
+        model = load(f"{name}@{step}")
+        texts = texts or repeated_texts(model)
+        per_step.append(circuits(model))
+        patterns.append(induction_and_previous(model, texts))
+    return formation(name, steps, per_step, patterns, texts)
 
 
 RISE_STARTS = 0.1  # the induction score "has started to rise" once it has covered this share of its rise

@@ -7,7 +7,6 @@ import streamlit as st
 from mha_viz.app import state
 from mha_viz.app.common import head_name
 from mha_viz.app.lesson.frame import (
-    ALL_STEPS,
     MOVED,
     Question,
     ask,
@@ -23,6 +22,7 @@ from mha_viz.app.lesson.readings import (
     read,
     tok,
 )
+from mha_viz.app.lesson.syllabus import OUTLINE
 
 # Plain choices: the reason is the measured answer's to give (`why`), never the wording's.
 YES_NO_SAME = ("Yes", "No")
@@ -66,7 +66,7 @@ def check_questions(name: str) -> list[Question]:
 
 
 def draw_closing(name: str, text: str, n: int) -> None:
-    st.markdown("\n".join(f"{i}. **{s.title}.** {s.claim}" for i, s in enumerate(ALL_STEPS[:-1], 1)))
+    st.markdown("\n".join(f"{i}. **{s.title}.** {s.claim}" for i, s in enumerate(OUTLINE[:-1], 1)))
     st.markdown("##### Check yourself")
     st.caption("Three questions from the steps. Each answer is measured on the inputs you gave those steps; "
                "nothing is kept beyond this session and its link.")

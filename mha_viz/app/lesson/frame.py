@@ -14,6 +14,7 @@ import torch
 from mha_viz.app import state
 from mha_viz.app.common import chart_config, head_name
 from mha_viz.app.lesson.readings import lesson_run, plain
+from mha_viz.app.lesson.syllabus import OUTLINE
 from mha_viz.app.names import marked_tokens
 from mha_viz.contract import AttentionRun, Head
 from mha_viz.plotting import lesson as lesson_figures
@@ -88,15 +89,10 @@ def ask(key: str, q: Question, label: str = "Predict first", reveals: str = "the
     return True
 
 
-# The Lesson's steps in order: filled by lesson_steps as it lists them, so a step (the closing one) reads the
-# others' titles and inputs without importing the list that imports it.
-ALL_STEPS: list = []
-
-
 def step_text(n: int) -> str:
     """The input step `n` (1-based) runs: the sentence the student typed into the steps' shared box (their own
     box for the written step), else the step's prepared sentence."""
-    step = ALL_STEPS[n - 1]
+    step = OUTLINE[n - 1]
     typed = st.session_state.get(TYPED, {}).get(n if step.written else SHARED, "")
     return typed.rstrip() or step.text
 

@@ -47,6 +47,7 @@ from mha_viz.app.lesson.readings import (
 )
 from mha_viz.app.names import marked_tokens
 from mha_viz.contract import AttentionRun, Head, HeadInside
+from mha_viz.models import seeds
 from mha_viz.plotting import lesson as lesson_figures
 from mha_viz.plotting.colours import ATTN_SCALE
 
@@ -391,8 +392,12 @@ def draw_relation(name: str, n: int) -> None:
     found = structural_head(name)
     picked = found and relation_sentence(name, found[0])
     if not found or not picked:
+        others = [m for m in seeds(name.split("#")[0]) if m != name and structural_head(m)]
         st.caption(f"The census of {name} names no head whose attention follows a grammatical relation better than "
-                   "the best fixed offset, so this part has nothing to show on this model.")
+                   "the best fixed offset, so this part has nothing to show on this model: a seed need not grow "
+                   "such a head."
+                   + (f" On {listed(others)} the census names one: pick one as the lesson's model above to see "
+                      "it." if others else ""))
         return
     rel, head = found
     sentence, q, k = picked

@@ -15,9 +15,8 @@ from mha_viz.app.cache import get_model, side_model, side_result, training_evide
 from mha_viz.app.common import head_name, md_safe, metric_row, quoted, trained_here, visible
 from mha_viz.app.context import ViewContext
 from mha_viz.app.layer_kinds import KIND_KEY, current_kind
-from mha_viz.circuits_notes import formation_of
 from mha_viz.contract import Head, InputError, ModelLoadError, UnavailableError
-from mha_viz.models import checkpoints, seeds
+from mha_viz.models import checkpoints, load_model, seeds
 from mha_viz.web import kinds
 
 FULL_MAP_VOCAB = 512  # vocabularies up to this size get the full token x token maps; larger ones a chosen row
@@ -42,9 +41,10 @@ def step_circuits(name: str) -> circ.Circuits:
 @st.cache_resource(show_spinner=False, max_entries=8)
 def formation(name: str) -> circ.Formation:
     """Every saved training step of `name` measured once per server: its circuits, and its heads' induction and
-    previous-token scores on the same repeated random texts at every step (`circuits_notes.formation_of`, as the
-    notes measure it). Each step's model is loaded for this and dropped. Shared by this view and the Training view."""
-    return formation_of(name)
+    previous-token scores on the same repeated random texts at every step (`analysis.circuits.measured_formation`,
+    as the notes measure it). Each step's model is loaded for this and dropped. Shared by this view and the Training
+    view."""
+    return circ.measured_formation(name, checkpoints(name), load_model)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)

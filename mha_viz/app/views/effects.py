@@ -8,7 +8,7 @@ import streamlit as st
 from mha_viz import analysis, plotting
 from mha_viz.analysis.importance import effect_measure, head_importance
 from mha_viz.analysis.patching import rank_correlation
-from mha_viz.app.cache import ESTIMATE_SAMPLES, exact_seconds, importance_estimate_cached
+from mha_viz.app import continuation
 from mha_viz.app.common import (
     ABLATION_LABELS,
     ABLATION_SHORT,
@@ -21,6 +21,7 @@ from mha_viz.app.common import (
     where,
 )
 from mha_viz.app.context import ViewContext
+from mha_viz.app.estimates import ESTIMATE_SAMPLES, exact_seconds, importance_estimate_cached
 from mha_viz.contract import AttentionRun, Head, InputError, Model, UnavailableError, head_keep_mask
 
 BUTTON = "imp_btn"  # the exact map's button; common.exact_map_step keeps its running job beside it
@@ -53,6 +54,7 @@ def render(ctx: ViewContext) -> None:
             cos = analysis.cosine_change(base.output, run.output)
             st.metric("Cosine similarity of sentence embedding (before vs after)", f"{cos:.5f}")
         pattern_shift(model, base, run, ctx.heads_off)
+    continuation.comparison_if_written(ctx)
     importance(model, ctx.name, ctx.text, base, ctx.heads_off, position, ctx.ablation)
 
 

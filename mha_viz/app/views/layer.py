@@ -20,7 +20,7 @@ import torch
 
 from mha_viz import analysis, measures
 from mha_viz.analysis.agreement import agreement, census_heads
-from mha_viz.app import cache, state
+from mha_viz.app import cache, continuation, state
 from mha_viz.app.common import NO_VALUE_NOTE, display, encoded_run, program_value
 from mha_viz.app.components.head_grid import AsMade, early_payload, encode_soon, grid_rest, head_grid, held, payload
 from mha_viz.app.context import ViewContext
@@ -69,6 +69,7 @@ def grid(ctx: ViewContext) -> None:
             switch(ctx.name, ctx.layer, head)
     written(ctx)
     against_census(ctx)
+    continuation.panel(ctx, lambda l, h, on: toggled(ctx.name, l, h, on), lambda l: state.set_layer(ctx.name, l))
     # The layers not on screen and every layer's captions, after everything above has gone to the page.
     grid_rest(data, codes, key, badges=stack_labels(ctx.model, ctx.run, range(ctx.model.n_layers)),
               completes=None if ctx.early is None else ctx.early["digest"])

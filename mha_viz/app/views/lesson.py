@@ -1,4 +1,4 @@
-"""Lesson: multi-head attention taught claim by claim on live models (the steps are in app/lesson_steps.py).
+"""Lesson: multi-head attention taught claim by claim on live models (the steps are in app/lesson/steps.py).
 
 The step and the lesson's learned model are plain session keys carried in the URL (`?lesson=N`, 1-based, and
 `?lesson_model=`), read once with the rest of the link and written by state.write_url, so a reload keeps the
@@ -11,9 +11,10 @@ import re
 
 import streamlit as st
 
-from mha_viz.app import lesson_steps, reconnect, state
+from mha_viz.app import reconnect, state
 from mha_viz.app.common import LEARNED_NOTE, WRITTEN_NOTE, md_safe
 from mha_viz.app.context import ViewContext
+from mha_viz.app.lesson import steps as lesson_steps
 from mha_viz.app.text import read_text
 from mha_viz.contract import InputError
 from mha_viz.models import seeds

@@ -10,6 +10,7 @@ import streamlit as st
 
 from mha_viz import analysis
 from mha_viz.analysis.pairs import SUBJECT
+from mha_viz.app import continuation
 from mha_viz.app.context import ViewContext
 from mha_viz.app.names import head_name
 from mha_viz.contract import Ablation, AttentionRun, Model
@@ -159,15 +160,25 @@ def evidence_markdown(evidence: TrainingEvidence) -> str:
 
 def render(ctx: ViewContext) -> None:
     notes_text()
-    scores, _ = analysis.run_scores(ctx.run, ctx.model.causal)
-    export(ctx.model, ctx.run, scores)
+    run, written_from = ctx.run, None
+    pair = continuation.kept_for(ctx)  # what Continue wrote on this sentence with these heads off, if it did
+    if pair is not None:
+        cont = pair[1] if pair[1] is not None else pair[0]
+        run, written_from = cont.run, cont.n_prompt
+        st.caption(f"The exports hold the sentence and the {len(cont.written_ids)} tokens the model wrote after it "
+                   f"(Continue, under the Layer grid): `written_from` = {written_from} is the first written position.")
+    scores, _ = analysis.run_scores(run, ctx.model.causal)
+    export(ctx.model, run, scores, written_from)
 
 
-def export(model: Model, run: AttentionRun, scores: dict | None = None) -> None:
+def export(model: Model, run: AttentionRun, scores: dict | None = None, written_from: int | None = None) -> None:
+    """NPZ, CSV and JSON of the run; `written_from`: where a continuation's written tokens begin (they are the
+    run's tokens from there on), carried by the NPZ and the JSON."""
     att = run.attentions.numpy()  # (L, H, Q, K)
     buf = io.BytesIO()
+    written = {} if written_from is None else {"written_from": np.int64(written_from)}
     np.savez_compressed(buf, attentions=att, tokens=np.array(run.tokens, dtype=object).astype(str),
-                        ablated=np.array(sorted(run.ablated), dtype=np.int64).reshape(-1, 2))
+                        ablated=np.array(sorted(run.ablated), dtype=np.int64).reshape(-1, 2), **written)
     c1, c2, c3 = st.columns(3)
     c1.download_button("Attention (NPZ)", buf.getvalue(), file_name="attention.npz", mime="application/octet-stream")
     table = _csv(run)
@@ -178,6 +189,8 @@ def export(model: Model, run: AttentionRun, scores: dict | None = None) -> None:
         c2.download_button("Attention (CSV, long format)", table, file_name="attention.csv", mime="text/csv")
     payload = {"model": model.info.name, "tokens": run.tokens, "ablated": sorted(run.ablated),
                "shape": "layer, head, query, key"}
+    if written_from is not None:
+        payload.update(written_from=written_from, written=run.tokens[written_from:])
     if att.size <= CSV_MAX_CELLS:
         payload["attentions"] = np.round(att, 5).tolist()
     else:

@@ -8,7 +8,7 @@ import streamlit as st
 
 from mha_viz import analysis, plotting
 from mha_viz.analysis.patching import normalise, rank_correlation, top_heads
-from mha_viz.app import cache
+from mha_viz.app import cache, estimates, maps
 from mha_viz.app.common import (
     chart_config,
     exact_map_step,
@@ -105,8 +105,8 @@ def render(ctx: ViewContext) -> None:
     metric_args, describe = _metric(model, base, other, position, ctx.text, source, names)
     if metric_args is None:
         return
-    text_value = float(cache.metric_for(ctx.name, source, metric_args)(base.output, base.logits))
-    source_value = float(cache.metric_for(ctx.name, source, metric_args)(other.output, other.logits))
+    text_value = float(maps.metric_for(ctx.name, source, metric_args)(base.output, base.logits))
+    source_value = float(maps.metric_for(ctx.name, source, metric_args)(other.output, other.logits))
     metric_row("patch_values", [(f"Metric on the first sentence: {describe}", f"{text_value:.3f}"),
                                 ("Metric on the second sentence", f"{source_value:.3f}")])
     if abs(source_value - text_value) < 1e-6:
@@ -182,11 +182,11 @@ def exact_button(ctx: ViewContext, source: str, metric_args: tuple) -> None:
     """The exact map's button (with its cost), Stop and progress, full width; the map itself is drawn beside its
     estimate by patching_maps, from the shared cache. No button once the map is there."""
     job = (ctx.name, ctx.text, source, metric_args)
-    if cache.exact_patching_map(*job, compute=False) is not None:
+    if maps.exact_patching_map(*job, compute=False) is not None:
         return
     n = ctx.model.n_layers * ctx.model.n_heads
-    exact_map_step("patch_exact_btn", job, n, cache.exact_seconds(ctx.name, ctx.text, n, source),
-                   lambda progress: cache.exact_patching_map(*job, progress=progress), "Patching one head at a time",
+    exact_map_step("patch_exact_btn", job, n, estimates.exact_seconds(ctx.name, ctx.text, n, source),
+                   lambda progress: maps.exact_patching_map(*job, progress=progress), "Patching one head at a time",
                    model_name=ctx.name)
 
 
@@ -195,13 +195,13 @@ def patching_maps(ctx: ViewContext, source: str, metric_args: tuple, text_value:
     st.markdown("**Patching each head alone from the second sentence**")
     try:
         with st.spinner("Attribution patching: one forward and one backward pass..."):
-            estimate = normalise(cache.attribution_map(ctx.name, ctx.text, source, metric_args),
+            estimate = normalise(maps.attribution_map(ctx.name, ctx.text, source, metric_args),
                                  text_value, source_value)  # (L, H)
     except InputError as err:
         st.info(md_safe(str(err)))
         estimate = None
     n = ctx.model.n_layers * ctx.model.n_heads
-    result = cache.exact_patching_map(ctx.name, ctx.text, source, metric_args, compute=False)
+    result = maps.exact_patching_map(ctx.name, ctx.text, source, metric_args, compute=False)
     exact = None if result is None else result.moved  # (L, H)
     # One colour range for both maps, symmetric about 0: the estimate is drawn to compare with the exact map.
     shown = [m for m in (exact, estimate) if m is not None]
@@ -251,7 +251,7 @@ def direct_map(ctx: ViewContext, position: int | None, metric_args: tuple):
         return None
     st.markdown("**Direct effect of each head on the logit difference**")
     _, position, answer, other = metric_args
-    parts = cache.direct_effect_map(ctx.name, ctx.text, position, answer, other)
+    parts = maps.direct_effect_map(ctx.name, ctx.text, position, answer, other)
     if parts is None:
         st.caption("This model's final norm or LM head could not be read as a linear map, so direct effects are "
                    "not shown rather than guessed.")
@@ -288,7 +288,7 @@ def patch_heads(ctx: ViewContext, model: Model, base: AttentionRun, source: str,
         return
     heads = frozenset(parse_head(name) for name in picked)
     run = cache.get_run(ctx.name, ctx.text, patch=heads, source=source)
-    metric = cache.metric_for(ctx.name, source, metric_args)
+    metric = maps.metric_for(ctx.name, source, metric_args)
     value, before = float(metric(run.output, run.logits)), float(metric(base.output, base.logits))
     c1, c2 = st.columns(2)
     c1.metric(f"Metric with {len(heads)} head(s) patched", f"{value:.3f}", delta=f"{value - before:+.3f}")

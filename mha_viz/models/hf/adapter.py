@@ -159,11 +159,25 @@ class HFModel(EditableModel):
         return self.decode_ids([token_id])
 
     def decode_ids(self, ids: list[int]) -> str:
-        """The text of these ids; with byte-level BPE a character cut off at either end shows as `⟨e6⟩`."""
+        """The text of these ids; with byte-level BPE a character cut off at either end shows as `⟨e6⟩`, and an id
+        past the tokenizer's vocabulary (a model may write one: its embedding rows are padded) as `⟨id N⟩`."""
         ids = [int(i) for i in ids]
         if _byte_level(self._tokenizer):
-            return _byte_piece_text("".join(self._tokenizer.convert_ids_to_tokens(ids)))
+            pieces = self._tokenizer.convert_ids_to_tokens(ids)
+            if None not in pieces:  # joined first: a character may be split over two pieces
+                return _byte_piece_text("".join(pieces))
+            return "".join(self.decode_ids([i]) if p is not None else f"⟨id {i}⟩" for i, p in zip(ids, pieces))
         return self._tokenizer.decode(ids)
+
+    def end_of_text(self) -> frozenset[int]:
+        """The ids transformers' own `generate` stops at: the generation config's eos_token_id (one id or a list),
+        else the model config's, else the tokenizer's end-of-text token."""
+        for config in (getattr(self._model, "generation_config", None), self._model.config):
+            ids = getattr(config, "eos_token_id", None)
+            if ids is not None:
+                return frozenset(int(i) for i in (ids if isinstance(ids, (list, tuple)) else [ids]))
+        eos = getattr(self._tokenizer, "eos_token_id", None)
+        return frozenset() if eos is None else frozenset([int(eos)])
 
     @property
     def mask_token(self) -> str | None:

@@ -9,13 +9,13 @@ so heads are switched off at the one place every family shares: the output proje
 from __future__ import annotations
 
 import dataclasses
-import random
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable, Sequence
 
 import torch
 
 from mha_viz.contract import (
+    Ablation,
     AttentionRun,
     Encoded,
     EncodedText,
@@ -26,15 +26,12 @@ from mha_viz.contract import (
     UnavailableError,
     check_text,
 )
-from mha_viz.contract.ablation import line_up
 from mha_viz.models.hf import seq2seq_circuits, seq2seq_inside, seq2seq_patch, seq2seq_rows
 from mha_viz.settings import settings, torch_device
 
 # How many tokens the model's own greedy continuation runs to when no target is given (fewer where it ends
 # with its end-of-sequence token first).
 GREEDY_TOKENS = 20
-ABLATIONS = ("zero", "mean", "resample")
-RESAMPLE_SEED = 0  # which reference source resample ablation takes, as ResampleAblation.seed
 
 _WHY_NOT = ("{what} is not available for encoder-decoder models yet: it is defined on one self-attention stack "
             "over one text, and here a head reads either the source, the target, or (cross-attention) both. The "
@@ -114,7 +111,7 @@ class Seq2SeqModel(Model):
         self.max_target = int(getattr(config, "max_position_embeddings", 0) or settings().max_tokens)
 
     has_cross_attention = True
-    # As `_replacements` computes it: its mean is not head_means' (which leaves special tokens out, each text first).
+    # As `head_means` computes it: not the one-text engine's (which leaves special tokens out, each text first).
     mean_over = ("every position of the example sentences (each as a source, its greedy continuation as the target), "
                  "special tokens included, each token weighted equally, so a longer sentence weighs more")
 
@@ -231,53 +228,46 @@ class Seq2SeqModel(Model):
         self._forward(src, tgt, {}, record)
         return [x[0].float().view(x.shape[1], self.n_heads, self.dh).transpose(0, 1).cpu() for x in record]
 
-    def _reference(self, reference: Iterable[str] | None, source: str) -> list[str]:
-        """The source texts mean and resample ablation read: `reference` checked, or the model's example sentences
-        (None), as `contract.ablation.reference_texts` picks them."""
+    def layer_outputs(self, text: str | EncodedText) -> list[torch.Tensor]:
+        """See `Model.layer_outputs`: `head_outputs_all` of `text` as a source, on its greedy continuation."""
+        return self.head_outputs_all(text.text if isinstance(text, EncodedText) else text)
+
+    def head_means(self, reference: Iterable[str] | None = None) -> torch.Tensor:
+        """Each head's mean output per output projection (encoder, decoder self, cross) -> (L_enc + 2 L_dec, H, dh):
+        over every position of every reference source (None: `examples()`) run with all heads on, each with its
+        greedy continuation as target. Every token weighs the same, so longer texts weigh more (`mean_over`)."""
         from mha_viz.contract.ablation import reference_texts
 
-        return list(reference_texts(self, reference))
+        sums, counts = None, None
+        for text in reference_texts(self, reference):
+            outs = self.head_outputs_all(text)  # per projection (H, P, dh)
+            if sums is None:
+                sums, counts = [o.sum(1) for o in outs], [o.shape[1] for o in outs]
+            else:
+                sums = [s + o.sum(1) for s, o in zip(sums, outs)]
+                counts = [c + o.shape[1] for c, o in zip(counts, outs)]
+        return torch.stack([s / c for s, c in zip(sums, counts)])  # (L_enc + 2 L_dec, H, dh)
 
-    def _replacements(self, ablation: str, reference, source: str, n_target: int, n_source: int) -> list:
-        """Per output projection, the (H, P, dh) or (H, dh) value a switched-off head takes; None for zero."""
-        if ablation == "zero":
-            return [None] * len(self._modules())
-        if ablation == "mean":
-            # The mean over every position of every reference source run with all heads on, each with its
-            # greedy continuation as target: every token weighs the same, so longer texts weigh more.
-            sums = None
-            counts = None
-            for text in self._reference(reference, source):
-                outs = self.head_outputs_all(text)
-                if sums is None:
-                    sums = [o.sum(1) for o in outs]
-                    counts = [o.shape[1] for o in outs]
-                else:
-                    sums = [s + o.sum(1) for s, o in zip(sums, outs)]
-                    counts = [c + o.shape[1] for c, o in zip(counts, outs)]
-            return [s / c for s, c in zip(sums, counts)]  # (H, dh) each
-        # resample: another reference source picked as ResampleAblation picks, run on its greedy continuation;
-        # position i takes its position i (its last position past its end).
-        others = [t for t in self._reference(reference, source) if t.strip() != source.strip()]
-        if not others:
-            raise InputError("resample ablation takes each head's output from another text, and the reference set "
-                             "holds only this one: pass reference=[other source texts]")
-        outs = self.head_outputs_all(random.Random(RESAMPLE_SEED).choice(others))
-        n_enc = self.n_enc
-        return [line_up(o[None], n_source if i < n_enc else n_target)[0] for i, o in enumerate(outs)]
+    def _replacements(self, ablation, reference, source: str, n_target: int, n_source: int) -> list:
+        """Per output projection, the (H, P, dh) or (H, dh) value a switched-off head takes, None for zero: what
+        the contract's `Ablation` of that meaning gives, per layer of each kind (contract/ablation.py)."""
+        lengths = [n_source] * self.n_enc + [n_target] * (2 * self.n_dec)
+        parts = Ablation.of(ablation).replacements(self, reference, source, lengths)
+        return [None if p is None else p[:, 0] if p.shape[1] == 1 else p for p in parts]  # (H, dh) or (H, P, dh)
 
     # -- the run -------------------------------------------------------------------------------------------------
     def run(self, text: str | EncodedText, ablate: Iterable = (), ablation: str = "zero",
             reference: Iterable[str] | None = None, patch: Iterable = (), source: str | None = None,
-            logits_at=None, target: str | None = None, ablate_cross: Iterable = (),
-            patch_cross: Iterable = ()) -> Seq2SeqRun:
+            logits_at: Sequence[int] | None = None, target: str | None = None, ablate_cross: Iterable = (),
+            patch_cross: Iterable = (), on_layer: Callable[[int, torch.Tensor], None] | None = None) -> Seq2SeqRun:
         """One teacher-forced forward of `target` (the decoder start token, then the tokenizer's ids of `target`
         without special tokens) reading `source`; with `target` None, the model's own greedy continuation of up to
         GREEDY_TOKENS tokens (all heads on). Heads in `ablate` (encoder then decoder layers, see the class) and
         `ablate_cross` are switched off: their slice of the output projection's input is set to 0 ("zero"), to its
-        mean over `reference` ("mean"; see `_replacements`), or to its output on another reference source
+        mean over `reference` ("mean"; see `head_means`), or to its output on another reference source
         ("resample"). `reference`: source texts; None means the example sentences (`examples()`). `text` is the
-        source (the encoder's input); `logits_at` is ignored (every target position's logits are computed).
+        source (the encoder's input); `logits_at` is ignored (every target position's logits are computed);
+        `on_layer` is handed each encoder layer's attention (`run.attentions`) once the forward is done.
 
         Patching: heads in `patch` (numbered as `ablate`) and `patch_cross` (as `ablate_cross`) take their output,
         position by position, from a run on `source`, a second source text, with all heads on, reading the same
@@ -286,9 +276,7 @@ class Seq2SeqModel(Model):
         ablated or patched, not both (seq2seq_patch.py)."""
         second = source.text if isinstance(source, EncodedText) else source
         source = text.text if isinstance(text, EncodedText) else text
-        ablation = str(getattr(ablation, "key", ablation))
-        if ablation not in ABLATIONS:
-            raise InputError(f"ablation must be one of {', '.join(ABLATIONS)}; got {ablation!r}.")
+        ablation = Ablation.of(ablation)
         src = self._source_ids(source)
         tgt = self.greedy_target(src) if target is None else self._target_ids(target)
         self_heads = self._heads(ablate, self.n_enc + self.n_dec, "ablate")
@@ -309,7 +297,10 @@ class Seq2SeqModel(Model):
         if patched or patched_cross:
             replace.update(seq2seq_patch.replacements(self, src, tgt, patched, patched_cross,
                                                       self._source_ids(second)))
-        return self._run_ids(src, tgt, self_heads, cross_heads, ablation, replace, patched, patched_cross)
+        run = self._run_ids(src, tgt, self_heads, cross_heads, ablation, replace, patched, patched_cross)
+        for layer in range(run.attentions.shape[0]) if on_layer is not None else ():
+            on_layer(layer, run.attentions[layer])  # (H, S, S)
+        return run
 
     def _run_ids(self, src: list[int], tgt: list[int], self_heads: frozenset, cross_heads: frozenset,
                  ablation: str, replace: dict, patched: frozenset = frozenset(),
@@ -326,7 +317,7 @@ class Seq2SeqModel(Model):
             token_ids=src,
             special=tuple(i for i, t in enumerate(src) if t in specials),
             target_special=tuple(i for i, t in enumerate(tgt) if t in specials),
-            ablation=ablation if (self_heads or cross_heads) else "zero",
+            ablation=ablation if (self_heads or cross_heads) else Ablation.of("zero"),
             decoder_attentions=stack(out.decoder_attentions),  # (L_dec, H, T, T)
             cross_attentions=stack(out.cross_attentions),  # (L_dec, H, T, S)
             target_tokens=self._labels(tgt),
@@ -424,8 +415,6 @@ class Seq2SeqModel(Model):
         the heads off are patched from, or `ablation` what "off" means (models/hf/seq2seq_rows.py)."""
         return seq2seq_rows.run_batch_keep(self, text, keep, replace, positions, target, source, ablation, reference)
 
-    def head_means(self, *args, **kwargs):
-        raise UnavailableError(_WHY_NOT.format(what="One mean per head over one stack"))
 
 
 def build_seq2seq_model(name: str, title: str, source: str, config) -> Seq2SeqModel:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 
 from mha_viz.contract import Embeddings, HeadWeights, check_index
-from mha_viz.models.hf.seq2seq_inside import CROSS, DECODER, ENCODER, _check_kind, sublayers
+from mha_viz.contract.kinds import CROSS, DECODER, ENCODER, kind_named
+from mha_viz.models.hf.seq2seq_inside import sublayers
 
 T5_BIAS = ("T5's relative position bias: a learned score per head for each query-key offset bucket, added to q·kᵀ "
            "(computed by the stack's first layer and reused by the others)")
@@ -21,7 +22,7 @@ T5_BIAS = ("T5's relative position bias: a learned score per head for each query
 
 def n_layers(model, kind: str) -> int:
     """How many layers `kind` has: the encoder's for Encoder, the decoder's for Decoder and Cross."""
-    return model.n_enc if _check_kind(kind) == ENCODER else model.n_dec
+    return model.n_enc if kind_named(kind) == ENCODER else model.n_dec
 
 
 def head_weights(model, layer: int, kind: str = ENCODER) -> HeadWeights:
@@ -57,7 +58,7 @@ def embeddings(model, kind: str = ENCODER) -> Embeddings:
     read the token embedding in the unembedding's place, as an encoder's do). Positions: the stack's own table
     (BART's learned, Marian's sinusoidal, past BART's offset of 2) for Encoder and Decoder; None for T5 (relative
     bias) and for Cross, whose queries and keys take positions from two different tables."""
-    kind = _check_kind(kind)
+    kind = kind_named(kind)
     net = model._model
     tokens = net.get_input_embeddings().weight.detach().float().cpu()  # (V, D)
     head = net.get_output_embeddings()
@@ -84,4 +85,4 @@ def composition_modes(kind: str) -> tuple[tuple[str, ...], str]:
     """(the composition modes that hold between `kind`'s heads, why the others are left out). Encoder and Decoder
     are one stack each over one text: all three hold (the cross-attention sublayers between the decoder's layers
     are left out, as MLPs are)."""
-    return (("q",), CROSS_COMPOSITION) if _check_kind(kind) == CROSS else (("q", "k", "v"), "")
+    return (("q",), CROSS_COMPOSITION) if kind_named(kind) == CROSS else (("q", "k", "v"), "")

@@ -16,11 +16,9 @@ from typing import Iterable
 
 import torch
 
-from mha_viz.contract import EncodedText, HeadInside, InputError, UnavailableError, check_index
+from mha_viz.contract import Ablation, EncodedText, HeadInside, UnavailableError, check_index
+from mha_viz.contract.kinds import CROSS, DECODER, ENCODER, kind_named
 
-# The kinds as the pages name them (mha_viz.web.kinds, which the models layer does not import).
-ENCODER, DECODER, CROSS = "Encoder", "Decoder", "Cross"
-KINDS = (ENCODER, DECODER, CROSS)
 _ATTENTIONS = {ENCODER: "encoder_attentions", DECODER: "decoder_attentions", CROSS: "cross_attentions"}
 
 
@@ -49,14 +47,6 @@ def sublayers(model, kind: str) -> list[Sublayer]:
         return [Sublayer(a, a.q, a.k, a.v, a.o, w, True) for a, w in zip(mods, wrappers)]
     mods = [layer.encoder_attn if kind == CROSS else layer.self_attn for layer in stack.layers]
     return [Sublayer(a, a.q_proj, a.k_proj, a.v_proj, a.out_proj, a, False) for a in mods]
-
-
-def _check_kind(kind: str) -> str:
-    """`kind` as the page spells it, in any case ("cross" -> "Cross")."""
-    found = {k.lower(): k for k in KINDS}.get(str(kind).strip().lower())
-    if found is None:
-        raise InputError(f"kind must be one of {', '.join(KINDS)} (in any case); got {kind!r}.")
-    return found
 
 
 def _replace(model, ablation: str, reference, source: str, self_heads: frozenset, cross_heads: frozenset,
@@ -127,13 +117,11 @@ def inside_layer(model, source: str | EncodedText, layer: int, kind: str, target
     weights; a head's contribution is its slice of the output projection's input (weights @ v, or what switching it
     off put there) through its slice of that projection, and the contributions plus `bias` are the projection's
     output. `resid` is the residual stream entering the sublayer."""
-    kind = _check_kind(kind)
+    kind = kind_named(kind)
     n_layers = model.n_enc if kind == ENCODER else model.n_dec
     layer = check_index(layer, n_layers, f"{kind} layer")
     text = source.text if isinstance(source, EncodedText) else source
-    ablation = str(getattr(ablation, "key", ablation))
-    if ablation not in ("zero", "mean", "resample"):
-        raise InputError(f"ablation must be one of zero, mean, resample; got {ablation!r}.")
+    ablation = Ablation.of(ablation)  # every meaning of "off" the contract holds (contract/ablation.py)
     src = model._source_ids(text)
     tgt = model.greedy_target(src) if target is None else model._target_ids(target)
     self_heads = model._heads(ablate, model.n_enc + model.n_dec, "ablate")

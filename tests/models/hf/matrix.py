@@ -5,6 +5,7 @@ h * dh .. (h + 1) * dh)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,8 @@ OTHER = "A young girl ran down to the river in the evening, and later she found 
 HEAD = (1, 2)  # the head the edits switch off
 ATOL = 2e-5
 
-CHECKS = ("attention", "output", "zero", "mean", "resample", "patch", "batched", "inside", "circuits", "census")
+CHECKS = ("attention", "output", "zero", "mean", "resample", "patch", "batched", "inside", "circuits", "census",
+          "generate")
 WORDS = {
     "attention": "attention weights equal transformers' output_attentions (eager)",
     "output": "logits equal transformers'",
@@ -33,6 +35,9 @@ WORDS = {
     "inside": "inside(): weights are the run's, weights @ v is the head's output, contributions sum to the layer's",
     "circuits": "mha_viz.circuits runs: composition, copying and singular values of the right shapes, finite",
     "census": "mha_viz.head_census runs on a small config: finite scores for every head",
+    "generate": "a continuation written with the cache: each step's attention equals one forward over the final "
+                "sequence with a head off, and the greedy tokens equal transformers' generate; a model that is "
+                "not causal says it cannot write",
 }
 
 
@@ -215,7 +220,34 @@ def check_census(m: Loaded) -> None:
     assert census is not None
 
 
+def check_generate(m: Loaded) -> None:
+    import pytest
+
+    from mha_viz.contract import EncodedText, UnavailableError
+    from mha_viz.contract.records import GenerationSettings
+
+    model = m.model
+    if model.info.kind != "causal-lm" and not model.has_cross_attention:  # an encoder: refused, nothing run
+        with pytest.raises(UnavailableError, match="not a causal language model"):
+            model.generate(TEXT, GenerationSettings(tokens=2))
+        return
+    cont = model.generate(TEXT, GenerationSettings(tokens=5), ablate={HEAD})
+    base = model.encode_text(TEXT)
+    final = EncodedText(text=base.text, model=base.model, encoded=dataclasses.replace(
+        base.encoded, ids=list(cont.run.token_ids), labels=list(cont.run.tokens)))
+    _close(cont.run.attentions, model.run(final, ablate={HEAD}).attentions, "step attention with a head off")
+    ours = model.generate(TEXT, GenerationSettings(tokens=5)).written_ids
+    ids = torch.tensor([base.ids])
+    with torch.no_grad():
+        theirs = m.ref.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=5, do_sample=False,
+                                pad_token_id=0)[0, ids.shape[1]:].tolist()
+    assert ours == theirs, f"greedy tokens {ours} differ from transformers' generate {theirs}"
+
+
 def run_check(m: Loaded, check: str) -> None:
+    if check == "generate":  # every row, encoder-decoder ones too: the model says whether it writes
+        check_generate(m)
+        return
     if m.arch.seq2seq:  # an encoder-decoder row: the same checks over a source and a target
         from tests.models.hf import matrix_seq2seq
 

@@ -9,8 +9,9 @@ changed, and "what you just saw". The learned model is `learned` (the tiny recip
 construction.
 
 The steps live in app/lesson/ by what they hold: `readings` (measurements, roles and their words, the glossary),
-`frame` (a step's record, its question, the pieces it draws with), `heads` (steps 1-3), `combining` (step 4),
-`pathways` (steps 5-6) and `closing` (step 7). This module lists them, and re-exports what the page and the tests
+`syllabus` (each step's title, claim and prepared input), `frame` (a step's record, its question, the pieces it
+draws with), `heads` (steps 1-3), `combining` (step 4), `pathways` (steps 5-6) and `closing` (step 7). This module
+pairs the outline with the drawings and is imported by none of them; it re-exports what the page and the tests
 read."""
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ from mha_viz.app.common import md_safe
 from mha_viz.app.lesson.closing import draw_closing
 from mha_viz.app.lesson.combining import draw_combining, question_combining
 from mha_viz.app.lesson.frame import (  # noqa: F401  (read by the page)
-    ALL_STEPS,
     ANSWERS,
     SHARED,
     TYPED,
@@ -55,30 +55,21 @@ from mha_viz.app.lesson.readings import (  # noqa: F401
     plain,
     unknown_words,
 )
+from mha_viz.app.lesson.syllabus import OUTLINE
 from mha_viz.contract import InputError, Model
 
-STEPS: list[Step] = [
-    Step("Heads run in parallel", "A layer's heads all read the same tokens at the same time; none waits for "
-         "another's result.", TEXT_PARALLEL, draw_parallel, question=question_parallel,
-         intro=attention_intro),
-    Step("Each head has its own projections", "Each head turns the same token into its own query, key and value "
-         "with its own learned matrices, so the same input gives different scores.", TEXT_PARALLEL, draw_projections,
-         question=question_projections),
-    Step("Heads learn different relations", "Trained heads come to attend by different relations: nearby context, "
-         "a term seen before, a fixed place, and a relation of grammar such as a verb's subject.", TEXT_REPEAT,
-         draw_patterns, question=question_patterns),
-    Step("The outputs are combined", "Each head's output goes through its slice of the output projection, and the "
-         "layer's output is their sum.", TEXT_PARALLEL, draw_combining, question=question_combining),
-    Step("Written heads are labeled modules", "In a model compiled from a program each head does what one line "
-         "wrote: the one case where a head's label is true.", TEXT_WRITTEN, draw_written, written=True,
-         question=question_written),
-    Step("Learned heads are pathways, not labels", "The same recipe puts the roles on different heads, and a head "
-         "with a strong pattern can matter little: attention is not importance.", TEXT_PREDICT, draw_learned,
-         question=question_learned),
-    Step("What to take away", "Multi-head attention is several learned pathways side by side; measure what a head "
-         "does before naming it.", "", draw_closing),
-]
-ALL_STEPS[:] = STEPS
+# How each step of the outline draws: (draw, question, intro), in the outline's order.
+_DRAWN = (
+    (draw_parallel, question_parallel, attention_intro),
+    (draw_projections, question_projections, None),
+    (draw_patterns, question_patterns, None),
+    (draw_combining, question_combining, None),
+    (draw_written, question_written, None),
+    (draw_learned, question_learned, None),
+    (draw_closing, None, None),
+)
+STEPS: list[Step] = [Step(o.title, o.claim, o.text, draw, written=o.written, question=question, intro=intro)
+                     for o, (draw, question, intro) in zip(OUTLINE, _DRAWN, strict=True)]
 
 
 def run_step(step: Step, learned: str, text: str, n: int) -> None:

@@ -1,5 +1,5 @@
-"""Per-head slices of a layer's projections, shared by every adapter and the analysis functions (a neutral module
-under both layers: models/ and analysis/ import it, it imports neither).
+"""Per-head slices of a layer's projections, shared by every adapter and the analysis functions: the contract's first
+room (models/ and analysis/ import it; it imports nothing of the package).
 
 Heads are laid side by side along the projection's width: head h owns columns h*dh:(h+1)*dh.
 """
