@@ -93,9 +93,9 @@ train: setup
 	$(PY) -m mha_viz.models.tiny.train
 	$(MAKE) train-seeds
 
-# The same recipe from seeds 1, 2 and 3 (assets/tiny/seeds/seedN: float16 weights and 4 steps besides the last;
-# each run of 4,000 steps is about 9 min of one core alone (530 s of CPU), much longer on a loaded machine), then
-# the probes of every seed, the shipped one included.
+# The same recipe from seeds 1, 2 and 3 (assets/tiny/seeds/seedN: float16 weights and step 2,500; steps 0 and 6,000
+# are derived), then the probes of every seed, the shipped one included. Each run of 6,000 steps is about 21 minutes
+# of one core alone (benchmarks/RESULTS.md, issue 51), much longer on a loaded machine.
 train-seeds: setup
 	$(PY) -m mha_viz.models.tiny.train --seed 1 --quiet
 	$(PY) -m mha_viz.models.tiny.train --seed 2 --quiet
