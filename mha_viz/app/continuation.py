@@ -64,7 +64,8 @@ def controls() -> dict | None:
     for key, default in ((N_KEY, 16), (MODE_KEY, GREEDY), (TEMP_KEY, 1.0), (SEED_KEY, "0")):
         st.session_state.setdefault(key, default)  # the boxes' defaults, or what the link put there
     row = st.container(key="wrap_write")
-    c1, c2, c3, c4, c5, c6 = row.columns([1, 1.3, 1, 1, 1, 0.8], vertical_alignment="bottom")
+    # Continue gets the widest share: at 1000x800 its label was cut in a fifth of the row (test_page_layout).
+    c1, c2, c3, c4, c5, c6 = row.columns([1, 1.3, 1, 0.8, 1.4, 0.9], vertical_alignment="bottom")
     c1.number_input("Tokens to write", step=1, key=N_KEY,
                     help="How many tokens the model writes after the sentence, at most (it stops earlier at its "
                          "end-of-text token).")
