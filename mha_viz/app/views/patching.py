@@ -52,10 +52,7 @@ def render(ctx: ViewContext) -> None:
                "from a run on the second sentence, with every later layer recomputed; the map shows how far that "
                "moves the metric from the first sentence's value (0) toward the second's (1). All other heads are "
                "on here, whatever is switched off elsewhere. Measurements on these two sentences, not roles.")
-    key = source_key(ctx.text)
-    source = read_text(st.text_input("Second sentence (the same number of tokens, one detail changed)",
-                                     value=None if key in st.session_state else swapped(ctx.text, model.name_words()),
-                                     key=key) or "")
+    source = second_text(ctx, "Second sentence (the same number of tokens, one detail changed)")
     if source.strip() == ctx.text.strip():
         identical(ctx)
         return
@@ -89,6 +86,14 @@ def render(ctx: ViewContext) -> None:
     with right:
         direct = direct_map(ctx, position, metric_args)
     patch_heads(ctx, model, base, source, metric_args, position, patched, direct)
+
+
+def second_text(ctx: ViewContext, label: str) -> str:
+    """The box for the text patched from, under `label`: first filled with the page's text, a name swapped for
+    another of the model's names; then what the user typed there for this text."""
+    key = source_key(ctx.text)
+    return read_text(st.text_input(label, value=None if key in st.session_state
+                                   else swapped(ctx.text, ctx.model.name_words()), key=key) or "")
 
 
 def identical(ctx: ViewContext) -> None:
@@ -287,10 +292,7 @@ def render_kinds(ctx: ViewContext) -> None:
                "target, with everything after it recomputed; the maps show how far that moves the decoder's "
                "prediction from the first source's value (0) toward the second's (1). All other heads are on here. "
                "Measurements on these two sources, not roles.")
-    key = source_key(ctx.text)
-    second = read_text(st.text_input("Second source (one detail changed; the decoder reads the same target)",
-                                     value=None if key in st.session_state else swapped(ctx.text, model.name_words()),
-                                     key=key) or "")
+    second = second_text(ctx, "Second source (one detail changed; the decoder reads the same target)")
     if second.strip() == ctx.text.strip():
         st.info("The second source is the same as the first, so patching cannot move anything: there is no map to "
                 "draw. Change one detail of the second source (a name for another name).")
